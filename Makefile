@@ -1,0 +1,37 @@
+# Two commands for a fresh machine (Python 3.11 + make): `make run` and `make test`.
+# Both create the virtualenv in .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint typecheck unit bench sim clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## The main job: the swarm lifecycle on the example topology, in memory.
+run: $(STAMP)
+	$(BIN)/hecate swarm-sim --topology examples/swarm.json --kill gpu --pipelines 2
+
+## Lint, type-check and run every test; fails if no test ran.
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check shared services tests
+	$(BIN)/ruff format --check shared services tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy shared/hecate services/hecate
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/hecate bench core
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Benchmarks: commands that print figures. Targets live here, not in timed tests."""

@@ -1,0 +1,1 @@
+"""The ``hecate`` command line."""

@@ -1,0 +1,101 @@
+"""``hecate``: one console script, one subcommand per job.
+
+Every failure the user can cause (bad file, unknown node, impossible topology) ends as
+one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from hecate.core import HecateError
+
+EXIT_USAGE = 2
+
+
+def _swarm_sim(args: argparse.Namespace) -> int:
+    from hecate.sim import parse_topology, simulate
+
+    topology = parse_topology(Path(args.topology).read_bytes())
+    report = simulate(
+        topology, kills=tuple(args.kill), pipelines=args.pipelines, planner=args.planner
+    )
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from hecate.bench.core import run_core_bench
+
+    report = run_core_bench(quick=args.quick)
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hecate.core import PLANNERS
+
+    parser = argparse.ArgumentParser(prog="hecate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sim = sub.add_parser("swarm-sim", help="run the swarm lifecycle in memory, print JSON")
+    sim.add_argument("--topology", required=True, help="topology JSON file")
+    sim.add_argument(
+        "--kill",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="kill this node (repeatable; one failover step each, in order)",
+    )
+    sim.add_argument(
+        "--pipelines", type=_positive, default=2, help="replicas of the base model (default 2)"
+    )
+    sim.add_argument(
+        "--planner",
+        default="greedy",
+        choices=sorted(PLANNERS),
+        help="planner strategy (default greedy)",
+    )
+    sim.set_defaults(run=_swarm_sim)
+
+    bench = sub.add_parser("bench", help="run a benchmark and print JSON figures")
+    bench.add_argument("suite", choices=["core"], help="core: routing decision and planning")
+    bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    bench.set_defaults(run=_bench)
+    return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except HecateError as exc:
+        print(f"hecate: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(
+            f"hecate: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

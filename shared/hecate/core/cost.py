@@ -1,0 +1,99 @@
+"""The cost model. It exists once, here; everything that ranks pipelines calls it.
+
+    cost(P) = Σ_{n∈P} cost(n) + w_h·15·hops + w_p·10·tokens/1024
+    cost(n) = w_l·latency_n + w_c·load_n·120 + w_k·100/max(score_n, 0.01)
+
+``hops`` is stages - 1, latency is in milliseconds, load in [0, 1]. Two additions:
+
+* **Unmeasured is penalised, never ignored.** Ignoring a node without telemetry would
+  make the worst-measured pipeline look best and send load blindly to the nodes we know
+  least about. Each missing field takes a pessimistic value that is never better than
+  what the node declared (see :class:`ColdPenalty`), so an unmeasured node can never make
+  its pipeline cheaper than the same pipeline measured at its nominal values.
+* **In-flight work is load.** ``load_n`` is the effective load: the EWMA load plus
+  ``inflight_load`` per request outstanding on the node. A burst therefore raises a
+  copy's cost at decision time instead of after telemetry catches up.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from hecate.core.plan import NodeProfile
+from hecate.core.telemetry import NodeState
+
+HOP_COST = 15.0
+TOKEN_COST_PER_1K = 10.0
+LOAD_COST = 120.0
+SCORE_COST = 100.0
+SCORE_FLOOR = 0.01
+
+
+class RouteWeights(msgspec.Struct, frozen=True, kw_only=True):
+    """The weights of the cost formula (all 1.0 by default, as the seed prescribes).
+
+    ``inflight_load`` is how much one outstanding request adds to a node's load: 0.1
+    means ten concurrent requests weigh as much as a fully loaded node.
+    """
+
+    w_l: float = 1.0
+    w_c: float = 1.0
+    w_k: float = 1.0
+    w_h: float = 1.0
+    w_p: float = 1.0
+    inflight_load: float = 0.1
+
+
+class ColdPenalty(msgspec.Struct, frozen=True, kw_only=True):
+    """Values assumed for fields a node has never reported.
+
+    * latency: the slower of its declared latency and ``latency_ms`` (250 ms: slower than
+      any stage we expect to serve from, yet finite, so the only copy still serves);
+    * load: ``load`` (1.0, the top of the range: assume busy until shown otherwise);
+    * score: the lower of its declared score and ``score``.
+    """
+
+    latency_ms: float = 250.0
+    load: float = 1.0
+    score: float = 0.5
+
+
+DEFAULT_WEIGHTS = RouteWeights()
+DEFAULT_PENALTY = ColdPenalty()
+
+
+def stage_cost(
+    node: NodeState,
+    profile: NodeProfile | None = None,
+    weights: RouteWeights = DEFAULT_WEIGHTS,
+    penalty: ColdPenalty = DEFAULT_PENALTY,
+    extra_in_flight: int = 0,
+) -> float:
+    """``cost(n)`` for one node, with the cold penalty for whatever was never measured."""
+    latency = node.latency_ms
+    if latency is None:
+        declared = profile.latency_ms if profile is not None else 0.0
+        latency = max(declared, penalty.latency_ms)
+    load = penalty.load if node.load is None else node.load
+    load += (node.in_flight + extra_in_flight) * weights.inflight_load
+    score = node.score
+    if score is None:
+        score = min(profile.score, penalty.score) if profile is not None else penalty.score
+    return (
+        weights.w_l * latency
+        + weights.w_c * load * LOAD_COST
+        + weights.w_k * SCORE_COST / max(score, SCORE_FLOOR)
+    )
+
+
+def hop_cost(stages: int, weights: RouteWeights = DEFAULT_WEIGHTS) -> float:
+    return weights.w_h * HOP_COST * max(stages - 1, 0)
+
+
+def token_cost(tokens: int, weights: RouteWeights = DEFAULT_WEIGHTS) -> float:
+    return weights.w_p * TOKEN_COST_PER_1K * tokens / 1024
+
+
+def inflight_cost(requests: int, weights: RouteWeights = DEFAULT_WEIGHTS) -> float:
+    """What ``requests`` outstanding requests, summed over a pipeline's stages, add to it."""
+    return weights.w_c * LOAD_COST * weights.inflight_load * requests

@@ -1,0 +1,113 @@
+"""A router's view: the latest snapshot plus the work it has dispatched itself.
+
+The seed admits that cost-based spreading is reactive: with short requests and sudden
+bursts, several requests pick the same copy before its telemetry reflects the load (exo
+shipped exactly this bug, reading counts from stale state). A :class:`Router` counts
+its own in-flight dispatches at decision time: :meth:`begin` raises the effective load of
+every node on the route at once, :meth:`end` lowers it, so the next decision in the same
+burst already sees the copy as busier.
+
+The decision stays a lookup: pipeline costs come from the snapshot's cache, and the
+in-flight term is a per-pipeline counter kept up to date by ``begin``/``end``. Walking
+the cost table stops as soon as no later (cheaper-based) entry can win.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hecate.core.cost import (
+    DEFAULT_PENALTY,
+    DEFAULT_WEIGHTS,
+    ColdPenalty,
+    RouteWeights,
+    inflight_cost,
+    token_cost,
+)
+from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, _why_none
+from hecate.core.state import SwarmState
+
+
+class Router:
+    """Routing decisions for one router process. Not thread-safe; one event loop owns it."""
+
+    def __init__(
+        self,
+        state: SwarmState,
+        weights: RouteWeights = DEFAULT_WEIGHTS,
+        penalty: ColdPenalty = DEFAULT_PENALTY,
+    ) -> None:
+        self.weights = weights
+        self.penalty = penalty
+        self._per_request = inflight_cost(1, weights)
+        self._node_in_flight: dict[str, int] = defaultdict(int)
+        self._total_in_flight = 0
+        self.state = state
+        self._index_plan()
+
+    def update(self, state: SwarmState) -> None:
+        """Adopt a newer snapshot. Dispatches already counted stay counted."""
+        plan_changed = state.plan is not self.state.plan
+        self.state = state
+        if plan_changed:
+            self._index_plan()
+
+    def _index_plan(self) -> None:
+        self._pipelines_of: dict[str, list[str]] = defaultdict(list)
+        for p in self.state.plan.pipelines:
+            for s in p.stages:
+                self._pipelines_of[s.node_id].append(p.pipeline_id)
+        self._pipeline_in_flight: dict[str, int] = defaultdict(int)
+        for node_id, count in self._node_in_flight.items():
+            for pid in self._pipelines_of.get(node_id, ()):
+                self._pipeline_in_flight[pid] += count
+
+    def in_flight(self, node_id: str | None = None) -> int:
+        """Requests this router has outstanding on ``node_id`` (or in total)."""
+        if node_id is None:
+            return self._total_in_flight
+        return self._node_in_flight.get(node_id, 0)
+
+    def route(self, model_id: str, request: RoutingRequest = DEFAULT_REQUEST) -> Route:
+        """Like :func:`route_request`, with this router's in-flight work counted as load."""
+        table = self.state.cost_table(model_id, self.weights, self.penalty)
+        if not table:
+            raise _why_none(model_id, self.state)
+        if self._total_in_flight == 0:
+            best_cost, best_id, best = table[0]
+        else:
+            best_cost, best_id, best = float("inf"), "", table[0][2]
+            busy = self._pipeline_in_flight
+            for base, pid, p in table:
+                # Sorted by (base, id) and the in-flight term is never negative: once an
+                # entry's base is no better than the best effective cost, none later wins.
+                if (base, pid) >= (best_cost, best_id):
+                    break
+                cost = base + self._per_request * busy.get(pid, 0)
+                if (cost, pid) < (best_cost, best_id):
+                    best_cost, best_id, best = cost, pid, p
+        return Route(
+            model_id=model_id,
+            pipeline_id=best_id,
+            cost=best_cost + token_cost(request.tokens, self.weights),
+            stages=best.stages,
+        )
+
+    def begin(self, route: Route) -> None:
+        """Count a dispatch along ``route`` (call once per request sent)."""
+        self._add(route, 1)
+
+    def end(self, route: Route) -> None:
+        """Count the end of a dispatch begun with :meth:`begin` (answer, error or timeout)."""
+        self._add(route, -1)
+
+    def _add(self, route: Route, delta: int) -> None:
+        for s in route.stages:
+            before = self._node_in_flight[s.node_id]
+            after = max(0, before + delta)
+            if after == before:
+                continue
+            self._node_in_flight[s.node_id] = after
+            for pid in self._pipelines_of.get(s.node_id, ()):
+                self._pipeline_in_flight[pid] += after - before
+        self._total_in_flight = max(0, self._total_in_flight + delta)

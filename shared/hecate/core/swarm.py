@@ -1,0 +1,354 @@
+"""The swarm lifecycle: plan, route, lose nodes, get them back, grow, shrink.
+
+:class:`Swarm` is the whole policy, pure and synchronous: no clock, no I/O. A service
+shell feeds it events and carries out what it returns.
+
+Order of operations on a death: :meth:`Swarm.mark_down` computes the route *before*
+marking the node dead. Marked first, the pipeline that used it would no longer be
+eligible and there would be nothing to repair: failover must know what was lost.
+
+Status: ``failed`` requires **zero live nodes**, not zero pipelines. A swarm whose only
+pipeline lost a node but still has survivors is ``degraded`` and keeps serving; killing
+the service because the ideal topology is gone would be the worst outcome.
+
+Growth policy (a node joins; existing pipelines are never reshuffled, to avoid churn):
+
+1. **replica** — the base model has fewer intact pipelines than configured: build the
+   missing copies from spare capacity (the newcomer's and what live nodes have left).
+2. **expert** — otherwise, a reserve or expert model has fewer pipelines than it asks
+   for: host it on spare capacity (the "telomerase" that grows experts).
+3. **capacity** — otherwise the newcomer joins as spare capacity, used by later
+   relocations and growth.
+
+Removal (a node retires): every pipeline that used it is repaired in place by moving the
+retiring node's layer ranges to spare capacity on live nodes; a pipeline that cannot be
+repaired is dropped, and missing copies are rebuilt from spare capacity where possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+import msgspec
+
+from hecate.core.errors import (
+    DuplicateNode,
+    InsufficientCapacity,
+    RoutingError,
+    SwarmStopped,
+    Unrecoverable,
+)
+from hecate.core.failover import FailoverOptions, Recovered, Replacement, failover_in_swarm
+from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.core.planners import Planner, get_planner
+from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, route_request
+from hecate.core.state import SwarmState
+from hecate.core.telemetry import NodeState
+
+SwarmStatus = Literal["healthy", "degraded", "failed", "stopped"]
+GrowthKind = Literal["replica", "expert", "capacity"]
+
+
+class SwarmConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``layers`` and ``pipelines`` (replicas) of the base model, plus any other models."""
+
+    layers: int
+    pipelines: int = 2
+    model_id: str = "base"
+    models: tuple[ModelSpec, ...] = ()
+    failover: FailoverOptions = FailoverOptions()
+
+    def all_models(self) -> tuple[ModelSpec, ...]:
+        base = ModelSpec(
+            model_id=self.model_id, layers=self.layers, role="base", replicas=self.pipelines
+        )
+        return (base, *self.models)
+
+
+class Growth(msgspec.Struct, frozen=True, kw_only=True):
+    """What a newcomer changed: which policy applied and which pipelines it made."""
+
+    node_id: str
+    kind: GrowthKind
+    pipelines: tuple[str, ...]
+    epoch: int
+
+
+class Removal(msgspec.Struct, frozen=True, kw_only=True):
+    """What retiring a node changed."""
+
+    node_id: str
+    relocated: tuple[Replacement, ...]
+    dropped: tuple[str, ...]
+    rebuilt: tuple[str, ...]
+    epoch: int
+
+
+class Swarm:
+    """Plan + telemetry + policy for one swarm."""
+
+    def __init__(
+        self,
+        profiles: Iterable[NodeProfile],
+        config: SwarmConfig,
+        *,
+        planner: Planner | str = "greedy",
+    ) -> None:
+        self.config = config
+        self.planner = get_planner(planner) if isinstance(planner, str) else planner
+        plan = self.planner.plan(config.all_models(), profiles)
+        if not plan.pipelines_of(config.model_id):
+            total = sum(n.capacity_layers for n in plan.nodes)
+            raise InsufficientCapacity(
+                f"{len(plan.nodes)} nodes with {total} layers of capacity cannot hold one "
+                f"pipeline of {config.model_id!r} ({config.layers} layers)"
+            )
+        self.state = SwarmState.from_profiles(plan)
+        self._rescues: dict[str, Route] = {}
+        self._stopped = False
+
+    @property
+    def plan(self) -> SwarmPlan:
+        return self.state.plan
+
+    # -- routing ---------------------------------------------------------------------
+
+    def route(
+        self, request: RoutingRequest = DEFAULT_REQUEST, model_id: str | None = None
+    ) -> Route:
+        """The cheapest intact pipeline, else the splice a failover put in service."""
+        if self._stopped:
+            raise SwarmStopped("the swarm is stopped; start it before routing")
+        model_id = model_id or self.config.model_id
+        try:
+            return route_request(model_id, request, self.state)
+        except RoutingError:
+            rescue = self._rescues.get(model_id)
+            if rescue is not None and all(self.state.is_alive(n) for n in rescue.node_ids):
+                return rescue
+            raise
+
+    def mark_down(
+        self,
+        node_id: str,
+        request: RoutingRequest = DEFAULT_REQUEST,
+        model_id: str | None = None,
+    ) -> Recovered | Unrecoverable:
+        """Record a death and return the rescue route for ``model_id`` (base by default)."""
+        model_id = model_id or self.config.model_id
+        self.state.node(node_id)  # UnknownNode for a stranger
+        try:
+            before: Route | None = self.route(request, model_id)
+        except RoutingError:
+            before = None
+        self.state = self.state.mark(node_id, alive=False)
+        if before is None:
+            return Unrecoverable(
+                f"{model_id!r} had no route in service when {node_id!r} was lost",
+                model_id=model_id,
+                lost_node=node_id,
+            )
+        result = failover_in_swarm(
+            before, node_id, self.state, self.config.failover, request=request
+        )
+        if isinstance(result, Recovered) and result.kind == "splice":
+            self._rescues[model_id] = result.route
+        return result
+
+    def mark_alive(self, node_id: str) -> None:
+        self.state = self.state.mark(node_id, alive=True)
+
+    # -- status ----------------------------------------------------------------------
+
+    def status(self) -> SwarmStatus:
+        """``failed`` iff no node is alive; ``degraded`` while any model has fewer intact
+        pipelines than it should (the base: its configured replicas; another model: as
+        many as it had planned, up to its target); ``healthy`` otherwise."""
+        if self._stopped:
+            return "stopped"
+        if not self.state.live_nodes():
+            return "failed"
+        for m in self.plan.models:
+            planned = self.plan.pipelines_of(m.model_id)
+            intact = sum(1 for p in planned if self.state.pipeline_alive(p))
+            expected = m.replicas if m.role == "base" else min(m.replicas, len(planned))
+            if intact < expected:
+                return "degraded"
+        return "healthy"
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def start(self) -> None:
+        self._stopped = False
+
+    # -- growth and retirement -------------------------------------------------------
+
+    def add_node(self, profile: NodeProfile) -> Growth:
+        """A node joins without a restart; see the growth policy in the module doc."""
+        if profile.node_id in self.state.nodes:
+            raise DuplicateNode(f"node {profile.node_id!r} is already a member")
+        plan = self.plan
+        grown = SwarmPlan(
+            epoch=plan.epoch,
+            models=plan.models,
+            nodes=(*plan.nodes, profile),
+            pipelines=plan.pipelines,
+        )
+        state = self.state.with_plan(grown).with_node(
+            profile.node_id, NodeState(latency_ms=profile.latency_ms, score=profile.score)
+        )
+        kind: GrowthKind = "capacity"
+        new: list[Pipeline] = []
+        for m in sorted(plan.models, key=lambda m: m.role != "base"):
+            new = self._build_missing(m, state, grown)
+            if new:
+                kind = "replica" if m.role == "base" else "expert"
+                break
+        self._adopt(state, pipelines=(*plan.pipelines, *new))
+        return Growth(
+            node_id=profile.node_id,
+            kind=kind,
+            pipelines=tuple(p.pipeline_id for p in new),
+            epoch=self.plan.epoch,
+        )
+
+    def remove_node(self, node_id: str) -> Removal:
+        """Retire a node: relocate its layers to spare capacity, rebuild what cannot be."""
+        self.state.node(node_id)
+        plan = self.plan
+        nodes = tuple(n for n in plan.nodes if n.node_id != node_id)
+        kept = [p for p in plan.pipelines if node_id not in p.node_ids]
+        shrunk = SwarmPlan(epoch=plan.epoch, models=plan.models, nodes=nodes, pipelines=tuple(kept))
+        state = self.state.with_plan(shrunk)
+        relocated: list[Replacement] = []
+        dropped: list[str] = []
+        pipelines = list(kept)
+        # Spare capacity while every old pipeline still holds its layers; a pipeline that
+        # cannot be repaired gives its layers back.
+        free = _spare(
+            state,
+            SwarmPlan(epoch=plan.epoch, models=plan.models, nodes=nodes, pipelines=plan.pipelines),
+        )
+        for p in plan.pipelines:
+            if node_id not in p.node_ids:
+                continue
+            repaired = _relocate(p, node_id, free, state)
+            if repaired is None:
+                dropped.append(p.pipeline_id)
+                for s in p.stages:
+                    if s.node_id != node_id and state.is_alive(s.node_id):
+                        free[s.node_id] = free.get(s.node_id, 0) + s.size
+            else:
+                pipelines.append(repaired[0])
+                relocated += repaired[1]
+        interim = SwarmPlan(
+            epoch=plan.epoch, models=plan.models, nodes=nodes, pipelines=tuple(pipelines)
+        )
+        rebuilt: list[Pipeline] = []
+        for m in plan.models:
+            new = self._build_missing(
+                m,
+                state,
+                SwarmPlan(
+                    epoch=plan.epoch,
+                    models=plan.models,
+                    nodes=nodes,
+                    pipelines=(*interim.pipelines, *rebuilt),
+                ),
+            )
+            rebuilt += new
+        order = {p.pipeline_id: i for i, p in enumerate(plan.pipelines)}
+        final = sorted((*pipelines, *rebuilt), key=lambda p: order.get(p.pipeline_id, len(order)))
+        self._adopt(state, pipelines=tuple(final))
+        return Removal(
+            node_id=node_id,
+            relocated=tuple(relocated),
+            dropped=tuple(dropped),
+            rebuilt=tuple(p.pipeline_id for p in rebuilt),
+            epoch=self.plan.epoch,
+        )
+
+    def _build_missing(
+        self, model: ModelSpec, state: SwarmState, plan: SwarmPlan
+    ) -> list[Pipeline]:
+        """New pipelines of ``model`` from spare live capacity, up to its replica target."""
+        mine = plan.pipelines_of(model.model_id)
+        intact = [p for p in mine if state.pipeline_alive(p)]
+        missing = model.replicas - len(intact)
+        if missing <= 0:
+            return []
+        profiles = {n.node_id: n for n in plan.nodes}
+        taken = {p.pipeline_id for p in mine}
+        first = 0
+        while f"{model.model_id}-r{first}" in taken:
+            first += 1
+        avoid = frozenset(n for p in intact for n in p.node_ids)
+        new = self.planner.replicas(
+            model, missing, _spare(state, plan), profiles, first_index=first, avoid=avoid
+        )
+        # Pipeline ids must stay unique even when the planner numbers past a gap.
+        out: list[Pipeline] = []
+        for p in new:
+            pid, n = p.pipeline_id, first
+            while pid in taken:
+                n += 1
+                pid = f"{model.model_id}-r{n}"
+            taken.add(pid)
+            out.append(Pipeline(pipeline_id=pid, model_id=p.model_id, stages=p.stages))
+        return out
+
+    def _adopt(self, state: SwarmState, *, pipelines: tuple[Pipeline, ...]) -> None:
+        plan = SwarmPlan(
+            epoch=self.plan.epoch + 1,
+            models=self.plan.models,
+            nodes=state.plan.nodes,
+            pipelines=pipelines,
+        )
+        self.state = state.with_plan(plan)
+        self._rescues = {
+            m: r for m, r in self._rescues.items() if all(n in self.state.nodes for n in r.node_ids)
+        }
+
+
+def _spare(state: SwarmState, plan: SwarmPlan) -> dict[str, int]:
+    """Layer capacity each *live* node has left under ``plan``."""
+    used = plan.layers_used()
+    return {
+        n.node_id: n.capacity_layers - used.get(n.node_id, 0)
+        for n in plan.nodes
+        if state.is_alive(n.node_id) and n.capacity_layers > used.get(n.node_id, 0)
+    }
+
+
+def _relocate(
+    p: Pipeline, node_id: str, free: dict[str, int], state: SwarmState
+) -> tuple[Pipeline, list[Replacement]] | None:
+    """``p`` with ``node_id``'s ranges moved to spare capacity, or None if it does not fit.
+
+    Consumes ``free`` only on success.
+    """
+    left = dict(free)
+    profile = {n.node_id: n for n in state.plan.nodes}
+    stages: list[Stage] = []
+    moved: list[Replacement] = []
+    for s in p.stages:
+        if s.node_id != node_id:
+            stages.append(s)
+            continue
+        at = s.layer_start
+        while at < s.layer_end:
+            candidates = [i for i, f in left.items() if f > 0]
+            if not candidates:
+                return None
+            best = min(candidates, key=lambda i: (-left[i], profile[i].latency_ms, i))
+            end = min(s.layer_end, at + left[best])
+            left[best] -= end - at
+            stages.append(Stage(node_id=best, layer_start=at, layer_end=end))
+            moved.append(
+                Replacement(layer_start=at, layer_end=end, old_node=node_id, new_node=best)
+            )
+            at = end
+    free.update(left)
+    return Pipeline(pipeline_id=p.pipeline_id, model_id=p.model_id, stages=tuple(stages)), moved

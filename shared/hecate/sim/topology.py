@@ -1,0 +1,119 @@
+"""The topology file read by ``hecate swarm-sim``: models, nodes, growth, one request.
+
+Strict on purpose (unknown fields are refused): a typo in a config file must be an
+error, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from hecate.core import FailoverOptions, HecateError, ModelSpec, NodeProfile
+from hecate.core.plan import ModelRole, Slug
+
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class TopologyError(HecateError):
+    """The topology file is malformed or inconsistent."""
+
+    code = "bad_topology"
+
+
+class ModelEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: Slug
+    layers: Annotated[int, msgspec.Meta(ge=1)]
+    role: ModelRole = "base"
+    replicas: Annotated[int, msgspec.Meta(ge=0)] = 1
+
+
+class NodeEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: Slug
+    capacity_layers: Annotated[int, msgspec.Meta(ge=0)]
+    latency_ms: NonNegative = 0.0
+    score: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+
+    def profile(self) -> NodeProfile:
+        return NodeProfile(
+            node_id=self.id,
+            capacity_layers=self.capacity_layers,
+            latency_ms=self.latency_ms,
+            score=self.score,
+        )
+
+
+class RequestEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    model_id: Slug | None = None
+    tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class FailoverEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    allow_degraded: bool = False
+    reserve_model: Slug | None = None
+
+
+class Topology(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    models: Annotated[tuple[ModelEntry, ...], msgspec.Meta(min_length=1)]
+    nodes: Annotated[tuple[NodeEntry, ...], msgspec.Meta(min_length=1)]
+    growth: tuple[NodeEntry, ...] = ()
+    request: RequestEntry = RequestEntry()
+    failover: FailoverEntry = FailoverEntry()
+
+    @property
+    def base(self) -> ModelEntry:
+        return next(m for m in self.models if m.role == "base")
+
+    def model_specs(self, pipelines: int) -> tuple[ModelSpec, ...]:
+        """Every model as a spec; the base model gets ``pipelines`` replicas."""
+        return tuple(
+            ModelSpec(
+                model_id=m.id,
+                layers=m.layers,
+                role=m.role,
+                replicas=pipelines if m.role == "base" else m.replicas,
+            )
+            for m in self.models
+        )
+
+    def failover_options(self) -> FailoverOptions:
+        return FailoverOptions(
+            allow_degraded=self.failover.allow_degraded, reserve_model=self.failover.reserve_model
+        )
+
+
+_decoder = msgspec.json.Decoder(Topology)
+
+
+def parse_topology(data: bytes) -> Topology:
+    """Decode and cross-check a topology; :class:`TopologyError` says what is wrong and where."""
+    try:
+        topo = _decoder.decode(data)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+        raise TopologyError(f"invalid topology: {exc}") from None
+    bases = [m.id for m in topo.models if m.role == "base"]
+    if len(bases) != 1:
+        raise TopologyError(f"a topology needs exactly one model with role 'base', found {bases}")
+    _unique("model", [m.id for m in topo.models])
+    _unique("node", [n.id for n in (*topo.nodes, *topo.growth)])
+    models = {m.id: m for m in topo.models}
+    if topo.request.model_id is not None and topo.request.model_id not in models:
+        raise TopologyError(
+            f"request.model_id {topo.request.model_id!r} is not a model "
+            f"of the topology ({', '.join(models)})"
+        )
+    reserve = topo.failover.reserve_model
+    if reserve is not None and (reserve not in models or models[reserve].role != "reserve"):
+        raise TopologyError(
+            f"failover.reserve_model {reserve!r} must name a model with role 'reserve'"
+        )
+    return topo
+
+
+def _unique(kind: str, ids: list[str]) -> None:
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise TopologyError(f"{kind} id {i!r} appears more than once")
+        seen.add(i)
