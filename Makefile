@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check shared services tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared/hecate services/hecate
+	$(BIN)/mypy shared/hecate services/hecate tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
