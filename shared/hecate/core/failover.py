@@ -138,7 +138,7 @@ def _splice(
     replaced: list[Replacement] = []
     for lost in route.stages:
         if not down(lost.node_id):
-            _append(stages, lost)
+            stages.append(lost)
             continue
         at = lost.layer_start
         while at < lost.layer_end:
@@ -151,7 +151,7 @@ def _splice(
                 key=lambda h: (-min(h.layer_end, lost.layer_end), node_cost(h.node_id), h.node_id),
             )
             end = min(best.layer_end, lost.layer_end)
-            _append(stages, Stage(node_id=best.node_id, layer_start=at, layer_end=end))
+            stages.append(Stage(node_id=best.node_id, layer_start=at, layer_end=end))
             replaced.append(
                 Replacement(
                     layer_start=at, layer_end=end, old_node=lost.node_id, new_node=best.node_id
@@ -159,14 +159,6 @@ def _splice(
             )
             at = end
     return tuple(stages), tuple(replaced)
-
-
-def _append(stages: list[Stage], stage: Stage) -> None:
-    """Append, merging with the previous stage when the same node continues the range."""
-    if stages and stages[-1].node_id == stage.node_id and stages[-1].layer_end == stage.layer_start:
-        prev = stages.pop()
-        stage = Stage(node_id=prev.node_id, layer_start=prev.layer_start, layer_end=stage.layer_end)
-    stages.append(stage)
 
 
 def _degrade(

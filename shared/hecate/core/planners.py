@@ -8,15 +8,20 @@ Plans are deterministic: the same input gives the same plan, whatever the input 
 
 Strategies:
 
-* ``greedy`` fills the roomiest node first, contiguously, so pipelines have few hops.
-* ``proportional`` partitions nodes into balanced groups, one per replica, and gives
-  each node of a group a layer share proportional to its capacity (as exo does with
-  memory): more hops, but no node is filled to the brim while others idle.
+* ``greedy`` fills the roomiest node first and finishes each copy with the smallest
+  node that completes it (best fit), so pipelines have few hops and roomy nodes are
+  left for the next copy.
+* ``proportional`` seeds one node group per replica the same way, hands every leftover
+  node to the group with the least capacity, and gives each node of a group a layer
+  share proportional to its capacity (as exo does with memory): more hops, but no node
+  is filled to the brim while others idle.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import ClassVar
@@ -44,11 +49,11 @@ class Planner(ABC):
         Never raises for lack of capacity: a model gets fewer replicas (possibly none).
         The caller decides whether that is acceptable (see ``InsufficientCapacity``).
         """
-        models = tuple(models)
+        models = tuple(sorted(models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)))
         profiles = {n.node_id: n for n in sorted(nodes, key=lambda n: n.node_id)}
         free = {i: n.capacity_layers for i, n in profiles.items()}
         pipelines: list[Pipeline] = []
-        for m in sorted(models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
+        for m in models:
             pipelines += self.replicas(m, m.replicas, free, profiles, first_index=0)
         return SwarmPlan(
             epoch=epoch, models=models, nodes=tuple(profiles.values()), pipelines=tuple(pipelines)
@@ -72,8 +77,65 @@ class Planner(ABC):
         """
 
 
+class _Pool:
+    """Nodes with free layers, sorted by (free, latency, id): O(log n) best fit.
+
+    ``largest()`` is the roomiest node (lowest latency, then id, among equals);
+    ``fitting(need)`` the smallest node with at least ``need`` free layers.
+    """
+
+    def __init__(
+        self, ids: Iterable[str], free: Mapping[str, int], profiles: Mapping[str, NodeProfile]
+    ) -> None:
+        self._free = free
+        self._profiles = profiles
+        self._keys = sorted(self._key(i) for i in ids if free.get(i, 0) > 0)
+
+    def _key(self, node_id: str) -> tuple[int, float, str]:
+        return (self._free[node_id], self._profiles[node_id].latency_ms, node_id)
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def total(self) -> int:
+        return sum(k[0] for k in self._keys)
+
+    def largest(self) -> str | None:
+        if not self._keys:
+            return None
+        i = bisect.bisect_left(self._keys, (self._keys[-1][0], -math.inf, ""))
+        return self._keys[i][2]
+
+    def fitting(self, need: int) -> str | None:
+        i = bisect.bisect_left(self._keys, (need, -math.inf, ""))
+        return self._keys[i][2] if i < len(self._keys) else None
+
+    def remove(self, node_id: str) -> None:
+        key = self._key(node_id)
+        i = bisect.bisect_left(self._keys, key)
+        if i < len(self._keys) and self._keys[i] == key:
+            del self._keys[i]
+
+    def add(self, node_id: str) -> None:
+        if self._free[node_id] > 0:
+            bisect.insort(self._keys, self._key(node_id))
+
+
+def _pick(need: int, *pools: _Pool) -> tuple[str, _Pool] | None:
+    """The node to take next: the smallest that finishes the copy, else the roomiest.
+
+    Finishing with the smallest sufficient node (best fit) keeps roomy nodes for the next
+    copies, so replicas stay on disjoint nodes more often; pools are tried in order.
+    """
+    for pool in pools:
+        node_id = pool.fitting(need) or pool.largest()
+        if node_id is not None:
+            return node_id, pool
+    return None
+
+
 class GreedyPlanner(Planner):
-    """Fill the roomiest node first; fewest hops per pipeline."""
+    """Fill the roomiest node first and finish with the smallest that fits: few hops."""
 
     name = "greedy"
 
@@ -87,43 +149,55 @@ class GreedyPlanner(Planner):
         first_index: int,
         avoid: frozenset[str] = frozenset(),
     ) -> list[Pipeline]:
-        used = set(avoid)
-
-        def key(node_id: str) -> tuple[bool, int, float, str]:
-            return (node_id in used, -free[node_id], profiles[node_id].latency_ms, node_id)
-
-        heap = [key(i) for i in profiles if free.get(i, 0) > 0]
-        heapq.heapify(heap)
+        fresh = _Pool((i for i in profiles if i not in avoid), free, profiles)
+        reused = _Pool((i for i in profiles if i in avoid), free, profiles)
         out: list[Pipeline] = []
         for index in range(first_index, first_index + count):
-            stages: list[Stage] = []
-            at = 0
-            while at < model.layers and heap:
-                *_, node_id = heapq.heappop(heap)
-                take = min(free[node_id], model.layers - at)
-                stages.append(Stage(node_id=node_id, layer_start=at, layer_end=at + take))
-                free[node_id] -= take
-                at += take
-            if at < model.layers:  # not enough capacity left for a whole copy: undo it
-                for s in stages:
-                    free[s.node_id] += s.size
+            stages = _chain(model.layers, free, fresh, reused)
+            if stages is None:
                 break
-            used.update(s.node_id for s in stages)
-            for s in stages:
-                if free[s.node_id] > 0:
-                    heapq.heappush(heap, key(s.node_id))
             out.append(
                 Pipeline(
                     pipeline_id=pipeline_id(model.model_id, index),
                     model_id=model.model_id,
-                    stages=tuple(stages),
+                    stages=stages,
                 )
             )
         return out
 
 
+def _chain(
+    layers: int,
+    free: MutableMapping[str, int],
+    fresh: _Pool,
+    reused: _Pool,
+    *,
+    keep_used: bool = True,
+) -> tuple[Stage, ...] | None:
+    """One contiguous copy from the pools (built over ``free``), consuming ``free``; None
+    (and nothing consumed) when the pools cannot hold it. Nodes it uses leave ``fresh``
+    and, with ``keep_used``, join ``reused`` with whatever room they have left."""
+    if fresh.total() + reused.total() < layers:
+        return None
+    stages: list[Stage] = []
+    at = 0
+    while at < layers:
+        picked = _pick(layers - at, fresh, reused)
+        assert picked is not None  # the totals above guarantee room
+        node_id, pool = picked
+        pool.remove(node_id)
+        take = min(free[node_id], layers - at)
+        stages.append(Stage(node_id=node_id, layer_start=at, layer_end=at + take))
+        free[node_id] -= take
+        at += take
+    if keep_used:
+        for s in stages:
+            reused.add(s.node_id)
+    return tuple(stages)
+
+
 class ProportionalPlanner(Planner):
-    """Balanced node groups, one per replica; layers split in proportion to capacity."""
+    """One node group per replica; layers split in proportion to capacity within it."""
 
     name = "proportional"
 
@@ -137,19 +211,32 @@ class ProportionalPlanner(Planner):
         first_index: int,
         avoid: frozenset[str] = frozenset(),
     ) -> list[Pipeline]:
-        fresh = [i for i in profiles if free.get(i, 0) > 0 and i not in avoid]
-        reused = [i for i in profiles if free.get(i, 0) > 0 and i in avoid]
+        # Seed each group like greedy does (roomiest first, best fit to finish), then
+        # hand every node left over to the group with the least capacity, so all nodes
+        # share the work as exo's memory-weighted ring does.
+        scratch = dict(free)
+        fresh = _Pool((i for i in profiles if i not in avoid), scratch, profiles)
+        reused = _Pool((i for i in profiles if i in avoid), scratch, profiles)
         groups: list[list[str]] = []
-        for pool in (fresh, fresh + reused):
-            k = min(count, sum(free[i] for i in pool) // model.layers)
-            while k > 0:
-                groups = _balanced_groups(pool, free, k)
-                if all(sum(free[i] for i in g) >= model.layers for g in groups):
-                    break
-                k -= 1
-            if groups and k > 0:
+        for _ in range(count):
+            # A node joins one group only: its whole free capacity is that group's.
+            seed = _chain(model.layers, scratch, fresh, reused, keep_used=False)
+            if seed is None:
                 break
-            groups = []
+            groups.append([s.node_id for s in seed])
+        if not groups:
+            return []
+        in_group = {i for g in groups for i in g}
+        leftovers = sorted(
+            (i for i in profiles if free.get(i, 0) > 0 and i not in in_group and i not in avoid),
+            key=lambda i: (-free[i], i),
+        )
+        heap = [(sum(free[i] for i in g), n) for n, g in enumerate(groups)]
+        heapq.heapify(heap)
+        for node_id in leftovers:
+            total, n = heapq.heappop(heap)
+            groups[n].append(node_id)
+            heapq.heappush(heap, (total + free[node_id], n))
         out: list[Pipeline] = []
         for index, group in enumerate(groups, start=first_index):
             stages = _proportional_split(model.layers, group, free, profiles)
@@ -163,17 +250,6 @@ class ProportionalPlanner(Planner):
                 )
             )
         return out
-
-
-def _balanced_groups(pool: list[str], free: Mapping[str, int], k: int) -> list[list[str]]:
-    """Longest-processing-time partition: each node, roomiest first, joins the emptiest group."""
-    heap = [(0, g) for g in range(k)]
-    groups: list[list[str]] = [[] for _ in range(k)]
-    for node_id in sorted(pool, key=lambda i: (-free[i], i)):
-        total, g = heapq.heappop(heap)
-        groups[g].append(node_id)
-        heapq.heappush(heap, (total + free[node_id], g))
-    return groups
 
 
 def _proportional_split(

@@ -41,7 +41,7 @@ from hecate.core.errors import (
 )
 from hecate.core.failover import FailoverOptions, Recovered, Replacement, failover_in_swarm
 from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
-from hecate.core.planners import Planner, get_planner
+from hecate.core.planners import ROLE_ORDER, Planner, get_planner
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, route_request
 from hecate.core.state import SwarmState
 from hecate.core.telemetry import NodeState
@@ -201,10 +201,14 @@ class Swarm:
         )
         kind: GrowthKind = "capacity"
         new: list[Pipeline] = []
-        for m in sorted(plan.models, key=lambda m: m.role != "base"):
+        for m in sorted(plan.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
             new = self._build_missing(m, state, grown)
             if new:
                 kind = "replica" if m.role == "base" else "expert"
+                break
+            if m.role == "base" and self._missing(m, state, grown) > 0:
+                # The base is short of copies and this node cannot complete one yet:
+                # keep it as spare for the base rather than spend it on another model.
                 break
         self._adopt(state, pipelines=(*plan.pipelines, *new))
         return Growth(
@@ -270,15 +274,20 @@ class Swarm:
             epoch=self.plan.epoch,
         )
 
+    @staticmethod
+    def _missing(model: ModelSpec, state: SwarmState, plan: SwarmPlan) -> int:
+        intact = sum(1 for p in plan.pipelines_of(model.model_id) if state.pipeline_alive(p))
+        return model.replicas - intact
+
     def _build_missing(
         self, model: ModelSpec, state: SwarmState, plan: SwarmPlan
     ) -> list[Pipeline]:
         """New pipelines of ``model`` from spare live capacity, up to its replica target."""
-        mine = plan.pipelines_of(model.model_id)
-        intact = [p for p in mine if state.pipeline_alive(p)]
-        missing = model.replicas - len(intact)
+        missing = self._missing(model, state, plan)
         if missing <= 0:
             return []
+        mine = plan.pipelines_of(model.model_id)
+        intact = [p for p in mine if state.pipeline_alive(p)]
         profiles = {n.node_id: n for n in plan.nodes}
         taken = {p.pipeline_id for p in mine}
         first = 0
@@ -307,9 +316,21 @@ class Swarm:
             pipelines=pipelines,
         )
         self.state = state.with_plan(plan)
-        self._rescues = {
-            m: r for m, r in self._rescues.items() if all(n in self.state.nodes for n in r.node_ids)
-        }
+        # A splice stays in service only while the plan still backs every one of its
+        # stages: a retired or re-planned node must not keep receiving those layers.
+        self._rescues = {m: r for m, r in self._rescues.items() if _backed(plan, r)}
+
+
+def _backed(plan: SwarmPlan, route: Route) -> bool:
+    """Every stage of ``route`` lies within a range its node holds for that model."""
+    held = [s for p in plan.pipelines_of(route.model_id) for s in p.stages]
+    return all(
+        any(
+            h.node_id == s.node_id and h.layer_start <= s.layer_start and s.layer_end <= h.layer_end
+            for h in held
+        )
+        for s in route.stages
+    )
 
 
 def _spare(state: SwarmState, plan: SwarmPlan) -> dict[str, int]:
