@@ -4,6 +4,9 @@
   i.e. a lookup in the per-snapshot cost cache) by pipelines x stages. Calls are timed in
   batches of ``BATCH`` and each batch's mean is one sample, so the figures do not
   include the timer's own overhead per call; p50/p99 are over batches.
+* ``floor_us``: the baseline measured in the same run: building the same :class:`Route`
+  from precomputed fields, with no decision at all. ``route_us`` / ``floor_us`` is the
+  price of deciding.
 * ``route_inflight_us``: the same through :class:`Router` with requests in flight on
   every pipeline (the worst case of the in-flight walk).
 * ``recost_us``: a telemetry change, i.e. a new snapshot, and the first decision on it
@@ -26,6 +29,7 @@ from hecate.core import (
     ModelSpec,
     NodeProfile,
     Pipeline,
+    Route,
     Router,
     RoutingRequest,
     Sample,
@@ -97,6 +101,7 @@ def _per_call_us(fn: Callable[[], object], samples: int) -> dict[str, float]:
 
 def bench_routes(samples: int) -> tuple[dict[str, dict[str, float]], ...]:
     route: dict[str, dict[str, float]] = {}
+    floor: dict[str, dict[str, float]] = {}
     inflight: dict[str, dict[str, float]] = {}
     recost: dict[str, dict[str, float]] = {}
     request = RoutingRequest(tokens=512)
@@ -104,6 +109,17 @@ def bench_routes(samples: int) -> tuple[dict[str, dict[str, float]], ...]:
         key = f"{pipelines}x{stages}"
         state = synthetic_state(pipelines, stages)
         route[key] = _per_call_us(partial(route_request, MODEL, request, state), samples)
+        best = route_request(MODEL, request, state)
+        floor[key] = _per_call_us(
+            partial(
+                Route,
+                model_id=MODEL,
+                pipeline_id=best.pipeline_id,
+                cost=best.cost,
+                stages=best.stages,
+            ),
+            samples,
+        )
 
         router = Router(state)
         for _ in state.plan.pipelines:  # something in flight everywhere: the slow path
@@ -118,7 +134,7 @@ def bench_routes(samples: int) -> tuple[dict[str, dict[str, float]], ...]:
             return route_request(MODEL, request, s.observe(n, Sample(load=0.5), now=now[0]))
 
         recost[key] = _per_call_us(change, max(samples // 10, 20))
-    return route, inflight, recost
+    return route, floor, inflight, recost
 
 
 def synthetic_nodes(count: int, *, seed: int = 11) -> list[NodeProfile]:
@@ -154,10 +170,12 @@ def bench_plans(repeats: int) -> dict[str, dict[str, float]]:
 
 def run_core_bench(*, quick: bool = False) -> dict[str, object]:
     samples, repeats = (200, 3) if quick else (2000, 9)
-    route, inflight, recost = bench_routes(samples)
+    route, floor, inflight, recost = bench_routes(samples)
     plans = bench_plans(repeats)
     return {
         "route_us": route,
+        "floor_us": floor,
+        "route_over_floor": {k: round(route[k]["p50"] / floor[k]["p50"], 2) for k in route},
         "route_inflight_us": inflight,
         "recost_us": recost,
         "plan_ms": plans["greedy"],

@@ -90,6 +90,7 @@ class _Pool:
         self._free = free
         self._profiles = profiles
         self._keys = sorted(self._key(i) for i in ids if free.get(i, 0) > 0)
+        self._total = sum(k[0] for k in self._keys)
 
     def _key(self, node_id: str) -> tuple[int, float, str]:
         return (self._free[node_id], self._profiles[node_id].latency_ms, node_id)
@@ -98,7 +99,8 @@ class _Pool:
         return bool(self._keys)
 
     def total(self) -> int:
-        return sum(k[0] for k in self._keys)
+        """Free layers across the pool (kept up to date, not recomputed)."""
+        return self._total
 
     def largest(self) -> str | None:
         if not self._keys:
@@ -115,10 +117,13 @@ class _Pool:
         i = bisect.bisect_left(self._keys, key)
         if i < len(self._keys) and self._keys[i] == key:
             del self._keys[i]
+            self._total -= key[0]
 
     def add(self, node_id: str) -> None:
         if self._free[node_id] > 0:
-            bisect.insort(self._keys, self._key(node_id))
+            key = self._key(node_id)
+            bisect.insort(self._keys, key)
+            self._total += key[0]
 
 
 def _pick(need: int, *pools: _Pool) -> tuple[str, _Pool] | None:
