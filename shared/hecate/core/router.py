@@ -24,7 +24,7 @@ from hecate.core.cost import (
     inflight_cost,
     token_cost,
 )
-from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, _why_none
+from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, no_route_error
 from hecate.core.state import SwarmState
 
 
@@ -72,7 +72,7 @@ class Router:
         """Like :func:`route_request`, with this router's in-flight work counted as load."""
         table = self.state.cost_table(model_id, self.weights, self.penalty)
         if not table:
-            raise _why_none(model_id, self.state)
+            raise no_route_error(model_id, self.state)
         if self._total_in_flight == 0:
             best_cost, best_id, best = table[0]
         else:

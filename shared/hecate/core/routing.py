@@ -58,7 +58,7 @@ def route_request(
     """
     table = state.cost_table(model_id, weights, penalty)
     if not table:
-        raise _why_none(model_id, state)
+        raise no_route_error(model_id, state)
     cost, pipeline_id, pipeline = table[0]
     return Route(
         model_id=model_id,
@@ -68,7 +68,8 @@ def route_request(
     )
 
 
-def _why_none(model_id: str, state: SwarmState) -> NoSuchModel | NoHealthyPipeline:
+def no_route_error(model_id: str, state: SwarmState) -> NoSuchModel | NoHealthyPipeline:
+    """Why ``model_id`` has no healthy pipeline in ``state``, as the error to raise."""
     planned = state.plan.pipelines_of(model_id)
     if not planned:
         served = sorted({p.model_id for p in state.plan.pipelines})

@@ -95,7 +95,14 @@ class SwarmState:
         self.node(node_id)
         nodes = dict(self.nodes)
         nodes[node_id] = node
-        return SwarmState(self.plan, nodes, self.version + 1)
+        fresh = SwarmState.__new__(SwarmState)  # same plan: share its profile index
+        fresh.plan, fresh.nodes, fresh.version = (
+            self.plan,
+            MappingProxyType(nodes),
+            self.version + 1,
+        )
+        fresh._profiles, fresh._cache = self._profiles, {}
+        return fresh
 
     def mark(self, node_id: str, *, alive: bool) -> SwarmState:
         n = self.node(node_id)

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 import msgspec
+from msgspec.structs import replace
 
 from hecate.core.errors import (
     DuplicateNode,
@@ -50,8 +51,11 @@ SwarmStatus = Literal["healthy", "degraded", "failed", "stopped"]
 GrowthKind = Literal["replica", "expert", "capacity"]
 
 
-class SwarmConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """``layers`` and ``pipelines`` (replicas) of the base model, plus any other models."""
+class SwarmConfig(msgspec.Struct, frozen=True):
+    """``layers`` and ``pipelines`` (replicas) of the base model, plus any other models.
+
+    ``SwarmConfig(12, 2)``: the first two may be given positionally, as in the seed.
+    """
 
     layers: int
     pipelines: int = 2
@@ -190,12 +194,7 @@ class Swarm:
         if profile.node_id in self.state.nodes:
             raise DuplicateNode(f"node {profile.node_id!r} is already a member")
         plan = self.plan
-        grown = SwarmPlan(
-            epoch=plan.epoch,
-            models=plan.models,
-            nodes=(*plan.nodes, profile),
-            pipelines=plan.pipelines,
-        )
+        grown = replace(plan, nodes=(*plan.nodes, profile))
         state = self.state.with_plan(grown).with_node(
             profile.node_id, NodeState(latency_ms=profile.latency_ms, score=profile.score)
         )
@@ -221,51 +220,34 @@ class Swarm:
     def remove_node(self, node_id: str) -> Removal:
         """Retire a node: relocate its layers to spare capacity, rebuild what cannot be."""
         self.state.node(node_id)
-        plan = self.plan
-        nodes = tuple(n for n in plan.nodes if n.node_id != node_id)
-        kept = [p for p in plan.pipelines if node_id not in p.node_ids]
-        shrunk = SwarmPlan(epoch=plan.epoch, models=plan.models, nodes=nodes, pipelines=tuple(kept))
-        state = self.state.with_plan(shrunk)
+        before = self.plan
+        without = replace(
+            before, nodes=tuple(n for n in before.nodes if n.node_id != node_id)
+        )  # every old pipeline still counted, so spare capacity is not double-booked
+        state = self.state.with_plan(without)
+        free = _spare(state, without)
+        pipelines: list[Pipeline] = []
         relocated: list[Replacement] = []
         dropped: list[str] = []
-        pipelines = list(kept)
-        # Spare capacity while every old pipeline still holds its layers; a pipeline that
-        # cannot be repaired gives its layers back.
-        free = _spare(
-            state,
-            SwarmPlan(epoch=plan.epoch, models=plan.models, nodes=nodes, pipelines=plan.pipelines),
-        )
-        for p in plan.pipelines:
+        for p in before.pipelines:
             if node_id not in p.node_ids:
+                pipelines.append(p)
                 continue
             repaired = _relocate(p, node_id, free, state)
-            if repaired is None:
-                dropped.append(p.pipeline_id)
-                for s in p.stages:
-                    if s.node_id != node_id and state.is_alive(s.node_id):
-                        free[s.node_id] = free.get(s.node_id, 0) + s.size
-            else:
+            if repaired is not None:
                 pipelines.append(repaired[0])
                 relocated += repaired[1]
-        interim = SwarmPlan(
-            epoch=plan.epoch, models=plan.models, nodes=nodes, pipelines=tuple(pipelines)
-        )
+                continue
+            dropped.append(p.pipeline_id)
+            for s in p.stages:  # a dropped pipeline gives its layers back
+                if s.node_id != node_id and state.is_alive(s.node_id):
+                    free[s.node_id] = free.get(s.node_id, 0) + s.size
         rebuilt: list[Pipeline] = []
-        for m in plan.models:
-            new = self._build_missing(
-                m,
-                state,
-                SwarmPlan(
-                    epoch=plan.epoch,
-                    models=plan.models,
-                    nodes=nodes,
-                    pipelines=(*interim.pipelines, *rebuilt),
-                ),
+        for m in sorted(before.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
+            rebuilt += self._build_missing(
+                m, state, replace(without, pipelines=(*pipelines, *rebuilt))
             )
-            rebuilt += new
-        order = {p.pipeline_id: i for i, p in enumerate(plan.pipelines)}
-        final = sorted((*pipelines, *rebuilt), key=lambda p: order.get(p.pipeline_id, len(order)))
-        self._adopt(state, pipelines=tuple(final))
+        self._adopt(state, pipelines=(*pipelines, *rebuilt))
         return Removal(
             node_id=node_id,
             relocated=tuple(relocated),
@@ -309,12 +291,7 @@ class Swarm:
         return out
 
     def _adopt(self, state: SwarmState, *, pipelines: tuple[Pipeline, ...]) -> None:
-        plan = SwarmPlan(
-            epoch=self.plan.epoch + 1,
-            models=self.plan.models,
-            nodes=state.plan.nodes,
-            pipelines=pipelines,
-        )
+        plan = replace(state.plan, epoch=self.plan.epoch + 1, pipelines=pipelines)
         self.state = state.with_plan(plan)
         # A splice stays in service only while the plan still backs every one of its
         # stages: a retired or re-planned node must not keep receiving those layers.

@@ -12,7 +12,6 @@ from typing import Literal
 import msgspec
 
 from hecate.core import (
-    HecateError,
     Pipeline,
     Recovered,
     Replacement,
@@ -163,6 +162,3 @@ def simulate(
         final_plan_valid=not problems,
         final_plan_problems=problems,
     )
-
-
-__all__ = ["HecateError", "SimReport", "simulate"]
