@@ -1,0 +1,95 @@
+"""The pluggable interface a node uses to execute its layer range of a model.
+
+A node only ever sees three steps: turn a prompt into the activation entering layer 0
+(``embed``), push an activation through a contiguous range of layers (``run``), and turn
+the activation leaving the last layer into text (``decode``). Activations cross the wire
+as opaque ``bytes``, so the transport never needs to know what an executor computes.
+
+Executors are looked up by name (``get_executor``) so a node's configuration can pick
+the built-in deterministic ``toy`` model in tests and a real engine in production
+without the service code changing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+#: Upper bound on a model's depth; a range ending past it is rejected as ``bad_range``.
+MAX_LAYERS = 4096
+#: Upper bound on ``max_tokens`` for ``decode``.
+MAX_TOKENS = 4096
+
+
+class ExecutorError(Exception):
+    """An executor refused a request; ``code`` is stable (wire, metrics), ``message`` is for people.
+
+    Codes: ``bad_activation`` (payload of the wrong size or type, or not finite),
+    ``bad_range`` (``start < 0``, ``end <= start`` or ``end`` past ``MAX_LAYERS``),
+    ``bad_max_tokens`` (``max_tokens`` outside ``0..MAX_TOKENS``) and
+    ``unknown_executor`` (no executor registered under that name).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What a node needs from a model implementation; activations are opaque bytes."""
+
+    name: str
+
+    def embed(self, model_id: str, prompt: str) -> bytes:
+        """The activation entering layer 0 for ``prompt``."""
+        ...
+
+    def run(self, model_id: str, layer_start: int, layer_end: int, activation: bytes) -> bytes:
+        """Apply layers ``[layer_start, layer_end)`` of ``model_id`` to ``activation``."""
+        ...
+
+    def decode(self, model_id: str, layers: int, activation: bytes, max_tokens: int) -> str:
+        """Text from the activation leaving layer ``layers - 1`` (the model's last)."""
+        ...
+
+
+def check_range(layer_start: int, layer_end: int, max_layers: int = MAX_LAYERS) -> None:
+    """Raise ``bad_range`` unless ``0 <= layer_start < layer_end <= max_layers``.
+
+    Shared by executors so every implementation rejects the same ranges the same way.
+    """
+    if layer_start < 0 or layer_end <= layer_start or layer_end > max_layers:
+        raise ExecutorError(
+            "bad_range",
+            f"layer range [{layer_start}, {layer_end}) is invalid: need "
+            f"0 <= start < end <= {max_layers}",
+        )
+
+
+def _toy() -> Executor:
+    # Imported here, not at module level: toy.py imports this module for ExecutorError,
+    # and a lazy import keeps the registry free of import-order cycles.
+    from hecate.model.toy import ToyModel
+
+    return ToyModel()
+
+
+#: Name -> factory. Factories take no arguments so a node config needs only a name.
+EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy}
+
+
+def get_executor(name: str) -> Executor:
+    """A fresh executor registered under ``name``, or ``unknown_executor``."""
+    try:
+        factory = EXECUTORS[name]
+    except KeyError:
+        known = ", ".join(sorted(EXECUTORS)) or "(none)"
+        raise ExecutorError(
+            "unknown_executor", f"no executor named {name!r}; known executors: {known}"
+        ) from None
+    return factory()
