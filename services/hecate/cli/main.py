@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("suite", choices=["core"], help="core: routing decision and planning")
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     bench.set_defaults(run=_bench)
+
+    from hecate.cli import client, schema, services, up
+
+    services.add_parsers(sub)
+    up.add_parser(sub)
+    client.add_parsers(sub)
+    schema.add_parser(sub)
     return parser
 
 

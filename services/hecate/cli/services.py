@@ -1,0 +1,208 @@
+"""``hecate planner|telemetry|router|node|breaker``: one service per process.
+
+Each runs until SIGTERM or SIGINT, then drains. Logs are JSON lines on stderr; traces go
+to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+from opentelemetry.trace import TracerProvider
+
+from hecate.bus import logs, tracing
+from hecate.core import FailoverOptions, NodeProfile
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+class Runnable(Protocol):
+    def run(self, url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]: ...
+
+
+def default_url() -> str:
+    """``$HECATE_NATS``, else the server ``hecate up`` started here, else localhost:4222."""
+    if os.environ.get("HECATE_NATS"):
+        return os.environ["HECATE_NATS"]
+    state = Path(os.environ.get("HECATE_STATE", ".hecate")) / "nats.url"
+    if state.exists():
+        return state.read_text().strip()
+    return DEFAULT_URL
+
+
+def run_service(
+    kind: str, instance: str, url: str, build: Callable[[Any, TracerProvider], Runnable]
+) -> int:
+    log = logs.setup(kind, instance, os.environ.get("HECATE_LOG_LEVEL", "INFO"))
+    provider = tracing.provider_from_env(f"hecate-{kind}")
+    service = build(log, provider)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await service.run(url, stop)
+
+    try:
+        asyncio.run(main())
+    finally:
+        tracing.shutdown(provider)
+    return 0
+
+
+def _instance(default: str) -> str:
+    return f"{default}-{socket.gethostname().split('.')[0][:20]}-{os.getpid()}".lower()
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    from hecate.services.node import Node
+
+    profile = NodeProfile(
+        node_id=args.id,
+        capacity_layers=args.capacity_layers,
+        latency_ms=args.latency_ms,
+        score=args.score,
+    )
+    return run_service(
+        "node",
+        args.id,
+        args.nats,
+        lambda log, tp: Node(
+            profile,
+            executor=args.executor,
+            heartbeat_s=args.heartbeat_ms / 1000,
+            log=log,
+            tracer_provider=tp,
+        ),
+    )
+
+
+def _cmd_telemetry(args: argparse.Namespace) -> int:
+    from hecate.services.telemetry import Telemetry
+
+    instance = args.id or _instance("telemetry")
+    return run_service(
+        "telemetry",
+        instance,
+        args.nats,
+        lambda log, tp: Telemetry(
+            instance_id=instance,
+            missed=args.missed,
+            publish_s=args.publish_ms / 1000,
+            log=log,
+            tracer_provider=tp,
+        ),
+    )
+
+
+def _cmd_planner(args: argparse.Namespace) -> int:
+    from hecate.services.planner import PlannerService, config_from_topology
+    from hecate.services.strategies import load
+
+    config = config_from_topology(Path(args.topology).read_bytes(), args.pipelines)
+    strategy = load(args.strategy)
+    instance = args.id or _instance("planner")
+    return run_service(
+        "planner",
+        instance,
+        args.nats,
+        lambda log, tp: PlannerService(
+            config,
+            strategy,
+            instance_id=instance,
+            settle_s=args.settle_ms / 1000,
+            log=log,
+            tracer_provider=tp,
+        ),
+    )
+
+
+def _cmd_router(args: argparse.Namespace) -> int:
+    from hecate.services.router import RouterService
+
+    failover = FailoverOptions(allow_degraded=args.allow_degraded, reserve_model=args.reserve_model)
+    if args.topology:
+        from hecate.sim.topology import parse_topology
+
+        failover = parse_topology(Path(args.topology).read_bytes()).failover_options()
+    instance = args.id or _instance("router")
+    return run_service(
+        "router",
+        instance,
+        args.nats,
+        lambda log, tp: RouterService(
+            instance_id=instance,
+            failover=failover,
+            max_attempts=args.max_attempts,
+            stage_timeout_s=args.stage_timeout_ms / 1000,
+            log=log,
+            tracer_provider=tp,
+            max_request_bytes=args.max_request_bytes,
+        ),
+    )
+
+
+def _cmd_breaker(args: argparse.Namespace) -> int:
+    from hecate.services.breaker import BreakerService
+
+    instance = args.id or _instance("breaker")
+    return run_service(
+        "breaker",
+        instance,
+        args.nats,
+        lambda log, tp: BreakerService(instance_id=instance, log=log, tracer_provider=tp),
+    )
+
+
+def add_parsers(sub: Any) -> None:
+    def service(name: str, help_: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
+        p.add_argument("--nats", default=default_url(), help="NATS server URL")
+        return p
+
+    node = service("node", "run a node: host layer ranges, execute them, send heartbeats")
+    node.add_argument("--id", required=True, help="node id (a slug)")
+    node.add_argument("--capacity-layers", type=int, required=True)
+    node.add_argument("--latency-ms", type=float, default=0.0, help="declared latency")
+    node.add_argument("--score", type=float, default=1.0, help="declared capability score")
+    node.add_argument("--executor", default="toy", help="layer executor (default toy)")
+    node.add_argument("--heartbeat-ms", type=float, default=100.0)
+    node.set_defaults(run=_cmd_node)
+
+    tel = service("telemetry", "run the telemetry service: heartbeats -> liveness, snapshot")
+    tel.add_argument("--id", default=None)
+    tel.add_argument(
+        "--missed", type=int, default=3, help="heartbeat intervals of silence before a node is down"
+    )
+    tel.add_argument("--publish-ms", type=float, default=100.0)
+    tel.set_defaults(run=_cmd_telemetry)
+
+    plan = service("planner", "run the planner: membership -> plan in KV")
+    plan.add_argument("--id", default=None)
+    plan.add_argument("--topology", required=True, help="models and failover (nodes join)")
+    plan.add_argument("--pipelines", type=int, default=None, help="base replicas (default 2)")
+    plan.add_argument("--strategy", default="greedy", help="planner strategy name")
+    plan.add_argument("--settle-ms", type=float, default=500.0)
+    plan.set_defaults(run=_cmd_planner)
+
+    router = service("router", "run a router replica: hecate.infer.<model> -> answers")
+    router.add_argument("--id", default=None)
+    router.add_argument("--topology", default=None, help="read failover options from here")
+    router.add_argument("--allow-degraded", action="store_true")
+    router.add_argument("--reserve-model", default=None)
+    router.add_argument("--max-attempts", type=int, default=3)
+    router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
+    router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
+    router.set_defaults(run=_cmd_router)
+
+    breaker = service("breaker", "run the breaker service (slot; not active yet)")
+    breaker.add_argument("--id", default=None)
+    breaker.set_defaults(run=_cmd_breaker)

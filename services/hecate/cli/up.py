@@ -1,0 +1,179 @@
+"""``hecate up``: a whole local swarm with one command.
+
+Starts an embedded nats-server with JetStream (data under ``--state``), unless
+``--nats URL`` names one, then each service as its own process, each started with the
+very ``hecate <service> ...`` command an operator would type (``ps`` shows which is
+which; any one can be killed or restarted by hand). Logs stream with a service prefix.
+Ctrl-C stops everything: services drain first, the server goes last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from hecate.bus.server import NatsServer
+from hecate.sim.topology import parse_topology
+
+
+def hecate_command() -> list[str]:
+    script = Path(sys.executable).with_name("hecate")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
+
+
+def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[str]]]:
+    """(label, argv) for every process of the swarm, in start order."""
+    topo = parse_topology(Path(args.topology).read_bytes())
+    common = ["--nats", url]
+    cmds: list[tuple[str, list[str]]] = [
+        ("telemetry", ["telemetry", *common, "--id", "telemetry"]),
+        (
+            "planner",
+            [
+                "planner",
+                *common,
+                "--id",
+                "planner",
+                "--topology",
+                args.topology,
+                "--strategy",
+                args.strategy,
+                "--pipelines",
+                str(args.pipelines),
+            ],
+        ),
+        ("breaker", ["breaker", *common, "--id", "breaker"]),
+    ]
+    for i in range(1, args.routers + 1):
+        cmds.append(
+            (f"router-{i}", ["router", *common, "--id", f"router-{i}", "--topology", args.topology])
+        )
+    for n in topo.nodes:
+        cmds.append(
+            (
+                f"node {n.id}",
+                [
+                    "node",
+                    *common,
+                    "--id",
+                    n.id,
+                    "--capacity-layers",
+                    str(n.capacity_layers),
+                    "--latency-ms",
+                    str(n.latency_ms),
+                    "--score",
+                    str(n.score),
+                ],
+            )
+        )
+    return cmds
+
+
+def _pretty(label: str, line: str) -> str:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError:
+        return f"{label:>14} | {line}"
+    if not isinstance(doc, dict):
+        return f"{label:>14} | {line}"
+    skip = {"ts", "service", "id", "event", "level"}
+    rest = " ".join(f"{k}={v}" for k, v in doc.items() if k not in skip)
+    level = "" if doc.get("level") == "info" else f"[{doc.get('level')}] "
+    return f"{label:>14} | {level}{doc.get('event', '')} {rest}".rstrip()
+
+
+async def _pump(label: str, stream: asyncio.StreamReader) -> None:
+    while line := await stream.readline():
+        print(_pretty(label, line.decode(errors="replace").rstrip()), flush=True)
+
+
+async def up(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    state.mkdir(parents=True, exist_ok=True)
+    server: NatsServer | None = None
+    url = args.nats
+    if url is None:
+        server = NatsServer(state / "nats", max_payload=1024 * 1024).start()
+        url = server.url
+    (state / "nats.url").write_text(url + "\n")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_STATE=str(state))
+    procs: list[tuple[str, asyncio.subprocess.Process]] = []
+    pumps: list[asyncio.Task[None]] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for label, argv in plan_commands(args, url):
+            proc = await asyncio.create_subprocess_exec(
+                *hecate_command(),
+                *argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            assert proc.stdout is not None
+            procs.append((label, proc))
+            pumps.append(asyncio.create_task(_pump(label, proc.stdout)))
+        print(
+            f"hecate up: NATS at {url}"
+            + (f" (monitor http://127.0.0.1:{server.monitor_port})" if server else "")
+        )
+        for label, proc in procs:
+            print(f"hecate up: {label:<12} pid {proc.pid}")
+        topo = parse_topology(Path(args.topology).read_bytes())
+        model = topo.request.model_id or topo.base.id
+        print(
+            f'hecate up: try  .venv/bin/hecate infer {model} "hello swarm"  and  '
+            ".venv/bin/hecate status   (Ctrl-C stops everything)",
+            flush=True,
+        )
+        if args.for_seconds:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.for_seconds)
+        else:
+            await stop.wait()
+    finally:
+        print("hecate up: stopping", flush=True)
+        for _label, proc in reversed(procs):
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for label, proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                print(f"hecate up: {label} did not stop in 15 s; killing it")
+                proc.kill()
+                await proc.wait()
+        for task in pumps:
+            task.cancel()
+        if server is not None:
+            server.stop()
+            (state / "nats.url").unlink(missing_ok=True)
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    return asyncio.run(up(args))
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "up", help="start a local swarm: embedded NATS + every service as its own process"
+    )
+    p.add_argument("--topology", default="examples/swarm.json")
+    p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
+    p.add_argument("--state", default=".hecate", help="folder for the embedded server's data")
+    p.add_argument("--routers", type=int, default=2)
+    p.add_argument("--pipelines", type=int, default=2)
+    p.add_argument("--strategy", default="greedy")
+    p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(run=_cmd_up)

@@ -1,0 +1,191 @@
+"""node: hosts the layer ranges the plan gives it and executes them.
+
+Listens: ``hecate.node.<id>.run`` (StageRequest, msgpack), ``hecate.node.roll-call``.
+Holds: the latest plan (KV watch) → the ranges it hosts, pre-loaded in its executor.
+Publishes: ``hecate.node.join`` on start and on roll-call, a heartbeat every interval
+(measured stage latency, busy fraction, in-flight), ``hecate.node.leave`` when draining.
+On SIGTERM it drains: no new work, in-flight work finishes, then it leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+import msgspec
+from opentelemetry.trace import TracerProvider
+
+from hecate.bus import kv as kvs
+from hecate.bus.logs import event
+from hecate.bus.service import Service, ServiceError, encode
+from hecate.core.plan import NodeProfile, SwarmPlan
+from hecate.core.telemetry import ewma
+from hecate.model import Executor, ExecutorError, get_executor
+from hecate.wire import subjects
+from hecate.wire.messages import Heartbeat, NodeJoin, NodeLeave, StageReply, StageRequest
+
+_plan = msgspec.json.Decoder(SwarmPlan)
+
+
+class Node:
+    def __init__(
+        self,
+        profile: NodeProfile,
+        *,
+        executor: str = "toy",
+        heartbeat_s: float = 0.1,
+        log: logging.Logger,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.profile = profile
+        self.executor_name = executor
+        self.executor: Executor = get_executor(executor)
+        self.heartbeat_s = heartbeat_s
+        self.log = log
+        self.service = Service(
+            kind="node",
+            name=subjects.SERVICE_NAMES["node"],
+            instance_id=profile.node_id,
+            description="executes the layer ranges the plan assigns to this node",
+            log=log,
+            tracer_provider=tracer_provider,
+            metadata={"capacity_layers": str(profile.capacity_layers), "executor": executor},
+        )
+        self.epoch = 0
+        self.holdings: list[tuple[str, int, int]] = []  # (model, start, end) from the plan
+        self.draining = False
+        self.in_flight = 0
+        self._busy_ns = 0
+        self._latency_ms: float | None = None
+        self._seq = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
+        svc = self.service
+        await svc.start(url)
+        self._kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
+        svc.spawn(self._follow_plan())
+        await svc.add_endpoint(
+            "run",
+            subjects.node_run(self.profile.node_id),
+            StageRequest,
+            self.execute,
+            codec="msgpack",
+        )
+        await svc.add_raw("roll-call", subjects.NODE_ROLL_CALL, self._on_roll_call)
+        await svc.ready()
+        await self._join()
+        beat = svc.spawn(self._heartbeats())
+        event(
+            self.log,
+            "node ready",
+            node_id=self.profile.node_id,
+            capacity_layers=self.profile.capacity_layers,
+        )
+        await stop.wait()
+        self.draining = True
+        event(self.log, "draining", in_flight=self.in_flight)
+        await self._heartbeat()  # tell telemetry before the last work finishes
+        await svc.nc.publish(subjects.NODE_LEAVE, encode(NodeLeave(node_id=self.profile.node_id)))
+        beat.cancel()
+        await svc.stop(grace)
+        event(self.log, "stopped")
+
+    async def _join(self) -> None:
+        join = NodeJoin(profile=self.profile, executor=self.executor_name)
+        await self.service.nc.publish(subjects.NODE_JOIN, encode(join))
+
+    async def _on_roll_call(self, _msg: object) -> None:
+        if not self.draining:
+            await self._join()
+
+    # -- plan --------------------------------------------------------------------------
+
+    async def _follow_plan(self) -> None:
+        async for value, revision in kvs.watch(self._kv, subjects.PLAN_KEY):
+            if value is not None:
+                self._adopt(_plan.decode(value), revision)
+
+    def _adopt(self, plan: SwarmPlan, revision: int) -> None:
+        me = self.profile.node_id
+        self.epoch = revision
+        self.holdings = [
+            (p.model_id, s.layer_start, s.layer_end)
+            for p in plan.pipelines
+            for s in p.stages
+            if s.node_id == me
+        ]
+        event(self.log, "plan adopted", epoch=revision, holdings=self.holdings)
+
+    def _hosts(self, model_id: str, start: int, end: int) -> bool:
+        return any(m == model_id and a <= start and end <= b for m, a, b in self.holdings)
+
+    # -- work --------------------------------------------------------------------------
+
+    async def execute(self, req: StageRequest, _headers: Mapping[str, str]) -> StageReply:
+        if self.draining:
+            raise ServiceError("draining", f"node {self.profile.node_id} is draining")
+        if not self._hosts(req.model_id, req.layer_start, req.layer_end):
+            if req.epoch > self.epoch:  # the router saw a newer plan than we have: catch up
+                entry = await self._kv.get(subjects.PLAN_KEY)
+                if entry.value:
+                    self._adopt(_plan.decode(entry.value), int(entry.revision or 0))
+            if not self._hosts(req.model_id, req.layer_start, req.layer_end):
+                raise ServiceError(
+                    "not_hosted",
+                    f"node {self.profile.node_id} does not host {req.model_id} "
+                    f"[{req.layer_start}, {req.layer_end}) in plan epoch {self.epoch}",
+                )
+        self.in_flight += 1
+        started = time.perf_counter_ns()
+        try:
+            # The toy executor takes microseconds; a heavy executor would run in a thread.
+            x = req.activation
+            if req.layer_start == 0 and not x:
+                x = self.executor.embed(req.model_id, req.prompt)
+            x = self.executor.run(req.model_id, req.layer_start, req.layer_end, x)
+            output = None
+            if req.decode_tokens is not None:
+                output = self.executor.decode(req.model_id, req.model_layers, x, req.decode_tokens)
+        except ExecutorError as exc:
+            raise ServiceError(exc.code, exc.message) from None
+        finally:
+            spent = time.perf_counter_ns() - started
+            self._busy_ns += spent
+            self.in_flight -= 1
+        ms = spent / 1e6
+        self._latency_ms = ewma(self._latency_ms, ms, 0.3)
+        return StageReply(
+            ok=True, activation=x if output is None else b"", output=output, compute_ms=ms
+        )
+
+    # -- heartbeats --------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            await self._heartbeat()
+
+    async def _heartbeat(self) -> None:
+        self._seq += 1
+        busy, self._busy_ns = self._busy_ns, 0
+        beat = Heartbeat(
+            node_id=self.profile.node_id,
+            seq=self._seq,
+            sent_at=time.time(),
+            interval_ms=self.heartbeat_s * 1000,
+            latency_ms=self._latency_ms
+            if self._latency_ms is not None
+            else self.profile.latency_ms,
+            load=min(1.0, busy / (self.heartbeat_s * 1e9)),
+            in_flight=self.in_flight,
+            score=self.profile.score,
+            draining=self.draining,
+        )
+        try:
+            await self.service.nc.publish(subjects.heartbeat(self.profile.node_id), encode(beat))
+        except Exception as exc:  # reconnecting: the next beat will go out
+            event(self.log, "heartbeat not sent", logging.DEBUG, error=repr(exc))

@@ -1,0 +1,529 @@
+"""router: ``hecate.infer.<model>`` in, an answer or an explicit error out. Always.
+
+Listens: ``hecate.infer.>`` in queue group ``hecate-routers`` (any number of replicas),
+and its own reply inbox for stage replies.
+Holds: the latest plan (KV watch, revision = epoch) and telemetry snapshot (KV watch),
+combined into a core :class:`SwarmState`, plus a core :class:`Router` that counts this
+replica's in-flight work, plus a short-lived local suspicion of nodes it just saw fail.
+Calls: ``Router.route`` to choose a pipeline, ``failover_in_swarm`` when a stage fails.
+Publishes: stage requests on ``hecate.node.<id>.run`` (it calls each stage in turn and
+keeps the activation between stages), ``hecate.events.failover``, and the reply.
+
+No task or future per request: a request is a :class:`Flight` in a table keyed by a
+counter; stage replies arrive on one subscription and are correlated by the last token
+of their reply subject; a sweep expires stages that outlive their timeout. A dead node
+is detected by NATS' no-responders status (a 503 on the reply subject, within a
+millisecond or two), an error reply, or the timeout, and the flight fails over: the
+rescue route resumes from the last layer boundary whose activation the router holds,
+so work already done on live nodes is not redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.msg import Msg
+from opentelemetry.trace import (
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    TracerProvider,
+    set_span_in_context,
+)
+
+from hecate.bus import kv as kvs
+from hecate.bus import tracing
+from hecate.bus.logs import event
+from hecate.bus.service import Service, error_headers
+from hecate.core import (
+    FailoverOptions,
+    NodeState,
+    Recovered,
+    Route,
+    Router,
+    RoutingError,
+    RoutingRequest,
+    SwarmPlan,
+    SwarmState,
+    failover_in_swarm,
+)
+from hecate.wire import subjects
+from hecate.wire.messages import (
+    ErrorBody,
+    FailoverEvent,
+    InferReply,
+    InferRequest,
+    StageReply,
+    StageRequest,
+    TelemetrySnapshot,
+)
+
+_infer = msgspec.json.Decoder(InferRequest)
+_stage_reply = msgspec.msgpack.Decoder(StageReply)
+_plan = msgspec.json.Decoder(SwarmPlan)
+_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
+_msgpack = msgspec.msgpack.Encoder()
+_json = msgspec.json.Encoder()
+
+NO_RESPONDERS = "503"
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """One inference request on its way through the pipeline."""
+
+    key: int
+    request_id: str
+    model_id: str
+    reply_to: str
+    request: InferRequest
+    route: Route
+    span: Span
+    started: float
+    stage: int = 0
+    attempts: int = 1
+    deadline: float = 0.0
+    degraded: bool = False
+    dispatch: str = ""  # reply-token of the stage in flight; stale replies do not match
+    acts: dict[int, bytes] = field(default_factory=dict)  # activation entering layer L
+    stage_span: Span | None = None
+
+
+class RouterService:
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        failover: FailoverOptions = FailoverOptions(),  # noqa: B008 (frozen)
+        max_attempts: int = 3,
+        stage_timeout_s: float = 2.0,
+        suspect_s: float = 2.0,
+        stale_s: float = 2.0,
+        log: logging.Logger,
+        tracer_provider: TracerProvider | None = None,
+        max_request_bytes: int = 256 * 1024,
+    ) -> None:
+        self.instance_id = instance_id
+        self.failover = failover
+        self.max_attempts = max_attempts
+        self.stage_timeout_s = stage_timeout_s
+        self.suspect_s = suspect_s
+        self.stale_s = stale_s
+        self.log = log
+        self.max_request_bytes = max_request_bytes
+        self.service = Service(
+            kind="router",
+            name=subjects.SERVICE_NAMES["router"],
+            instance_id=instance_id,
+            description="routes hecate.infer.<model> along the cheapest healthy pipeline",
+            log=log,
+            tracer_provider=tracer_provider,
+        )
+        self.tracer = self.service.tracer
+        self.flights: dict[int, Flight] = {}
+        self._next = 0
+        self.plan: SwarmPlan | None = None
+        self.epoch = 0
+        self.plan_at = 0.0
+        self.telemetry: TelemetrySnapshot | None = None
+        self.telemetry_at = 0.0
+        self.suspects: dict[str, float] = {}  # node -> wall time we saw it fail
+        self.router: Router | None = None
+        self.counters: Counter[str] = Counter()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
+        svc = self.service
+        await svc.start(url)
+        self.inbox = f"_INBOX.hecate.router.{self.instance_id}.{svc.nc.new_inbox()[7:]}"
+        await svc.nc.subscribe(f"{self.inbox}.*", cb=self._on_stage_reply)
+        self._plan_kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET, history=10)
+        self._tel_kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
+        svc.spawn(self._follow_plan())
+        svc.spawn(self._follow_telemetry())
+        svc.spawn(self._sweep())
+        self.stats = await svc.add_raw(
+            "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
+        )
+        self.stats.data = self.status()
+        await svc.ready()
+        await svc.nc.flush()
+        event(self.log, "router ready", inbox=self.inbox)
+        await stop.wait()
+        # Drain: stop taking requests (inbound), let flights land, then close outbound.
+        if svc.inbound is not None:
+            await svc.inbound.drain()
+        deadline = time.monotonic() + grace
+        while self.flights and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for flight in list(self.flights.values()):
+            await self._finish_error(flight, "draining", "router stopped before the answer")
+        await svc.stop(grace)
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    async def _follow_plan(self) -> None:
+        async for value, revision in kvs.watch(self._plan_kv, subjects.PLAN_KEY):
+            if value is None:
+                continue
+            try:
+                plan = _plan.decode(value)
+            except msgspec.DecodeError as exc:
+                event(self.log, "bad plan ignored", logging.ERROR, error=str(exc))
+                continue
+            self.plan = msgspec.structs.replace(plan, epoch=revision)  # revision is the epoch
+            self.epoch, self.plan_at = revision, time.time()
+            self._rebuild()
+            event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
+
+    async def _follow_telemetry(self) -> None:
+        async for value, _revision in kvs.watch(self._tel_kv, subjects.TELEMETRY_KEY):
+            if value is None:
+                continue
+            try:
+                self.telemetry = _telemetry.decode(value)
+            except msgspec.DecodeError as exc:
+                event(self.log, "bad telemetry ignored", logging.ERROR, error=str(exc))
+                continue
+            self.telemetry_at = time.time()
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Plan + telemetry + local suspicions -> a fresh core snapshot."""
+        if self.plan is None:
+            return
+        now = time.time()
+        seen = self.telemetry.nodes if self.telemetry else {}
+        nodes: dict[str, NodeState] = {}
+        for profile in self.plan.nodes:
+            t = seen.get(profile.node_id)
+            state = (
+                NodeState()
+                if t is None
+                else NodeState(
+                    alive=t.alive and not t.draining,
+                    latency_ms=t.latency_ms,
+                    load=t.load,
+                    score=t.score,
+                    last_seen=t.last_seen,
+                    in_flight=t.in_flight,
+                )
+            )
+            suspected = self.suspects.get(profile.node_id)
+            if suspected is not None:
+                heard_since = t is not None and t.alive and (t.last_seen or 0) > suspected
+                if heard_since or now - suspected > self.suspect_s:
+                    del self.suspects[profile.node_id]
+                else:
+                    state = msgspec.structs.replace(state, alive=False)
+            nodes[profile.node_id] = state
+        snapshot = SwarmState(self.plan, nodes)
+        if self.router is None:
+            self.router = Router(snapshot)
+        else:
+            self.router.update(snapshot)
+        if hasattr(self, "stats"):
+            self.stats.data = self.status()
+
+    def status(self) -> dict[str, object]:
+        now = time.time()
+        plan_age = now - self.plan_at if self.plan else None
+        tel_age = now - self.telemetry_at if self.telemetry else None
+        return {
+            "plan_epoch": self.epoch,
+            "plan_age_s": plan_age,
+            "telemetry_age_s": tel_age,
+            "snapshot": "missing"
+            if self.plan is None or self.telemetry is None
+            else ("stale" if (tel_age or 0) > self.stale_s else "fresh"),
+            "in_flight": len(self.flights),
+            "suspects": sorted(self.suspects),
+            "counters": dict(self.counters),
+        }
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def _on_infer(self, msg: Msg) -> None:
+        self.stats.num_requests += 1
+        reply_to = msg.reply or ""
+        model_id = subjects.model_from_infer_subject(msg.subject)
+        if model_id is None:
+            return await self._reject(
+                reply_to,
+                "bad_request",
+                f"invalid model id in subject {msg.subject[:80]!r}: use hecate.infer.<slug>",
+                "",
+            )
+        if len(msg.data) > self.max_request_bytes:
+            return await self._reject(
+                reply_to,
+                "payload_too_large",
+                f"{len(msg.data)} bytes > limit {self.max_request_bytes}",
+                model_id,
+            )
+        try:
+            request = _infer.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            return await self._reject(reply_to, "bad_request", f"invalid request: {exc}", model_id)
+        if self.router is None:
+            return await self._reject(
+                reply_to, "no_plan", "no plan yet: the planner has not published one", model_id
+            )
+        self._next += 1
+        key = self._next
+        request_id = request.request_id or f"{self.instance_id}-{key}"
+        span = self.tracer.start_span(
+            "router infer",
+            context=tracing.extract(msg.headers),
+            kind=SpanKind.SERVER,
+            attributes={"hecate.model": model_id, "hecate.request_id": request_id},
+        )
+        try:
+            route = self.router.route(model_id, RoutingRequest(tokens=request.max_tokens))
+        except RoutingError as exc:
+            span.set_status(Status(StatusCode.ERROR, exc.code))
+            span.end()
+            return await self._reject(reply_to, exc.code, exc.message, model_id, request_id)
+        flight = Flight(
+            key=key,
+            request_id=request_id,
+            model_id=model_id,
+            reply_to=reply_to,
+            request=request,
+            route=route,
+            span=span,
+            started=time.monotonic(),
+        )
+        flight.acts[0] = b""  # layer 0's input is the prompt itself
+        self.flights[key] = flight
+        self.router.begin(route)
+        await self._dispatch(flight)
+        return None
+
+    async def _reject(
+        self, reply_to: str, code: str, message: str, model_id: str, request_id: str = ""
+    ) -> None:
+        self.stats.num_errors += 1
+        self.stats.last_error = f"{code}: {message}"[:256]
+        self.counters[f"rejected_{code}"] += 1
+        if self.counters[f"rejected_{code}"] == 1:
+            event(self.log, "request rejected", logging.WARNING, code=code, message=message)
+        if reply_to:
+            body = InferReply(
+                ok=False,
+                error=ErrorBody(code=code, message=message),
+                model_id=model_id,
+                request_id=request_id,
+            )
+            await self.service.nc.publish(
+                reply_to, _json.encode(body), headers=error_headers(code, message)
+            )
+
+    async def _dispatch(self, flight: Flight) -> None:
+        route = flight.route
+        stage = route.stages[flight.stage]
+        last = flight.stage == len(route.stages) - 1
+        layers = self._layers(route.model_id)
+        flight.dispatch = f"{flight.key}-{flight.attempts}-{flight.stage}"
+        flight.deadline = time.monotonic() + self.stage_timeout_s
+        flight.stage_span = self.tracer.start_span(
+            f"stage {stage.node_id}",
+            context=set_span_in_context(flight.span),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "hecate.node": stage.node_id,
+                "hecate.layers": f"{stage.layer_start}-{stage.layer_end}",
+                "hecate.attempt": flight.attempts,
+            },
+        )
+        request = StageRequest(
+            request_id=flight.request_id,
+            model_id=route.model_id,
+            layer_start=stage.layer_start,
+            layer_end=stage.layer_end,
+            model_layers=layers,
+            epoch=self.epoch,
+            prompt=flight.request.prompt if stage.layer_start == 0 else "",
+            activation=flight.acts.get(stage.layer_start, b""),
+            decode_tokens=flight.request.max_tokens if last else None,
+        )
+        headers = tracing.inject({}, set_span_in_context(flight.stage_span))
+        try:
+            await self.service.nc.publish(
+                subjects.node_run(stage.node_id),
+                _msgpack.encode(request),
+                reply=f"{self.inbox}.{flight.dispatch}",
+                headers=headers,
+            )
+        except Exception as exc:  # disconnected: fail over like any stage failure
+            await self._stage_failed(flight, stage.node_id, f"publish failed: {exc!r}")
+
+    def _layers(self, model_id: str) -> int:
+        assert self.plan is not None
+        m = self.plan.model(model_id)
+        return m.layers if m is not None else 0
+
+    async def _on_stage_reply(self, msg: Msg) -> None:
+        token = msg.subject.rsplit(".", 1)[-1]
+        key = int(token.split("-", 1)[0]) if token[:1].isdigit() else -1
+        flight = self.flights.get(key)
+        if flight is None or token != flight.dispatch:
+            self.counters["late_replies"] += 1  # an answer to a stage we gave up on
+            return None
+        node_id = flight.route.stages[flight.stage].node_id
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            return await self._stage_failed(flight, node_id, "no responders")
+        try:
+            reply = _stage_reply.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            return await self._stage_failed(flight, node_id, f"unreadable reply: {exc}")
+        if not reply.ok:
+            err = reply.error or ErrorBody(code="internal", message="no error body")
+            return await self._stage_failed(flight, node_id, f"{err.code}: {err.message}")
+        if flight.stage_span is not None:
+            flight.stage_span.end()
+            flight.stage_span = None
+        stage = flight.route.stages[flight.stage]
+        if flight.stage == len(flight.route.stages) - 1:
+            return await self._finish(flight, reply.output or "")
+        flight.acts[stage.layer_end] = reply.activation
+        flight.stage += 1
+        await self._dispatch(flight)
+        return None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            now = time.monotonic()
+            for flight in [f for f in self.flights.values() if f.deadline < now]:
+                node_id = flight.route.stages[flight.stage].node_id
+                await self._stage_failed(
+                    flight, node_id, f"no reply within {self.stage_timeout_s:.1f} s"
+                )
+
+    # -- failure and failover ------------------------------------------------------------
+
+    async def _stage_failed(self, flight: Flight, node_id: str, reason: str) -> None:
+        assert self.router is not None
+        if flight.stage_span is not None:
+            flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
+            flight.stage_span.end()
+            flight.stage_span = None
+        self.router.end(flight.route)
+        self.suspects[node_id] = time.time()
+        self._rebuild()
+        old = flight.route
+        result = failover_in_swarm(
+            old,
+            node_id,
+            self.router.state,
+            self.failover,
+            request=RoutingRequest(tokens=flight.request.max_tokens),
+        )
+        kind = result.kind if isinstance(result, Recovered) else "unrecoverable"
+        new = result.route if isinstance(result, Recovered) else None
+        self.counters["failovers"] += 1
+        self.counters[f"failover_{kind}"] += 1
+        flight.span.add_event(
+            "failover", {"hecate.lost_node": node_id, "hecate.kind": kind, "hecate.reason": reason}
+        )
+        failover = FailoverEvent(
+            request_id=flight.request_id,
+            model_id=flight.model_id,
+            lost_node=node_id,
+            kind=kind,
+            old_route=old,
+            new_route=new,
+            attempt=flight.attempts,
+            reason=reason,
+            router_id=self.instance_id,
+            at=time.time(),
+        )
+        await self.service.nc.publish(subjects.EVENT_FAILOVER, _json.encode(failover))
+        event(
+            self.log,
+            "failover",
+            request_id=flight.request_id,
+            lost_node=node_id,
+            kind=kind,
+            reason=reason,
+            attempt=flight.attempts,
+        )
+        if not isinstance(result, Recovered):
+            return await self._finish_error(flight, result.code, result.message)
+        if flight.attempts >= self.max_attempts:
+            return await self._finish_error(
+                flight,
+                "unrecoverable",
+                f"gave up after {flight.attempts} attempts; last loss: {node_id} ({reason})",
+            )
+        flight.attempts += 1
+        self.counters["retries"] += 1
+        if result.route.model_id != old.model_id:  # a reserve model starts from its prompt
+            flight.acts = {0: b""}
+        flight.degraded = flight.degraded or result.degraded
+        flight.route = result.route
+        # Resume at the last stage whose input we already hold (layer 0 = the prompt).
+        flight.stage = max(
+            i for i, s in enumerate(result.route.stages) if s.layer_start in flight.acts
+        )
+        self.router.begin(flight.route)
+        await self._dispatch(flight)
+        return None
+
+    # -- answers -----------------------------------------------------------------------
+
+    async def _finish(self, flight: Flight, output: str) -> None:
+        self._land(flight)
+        if flight.degraded:
+            self.counters["degraded"] += 1
+            flight.span.set_attribute("hecate.degraded", True)
+        self.counters["answered"] += 1
+        reply = InferReply(
+            ok=True,
+            output=output,
+            route=flight.route,
+            degraded=flight.degraded,
+            attempts=flight.attempts,
+            request_id=flight.request_id,
+            model_id=flight.model_id,
+        )
+        flight.span.end()
+        if flight.reply_to:
+            await self.service.nc.publish(flight.reply_to, _json.encode(reply))
+
+    async def _finish_error(self, flight: Flight, code: str, message: str) -> None:
+        self._land(flight)
+        self.counters[f"error_{code}"] += 1
+        self.stats.num_errors += 1
+        self.stats.last_error = f"{code}: {message}"[:256]
+        flight.span.set_status(Status(StatusCode.ERROR, code))
+        flight.span.end()
+        if flight.reply_to:
+            reply = InferReply(
+                ok=False,
+                route=flight.route,
+                degraded=flight.degraded,
+                attempts=flight.attempts,
+                request_id=flight.request_id,
+                model_id=flight.model_id,
+                error=ErrorBody(code=code, message=message),
+            )
+            await self.service.nc.publish(
+                flight.reply_to, _json.encode(reply), headers=error_headers(code, message)
+            )
+
+    def _land(self, flight: Flight) -> None:
+        if self.flights.pop(flight.key, None) is not None and self.router is not None:
+            self.router.end(flight.route)
+        if flight.stage_span is not None:
+            flight.stage_span.end()
+            flight.stage_span = None
+        self.stats.data = self.status()

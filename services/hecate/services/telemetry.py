@@ -1,0 +1,187 @@
+"""telemetry: heartbeats in, EWMA state and liveness out.
+
+Listens: ``hecate.telemetry.heartbeat.*`` (Heartbeat), ``hecate.node.leave``.
+Holds: per node, the core's :class:`NodeState` (EWMA of latency, load, score) and when it
+was last heard from (monotonic clock).
+Decides: a node is down after ``missed`` heartbeat intervals of silence (default 3 x 100
+ms, so a SIGKILLed node is declared down in ~0.3-0.35 s), up again at its next beat.
+Publishes: ``hecate.events.node.down`` / ``.up`` and the snapshot in KV
+``hecate-telemetry/snapshot`` (on every liveness change at once, otherwise at most once
+per ``publish_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Literal
+
+import msgspec
+from opentelemetry.trace import TracerProvider
+
+from hecate.bus import kv as kvs
+from hecate.bus.logs import event
+from hecate.bus.service import Service, encode
+from hecate.core.telemetry import DEFAULT_ALPHA, NodeState, Sample, observe
+from hecate.wire import subjects
+from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
+
+_heartbeat = msgspec.json.Decoder(Heartbeat)
+_leave = msgspec.json.Decoder(NodeLeave)
+
+
+class Telemetry:
+    def __init__(
+        self,
+        *,
+        instance_id: str = "telemetry",
+        missed: int = 3,
+        publish_s: float = 0.1,
+        alpha: float = DEFAULT_ALPHA,
+        log: logging.Logger,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.missed = missed
+        self.publish_s = publish_s
+        self.alpha = alpha
+        self.log = log
+        self.service = Service(
+            kind="telemetry",
+            name=subjects.SERVICE_NAMES["telemetry"],
+            instance_id=instance_id,
+            description="node heartbeats -> EWMA telemetry, liveness, snapshot in KV",
+            log=log,
+            tracer_provider=tracer_provider,
+        )
+        self.nodes: dict[str, NodeState] = {}
+        self.heard: dict[str, float] = {}  # monotonic time of the last heartbeat
+        self.interval: dict[str, float] = {}  # declared heartbeat interval, seconds
+        self.draining: dict[str, bool] = {}
+        self.wall: dict[str, float] = {}  # wall time of the last heartbeat, for the snapshot
+        self._dirty = asyncio.Event()
+        self._urgent = False
+        self._urgent_event = asyncio.Event()
+        self._seq = 0
+        self.rejected = 0
+
+    async def run(self, url: str, stop: asyncio.Event) -> None:
+        svc = self.service
+        await svc.start(url)
+        self._kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
+        self._stats = await svc.add_raw("heartbeat", subjects.HEARTBEAT_ALL, self._on_heartbeat)
+        await svc.add_raw("leave", subjects.NODE_LEAVE, self._on_leave)
+        await svc.ready()
+        svc.spawn(self._sweep())
+        svc.spawn(self._writer())
+        event(self.log, "telemetry ready", missed=self.missed)
+        await stop.wait()
+        await svc.stop()
+
+    # -- inputs ------------------------------------------------------------------------
+
+    async def _on_heartbeat(self, msg: object) -> None:
+        data: bytes = getattr(msg, "data", b"")
+        self._stats.num_requests += 1
+        try:
+            beat = _heartbeat.decode(data)
+        except msgspec.DecodeError as exc:
+            self._stats.num_errors += 1
+            self._stats.last_error = f"bad_request: {exc}"
+            if self._stats.num_errors == 1:
+                event(self.log, "bad heartbeat", logging.WARNING, error=str(exc))
+            return
+        node_id = beat.node_id
+        was = self.nodes.get(node_id)
+        state = observe(
+            was or NodeState(),
+            Sample(
+                latency_ms=beat.latency_ms,
+                load=beat.load,
+                score=beat.score,
+                in_flight=beat.in_flight,
+            ),
+            now=time.monotonic(),
+            alpha=self.alpha,
+        )
+        self.nodes[node_id] = state
+        self.heard[node_id] = time.monotonic()
+        self.wall[node_id] = time.time()
+        self.interval[node_id] = max(beat.interval_ms, 1.0) / 1000
+        self.draining[node_id] = beat.draining
+        if was is None or not was.alive:
+            await self._liveness(node_id, up=True, reason="heartbeat")
+        self._dirty.set()
+
+    async def _on_leave(self, msg: object) -> None:
+        try:
+            leave = _leave.decode(getattr(msg, "data", b""))
+        except msgspec.DecodeError:
+            return
+        if leave.node_id in self.nodes and self.nodes[leave.node_id].alive:
+            self.nodes[leave.node_id] = msgspec.structs.replace(
+                self.nodes[leave.node_id], alive=False, in_flight=0
+            )
+            await self._liveness(leave.node_id, up=False, reason=f"left: {leave.reason}")
+
+    # -- liveness ----------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.interval.values(), default=0.1) / 2)
+            now = time.monotonic()
+            for node_id, state in list(self.nodes.items()):
+                silent = now - self.heard.get(node_id, now)
+                if state.alive and silent > self.missed * self.interval.get(node_id, 0.1):
+                    self.nodes[node_id] = msgspec.structs.replace(state, alive=False, in_flight=0)
+                    await self._liveness(
+                        node_id, up=False, reason=f"silent for {silent * 1000:.0f} ms"
+                    )
+
+    async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:
+        state: Literal["up", "down"] = "up" if up else "down"
+        event(self.log, f"node {state}", node_id=node_id, reason=reason)
+        subject = subjects.EVENT_NODE_UP if up else subjects.EVENT_NODE_DOWN
+        await self.service.nc.publish(
+            subject, encode(NodeEvent(node_id=node_id, state=state, reason=reason, at=time.time()))
+        )
+        self._urgent = True
+        self._urgent_event.set()
+        self._dirty.set()
+
+    # -- output ------------------------------------------------------------------------
+
+    def snapshot(self) -> TelemetrySnapshot:
+        self._seq += 1
+        return TelemetrySnapshot(
+            written_at=time.time(),
+            seq=self._seq,
+            nodes={
+                i: NodeTelemetry(
+                    alive=n.alive,
+                    latency_ms=n.latency_ms,
+                    load=n.load,
+                    score=n.score,
+                    in_flight=n.in_flight,
+                    last_seen=self.wall.get(i),
+                    draining=self.draining.get(i, False),
+                )
+                for i, n in sorted(self.nodes.items())
+            },
+        )
+
+    async def _writer(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            urgent, self._urgent = self._urgent, False
+            try:
+                await self._kv.put(subjects.TELEMETRY_KEY, encode(self.snapshot()))
+            except Exception as exc:  # server away: the next change retries
+                event(self.log, "snapshot not written", logging.WARNING, error=repr(exc))
+                self._dirty.set()
+            if not urgent:  # coalesce routine updates, but never delay a liveness change
+                self._urgent_event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent_event.wait(), self.publish_s)

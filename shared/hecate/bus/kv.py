@@ -1,0 +1,33 @@
+"""JetStream KV helpers: bind-or-create a bucket, and watch one key's latest value."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from nats.aio.client import Client
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+
+async def bucket(nc: Client, name: str, *, history: int = 5, replicas: int = 1) -> KeyValue:
+    """The bucket ``name``, created (idempotently) if it does not exist yet."""
+    js = nc.jetstream()
+    try:
+        return await js.key_value(name)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=name, history=history, replicas=replicas)
+
+
+async def watch(kv: KeyValue, key: str) -> AsyncIterator[tuple[bytes | None, int]]:
+    """``(value, revision)`` for the current value (if any) and then every update.
+
+    A deleted or purged key yields ``(None, revision)``. Runs until cancelled.
+    """
+    watcher = await kv.watch(key)
+    try:
+        async for entry in watcher:
+            if entry is None:  # end of the initial values
+                continue
+            yield (entry.value or None), int(entry.revision or 0)
+    finally:
+        await watcher.stop()

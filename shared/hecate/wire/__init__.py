@@ -1,0 +1,1 @@
+"""The wire contract: subjects (one module) and messages (msgspec structs)."""

@@ -1,0 +1,165 @@
+"""The wire contract: every message on the bus, as msgspec structs.
+
+Rules that keep it evolvable: structs are frozen and keyword-only; fields are added only
+with defaults and a default never changes meaning; unknown fields are ignored on decode
+(forward compatible). Client-facing messages, events and KV values are JSON (readable
+with standard NATS tooling); stage traffic between routers and nodes is msgpack (it
+carries raw activations).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from hecate.core.plan import NodeProfile, Slug, SwarmPlan
+from hecate.core.routing import Route
+
+MAX_PROMPT_CHARS = 64 * 1024
+MAX_TOKENS = 4096
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    """A typed error: a stable code to act on and a message for a human."""
+
+    code: str
+    message: str
+
+
+# -- clients <-> routers (JSON) --------------------------------------------------------
+class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of a request on ``hecate.infer.<model_id>``."""
+
+    prompt: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_CHARS)]
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 16
+    tenant: Annotated[str, msgspec.Meta(max_length=128)] = "default"
+    request_id: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
+class InferReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The one reply every inference request gets: an answer or an explicit error.
+
+    ``degraded`` is true when the answer came from a reserve model; ``attempts`` counts
+    dispatches (1 = first try succeeded).
+    """
+
+    ok: bool
+    output: str | None = None
+    route: Route | None = None
+    degraded: bool = False
+    attempts: int = 0
+    error: ErrorBody | None = None
+    request_id: str = ""
+    model_id: str = ""
+
+
+# -- routers <-> nodes (msgpack) -------------------------------------------------------
+class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Run layers ``[layer_start, layer_end)`` of ``model_id``.
+
+    The first stage receives ``prompt`` (and an empty ``activation``) and embeds it; later
+    stages receive the activation leaving the previous stage. When ``decode_tokens`` is
+    set the node also decodes the output (the last stage).
+    """
+
+    request_id: str
+    model_id: str
+    layer_start: int
+    layer_end: int
+    model_layers: int
+    epoch: int = 0
+    prompt: str = ""
+    activation: bytes = b""
+    decode_tokens: int | None = None
+
+
+class StageReply(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    activation: bytes = b""
+    output: str | None = None
+    compute_ms: float = 0.0
+    error: ErrorBody | None = None
+
+
+# -- nodes -> planner / telemetry (JSON) -----------------------------------------------
+class NodeJoin(msgspec.Struct, frozen=True, kw_only=True):
+    profile: NodeProfile
+    executor: str = "toy"
+
+
+class NodeLeave(msgspec.Struct, frozen=True, kw_only=True):
+    node_id: Slug
+    reason: str = "shutdown"
+
+
+class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's periodic self-report. ``latency_ms`` is its measured stage time."""
+
+    node_id: Slug
+    seq: int
+    sent_at: float
+    interval_ms: float
+    latency_ms: float | None = None
+    load: float = 0.0
+    in_flight: int = 0
+    score: float | None = None
+    draining: bool = False
+
+
+# -- telemetry snapshot (KV) -----------------------------------------------------------
+class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True):
+    alive: bool
+    latency_ms: float | None = None
+    load: float | None = None
+    score: float | None = None
+    in_flight: int = 0
+    last_seen: float | None = None  # wall clock of the telemetry service
+    draining: bool = False
+
+
+class TelemetrySnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    written_at: float
+    nodes: dict[str, NodeTelemetry]
+    seq: int = 0
+
+
+# -- plan (KV): the core's SwarmPlan; the KV revision is its epoch ---------------------
+PlanValue = SwarmPlan
+
+
+# -- events (JSON) ---------------------------------------------------------------------
+class FailoverEvent(msgspec.Struct, frozen=True, kw_only=True):
+    request_id: str
+    model_id: str
+    lost_node: str
+    kind: Literal["replica", "splice", "degraded", "unrecoverable", "unaffected"]
+    old_route: Route
+    new_route: Route | None
+    attempt: int
+    reason: str
+    router_id: str
+    at: float
+
+
+class PlanChanged(msgspec.Struct, frozen=True, kw_only=True):
+    epoch: int
+    strategy: str
+    planner_id: str
+    pipelines: int
+    reason: str
+    at: float
+
+
+class NodeEvent(msgspec.Struct, frozen=True, kw_only=True):
+    node_id: str
+    state: Literal["down", "up"]
+    reason: str
+    at: float
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The shape of every error reply on every subject: ``{"ok": false, "error": {...}}``."""
+
+    ok: bool = False
+    error: ErrorBody

@@ -1,0 +1,69 @@
+"""Every NATS subject, queue group and KV bucket HECATE uses, built in one place.
+
+Model and node ids are slugs (``^[a-z0-9][a-z0-9_-]{0,63}$``): one subject token each,
+valid KV keys, no wildcard or separator characters. Anything else is refused at the
+edge (:func:`model_from_infer_subject`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hecate.core.plan import SLUG_PATTERN
+
+SLUG = re.compile(SLUG_PATTERN)
+
+# -- inference (clients -> routers) ---------------------------------------------------
+INFER_PREFIX = "hecate.infer"
+INFER_ALL = f"{INFER_PREFIX}.>"  # ">" so that malformed ids still get a typed error reply
+ROUTER_QUEUE = "hecate-routers"
+
+
+def infer(model_id: str) -> str:
+    return f"{INFER_PREFIX}.{model_id}"
+
+
+def model_from_infer_subject(subject: str) -> str | None:
+    """The model id of an inference subject, or None when it is not a single slug."""
+    tail = subject[len(INFER_PREFIX) + 1 :] if subject.startswith(INFER_PREFIX + ".") else ""
+    return tail if SLUG.fullmatch(tail) else None
+
+
+# -- nodes -----------------------------------------------------------------------------
+def node_run(node_id: str) -> str:
+    """Stage execution requests for one node (routers pick the node; no queue group)."""
+    return f"hecate.node.{node_id}.run"
+
+
+NODE_JOIN = "hecate.node.join"
+NODE_LEAVE = "hecate.node.leave"
+NODE_ROLL_CALL = "hecate.node.roll-call"  # a (re)started planner asks nodes to re-join
+
+
+def heartbeat(node_id: str) -> str:
+    return f"hecate.telemetry.heartbeat.{node_id}"
+
+
+HEARTBEAT_ALL = "hecate.telemetry.heartbeat.*"
+
+# -- events ----------------------------------------------------------------------------
+EVENT_FAILOVER = "hecate.events.failover"
+EVENT_PLAN = "hecate.events.plan"
+EVENT_NODE_DOWN = "hecate.events.node.down"
+EVENT_NODE_UP = "hecate.events.node.up"
+EVENTS_ALL = "hecate.events.>"
+
+# -- KV buckets (one owner each: the planner writes the plan, telemetry the snapshot) ---
+PLAN_BUCKET = "hecate-plan"
+PLAN_KEY = "current"
+TELEMETRY_BUCKET = "hecate-telemetry"
+TELEMETRY_KEY = "snapshot"
+
+# -- service names on the NATS service API ($SRV.PING/INFO/STATS) -----------------------
+SERVICE_NAMES = {
+    "planner": "hecate-planner",
+    "telemetry": "hecate-telemetry",
+    "router": "hecate-router",
+    "node": "hecate-node",
+    "breaker": "hecate-breaker",
+}

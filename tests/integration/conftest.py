@@ -1,0 +1,185 @@
+"""Integration fixtures: a real nats-server per test, services as real processes.
+
+Nothing here mocks the bus. Each test gets its own server on ephemeral ports (start +
+stop costs tens of milliseconds) and its own process tree, killed at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+
+from hecate.bus.server import NatsServer
+from hecate.wire import subjects
+from hecate.wire.messages import InferReply, InferRequest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+_reply = msgspec.json.Decoder(InferReply)
+
+
+def hecate_argv() -> list[str]:
+    script = Path(sys.executable).with_name("hecate")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path / "nats").start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Processes:
+    """Service processes started with the real ``hecate`` command; logs go to files."""
+
+    url: str
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, label: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{label}.log").open("ab")
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="INFO")
+        proc = subprocess.Popen(
+            [*hecate_argv(), *args, "--nats", self.url],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        self.procs[label] = proc
+        return proc
+
+    def node(
+        self, node_id: str, capacity: int, latency_ms: float = 5.0, score: float = 1.0
+    ) -> subprocess.Popen[bytes]:
+        return self.start(
+            f"node-{node_id}",
+            "node",
+            "--id",
+            node_id,
+            "--capacity-layers",
+            str(capacity),
+            "--latency-ms",
+            str(latency_ms),
+            "--score",
+            str(score),
+        )
+
+    def kill(self, label: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[label]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        proc.wait(15)
+
+    def log(self, label: str) -> str:
+        return (self.logs / f"{label}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def processes(nats_server: NatsServer, tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(url=nats_server.url, logs=tmp_path)
+    yield procs
+    procs.stop_all()
+
+
+@pytest.fixture
+async def client(nats_server: NatsServer) -> AsyncIterator[Client]:
+    nc = await nats.connect(nats_server.url)
+    yield nc
+    await nc.close()
+
+
+async def infer(
+    nc: Client, model: str, prompt: str, max_tokens: int = 8, timeout: float = 10.0
+) -> InferReply:
+    body = msgspec.json.encode(InferRequest(prompt=prompt, max_tokens=max_tokens))
+    msg = await nc.request(subjects.infer(model), body, timeout=timeout)
+    return _reply.decode(msg.data)
+
+
+async def wait_until_serving(nc: Client, model: str, timeout: float = 20.0) -> InferReply:
+    """Poll with real requests until the swarm answers (plan published, routers ready)."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            reply = await infer(nc, model, "ready?", timeout=2.0)
+            if reply.ok:
+                return reply
+            last = reply.error
+        except Exception as exc:
+            last = exc
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"swarm not serving {model} after {timeout}s: {last!r}")
+
+
+def start_swarm(
+    procs: Processes,
+    topology: Path,
+    nodes: list[tuple[str, int, float, float]],
+    *,
+    routers: int = 1,
+    strategy: str = "greedy",
+    pipelines: int = 2,
+) -> None:
+    procs.start("telemetry", "telemetry", "--id", "telemetry")
+    procs.start(
+        "planner",
+        "planner",
+        "--id",
+        "planner",
+        "--topology",
+        str(topology),
+        "--strategy",
+        strategy,
+        "--pipelines",
+        str(pipelines),
+        "--settle-ms",
+        "300",
+    )
+    for i in range(1, routers + 1):
+        procs.start(
+            f"router-{i}",
+            "router",
+            "--id",
+            f"router-{i}",
+            "--topology",
+            str(topology),
+            "--stage-timeout-ms",
+            "1500",
+        )
+    for node_id, capacity, latency, score in nodes:
+        procs.node(node_id, capacity, latency, score)
+
+
+SWARM_NODES = [
+    ("gpu", 12, 3.5, 4.0),
+    ("laptop", 8, 12.0, 1.5),
+    ("desktop", 6, 8.0, 2.0),
+    ("pi", 4, 40.0, 0.5),
+]
