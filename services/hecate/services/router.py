@@ -416,7 +416,6 @@ class RouterService:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
             flight.stage_span.end()
             flight.stage_span = None
-        self.router.end(flight.route)
         self.suspects[node_id] = time.time()
         self._rebuild()
         old = flight.route
@@ -469,6 +468,7 @@ class RouterService:
         if result.route.model_id != old.model_id:  # a reserve model starts from its prompt
             flight.acts = {0: b""}
         flight.degraded = flight.degraded or result.degraded
+        self.router.end(old)  # the rescue route carries this request's load from now on
         flight.route = result.route
         # Resume at the last stage whose input we already hold (layer 0 = the prompt).
         flight.stage = max(
