@@ -30,9 +30,14 @@ def _swarm_sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from hecate.bench.core import run_core_bench
+    if args.suite == "bus":
+        from hecate.bench.bus import run_bus_bench
 
-    report = run_core_bench(quick=args.quick)
+        report: object = run_bus_bench(seconds=1.0 if args.quick else 5.0, executor=args.executor)
+    else:
+        from hecate.bench.core import run_core_bench
+
+        report = run_core_bench(quick=args.quick)
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
     return 0
 
@@ -64,8 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(run=_swarm_sim)
 
     bench = sub.add_parser("bench", help="run a benchmark and print JSON figures")
-    bench.add_argument("suite", choices=["core"], help="core: routing decision and planning")
+    bench.add_argument(
+        "suite",
+        choices=["core", "bus"],
+        help="core: routing decision and planning; bus: routed vs raw NATS",
+    )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    bench.add_argument(
+        "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
+    )
     bench.set_defaults(run=_bench)
 
     from hecate.cli import client, schema, services, up

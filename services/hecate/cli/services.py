@@ -52,10 +52,21 @@ def run_service(
         await service.run(url, stop)
 
     try:
-        asyncio.run(main())
+        run_loop(main())
     finally:
         tracing.shutdown(provider)
     return 0
+
+
+def run_loop(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` on uvloop where it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(coro)
 
 
 def _instance(default: str) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import msgspec
 from nats.aio.msg import Msg
 from opentelemetry.trace import (
+    INVALID_SPAN,
     Span,
     SpanKind,
     Status,
@@ -44,6 +45,7 @@ from hecate.bus.service import Service, error_headers
 from hecate.core import (
     FailoverOptions,
     NodeState,
+    NoHealthyPipeline,
     Recovered,
     Route,
     Router,
@@ -52,6 +54,7 @@ from hecate.core import (
     SwarmPlan,
     SwarmState,
     failover_in_swarm,
+    route_request,
 )
 from hecate.wire import subjects
 from hecate.wire.messages import (
@@ -126,6 +129,7 @@ class RouterService:
             tracer_provider=tracer_provider,
         )
         self.tracer = self.service.tracer
+        self.tracing = self.service.tracing
         self.flights: dict[int, Flight] = {}
         self._next = 0
         self.plan: SwarmPlan | None = None
@@ -135,6 +139,7 @@ class RouterService:
         self.telemetry_at = 0.0
         self.suspects: dict[str, float] = {}  # node -> wall time we saw it fail
         self.router: Router | None = None
+        self.unsuspected: SwarmState | None = None
         self.counters: Counter[str] = Counter()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -152,7 +157,7 @@ class RouterService:
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
         )
-        self.stats.data = self.status()
+        self.stats.status = self.status
         await svc.ready()
         await svc.nc.flush()
         event(self.log, "router ready", inbox=self.inbox)
@@ -202,6 +207,7 @@ class RouterService:
         now = time.time()
         seen = self.telemetry.nodes if self.telemetry else {}
         nodes: dict[str, NodeState] = {}
+        plain: dict[str, NodeState] = {}
         for profile in self.plan.nodes:
             t = seen.get(profile.node_id)
             state = (
@@ -216,6 +222,7 @@ class RouterService:
                     in_flight=t.in_flight,
                 )
             )
+            plain[profile.node_id] = state
             suspected = self.suspects.get(profile.node_id)
             if suspected is not None:
                 heard_since = t is not None and t.alive and (t.last_seen or 0) > suspected
@@ -225,12 +232,13 @@ class RouterService:
                     state = msgspec.structs.replace(state, alive=False)
             nodes[profile.node_id] = state
         snapshot = SwarmState(self.plan, nodes)
+        # What telemetry alone says: suspicion is a hint that steers traffic away from a
+        # node we just saw fail, never a reason to refuse a model telemetry calls healthy.
+        self.unsuspected = SwarmState(self.plan, plain) if self.suspects else snapshot
         if self.router is None:
             self.router = Router(snapshot)
         else:
             self.router.update(snapshot)
-        if hasattr(self, "stats"):
-            self.stats.data = self.status()
 
     def status(self) -> dict[str, object]:
         now = time.time()
@@ -279,14 +287,25 @@ class RouterService:
         self._next += 1
         key = self._next
         request_id = request.request_id or f"{self.instance_id}-{key}"
-        span = self.tracer.start_span(
-            "router infer",
-            context=tracing.extract(msg.headers),
-            kind=SpanKind.SERVER,
-            attributes={"hecate.model": model_id, "hecate.request_id": request_id},
+        span = (
+            self.tracer.start_span(
+                "router infer",
+                context=tracing.extract(msg.headers),
+                kind=SpanKind.SERVER,
+                attributes={"hecate.model": model_id, "hecate.request_id": request_id},
+            )
+            if self.tracing
+            else INVALID_SPAN
         )
         try:
-            route = self.router.route(model_id, RoutingRequest(tokens=request.max_tokens))
+            try:
+                route = self.router.route(model_id, RoutingRequest(tokens=request.max_tokens))
+            except NoHealthyPipeline:
+                if not self.suspects or self.unsuspected is None:
+                    raise
+                route = route_request(
+                    model_id, RoutingRequest(tokens=request.max_tokens), self.unsuspected
+                )
         except RoutingError as exc:
             span.set_status(Status(StatusCode.ERROR, exc.code))
             span.end()
@@ -333,16 +352,17 @@ class RouterService:
         layers = self._layers(route.model_id)
         flight.dispatch = f"{flight.key}-{flight.attempts}-{flight.stage}"
         flight.deadline = time.monotonic() + self.stage_timeout_s
-        flight.stage_span = self.tracer.start_span(
-            f"stage {stage.node_id}",
-            context=set_span_in_context(flight.span),
-            kind=SpanKind.CLIENT,
-            attributes={
-                "hecate.node": stage.node_id,
-                "hecate.layers": f"{stage.layer_start}-{stage.layer_end}",
-                "hecate.attempt": flight.attempts,
-            },
-        )
+        if self.tracing:
+            flight.stage_span = self.tracer.start_span(
+                f"stage {stage.node_id}",
+                context=set_span_in_context(flight.span),
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "hecate.node": stage.node_id,
+                    "hecate.layers": f"{stage.layer_start}-{stage.layer_end}",
+                    "hecate.attempt": flight.attempts,
+                },
+            )
         request = StageRequest(
             request_id=flight.request_id,
             model_id=route.model_id,
@@ -354,7 +374,11 @@ class RouterService:
             activation=flight.acts.get(stage.layer_start, b""),
             decode_tokens=flight.request.max_tokens if last else None,
         )
-        headers = tracing.inject({}, set_span_in_context(flight.stage_span))
+        headers = (
+            tracing.inject({}, set_span_in_context(flight.stage_span))
+            if flight.stage_span is not None
+            else None
+        )
         try:
             await self.service.nc.publish(
                 subjects.node_run(stage.node_id),
@@ -401,6 +425,8 @@ class RouterService:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(0.02)
+            if self.suspects and time.time() - min(self.suspects.values()) > self.suspect_s:
+                self._rebuild()  # suspicions expire even when no snapshot arrives
             now = time.monotonic()
             for flight in [f for f in self.flights.values() if f.deadline < now]:
                 node_id = flight.route.stages[flight.stage].node_id
@@ -526,4 +552,3 @@ class RouterService:
         if flight.stage_span is not None:
             flight.stage_span.end()
             flight.stage_span = None
-        self.stats.data = self.status()

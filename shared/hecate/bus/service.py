@@ -26,6 +26,7 @@ import msgspec
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, TracerProvider
 
 from hecate.bus import tracing
@@ -89,9 +90,11 @@ class EndpointStats:
     last_error: str = ""
     processing_ns: int = 0
     data: dict[str, Any] = field(default_factory=dict)
+    status: Callable[[], dict[str, Any]] | None = None  # computed only when asked (STATS)
 
     def as_json(self) -> dict[str, Any]:
         n = max(self.num_requests, 1)
+        data = {**self.data, **self.status()} if self.status is not None else self.data
         return {
             "name": self.name,
             "subject": self.subject,
@@ -101,11 +104,12 @@ class EndpointStats:
             "last_error": self.last_error,
             "processing_time": self.processing_ns,
             "average_processing_time": self.processing_ns // n,
-            "data": self.data,
+            "data": data,
         }
 
 
 Handler = Callable[[Any, Mapping[str, str]], Awaitable[msgspec.Struct]]
+_NO_SPAN = trace.INVALID_SPAN  # a context manager that records nothing
 
 
 async def _quiet(exc: Exception) -> None:
@@ -157,6 +161,7 @@ class Service:
         self.description = description
         self.log = log
         self.tracer = tracing.tracer(tracer_provider, f"hecate.{kind}")
+        self.tracing = tracing.enabled(tracer_provider)
         self.max_payload = max_payload
         self.metadata = metadata or {}
         self.started = datetime.now(UTC).isoformat()
@@ -213,13 +218,19 @@ class Service:
         )
         limit = asyncio.Semaphore(concurrency)
 
+        span_name = f"{self.kind} {name}"
+
         async def serve(msg: Msg) -> None:
             started = time.perf_counter_ns()
             stats.num_requests += 1
             headers = msg.headers or {}
-            with self.tracer.start_as_current_span(
-                f"{self.kind} {name}", context=tracing.extract(headers), kind=SpanKind.SERVER
-            ) as span:
+            # With nothing exporting, skip context extraction and the span altogether.
+            context = tracing.extract(headers) if self.tracing else None
+            with (
+                self.tracer.start_as_current_span(span_name, context=context, kind=SpanKind.SERVER)
+                if self.tracing
+                else _NO_SPAN as span
+            ):
                 try:
                     if len(msg.data) > self.max_payload:
                         raise ServiceError(

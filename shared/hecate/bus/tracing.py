@@ -29,6 +29,11 @@ def provider_from_env(service_name: str) -> TracerProvider:
     return provider
 
 
+def enabled(provider: TracerProvider | None) -> bool:
+    """Whether spans from ``provider`` go anywhere (the hot paths skip them otherwise)."""
+    return provider is not None and not isinstance(provider, NoOpTracerProvider)
+
+
 def tracer(provider: TracerProvider | None, name: str) -> Tracer:
     return (provider or NoOpTracerProvider()).get_tracer(name)
 

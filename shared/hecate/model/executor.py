@@ -79,8 +79,14 @@ def _toy() -> Executor:
     return ToyModel()
 
 
+def _null() -> Executor:
+    from hecate.model.null import NullModel
+
+    return NullModel()
+
+
 #: Name -> factory. Factories take no arguments so a node config needs only a name.
-EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy}
+EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null}
 
 
 def get_executor(name: str) -> Executor:

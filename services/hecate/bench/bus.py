@@ -1,0 +1,209 @@
+"""``hecate bench bus``: routed requests against raw NATS request/reply, same run.
+
+Everything runs as separate processes on one embedded nats-server: an echo responder
+(the raw baseline), one router and the nodes of a 1-stage or a 3-stage pipeline (the
+plan is written to KV directly, as any valid plan writer may). The load comes from this
+process: ``inflight`` concurrent requesters for ``seconds`` each. Reported: requests per
+second and p50/p99 latency, and routed throughput as a ratio of raw. Nodes run the
+``null`` executor by default (no arithmetic), so the ratio prices the bus path alone;
+``--executor toy`` adds the built-in model's compute. Every process uses uvloop when
+it is installed, the raw echo included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+
+from hecate.bus import kv as kvs
+from hecate.bus.server import NatsServer
+from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.wire import subjects
+from hecate.wire.messages import InferReply, InferRequest
+
+ECHO = """
+import asyncio, sys, nats
+try:
+    import uvloop
+    uvloop.install()
+except ImportError:
+    pass
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    async def echo(msg):
+        await msg.respond(msg.data)
+    await nc.subscribe("bench.echo", cb=echo)
+    await nc.flush()
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def _hecate() -> list[str]:
+    script = Path(sys.executable).with_name("hecate")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
+
+
+async def _drive(
+    url: str, subject: str, body: bytes, inflight: int, seconds: float, check: bool
+) -> dict[str, float]:
+    nc = await nats.connect(url)
+    latencies: list[float] = []
+    failures = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal failures
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            try:
+                msg = await nc.request(subject, body, timeout=5)
+            except Exception:
+                failures += 1
+                continue
+            latencies.append(time.perf_counter() - t0)
+            if check and not msgspec.json.decode(msg.data, type=InferReply).ok:
+                failures += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    elapsed = time.perf_counter() - started
+    await nc.close()
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "rps": round(n / elapsed, 1),
+        "p50_us": round(latencies[n // 2] * 1e6, 1) if n else 0.0,
+        "p99_us": round(latencies[min(n - 1, int(n * 0.99))] * 1e6, 1) if n else 0.0,
+        "requests": n,
+        "failures": failures,
+    }
+
+
+async def _wait_ready(url: str, subject: str, body: bytes, routed: bool) -> None:
+    nc = await nats.connect(url)
+    try:
+        for _ in range(300):
+            try:
+                msg = await nc.request(subject, body, timeout=1)
+                if not routed or msgspec.json.decode(msg.data, type=InferReply).ok:
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"{subject} never answered")
+    finally:
+        await nc.close()
+
+
+async def _write_plan(url: str, stages: int, layers: int) -> None:
+    per = layers // stages
+    nodes = tuple(NodeProfile(node_id=f"bench-{i}", capacity_layers=per) for i in range(stages))
+    plan = SwarmPlan(
+        epoch=0,
+        models=(ModelSpec(model_id="bench", layers=layers),),
+        nodes=nodes,
+        pipelines=(
+            Pipeline(
+                pipeline_id="bench-r0",
+                model_id="bench",
+                stages=tuple(
+                    Stage(node_id=n.node_id, layer_start=i * per, layer_end=(i + 1) * per)
+                    for i, n in enumerate(nodes)
+                ),
+            ),
+        ),
+    )
+    nc = await nats.connect(url)
+    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET, history=10)
+    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
+    await nc.close()
+
+
+def run_bus_bench(
+    *, seconds: float = 3.0, inflight: int = 64, layers: int = 3, executor: str = "null"
+) -> dict[str, Any]:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="WARNING")
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
+    out: dict[str, Any] = {}
+    quiet = subprocess.DEVNULL
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, stages in (("raw", 0), ("routed_1", 1), ("routed_3", 3)):
+            server = NatsServer(Path(tmp) / label).start()
+            procs: list[subprocess.Popen[bytes]] = []
+            try:
+                url = server.url
+                if stages == 0:
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-c", ECHO, url], env=env, stdout=quiet, stderr=quiet
+                        )
+                    )
+                    subject, body, routed = "bench.echo", b"x" * 256, False
+                else:
+                    asyncio.run(_write_plan(url, stages, layers))
+                    procs.append(
+                        subprocess.Popen(
+                            [*_hecate(), "router", "--nats", url, "--id", "bench-router"], env=env
+                        )
+                    )
+                    for i in range(stages):
+                        procs.append(
+                            subprocess.Popen(
+                                [
+                                    *_hecate(),
+                                    "node",
+                                    "--nats",
+                                    url,
+                                    "--id",
+                                    f"bench-{i}",
+                                    "--capacity-layers",
+                                    str(layers // stages),
+                                    "--executor",
+                                    executor,
+                                ],
+                                env=env,
+                                stdout=quiet,
+                                stderr=quiet,
+                            )
+                        )
+                    subject = subjects.infer("bench")
+                    body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
+                    routed = True
+                asyncio.run(_wait_ready(url, subject, body, routed))
+                asyncio.run(_drive(url, subject, body, inflight, 0.5, routed))  # warm up
+                out[label] = asyncio.run(_drive(url, subject, body, inflight, seconds, routed))
+            finally:
+                for p in procs:
+                    p.terminate()
+                for p in procs:
+                    try:
+                        p.wait(10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                server.stop()
+    raw = out["raw"]["rps"] or 1.0
+    out["ratio_1"] = round(out["routed_1"]["rps"] / raw, 3)
+    out["ratio_3"] = round(out["routed_3"]["rps"] / raw, 3)
+    out["meta"] = {
+        "inflight": inflight,
+        "seconds": seconds,
+        "layers": layers,
+        "executor": executor,
+        "dispatch": "router calls each stage in turn; correlated replies, no task per request",
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+    }
+    return out
