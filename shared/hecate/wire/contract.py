@@ -1,0 +1,729 @@
+"""The whole wire contract as one AsyncAPI 3.0.0 document (``hecate schema``).
+
+Pure data and a builder, no I/O: a table of every message (payload struct, codec,
+headers), every channel (address built by :mod:`hecate.wire.subjects` itself, so the two
+cannot drift), and every operation seen from each service (``send``/``receive``, the
+reply of a request/reply channel, the queue group). Payload schemas come from the
+msgspec structs of :mod:`hecate.wire.messages` via ``msgspec.json.schema_components``:
+each struct appears once under ``components.schemas``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Final, Literal
+
+import msgspec
+
+from hecate.core.plan import SLUG_PATTERN, Stage
+from hecate.core.routing import Route
+from hecate.wire import messages as m
+from hecate.wire import subjects
+
+ASYNCAPI_VERSION: Final = "3.0.0"
+JSON: Final = "application/json"
+MSGPACK: Final = "application/msgpack"
+LOCAL_URL: Final = "nats://127.0.0.1:4222"
+SCHEMA_REF: Final = "#/components/schemas/{name}"
+
+ContentType = Literal["application/json", "application/msgpack"]
+Action = Literal["send", "receive"]
+Role = Literal["client", "router", "node", "planner", "telemetry", "observer"]
+
+# The Nats-Service-Error-Code of each error code. A copy of ``hecate.bus.service.STATUS``
+# (that module imports nats; this one must not); tests/contract keeps the two equal.
+# Any other code is sent as 500.
+ERROR_STATUS: Final[Mapping[str, int]] = {
+    "bad_request": 400,
+    "unknown_type": 400,
+    "no_such_model": 404,
+    "unknown_node": 404,
+    "not_hosted": 409,
+    "payload_too_large": 413,
+    "rate_limited": 429,
+    "internal": 500,
+    "no_healthy_pipeline": 503,
+    "unrecoverable": 503,
+    "draining": 503,
+    "no_plan": 503,
+    "timeout": 504,
+}
+
+ROLES: Final[Mapping[Role, str]] = {
+    "client": "Anything that asks for inference or reads the swarm state (e.g. `hecate infer`, "
+    "`hecate status`).",
+    "router": "Routes `hecate.infer.<model>` along the cheapest healthy pipeline; any number "
+    "of replicas share the queue group.",
+    "node": "Hosts the layer ranges the plan gives it and executes them.",
+    "planner": "Membership in, the plan out (one active planner).",
+    "telemetry": "Heartbeats in, liveness events and the telemetry snapshot out.",
+    "observer": "Any dashboard or log sink following the events (`hecate.events.>`).",
+}
+
+
+# -- the table ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    name: str
+    payload: msgspec.Struct
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One kind of message. ``payload`` None is an empty JSON object (no struct).
+
+    ``narrow`` pins properties of the payload struct for this message (e.g. ``ok`` true
+    for an answer, false for an error) so that every reply matches exactly one message.
+    """
+
+    name: str
+    payload: type[msgspec.Struct] | None
+    content_type: ContentType
+    summary: str
+    description: str = ""
+    narrow: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    headers: str | None = None  # a name in HEADER_SCHEMAS
+    examples: tuple[Example, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """A subject (or a KV key, or a reply inbox when ``address`` is None)."""
+
+    id: str
+    address: str | None
+    title: str
+    description: str
+    messages: tuple[Message, ...]
+    kv: tuple[str, str] | None = None  # (bucket, key) when the channel is a KV value
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """What one role does on one channel; ``reply`` is the channel of its answers."""
+
+    id: str
+    role: Role
+    action: Action
+    channel: Channel
+    summary: str
+    description: str = ""
+    reply: Channel | None = None
+    queue: str | None = None
+
+
+def _ref(name: str) -> str:
+    return SCHEMA_REF.format(name=name)
+
+
+def _error_headers(code: str, message: str) -> dict[str, str]:
+    """What ``hecate.bus.service.error_headers`` sends, for the examples."""
+    return {
+        "Nats-Service-Error": message,
+        "Nats-Service-Error-Code": str(ERROR_STATUS.get(code, 500)),
+        "Hecate-Error": code,
+    }
+
+
+_STATUS_TABLE = "\n".join(f"| `{code}` | {status} |" for code, status in ERROR_STATUS.items())
+
+HEADER_SCHEMAS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "ErrorHeaders": {
+        "title": "ErrorHeaders",
+        "description": "NATS headers on every error reply (ADR-32 service errors plus HECATE's "
+        "own code). The body says the same: `ok` is false and `error` holds "
+        "`{code, message}`.\n\n| Hecate-Error | Nats-Service-Error-Code |\n|---|---|\n"
+        f"{_STATUS_TABLE}\n\nAny other code is sent with 500.",
+        "type": "object",
+        "properties": {
+            "Nats-Service-Error": {
+                "type": "string",
+                "maxLength": 256,
+                "description": "The error message, on one line (CR/LF replaced by spaces), "
+                "cut to 256 characters.",
+            },
+            "Nats-Service-Error-Code": {
+                "type": "string",
+                "pattern": "^[0-9]{3}$",
+                "description": "HTTP-like status of the error code (table above).",
+            },
+            "Hecate-Error": {
+                "type": "string",
+                "description": "The stable error code, equal to `error.code` in the body.",
+            },
+        },
+        "required": ["Nats-Service-Error", "Nats-Service-Error-Code", "Hecate-Error"],
+    },
+    "TraceHeaders": {
+        "title": "TraceHeaders",
+        "description": "Optional W3C trace context: a request carrying it is traced as a "
+        "child of the caller's span; a malformed value starts a fresh trace.",
+        "type": "object",
+        "properties": {
+            "traceparent": {"type": "string", "description": "W3C `traceparent`."},
+            "tracestate": {"type": "string", "description": "W3C `tracestate`."},
+        },
+    },
+}
+
+PARAMETERS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "model_id": {
+        "description": f"A model id: one slug token, `{SLUG_PATTERN}`. A subject whose tail "
+        "is not a single slug gets a `bad_request` error reply.",
+        "examples": ["toy", "llama-8b"],
+        "x-pattern": SLUG_PATTERN,
+    },
+    "node_id": {
+        "description": f"A node id: one slug token, `{SLUG_PATTERN}`.",
+        "examples": ["n1", "gpu-a"],
+        "x-pattern": SLUG_PATTERN,
+    },
+}
+
+_EXAMPLE_ROUTE = Route(
+    model_id="toy",
+    pipeline_id="toy-p0",
+    cost=3.5,
+    stages=(
+        Stage(node_id="n1", layer_start=0, layer_end=6),
+        Stage(node_id="n2", layer_start=6, layer_end=12),
+    ),
+)
+
+# -- messages ------------------------------------------------------------------------------
+
+INFER_REQUEST = Message(
+    "InferRequest",
+    m.InferRequest,
+    JSON,
+    "Ask a model for an answer.",
+    "Only `prompt` is required. Unknown fields are ignored (forward compatible).",
+    headers="TraceHeaders",
+    examples=(Example("hello", m.InferRequest(prompt="hello", max_tokens=8)),),
+)
+INFER_REPLY = Message(
+    "InferReply",
+    m.InferReply,
+    JSON,
+    "The answer (`ok` true).",
+    "`degraded` is true when a reserve model answered; `attempts` counts dispatches.",
+    narrow={"ok": {"const": True}},
+    examples=(
+        Example(
+            "answer",
+            m.InferReply(
+                ok=True,
+                output="hello world",
+                route=_EXAMPLE_ROUTE,
+                attempts=1,
+                request_id="router-1-7",
+                model_id="toy",
+            ),
+        ),
+    ),
+)
+INFER_ERROR = Message(
+    "InferError",
+    m.InferReply,
+    JSON,
+    "An explicit error (`ok` false): an InferReply whose `error` holds the code.",
+    "Codes a client should expect: `bad_request`, `payload_too_large`, `no_plan`, "
+    "`no_such_model`, `no_healthy_pipeline`, `unrecoverable`, `draining`. `route`, "
+    "`degraded` and `attempts` are filled when the request got as far as a pipeline.",
+    narrow={"ok": {"const": False}, "error": {"$ref": _ref("ErrorBody")}},
+    headers="ErrorHeaders",
+    examples=(
+        Example(
+            "no such model",
+            m.InferReply(
+                ok=False,
+                error=m.ErrorBody(code="no_such_model", message="model 'gpt' is not in the plan"),
+                model_id="gpt",
+            ),
+            _error_headers("no_such_model", "model 'gpt' is not in the plan"),
+        ),
+    ),
+)
+_MSGPACK_BYTES = (
+    "`bytes` fields (`activation`) are msgpack `bin` on the wire; JSON Schema can only "
+    "show them as base64 strings."
+)
+STAGE_REQUEST = Message(
+    "StageRequest",
+    m.StageRequest,
+    MSGPACK,
+    "Run layers `[layer_start, layer_end)` of a model on one node.",
+    _MSGPACK_BYTES,
+    headers="TraceHeaders",
+)
+STAGE_REPLY = Message(
+    "StageReply",
+    m.StageReply,
+    MSGPACK,
+    "The stage's result (`ok` true): the activation leaving it, or the decoded output.",
+    _MSGPACK_BYTES,
+    narrow={"ok": {"const": True}},
+)
+STAGE_ERROR = Message(
+    "StageError",
+    m.ErrorReply,
+    MSGPACK,
+    "A refused or failed stage (`ok` false), msgpack like the request.",
+    "Shaped so that it also decodes as a StageReply. Codes: `bad_request`, "
+    "`payload_too_large`, `draining`, `not_hosted`, `internal` and the executor's "
+    "(`bad_activation`, `bad_range`, `bad_max_tokens`). A node that is gone shows as NATS "
+    "no-responders (status 503, empty body) instead.",
+    narrow={"ok": {"const": False}},
+    headers="ErrorHeaders",
+)
+NODE_JOIN = Message(
+    "NodeJoin",
+    m.NodeJoin,
+    JSON,
+    "A node announces itself and its capacity (on start and on every roll-call).",
+)
+NODE_LEAVE = Message("NodeLeave", m.NodeLeave, JSON, "A node leaves (drain on shutdown).")
+ROLL_CALL = Message(
+    "RollCall",
+    None,
+    JSON,
+    "A (re)started planner asks every running node to publish its NodeJoin again.",
+    "The body is `{}` and receivers ignore it.",
+)
+HEARTBEAT = Message(
+    "Heartbeat",
+    m.Heartbeat,
+    JSON,
+    "A node's periodic self-report (every `interval_ms`); silence for 3 intervals = down.",
+)
+FAILOVER = Message(
+    "FailoverEvent",
+    m.FailoverEvent,
+    JSON,
+    "A router lost a node mid-request and says how it recovered (or did not).",
+)
+PLAN_CHANGED = Message(
+    "PlanChanged", m.PlanChanged, JSON, "The planner published a new plan (its epoch)."
+)
+NODE_DOWN = Message(
+    "NodeDown",
+    m.NodeEvent,
+    JSON,
+    "Telemetry declared a node down (silence, or it left).",
+    narrow={"state": {"const": "down"}},
+)
+NODE_UP = Message(
+    "NodeUp",
+    m.NodeEvent,
+    JSON,
+    "Telemetry heard from a node that was unknown or down.",
+    narrow={"state": {"const": "up"}},
+)
+PLAN = Message(
+    "Plan",
+    m.PlanValue,
+    JSON,
+    "The current SwarmPlan: who runs which layers of which model.",
+    "The KV revision of the entry is the plan's epoch; readers use it and ignore the "
+    "`epoch` field of the value.",
+)
+TELEMETRY = Message(
+    "TelemetrySnapshot",
+    m.TelemetrySnapshot,
+    JSON,
+    "Liveness and EWMA figures of every node, as telemetry sees them.",
+)
+
+# -- channels ------------------------------------------------------------------------------
+
+INFER = Channel(
+    "infer",
+    subjects.infer("{model_id}"),
+    "Inference requests",
+    "Request/reply: a client sends an InferRequest and always gets exactly one reply, an "
+    "InferReply (`ok` true) or an error (`ok` false, error headers). Routers subscribe to "
+    f"`{subjects.INFER_ALL}` in queue group `{subjects.ROUTER_QUEUE}` (one router answers). "
+    "With no router running the client gets NATS no-responders (status 503, empty body).",
+    (INFER_REQUEST,),
+)
+INFER_REPLY_CHANNEL = Channel(
+    "inferReply",
+    None,
+    "Inference replies",
+    "The reply subject (NATS inbox) of the infer request.",
+    (INFER_REPLY, INFER_ERROR),
+)
+NODE_RUN = Channel(
+    "nodeRun",
+    subjects.node_run("{node_id}"),
+    "Stage execution on one node",
+    "Request/reply, msgpack: the router chooses the node (no queue group) and calls each "
+    "stage of the route in turn, keeping the activation between stages.",
+    (STAGE_REQUEST,),
+)
+STAGE_REPLY_CHANNEL = Channel(
+    "stageReply",
+    None,
+    "Stage replies",
+    "The reply subject of the stage request (the router's inbox, "
+    "`_INBOX.hecate.router.<router id>.<nuid>.<dispatch token>`).",
+    (STAGE_REPLY, STAGE_ERROR),
+)
+HEARTBEATS = Channel(
+    "heartbeat",
+    subjects.heartbeat("{node_id}"),
+    "Node heartbeats",
+    f"Telemetry subscribes to `{subjects.HEARTBEAT_ALL}`; `node_id` in the body is the "
+    "one it uses.",
+    (HEARTBEAT,),
+)
+JOIN = Channel("nodeJoin", subjects.NODE_JOIN, "Node joins", "Fire-and-forget.", (NODE_JOIN,))
+LEAVE = Channel("nodeLeave", subjects.NODE_LEAVE, "Node leaves", "Fire-and-forget.", (NODE_LEAVE,))
+ROLL_CALL_CHANNEL = Channel(
+    "nodeRollCall", subjects.NODE_ROLL_CALL, "Roll-call", "Fire-and-forget.", (ROLL_CALL,)
+)
+_EVENTS = f"An event (fire-and-forget); follow all of them with `{subjects.EVENTS_ALL}`."
+EVENT_FAILOVER = Channel(
+    "eventFailover", subjects.EVENT_FAILOVER, "Failover events", _EVENTS, (FAILOVER,)
+)
+EVENT_PLAN = Channel("eventPlan", subjects.EVENT_PLAN, "Plan events", _EVENTS, (PLAN_CHANGED,))
+EVENT_NODE_DOWN = Channel(
+    "eventNodeDown", subjects.EVENT_NODE_DOWN, "Node down events", _EVENTS, (NODE_DOWN,)
+)
+EVENT_NODE_UP = Channel(
+    "eventNodeUp", subjects.EVENT_NODE_UP, "Node up events", _EVENTS, (NODE_UP,)
+)
+
+
+def _kv_address(bucket: str, key: str) -> str:
+    """The JetStream subject a KV value lives on."""
+    return f"$KV.{bucket}.{key}"
+
+
+KV_PLAN = Channel(
+    "kvPlan",
+    _kv_address(subjects.PLAN_BUCKET, subjects.PLAN_KEY),
+    "The plan (KV)",
+    f"JetStream KV bucket `{subjects.PLAN_BUCKET}`, key `{subjects.PLAN_KEY}`: read it with "
+    "KV get/watch, not a plain subscription. The planner writes it with a compare-and-set "
+    "on the revision it last saw; the entry revision is the plan epoch. A deleted or "
+    "purged key means no plan (readers keep the last one).",
+    (PLAN,),
+    kv=(subjects.PLAN_BUCKET, subjects.PLAN_KEY),
+)
+KV_TELEMETRY = Channel(
+    "kvTelemetry",
+    _kv_address(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
+    "The telemetry snapshot (KV)",
+    f"JetStream KV bucket `{subjects.TELEMETRY_BUCKET}`, key `{subjects.TELEMETRY_KEY}`: "
+    "read it with KV get/watch. Telemetry rewrites it at once on a liveness change, "
+    "otherwise at most every publish interval (100 ms by default).",
+    (TELEMETRY,),
+    kv=(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
+)
+
+CHANNELS: Final[tuple[Channel, ...]] = (
+    INFER,
+    INFER_REPLY_CHANNEL,
+    NODE_RUN,
+    STAGE_REPLY_CHANNEL,
+    HEARTBEATS,
+    JOIN,
+    LEAVE,
+    ROLL_CALL_CHANNEL,
+    EVENT_FAILOVER,
+    EVENT_PLAN,
+    EVENT_NODE_DOWN,
+    EVENT_NODE_UP,
+    KV_PLAN,
+    KV_TELEMETRY,
+)
+
+# -- operations ------------------------------------------------------------------------------
+
+OPERATIONS: Final[tuple[Operation, ...]] = (
+    Operation(
+        "client.sendInfer",
+        "client",
+        "send",
+        INFER,
+        "Ask for inference and wait for the one reply.",
+        "Set a timeout; on NATS no-responders no router is running.",
+        reply=INFER_REPLY_CHANNEL,
+    ),
+    Operation(
+        "router.receiveInfer",
+        "router",
+        "receive",
+        INFER,
+        "Route a request and answer it, or answer why not.",
+        f"Subscribes to `{subjects.INFER_ALL}` so that a malformed model id still gets a "
+        "typed `bad_request` reply.",
+        reply=INFER_REPLY_CHANNEL,
+        queue=subjects.ROUTER_QUEUE,
+    ),
+    Operation(
+        "router.sendStageRun",
+        "router",
+        "send",
+        NODE_RUN,
+        "Dispatch one stage of a route to its node.",
+        "A stage with no reply within the stage timeout, an error reply or no-responders "
+        "counts as the node lost: the router fails over and resumes from the last layer "
+        "boundary whose activation it holds.",
+        reply=STAGE_REPLY_CHANNEL,
+    ),
+    Operation(
+        "node.receiveStageRun",
+        "node",
+        "receive",
+        NODE_RUN,
+        "Execute a stage of a layer range this node hosts in the current plan.",
+        reply=STAGE_REPLY_CHANNEL,
+    ),
+    Operation("node.sendHeartbeat", "node", "send", HEARTBEATS, "Report every interval."),
+    Operation(
+        "telemetry.receiveHeartbeat",
+        "telemetry",
+        "receive",
+        HEARTBEATS,
+        "Fold heartbeats into liveness and EWMA state.",
+    ),
+    Operation("node.sendJoin", "node", "send", JOIN, "Join on start and on roll-call."),
+    Operation("planner.receiveJoin", "planner", "receive", JOIN, "Admit or re-admit a node."),
+    Operation("node.sendLeave", "node", "send", LEAVE, "Leave when draining."),
+    Operation("planner.receiveLeave", "planner", "receive", LEAVE, "Retire the node's layers."),
+    Operation(
+        "telemetry.receiveLeave", "telemetry", "receive", LEAVE, "Mark the node down at once."
+    ),
+    Operation(
+        "planner.sendRollCall", "planner", "send", ROLL_CALL_CHANNEL, "Ask nodes to re-join."
+    ),
+    Operation(
+        "node.receiveRollCall",
+        "node",
+        "receive",
+        ROLL_CALL_CHANNEL,
+        "Re-join (unless draining).",
+    ),
+    Operation("router.sendFailover", "router", "send", EVENT_FAILOVER, "Report a failover."),
+    Operation(
+        "observer.receiveFailover", "observer", "receive", EVENT_FAILOVER, "Follow failovers."
+    ),
+    Operation("planner.sendPlanChanged", "planner", "send", EVENT_PLAN, "Announce a new plan."),
+    Operation(
+        "observer.receivePlanChanged", "observer", "receive", EVENT_PLAN, "Follow plan changes."
+    ),
+    Operation(
+        "telemetry.sendNodeDown", "telemetry", "send", EVENT_NODE_DOWN, "Announce a node down."
+    ),
+    Operation("observer.receiveNodeDown", "observer", "receive", EVENT_NODE_DOWN, "Follow losses."),
+    Operation("telemetry.sendNodeUp", "telemetry", "send", EVENT_NODE_UP, "Announce a node up."),
+    Operation("observer.receiveNodeUp", "observer", "receive", EVENT_NODE_UP, "Follow recoveries."),
+    Operation(
+        "planner.putPlan",
+        "planner",
+        "send",
+        KV_PLAN,
+        "Write a validated plan (KV update, compare-and-set on the last revision seen).",
+    ),
+    Operation("router.watchPlan", "router", "receive", KV_PLAN, "Follow the plan (KV watch)."),
+    Operation(
+        "node.watchPlan",
+        "node",
+        "receive",
+        KV_PLAN,
+        "Follow the plan (KV watch); on a stage request with a newer epoch, KV get it.",
+    ),
+    Operation("client.getPlan", "client", "receive", KV_PLAN, "Read the plan (KV get)."),
+    Operation(
+        "telemetry.putSnapshot", "telemetry", "send", KV_TELEMETRY, "Write the snapshot (KV put)."
+    ),
+    Operation(
+        "router.watchSnapshot",
+        "router",
+        "receive",
+        KV_TELEMETRY,
+        "Follow the snapshot (KV watch).",
+    ),
+    Operation(
+        "client.getSnapshot", "client", "receive", KV_TELEMETRY, "Read the snapshot (KV get)."
+    ),
+)
+
+# -- the document ---------------------------------------------------------------------------
+
+INFO_DESCRIPTION: Final = f"""\
+HECATE serves large-model inference from a swarm of machines. Its services talk only over \
+NATS; this document is the whole wire contract, enough to write a client, a node or a \
+planner in another language.
+
+**Codecs.** Client traffic, events, heartbeats, join/leave and KV values are JSON \
+(`{JSON}`); stage traffic between routers and nodes is msgpack (`{MSGPACK}`), with the \
+same field names.
+
+**Evolution.** Fields are only ever added, with a default, and a default never changes \
+meaning: decoders must ignore unknown fields and fill missing ones with their defaults. \
+Encoders write every field, `null` included.
+
+**Ids.** Model and node ids are slugs (`{SLUG_PATTERN}`): one subject token each, valid KV \
+keys.
+
+**Errors.** Every request gets a reply. An error reply has the body \
+`{{"ok": false, "error": {{"code", "message"}}}}` (InferReply on `hecate.infer.*`, \
+ErrorReply elsewhere) and the headers `Nats-Service-Error` (message), \
+`Nats-Service-Error-Code` (HTTP-like status) and `Hecate-Error` (code); see \
+`ErrorHeaders`. No service running on a subject shows as NATS no-responders (status \
+503, empty body).
+
+**Tracing.** Requests may carry W3C trace context headers (`traceparent`, `tracestate`).
+
+**Discovery.** Every service answers the NATS service API (ADR-32: `$SRV.PING`, \
+`$SRV.INFO`, `$SRV.STATS`, optionally followed by `.<name>` and `.<name>.<id>`) under the \
+names {", ".join(f"`{n}`" for n in subjects.SERVICE_NAMES.values())}.
+"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("hecate")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0+unknown"
+
+
+def _messages() -> tuple[Message, ...]:
+    """Every message of every channel, once each."""
+    seen: dict[str, Message] = {}
+    for channel in CHANNELS:
+        for msg in channel.messages:
+            if seen.setdefault(msg.name, msg) is not msg:
+                raise ValueError(f"two messages are named {msg.name!r}")
+    return tuple(seen.values())
+
+
+def _schemas(messages: Iterable[Message]) -> dict[str, Any]:
+    types = {msg.payload for msg in messages if msg.payload is not None}
+    _refs, components = msgspec.json.schema_components(
+        sorted(types, key=lambda t: t.__name__), ref_template=SCHEMA_REF
+    )
+    clash = set(components) & set(HEADER_SCHEMAS)
+    if clash:
+        raise ValueError(f"header schemas named like structs: {sorted(clash)}")
+    out: dict[str, Any] = dict(sorted(components.items()))
+    out.update(HEADER_SCHEMAS)
+    return out
+
+
+def _payload(msg: Message) -> dict[str, Any]:
+    if msg.payload is None:
+        return {"type": "object", "description": "Always `{}`; receivers ignore the body."}
+    ref = {"$ref": _ref(msg.payload.__name__)}
+    if not msg.narrow:
+        return ref
+    return {
+        "allOf": [
+            ref,
+            {"type": "object", "properties": dict(msg.narrow), "required": sorted(msg.narrow)},
+        ]
+    }
+
+
+def _message(msg: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": msg.name, "title": msg.name, "summary": msg.summary}
+    if msg.description:
+        out["description"] = msg.description
+    out["contentType"] = msg.content_type
+    if msg.headers is not None:
+        out["headers"] = {"$ref": _ref(msg.headers)}
+    out["payload"] = _payload(msg)
+    if msg.examples:
+        out["examples"] = [_example(e) for e in msg.examples]
+    return out
+
+
+def _example(example: Example) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": example.name}
+    if example.headers is not None:
+        out["headers"] = dict(example.headers)
+    out["payload"] = msgspec.to_builtins(example.payload)
+    return out
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+
+def _channel(channel: Channel) -> dict[str, Any]:
+    out: dict[str, Any] = {"address": channel.address, "title": channel.title}
+    out["description"] = channel.description
+    out["messages"] = {
+        msg.name: {"$ref": f"#/components/messages/{msg.name}"} for msg in channel.messages
+    }
+    names = _PLACEHOLDER.findall(channel.address or "")
+    if names:
+        out["parameters"] = {name: dict(PARAMETERS[name]) for name in names}
+    if channel.kv is not None:
+        out["x-kv"] = {"bucket": channel.kv[0], "key": channel.kv[1]}
+    return out
+
+
+def _message_refs(channel: Channel) -> list[dict[str, str]]:
+    return [{"$ref": f"#/channels/{channel.id}/messages/{msg.name}"} for msg in channel.messages]
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "action": op.action,
+        "channel": {"$ref": f"#/channels/{op.channel.id}"},
+        "summary": op.summary,
+    }
+    if op.description:
+        out["description"] = op.description
+    out["tags"] = [{"name": op.role}]
+    out["messages"] = _message_refs(op.channel)
+    if op.reply is not None:
+        out["reply"] = {
+            "channel": {"$ref": f"#/channels/{op.reply.id}"},
+            "messages": _message_refs(op.reply),
+        }
+    if op.queue is not None:
+        out["bindings"] = {"nats": {"queue": op.queue, "bindingVersion": "0.1.0"}}
+    return out
+
+
+def asyncapi() -> dict[str, Any]:
+    """The whole wire contract as an AsyncAPI 3.0.0 document (plain JSON-able data)."""
+    messages = _messages()
+    ids = [op.id for op in OPERATIONS]
+    if len(set(ids)) != len(ids):
+        raise ValueError("operation ids must be unique")
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": {
+            "title": "HECATE",
+            "version": _version(),
+            "description": INFO_DESCRIPTION,
+            "license": {"name": "Apache-2.0"},
+            "tags": [{"name": role, "description": text} for role, text in ROLES.items()],
+        },
+        "defaultContentType": JSON,
+        "servers": {
+            "local": {
+                "host": LOCAL_URL.removeprefix("nats://"),
+                "protocol": "nats",
+                "description": f"A local nats-server with JetStream ({LOCAL_URL}), as "
+                "`hecate up` starts it.",
+            }
+        },
+        "channels": {c.id: _channel(c) for c in CHANNELS},
+        "operations": {op.id: _operation(op) for op in OPERATIONS},
+        "components": {
+            "schemas": _schemas(messages),
+            "messages": {msg.name: _message(msg) for msg in messages},
+        },
+    }
