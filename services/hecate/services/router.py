@@ -140,6 +140,7 @@ class RouterService:
         self.suspects: dict[str, float] = {}  # node -> wall time we saw it fail
         self.router: Router | None = None
         self.unsuspected: SwarmState | None = None
+        self._rescues: tuple[SwarmState | None, dict[str, Recovered | None]] = (None, {})
         self.counters: Counter[str] = Counter()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -298,14 +299,7 @@ class RouterService:
             else INVALID_SPAN
         )
         try:
-            try:
-                route = self.router.route(model_id, RoutingRequest(tokens=request.max_tokens))
-            except NoHealthyPipeline:
-                if not self.suspects or self.unsuspected is None:
-                    raise
-                route = route_request(
-                    model_id, RoutingRequest(tokens=request.max_tokens), self.unsuspected
-                )
+            route, degraded = self._choose(model_id, RoutingRequest(tokens=request.max_tokens))
         except RoutingError as exc:
             span.set_status(Status(StatusCode.ERROR, exc.code))
             span.end()
@@ -320,11 +314,55 @@ class RouterService:
             span=span,
             started=time.monotonic(),
         )
+        flight.degraded = degraded
         flight.acts[0] = b""  # layer 0's input is the prompt itself
         self.flights[key] = flight
         self.router.begin(route)
         await self._dispatch(flight)
         return None
+
+    def _choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
+        """The route for a new request and whether it is degraded.
+
+        The cheapest intact pipeline (counting this router's in-flight work); when none
+        is intact, the best rescue the core finds for a broken one (a per-layer splice,
+        else the reserve model if allowed); when nothing is found and the only obstacle
+        is this router's own suspicion, what telemetry alone says.
+        """
+        assert self.router is not None
+        try:
+            return self.router.route(model_id, request), False
+        except NoHealthyPipeline:
+            rescue = self._rescue(model_id, request)
+            if rescue is not None:
+                return rescue.route, rescue.degraded
+            if not self.suspects or self.unsuspected is None:
+                raise
+            return route_request(model_id, request, self.unsuspected), False
+
+    def _rescue(self, model_id: str, request: RoutingRequest) -> Recovered | None:
+        """Rescue routes are computed once per snapshot and model, not per request."""
+        assert self.router is not None
+        state = self.router.state
+        if self._rescues[0] is not state:
+            self._rescues = (state, {})
+        cache = self._rescues[1]
+        if model_id not in cache:
+            found: list[Recovered] = []
+            for p in state.plan.pipelines_of(model_id):
+                dead = next((s.node_id for s in p.stages if not state.is_alive(s.node_id)), None)
+                if dead is None:
+                    continue
+                broken = Route(
+                    model_id=model_id, pipeline_id=p.pipeline_id, cost=0.0, stages=p.stages
+                )
+                result = failover_in_swarm(broken, dead, state, self.failover, request=request)
+                if isinstance(result, Recovered):
+                    found.append(result)
+            cache[model_id] = min(
+                found, key=lambda r: (r.degraded, r.route.cost, r.route.pipeline_id), default=None
+            )
+        return cache[model_id]
 
     async def _reject(
         self, reply_to: str, code: str, message: str, model_id: str, request_id: str = ""

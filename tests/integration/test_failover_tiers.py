@@ -1,0 +1,126 @@
+"""Every failover tier with real processes: splice, degraded reserve, explicit error,
+and a node that drains on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from nats.aio.client import Client
+
+from hecate.model import reference
+
+from .conftest import EXAMPLES, Processes, infer, start_swarm, wait_until_serving
+from .load import run_load
+from .test_faults import telemetry, wait_for
+
+RACKS = [
+    ("rack1-a", 6, 5.0, 2.0),
+    ("rack1-b", 6, 5.0, 2.0),
+    ("rack2-a", 6, 7.0, 2.0),
+    ("rack2-b", 6, 7.0, 2.0),
+]
+
+
+async def down(client: Client, node: str) -> None:
+    async def gone() -> bool:
+        return not (await telemetry(client)).nodes[node].alive
+
+    await wait_for(gone, 5)
+
+
+async def test_two_losses_are_served_by_a_splice_bit_identical_to_the_reference(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(processes, EXAMPLES / "splice.json", RACKS)
+    await wait_until_serving(client, "ncm-base")
+    stop = asyncio.Event()
+    load = asyncio.create_task(run_load(client, "ncm-base", 12, stop, workers=3))
+    await asyncio.sleep(0.3)
+    processes.kill("node-rack1-b")
+    await down(client, "rack1-b")
+    processes.kill("node-rack2-a")
+    await down(client, "rack2-a")
+    await asyncio.sleep(0.5)
+    stop.set()
+    tally = await load
+    assert (tally.lost, tally.wrong, tally.errors) == (0, 0, 0), tally
+    reply = await infer(client, "ncm-base", "spliced", 12)
+    assert reply.ok, reply.error
+    assert reply.output == reference("ncm-base", 12, "spliced", 12)
+    assert reply.route is not None
+    assert reply.route.pipeline_id.endswith("~splice")
+    assert [s.node_id for s in reply.route.stages] == ["rack1-a", "rack2-b"]
+    assert reply.degraded is False
+
+
+async def test_losing_the_only_base_copy_degrades_to_the_reserve_and_says_so(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(
+        processes,
+        EXAMPLES / "degraded.json",
+        [("gpu", 12, 3.5, 4.0), ("edge", 4, 9.0, 1.0)],
+        pipelines=1,
+    )
+    await wait_until_serving(client, "ncm-base")
+    processes.kill("node-gpu")
+    await down(client, "gpu")
+    reply = await infer(client, "ncm-base", "fallback please", 5)
+    assert reply.ok, reply.error
+    assert reply.degraded is True
+    assert reply.route is not None
+    assert reply.route.model_id == "ncm-mini"
+    assert reply.output == reference("ncm-mini", 4, "fallback please", 5)
+
+
+async def test_an_unrecoverable_loss_is_an_explicit_error_not_a_timeout(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(
+        processes,
+        EXAMPLES / "unrecoverable.json",
+        [("gpu", 8, 3.5, 4.0), ("laptop", 4, 12.0, 1.5), ("pi", 2, 40.0, 0.5)],
+        pipelines=1,
+    )
+    await wait_until_serving(client, "ncm-base")
+    processes.kill("node-laptop")
+    for _ in range(5):  # during detection and after it: always an answer, fast
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        reply = await infer(client, "ncm-base", "anyone?", timeout=5)
+        assert loop.time() - started < 1.0
+        assert reply.ok is False
+        assert reply.error is not None
+        assert reply.error.code in {"unrecoverable", "no_healthy_pipeline"}, reply.error
+        await asyncio.sleep(0.1)
+
+
+async def test_a_node_stopped_with_sigterm_drains_and_loses_nothing(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(
+        processes,
+        EXAMPLES / "swarm.json",
+        [
+            ("gpu", 12, 3.5, 4.0),
+            ("laptop", 8, 12.0, 1.5),
+            ("desktop", 6, 8.0, 2.0),
+            ("pi", 4, 40.0, 0.5),
+        ],
+    )
+    first = await wait_until_serving(client, "ncm-base")
+    assert first.route is not None
+    victim = first.route.stages[0].node_id
+    stop = asyncio.Event()
+    load = asyncio.create_task(run_load(client, "ncm-base", 12, stop, workers=4))
+    await asyncio.sleep(0.4)
+    processes.kill(f"node-{victim}", signal.SIGTERM)
+    assert processes.procs[f"node-{victim}"].returncode == 0, "a drained node exits cleanly"
+    await asyncio.sleep(0.6)
+    stop.set()
+    tally = await load
+    assert (tally.lost, tally.wrong, tally.errors) == (0, 0, 0), tally
+    log = processes.log(f"node-{victim}")
+    assert "draining" in log
+    assert "stopped" in log
