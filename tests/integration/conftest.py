@@ -146,6 +146,7 @@ def start_swarm(
     routers: int = 1,
     strategy: str = "greedy",
     pipelines: int = 2,
+    dispatch: str = "hop",
 ) -> None:
     procs.start("telemetry", "telemetry", "--id", "telemetry")
     procs.start(
@@ -172,6 +173,8 @@ def start_swarm(
             str(topology),
             "--stage-timeout-ms",
             "1500",
+            "--dispatch",
+            dispatch,
         )
     for node_id, capacity, latency, score in nodes:
         procs.node(node_id, capacity, latency, score)

@@ -124,3 +124,32 @@ async def test_a_node_stopped_with_sigterm_drains_and_loses_nothing(
     log = processes.log(f"node-{victim}")
     assert "draining" in log
     assert "stopped" in log
+
+
+async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kill(
+    processes: Processes, client: Client
+) -> None:
+    nodes = [
+        ("a", 4, 5.0, 2.0),
+        ("b", 4, 5.0, 2.0),
+        ("c", 4, 5.0, 2.0),
+        ("d", 4, 6.0, 2.0),
+        ("e", 4, 6.0, 2.0),
+        ("f", 4, 6.0, 2.0),
+    ]
+    start_swarm(processes, EXAMPLES / "splice.json", nodes, dispatch="chain")
+    first = await wait_until_serving(client, "ncm-base")
+    assert first.route is not None
+    assert len(first.route.stages) == 3
+    assert first.output == reference("ncm-base", 12, "ready?", 8)
+    middle = first.route.stages[1].node_id
+    stop = asyncio.Event()
+    load = asyncio.create_task(run_load(client, "ncm-base", 12, stop, workers=3))
+    await asyncio.sleep(0.3)
+    processes.kill(f"node-{middle}")
+    await down(client, middle)
+    await asyncio.sleep(0.3)
+    stop.set()
+    tally = await load
+    assert (tally.lost, tally.wrong, tally.errors) == (0, 0, 0), tally
+    assert tally.ok > 10, tally

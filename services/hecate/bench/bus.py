@@ -139,7 +139,12 @@ def run_bus_bench(
     out: dict[str, Any] = {}
     quiet = subprocess.DEVNULL
     with tempfile.TemporaryDirectory() as tmp:
-        for label, stages in (("raw", 0), ("routed_1", 1), ("routed_3", 3)):
+        for label, stages, mode in (
+            ("raw", 0, ""),
+            ("routed_1", 1, "hop"),
+            ("routed_3", 3, "hop"),
+            ("routed_3_chain", 3, "chain"),
+        ):
             server = NatsServer(Path(tmp) / label).start()
             procs: list[subprocess.Popen[bytes]] = []
             try:
@@ -155,7 +160,19 @@ def run_bus_bench(
                     asyncio.run(_write_plan(url, stages, layers))
                     procs.append(
                         subprocess.Popen(
-                            [*_hecate(), "router", "--nats", url, "--id", "bench-router"], env=env
+                            [
+                                *_hecate(),
+                                "router",
+                                "--nats",
+                                url,
+                                "--id",
+                                "bench-router",
+                                "--dispatch",
+                                mode,
+                            ],
+                            env=env,
+                            stdout=quiet,
+                            stderr=quiet,
                         )
                     )
                     for i in range(stages):
@@ -196,12 +213,14 @@ def run_bus_bench(
     raw = out["raw"]["rps"] or 1.0
     out["ratio_1"] = round(out["routed_1"]["rps"] / raw, 3)
     out["ratio_3"] = round(out["routed_3"]["rps"] / raw, 3)
+    out["ratio_3_chain"] = round(out["routed_3_chain"]["rps"] / raw, 3)
     out["meta"] = {
         "inflight": inflight,
         "seconds": seconds,
         "layers": layers,
         "executor": executor,
-        "dispatch": "router calls each stage in turn; correlated replies, no task per request",
+        "dispatch": "routed_*: the router calls each stage in turn (hop); routed_3_chain: "
+        "nodes forward to each other; both correlate replies, no task per request",
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),

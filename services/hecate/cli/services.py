@@ -157,6 +157,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             log=log,
             tracer_provider=tp,
             max_request_bytes=args.max_request_bytes,
+            dispatch=args.dispatch,
         ),
     )
 
@@ -212,6 +213,14 @@ def add_parsers(sub: Any) -> None:
     router.add_argument("--max-attempts", type=int, default=3)
     router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
     router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
+    router.add_argument(
+        "--dispatch",
+        choices=["hop", "chain"],
+        default="hop",
+        help="hop: the router calls each stage (keeps activations, resumes "
+        "failover mid-route); chain: nodes forward to each other (fewer "
+        "messages, failover restarts the route)",
+    )
     router.set_defaults(run=_cmd_router)
 
     breaker = service("breaker", "run the breaker service (slot; not active yet)")

@@ -18,6 +18,7 @@ import msgspec
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
+from hecate.bus import tracing
 from hecate.bus.logs import event
 from hecate.bus.service import Service, ServiceError, encode
 from hecate.core.plan import NodeProfile, SwarmPlan
@@ -125,7 +126,7 @@ class Node:
 
     # -- work --------------------------------------------------------------------------
 
-    async def execute(self, req: StageRequest, _headers: Mapping[str, str]) -> StageReply:
+    async def execute(self, req: StageRequest, _headers: Mapping[str, str]) -> StageReply | None:
         if self.draining:
             raise ServiceError("draining", f"node {self.profile.node_id} is draining")
         if not self._hosts(req.model_id, req.layer_start, req.layer_end):
@@ -148,7 +149,7 @@ class Node:
                 x = self.executor.embed(req.model_id, req.prompt)
             x = self.executor.run(req.model_id, req.layer_start, req.layer_end, x)
             output = None
-            if req.decode_tokens is not None:
+            if req.decode_tokens is not None and not req.chain:
                 output = self.executor.decode(req.model_id, req.model_layers, x, req.decode_tokens)
         except ExecutorError as exc:
             raise ServiceError(exc.code, exc.message) from None
@@ -158,9 +159,42 @@ class Node:
             self.in_flight -= 1
         ms = spent / 1e6
         self._latency_ms = ewma(self._latency_ms, ms, 0.3)
+        if req.chain:
+            await self._forward(req, x)
+            return None  # the next stage (in the end, the last one) answers the router
         return StageReply(
             ok=True, activation=x if output is None else b"", output=output, compute_ms=ms
         )
+
+    async def _forward(self, req: StageRequest, activation: bytes) -> None:
+        """Send the next stage of a chained route, replying-to the router's inbox token
+        for that stage: if the next node is gone, NATS tells the router directly."""
+        nxt, rest = req.chain[0], req.chain[1:]
+        forward = StageRequest(
+            request_id=req.request_id,
+            model_id=req.model_id,
+            layer_start=nxt.layer_start,
+            layer_end=nxt.layer_end,
+            model_layers=req.model_layers,
+            epoch=req.epoch,
+            activation=activation,
+            decode_tokens=req.decode_tokens,
+            chain=rest,
+            reply_base=req.reply_base,
+            stage_index=req.stage_index + 1,
+        )
+        headers = tracing.inject({}) if self.service.tracing else None
+        try:
+            await self.service.nc.publish(
+                subjects.node_run(nxt.node_id),
+                encode(forward, "msgpack"),
+                reply=f"{req.reply_base}-{req.stage_index + 1}",
+                headers=headers,
+            )
+        except Exception as exc:
+            raise ServiceError(
+                "forward_failed", f"could not forward to {nxt.node_id}: {exc!r}"
+            ) from None
 
     # -- heartbeats --------------------------------------------------------------------
 

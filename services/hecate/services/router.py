@@ -25,6 +25,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 from nats.aio.msg import Msg
@@ -111,6 +112,7 @@ class RouterService:
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
         max_request_bytes: int = 256 * 1024,
+        dispatch: Literal["hop", "chain"] = "hop",
     ) -> None:
         self.instance_id = instance_id
         self.failover = failover
@@ -120,6 +122,7 @@ class RouterService:
         self.stale_s = stale_s
         self.log = log
         self.max_request_bytes = max_request_bytes
+        self.dispatch_mode = dispatch
         self.service = Service(
             kind="router",
             name=subjects.SERVICE_NAMES["router"],
@@ -384,12 +387,16 @@ class RouterService:
             )
 
     async def _dispatch(self, flight: Flight) -> None:
+        """Send the flight's current stage. In ``chain`` mode that request carries the
+        rest of the route and the nodes forward to each other; in ``hop`` mode the
+        router sends each stage itself and keeps every activation in between."""
         route = flight.route
         stage = route.stages[flight.stage]
+        chain = route.stages[flight.stage + 1 :] if self.dispatch_mode == "chain" else ()
         last = flight.stage == len(route.stages) - 1
-        layers = self._layers(route.model_id)
-        flight.dispatch = f"{flight.key}-{flight.attempts}-{flight.stage}"
-        flight.deadline = time.monotonic() + self.stage_timeout_s
+        base = f"{flight.key}-{flight.attempts}"
+        flight.dispatch = base
+        flight.deadline = time.monotonic() + self.stage_timeout_s * (1 + len(chain))
         if self.tracing:
             flight.stage_span = self.tracer.start_span(
                 f"stage {stage.node_id}",
@@ -399,6 +406,7 @@ class RouterService:
                     "hecate.node": stage.node_id,
                     "hecate.layers": f"{stage.layer_start}-{stage.layer_end}",
                     "hecate.attempt": flight.attempts,
+                    "hecate.chained_stages": len(chain),
                 },
             )
         request = StageRequest(
@@ -406,11 +414,14 @@ class RouterService:
             model_id=route.model_id,
             layer_start=stage.layer_start,
             layer_end=stage.layer_end,
-            model_layers=layers,
+            model_layers=self._layers(route.model_id),
             epoch=self.epoch,
             prompt=flight.request.prompt if stage.layer_start == 0 else "",
             activation=flight.acts.get(stage.layer_start, b""),
-            decode_tokens=flight.request.max_tokens if last else None,
+            decode_tokens=flight.request.max_tokens if (last or chain) else None,
+            chain=chain,
+            reply_base=f"{self.inbox}.{base}" if chain else "",
+            stage_index=flight.stage,
         )
         headers = (
             tracing.inject({}, set_span_in_context(flight.stage_span))
@@ -421,7 +432,7 @@ class RouterService:
             await self.service.nc.publish(
                 subjects.node_run(stage.node_id),
                 _msgpack.encode(request),
-                reply=f"{self.inbox}.{flight.dispatch}",
+                reply=f"{self.inbox}.{base}-{flight.stage}",
                 headers=headers,
             )
         except Exception as exc:  # disconnected: fail over like any stage failure
@@ -433,13 +444,21 @@ class RouterService:
         return m.layers if m is not None else 0
 
     async def _on_stage_reply(self, msg: Msg) -> None:
+        # Reply tokens are "<flight>-<attempt>-<stage>": the stage says who answered (or,
+        # for a no-responders status, who is missing), even for chained stages.
         token = msg.subject.rsplit(".", 1)[-1]
-        key = int(token.split("-", 1)[0]) if token[:1].isdigit() else -1
+        base, _, index = token.rpartition("-")
+        key = int(base.split("-", 1)[0]) if token[:1].isdigit() else -1
         flight = self.flights.get(key)
-        if flight is None or token != flight.dispatch:
-            self.counters["late_replies"] += 1  # an answer to a stage we gave up on
+        if flight is None or base != flight.dispatch or not index.isdigit():
+            self.counters["late_replies"] += 1  # an answer to an attempt we gave up on
             return None
-        node_id = flight.route.stages[flight.stage].node_id
+        at = int(index)
+        if not flight.stage <= at < len(flight.route.stages):
+            self.counters["late_replies"] += 1
+            return None
+        flight.stage = at
+        node_id = flight.route.stages[at].node_id
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
             return await self._stage_failed(flight, node_id, "no responders")
         try:

@@ -108,7 +108,8 @@ class EndpointStats:
         }
 
 
-Handler = Callable[[Any, Mapping[str, str]], Awaitable[msgspec.Struct]]
+Handler = Callable[[Any, Mapping[str, str]], Awaitable[msgspec.Struct | None]]
+"""A handler returns its reply, or None when someone else answers (a forwarded stage)."""
 _NO_SPAN = trace.INVALID_SPAN  # a context manager that records nothing
 
 
@@ -241,7 +242,7 @@ class Service:
                     except msgspec.DecodeError as exc:
                         raise ServiceError("bad_request", f"{name}: {exc}") from None
                     reply = await handler(request, headers)
-                    if msg.reply:
+                    if msg.reply and reply is not None:
                         await self.nc.publish(msg.reply, encode(reply, codec))
                 except ServiceError as exc:
                     span.set_attribute("error.code", exc.code)

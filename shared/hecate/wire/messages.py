@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from hecate.core.plan import NodeProfile, Slug, SwarmPlan
+from hecate.core.plan import NodeProfile, Slug, Stage, SwarmPlan
 from hecate.core.routing import Route
 
 MAX_PROMPT_CHARS = 64 * 1024
@@ -59,8 +59,13 @@ class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Run layers ``[layer_start, layer_end)`` of ``model_id``.
 
     The first stage receives ``prompt`` (and an empty ``activation``) and embeds it; later
-    stages receive the activation leaving the previous stage. When ``decode_tokens`` is
-    set the node also decodes the output (the last stage).
+    stages receive the activation leaving the previous stage. The last stage (empty
+    ``chain``) decodes ``decode_tokens`` tokens when it is set.
+
+    ``chain`` is the rest of the route when nodes forward to each other: the node runs
+    its range, then sends the next request itself, with reply subject
+    ``{reply_base}-{stage_index + 1}``, so that the router hears the final answer, or
+    which stage failed, without touching the stages in between.
     """
 
     request_id: str
@@ -72,6 +77,9 @@ class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt: str = ""
     activation: bytes = b""
     decode_tokens: int | None = None
+    chain: tuple[Stage, ...] = ()
+    reply_base: str = ""
+    stage_index: int = 0
 
 
 class StageReply(msgspec.Struct, frozen=True, kw_only=True):
