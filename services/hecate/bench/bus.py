@@ -126,7 +126,7 @@ async def _write_plan(url: str, stages: int, layers: int) -> None:
         ),
     )
     nc = await nats.connect(url)
-    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET, history=10)
+    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
     await nc.close()
 

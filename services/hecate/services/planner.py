@@ -70,7 +70,7 @@ class PlannerService:
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
-        self._kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET, history=10)
+        self._kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
         try:
             entry = await self._kv.get(subjects.PLAN_KEY)
             self.revision = int(entry.revision or 0)

@@ -153,7 +153,7 @@ class RouterService:
         await svc.start(url)
         self.inbox = f"_INBOX.hecate.router.{self.instance_id}.{svc.nc.new_inbox()[7:]}"
         await svc.nc.subscribe(f"{self.inbox}.*", cb=self._on_stage_reply)
-        self._plan_kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET, history=10)
+        self._plan_kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
         self._tel_kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
         svc.spawn(self._follow_plan())
         svc.spawn(self._follow_telemetry())

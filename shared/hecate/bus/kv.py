@@ -8,14 +8,20 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from hecate.wire import subjects
 
-async def bucket(nc: Client, name: str, *, history: int = 5, replicas: int = 1) -> KeyValue:
-    """The bucket ``name``, created (idempotently) if it does not exist yet."""
+
+async def bucket(nc: Client, name: str, *, replicas: int = 1) -> KeyValue:
+    """The bucket ``name``, created (idempotently, with the history
+    :data:`subjects.BUCKET_HISTORY` sets for it) if it does not exist yet. Production
+    clusters pre-create buckets with 3 replicas (see deploy/)."""
     js = nc.jetstream()
     try:
         return await js.key_value(name)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=name, history=history, replicas=replicas)
+        return await js.create_key_value(
+            bucket=name, history=subjects.BUCKET_HISTORY.get(name, 1), replicas=replicas
+        )
 
 
 async def watch(kv: KeyValue, key: str) -> AsyncIterator[tuple[bytes | None, int]]:

@@ -31,28 +31,14 @@ from opentelemetry.trace import SpanKind, TracerProvider
 
 from hecate.bus import tracing
 from hecate.bus.logs import event
+from hecate.wire.errors import STATUS, error_headers
 from hecate.wire.messages import ErrorBody, ErrorReply
+
+__all__ = ["STATUS", "Service", "ServiceError", "connect", "encode", "error_headers"]
 
 Codec = Literal["json", "msgpack"]
 _log = logging.getLogger("hecate.bus")
 VERSION = "0.1.0"
-
-# Numeric codes for the Nats-Service-Error-Code header (ADR-32 uses HTTP-like numbers).
-STATUS = {
-    "bad_request": 400,
-    "unknown_type": 400,
-    "no_such_model": 404,
-    "unknown_node": 404,
-    "not_hosted": 409,
-    "payload_too_large": 413,
-    "rate_limited": 429,
-    "internal": 500,
-    "no_healthy_pipeline": 503,
-    "unrecoverable": 503,
-    "draining": 503,
-    "no_plan": 503,
-    "timeout": 504,
-}
 
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Encoder()
@@ -69,15 +55,6 @@ class ServiceError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def error_headers(code: str, message: str) -> dict[str, str]:
-    one_line = message.replace("\r", " ").replace("\n", " ")[:256]
-    return {
-        "Nats-Service-Error": one_line,
-        "Nats-Service-Error-Code": str(STATUS.get(code, 500)),
-        "Hecate-Error": code,
-    }
 
 
 @dataclass

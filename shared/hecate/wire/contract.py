@@ -22,6 +22,7 @@ from hecate.core.plan import SLUG_PATTERN, Stage
 from hecate.core.routing import Route
 from hecate.wire import messages as m
 from hecate.wire import subjects
+from hecate.wire.errors import STATUS, error_headers
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 JSON: Final = "application/json"
@@ -33,24 +34,7 @@ ContentType = Literal["application/json", "application/msgpack"]
 Action = Literal["send", "receive"]
 Role = Literal["client", "router", "node", "planner", "telemetry", "observer"]
 
-# The Nats-Service-Error-Code of each error code. A copy of ``hecate.bus.service.STATUS``
-# (that module imports nats; this one must not); tests/contract keeps the two equal.
-# Any other code is sent as 500.
-ERROR_STATUS: Final[Mapping[str, int]] = {
-    "bad_request": 400,
-    "unknown_type": 400,
-    "no_such_model": 404,
-    "unknown_node": 404,
-    "not_hosted": 409,
-    "payload_too_large": 413,
-    "rate_limited": 429,
-    "internal": 500,
-    "no_healthy_pipeline": 503,
-    "unrecoverable": 503,
-    "draining": 503,
-    "no_plan": 503,
-    "timeout": 504,
-}
+ERROR_STATUS: Final[Mapping[str, int]] = STATUS  # any other code is sent as 500
 
 ROLES: Final[Mapping[Role, str]] = {
     "client": "Anything that asks for inference or reads the swarm state (e.g. `hecate infer`, "
@@ -122,13 +106,7 @@ def _ref(name: str) -> str:
     return SCHEMA_REF.format(name=name)
 
 
-def _error_headers(code: str, message: str) -> dict[str, str]:
-    """What ``hecate.bus.service.error_headers`` sends, for the examples."""
-    return {
-        "Nats-Service-Error": message,
-        "Nats-Service-Error-Code": str(ERROR_STATUS.get(code, 500)),
-        "Hecate-Error": code,
-    }
+_error_headers = error_headers
 
 
 _STATUS_TABLE = "\n".join(f"| `{code}` | {status} |" for code, status in ERROR_STATUS.items())

@@ -58,6 +58,9 @@ PLAN_BUCKET = "hecate-plan"
 PLAN_KEY = "current"
 TELEMETRY_BUCKET = "hecate-telemetry"
 TELEMETRY_KEY = "snapshot"
+# History kept per bucket, whoever creates it first: ten plans for post-mortems, and
+# only the latest telemetry (it is rewritten ten times a second).
+BUCKET_HISTORY = {PLAN_BUCKET: 10, TELEMETRY_BUCKET: 1}
 
 # -- service names on the NATS service API ($SRV.PING/INFO/STATS) -----------------------
 SERVICE_NAMES = {

@@ -1,0 +1,46 @@
+"""Error codes on the wire: one table, used by every service and by the contract.
+
+Every error reply carries ``{"ok": false, "error": {"code", "message"}}`` and three
+headers: ``Nats-Service-Error`` (the message, one line), ``Nats-Service-Error-Code``
+(an HTTP-like number, as the NATS service API expects) and ``Hecate-Error`` (the code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+STATUS: Final[Mapping[str, int]] = {
+    "bad_request": 400,
+    "unknown_type": 400,
+    "bad_activation": 400,
+    "bad_range": 400,
+    "bad_max_tokens": 400,
+    "no_such_model": 404,
+    "unknown_node": 404,
+    "not_hosted": 409,
+    "payload_too_large": 413,
+    "rate_limited": 429,
+    "internal": 500,
+    "forward_failed": 502,
+    "no_healthy_pipeline": 503,
+    "unrecoverable": 503,
+    "draining": 503,
+    "no_plan": 503,
+    "swarm_stopped": 503,
+    "timeout": 504,
+}
+"""Numeric status per error code; any other code is sent as 500."""
+
+
+def status(code: str) -> int:
+    return STATUS.get(code, 500)
+
+
+def error_headers(code: str, message: str) -> dict[str, str]:
+    one_line = message.replace("\r", " ").replace("\n", " ")[:256]
+    return {
+        "Nats-Service-Error": one_line,
+        "Nats-Service-Error-Code": str(status(code)),
+        "Hecate-Error": code,
+    }
