@@ -175,6 +175,8 @@ def start_swarm(
             "1500",
             "--dispatch",
             dispatch,
+            "--stale-ms",
+            "500",
         )
     for node_id, capacity, latency, score in nodes:
         procs.node(node_id, capacity, latency, score)

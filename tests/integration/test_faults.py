@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.client import Client
@@ -31,11 +33,11 @@ async def plan(nc: Client) -> tuple[SwarmPlan, int]:
     return msgspec.json.decode(entry.value or b"", type=SwarmPlan), int(entry.revision or 0)
 
 
-async def wait_for(predicate: object, timeout: float = 10.0) -> float:
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> float:
     """Seconds until the async ``predicate()`` holds."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        if await predicate():  # type: ignore[operator]
+        if await predicate():
             return time.monotonic() - started
         await asyncio.sleep(0.02)
     raise AssertionError(f"condition not met within {timeout}s")
@@ -169,3 +171,31 @@ async def test_swapping_the_planner_strategy_reroutes_without_restarts(
         k: p.pid for k, p in processes.procs.items() if k not in ("planner", "planner-2")
     } == routers_and_nodes
     assert all(p.poll() is None for k, p in processes.procs.items() if k != "planner")
+
+
+async def test_routers_keep_serving_from_their_last_snapshot_and_say_it_is_stale(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, routers=1)
+    await wait_until_serving(client, "ncm-base")
+    processes.kill("telemetry", signal.SIGKILL)
+    processes.kill("planner", signal.SIGKILL)
+    await asyncio.sleep(0.8)  # past the router's --stale-ms 500
+    for i in range(5):
+        reply = await infer(client, "ncm-base", f"no planner, no telemetry {i}")
+        assert reply.ok, reply.error
+    stats = json.loads((await client.request("$SRV.STATS.hecate-router", b"", timeout=2)).data)
+    data = next(e["data"] for e in stats["endpoints"] if e["name"] == "infer")
+    assert data["snapshot"] == "stale"
+    assert data["plan_epoch"] >= 1
+    # The services catch up when restarted: telemetry rewrites a fresh snapshot.
+    processes.start("telemetry-2", "telemetry", "--id", "telemetry-2")
+
+    async def fresh() -> bool:
+        msg = await client.request("$SRV.STATS.hecate-router", b"", timeout=2)
+        doc = json.loads(msg.data)
+        return bool(
+            next(e["data"] for e in doc["endpoints"] if e["name"] == "infer")["snapshot"] == "fresh"
+        )
+
+    await wait_for(fresh, 10)

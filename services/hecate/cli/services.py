@@ -158,6 +158,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             tracer_provider=tp,
             max_request_bytes=args.max_request_bytes,
             dispatch=args.dispatch,
+            stale_s=args.stale_ms / 1000,
         ),
     )
 
@@ -213,6 +214,12 @@ def add_parsers(sub: Any) -> None:
     router.add_argument("--max-attempts", type=int, default=3)
     router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
     router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
+    router.add_argument(
+        "--stale-ms",
+        type=float,
+        default=2000.0,
+        help="telemetry older than this is reported stale in the router's status",
+    )
     router.add_argument(
         "--dispatch",
         choices=["hop", "chain"],
