@@ -13,8 +13,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## The main job: the swarm lifecycle on the example topology, in memory.
+## The main job: a local swarm (embedded NATS + every service as its own process)
+## on the example topology. Ctrl-C stops it.
 run: $(STAMP)
+	$(BIN)/hecate up --topology examples/swarm.json
+
+## The swarm lifecycle in memory, as JSON (no network).
+sim: $(STAMP)
 	$(BIN)/hecate swarm-sim --topology examples/swarm.json --kill gpu --pipelines 2
 
 ## Lint, type-check and run every test; fails if no test ran.
@@ -32,6 +37,7 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/hecate bench core
+	$(BIN)/hecate bench bus
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
