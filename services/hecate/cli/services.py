@@ -53,6 +53,9 @@ def run_service(
 
     try:
         run_loop(main())
+    except Exception:
+        log.exception("service crashed")  # one structured record, exit code 1
+        return 1
     finally:
         tracing.shutdown(provider)
     return 0

@@ -143,16 +143,25 @@ async def up(args: argparse.Namespace) -> int:
             await stop.wait()
     finally:
         print("hecate up: stopping", flush=True)
-        for _label, proc in reversed(procs):
-            if proc.returncode is None:
+        # Planner first (a swarm being shut down must not be re-planned around its
+        # departing nodes), then routers (no new requests), then nodes (drain), then the
+        # rest; the server goes last.
+        order = ("planner", "router", "node", "")
+        for prefix in order:
+            group = [
+                (label, proc)
+                for label, proc in procs
+                if label.startswith(prefix) and proc.returncode is None
+            ]
+            for _label, proc in group:
                 proc.send_signal(signal.SIGTERM)
-        for label, proc in procs:
-            try:
-                await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
-                print(f"hecate up: {label} did not stop in 15 s; killing it")
-                proc.kill()
-                await proc.wait()
+            for label, proc in group:
+                try:
+                    await asyncio.wait_for(proc.wait(), 15)
+                except TimeoutError:
+                    print(f"hecate up: {label} did not stop in 15 s; killing it")
+                    proc.kill()
+                    await proc.wait()
         for task in pumps:
             task.cancel()
         if server is not None:

@@ -167,8 +167,7 @@ class RouterService:
         event(self.log, "router ready", inbox=self.inbox)
         await stop.wait()
         # Drain: stop taking requests (inbound), let flights land, then close outbound.
-        if svc.inbound is not None:
-            await svc.inbound.drain()
+        await svc.drain_inbound(grace)
         deadline = time.monotonic() + grace
         while self.flights and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

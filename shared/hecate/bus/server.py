@@ -82,8 +82,14 @@ class NatsServer:
         ]  # fmt: skip
         if self.jetstream:
             args += ["--jetstream", "--store_dir", str(self.state_dir / "js")]
+        # Its own session: a Ctrl-C meant for ``hecate up`` must not kill the server
+        # before the services it carries have drained; its owner stops it, last.
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -14,6 +14,7 @@ A handler is ``async (request, headers) -> reply struct``; it raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -341,14 +342,22 @@ class Service:
         task.add_done_callback(self._background.discard)
         return task
 
+    async def drain_inbound(self, grace: float = 5.0) -> None:
+        """Stop taking messages. Never raises: with the server gone there is nothing to
+        drain, and a service on its way out must not die with a traceback."""
+        if self.inbound is None or self.inbound.is_closed:
+            return
+        try:
+            await asyncio.wait_for(self.inbound.drain(), grace)
+        except Exception as exc:
+            event(self.log, "inbound drain incomplete", logging.WARNING, error=repr(exc))
+            with contextlib.suppress(Exception):
+                await self.inbound.close()
+
     async def stop(self, grace: float = 5.0) -> None:
         """Drain: stop taking messages, let in-flight handlers finish (up to ``grace``),
         then close the outbound connection (flushing replies)."""
-        if self.inbound is not None and not self.inbound.is_closed:
-            try:
-                await asyncio.wait_for(self.inbound.drain(), grace)
-            except Exception:
-                await self.inbound.close()
+        await self.drain_inbound(grace)
         pending = [t for t in self._tasks if not t.done()]
         if pending:
             _done, late = await asyncio.wait(pending, timeout=grace)
@@ -363,4 +372,5 @@ class Service:
             try:
                 await asyncio.wait_for(self.outbound.drain(), grace)
             except Exception:
-                await self.outbound.close()
+                with contextlib.suppress(Exception):
+                    await self.outbound.close()
