@@ -1,0 +1,136 @@
+"""The operator's commands as an operator runs them: hecate up, infer, status."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from hecate.bus.server import NatsServer
+
+from .conftest import EXAMPLES, SWARM_NODES, Processes, hecate_argv
+
+
+def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*hecate_argv(), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    up = subprocess.Popen(
+        [*hecate_argv(), "up", "--topology", str(EXAMPLES / "swarm.json"), "--state", str(state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url_file = state / "nats.url"
+        deadline = time.monotonic() + 30
+        answer = None
+        while time.monotonic() < deadline:
+            if url_file.exists():
+                answer = run(
+                    "infer",
+                    "ncm-base",
+                    "hello from the cli",
+                    "--nats",
+                    url_file.read_text().strip(),
+                    "--timeout",
+                    "2",
+                )
+                if answer.returncode == 0:
+                    break
+            time.sleep(0.2)
+        assert answer is not None
+        assert answer.returncode == 0, answer.stderr
+        assert len(answer.stdout.split()) == 16
+        assert "attempt(s)" in answer.stderr
+        status = run("status", "--nats", url_file.read_text().strip())
+        assert status.returncode == 0, status.stderr
+        assert "swarm: healthy" in status.stdout
+        for node_id, *_ in SWARM_NODES:
+            assert node_id in status.stdout
+        assert "router router-1: snapshot fresh" in status.stdout
+    finally:
+        up.send_signal(signal.SIGINT)  # what Ctrl-C does
+        out, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "hecate up: NATS at nats://127.0.0.1:" in out
+    assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
+    assert not url_file.exists()
+
+
+def test_infer_reports_an_explicit_error_with_a_nonzero_exit(
+    processes: Processes, nats_server: NatsServer
+) -> None:
+    processes.start("router-1", "router", "--id", "router-1")  # no plan at all
+    deadline = time.monotonic() + 15
+    while True:
+        result = run("infer", "ncm-base", "anyone?", "--nats", nats_server.url, "--timeout", "2")
+        if "no_plan" in result.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert result.returncode == 1
+    assert "error no_plan" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+class _Collector(BaseHTTPRequestHandler):
+    posts: ClassVar[list[tuple[str, str, int]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        _Collector.posts.append((self.path, self.headers.get("Content-Type", ""), len(body)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def otlp_endpoint() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Collector.posts = []
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_spans_are_exported_over_otlp_http_when_an_endpoint_is_set(
+    processes: Processes,
+    nats_server: NatsServer,
+    otlp_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    import nats
+
+    from .conftest import infer, start_swarm, wait_until_serving
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_endpoint)
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES)
+
+    async def ask() -> None:
+        nc = await nats.connect(nats_server.url)
+        await wait_until_serving(nc, "ncm-base")
+        assert (await infer(nc, "ncm-base", "traced")).ok
+        await nc.close()
+
+    asyncio.run(ask())
+    processes.stop_all()  # services flush their spans when they stop
+    paths = {(p, ctype) for p, ctype, size in _Collector.posts if size > 0}
+    assert ("/v1/traces", "application/x-protobuf") in paths, _Collector.posts
