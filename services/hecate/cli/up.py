@@ -100,7 +100,7 @@ async def up(args: argparse.Namespace) -> int:
     server: NatsServer | None = None
     url = args.nats
     if url is None:
-        server = NatsServer(state / "nats", max_payload=1024 * 1024).start()
+        server = await asyncio.to_thread(NatsServer(state / "nats", max_payload=1024 * 1024).start)
         url = server.url
     (state / "nats.url").write_text(url + "\n")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_STATE=str(state))
