@@ -38,6 +38,7 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/hecate bench core
 	$(BIN)/hecate bench bus
+	$(BIN)/hecate bench herd
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -30,10 +30,14 @@ def _swarm_sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.suite == "bus":
+    if args.suite == "herd":
+        from hecate.bench.herd import run_herd_bench
+
+        report: object = run_herd_bench(seeds=2 if args.quick else 5)
+    elif args.suite == "bus":
         from hecate.bench.bus import run_bus_bench
 
-        report: object = run_bus_bench(seconds=1.0 if args.quick else 5.0, executor=args.executor)
+        report = run_bus_bench(seconds=1.0 if args.quick else 5.0, executor=args.executor)
     else:
         from hecate.bench.core import run_core_bench
 
@@ -71,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark and print JSON figures")
     bench.add_argument(
         "suite",
-        choices=["core", "bus"],
-        help="core: routing decision and planning; bus: routed vs raw NATS",
+        choices=["core", "bus", "herd"],
+        help="core: routing decision and planning; bus: routed vs raw NATS; "
+        "herd: retry policies against a rate limit",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     bench.add_argument(
