@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/hecate bench core
 	$(BIN)/hecate bench bus
 	$(BIN)/hecate bench herd
+	$(BIN)/hecate bench breaker
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

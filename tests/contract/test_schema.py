@@ -155,8 +155,12 @@ def test_every_subject_in_hecate_wire_subjects_is_a_documented_channel(
         elif name.endswith("_QUEUE"):
             ok = value in queues
         elif name.endswith("_BUCKET"):
-            key = getattr(subjects, name.removesuffix("_BUCKET") + "_KEY")
-            ok = f"$KV.{value}.{key}" in addresses
+            key = getattr(subjects, name.removesuffix("_BUCKET") + "_KEY", None)
+            ok = (
+                f"$KV.{value}.{key}" in addresses
+                if key is not None  # one fixed key, or
+                else any(a.startswith(f"$KV.{value}.{{") for a in addresses)
+            )  # one per id
         elif name.endswith("_KEY"):
             bucket = getattr(subjects, name.removesuffix("_KEY") + "_BUCKET")
             ok = f"$KV.{bucket}.{value}" in addresses
@@ -180,7 +184,9 @@ def test_every_documented_address_is_built_by_hecate_wire_subjects(
     known = set(dict(_subject_builders()).values())
     known |= {v for v in vars(subjects).values() if isinstance(v, str)}
     known |= {
-        f"$KV.{getattr(subjects, n)}.{getattr(subjects, n.removesuffix('_BUCKET') + '_KEY')}"
+        # A bucket with one fixed key, or one key per target.
+        f"$KV.{getattr(subjects, n)}."
+        + getattr(subjects, n.removesuffix("_BUCKET") + "_KEY", "{target}")
         for n in vars(subjects)
         if n.endswith("_BUCKET")
     }

@@ -30,10 +30,14 @@ def _swarm_sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.suite == "herd":
+    if args.suite == "breaker":
+        from hecate.bench.breaker import run_breaker_bench
+
+        report: object = run_breaker_bench(trips=10 if args.quick else 50)
+    elif args.suite == "herd":
         from hecate.bench.herd import run_herd_bench
 
-        report: object = run_herd_bench(seeds=2 if args.quick else 5)
+        report = run_herd_bench(seeds=2 if args.quick else 5)
     elif args.suite == "bus":
         from hecate.bench.bus import run_bus_bench
 
@@ -75,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark and print JSON figures")
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd"],
+        choices=["core", "bus", "herd", "breaker"],
         help="core: routing decision and planning; bus: routed vs raw NATS; "
-        "herd: retry policies against a rate limit",
+        "herd: retry policies against a rate limit; breaker: OPEN propagation",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     bench.add_argument(

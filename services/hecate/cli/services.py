@@ -162,6 +162,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             dispatch=args.dispatch,
             stale_s=args.stale_ms / 1000,
+            breaker_probe_timeout_s=args.breaker_probe_timeout_s,
         ),
     )
 
@@ -174,7 +175,15 @@ def _cmd_breaker(args: argparse.Namespace) -> int:
         "breaker",
         instance,
         args.nats,
-        lambda log, tp: BreakerService(instance_id=instance, log=log, tracer_provider=tp),
+        lambda log, tp: BreakerService(
+            instance_id=instance,
+            log=log,
+            tracer_provider=tp,
+            failure_threshold=args.failure_threshold,
+            window_s=args.window_s,
+            cooldown_s=args.cooldown_s,
+            probe_timeout_s=args.probe_timeout_s,
+        ),
     )
 
 
@@ -218,6 +227,13 @@ def add_parsers(sub: Any) -> None:
     router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
     router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
     router.add_argument(
+        "--breaker-probe-timeout-s",
+        type=float,
+        default=10.0,
+        help="a probe lease not used by then may be taken by another router "
+        "(keep equal to the breaker service's --probe-timeout-s)",
+    )
+    router.add_argument(
         "--stale-ms",
         type=float,
         default=2000.0,
@@ -233,6 +249,24 @@ def add_parsers(sub: Any) -> None:
     )
     router.set_defaults(run=_cmd_router)
 
-    breaker = service("breaker", "run the breaker service (slot; not active yet)")
+    breaker = service("breaker", "run the breaker service: shared circuit breakers in KV")
     breaker.add_argument("--id", default=None)
+    breaker.add_argument(
+        "--failure-threshold", type=int, default=5, help="consecutive failures that open a circuit"
+    )
+    breaker.add_argument(
+        "--window-s", type=float, default=30.0, help="the failures must fall within this window"
+    )
+    breaker.add_argument(
+        "--cooldown-s",
+        type=float,
+        default=60.0,
+        help="how long an open circuit rejects before one probe",
+    )
+    breaker.add_argument(
+        "--probe-timeout-s",
+        type=float,
+        default=10.0,
+        help="a probe that does not report by then counts as failed",
+    )
     breaker.set_defaults(run=_cmd_breaker)

@@ -57,6 +57,7 @@ from hecate.core import (
     failover_in_swarm,
     route_request,
 )
+from hecate.services.breakers import BreakerView
 from hecate.wire import subjects
 from hecate.wire.messages import (
     ErrorBody,
@@ -113,6 +114,7 @@ class RouterService:
         tracer_provider: TracerProvider | None = None,
         max_request_bytes: int = 256 * 1024,
         dispatch: Literal["hop", "chain"] = "hop",
+        breaker_probe_timeout_s: float = 10.0,
     ) -> None:
         self.instance_id = instance_id
         self.failover = failover
@@ -123,6 +125,8 @@ class RouterService:
         self.log = log
         self.max_request_bytes = max_request_bytes
         self.dispatch_mode = dispatch
+        self.breaker_probe_timeout_s = breaker_probe_timeout_s
+        self.breakers: BreakerView | None = None
         self.service = Service(
             kind="router",
             name=subjects.SERVICE_NAMES["router"],
@@ -155,8 +159,17 @@ class RouterService:
         await svc.nc.subscribe(f"{self.inbox}.*", cb=self._on_stage_reply)
         self._plan_kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
         self._tel_kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
+        self.breakers = BreakerView(
+            svc.nc,
+            await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET),
+            router_id=self.instance_id,
+            probe_timeout_s=self.breaker_probe_timeout_s,
+            log=self.log,
+            on_change=self._rebuild,
+        )
         svc.spawn(self._follow_plan())
         svc.spawn(self._follow_telemetry())
+        svc.spawn(self.breakers.follow())
         svc.spawn(self._sweep())
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
@@ -225,6 +238,8 @@ class RouterService:
                     in_flight=t.in_flight,
                 )
             )
+            if self.breakers is not None and not self.breakers.admits(profile.node_id):
+                state = msgspec.structs.replace(state, alive=False)  # its circuit is open
             plain[profile.node_id] = state
             suspected = self.suspects.get(profile.node_id)
             if suspected is not None:
@@ -256,6 +271,12 @@ class RouterService:
             else ("stale" if (tel_age or 0) > self.stale_s else "fresh"),
             "in_flight": len(self.flights),
             "suspects": sorted(self.suspects),
+            "breakers_open": sorted(
+                t
+                for t, (snap, _) in (self.breakers.snapshots.items() if self.breakers else ())
+                if snap.state != "closed"
+            ),
+            "probe_leases_won": self.breakers.leases_won if self.breakers else 0,
             "counters": dict(self.counters),
         }
 
@@ -331,6 +352,13 @@ class RouterService:
         else the reserve model if allowed); when nothing is found and the only obstacle
         is this router's own suspicion, what telemetry alone says.
         """
+        assert self.router is not None
+        route, degraded = self._choose_route(model_id, request)
+        if self.breakers is not None and self.breakers.took(route.node_ids):
+            self._rebuild()  # the probe is out: block the target again until it reports
+        return route, degraded
+
+    def _choose_route(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
         assert self.router is not None
         try:
             return self.router.route(model_id, request), False
@@ -471,6 +499,14 @@ class RouterService:
             flight.stage_span.end()
             flight.stage_span = None
         stage = flight.route.stages[flight.stage]
+        if self.breakers is not None:
+            done = (
+                flight.route.stages[: flight.stage + 1]
+                if at == len(flight.route.stages) - 1 and self.dispatch_mode == "chain"
+                else (stage,)
+            )
+            for s in done:
+                await self.breakers.report(s.node_id, ok=True)
         if flight.stage == len(flight.route.stages) - 1:
             return await self._finish(flight, reply.output or "")
         flight.acts[stage.layer_end] = reply.activation
@@ -483,6 +519,9 @@ class RouterService:
             await asyncio.sleep(0.02)
             if self.suspects and time.time() - min(self.suspects.values()) > self.suspect_s:
                 self._rebuild()  # suspicions expire even when no snapshot arrives
+            if self.breakers is not None:
+                for target in self.breakers.due(time.time()):
+                    self.service.spawn(self.breakers.lease(target))
             now = time.monotonic()
             for flight in [f for f in self.flights.values() if f.deadline < now]:
                 node_id = flight.route.stages[flight.stage].node_id
@@ -498,6 +537,9 @@ class RouterService:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
             flight.stage_span.end()
             flight.stage_span = None
+        if self.breakers is not None and reason != "no responders":
+            # Liveness is telemetry's business; errors and slowness are the breaker's.
+            await self.breakers.report(node_id, ok=False, code=reason.split(":", 1)[0][:40])
         self.suspects[node_id] = time.time()
         self._rebuild()
         old = flight.route

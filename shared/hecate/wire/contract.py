@@ -32,7 +32,7 @@ SCHEMA_REF: Final = "#/components/schemas/{name}"
 
 ContentType = Literal["application/json", "application/msgpack"]
 Action = Literal["send", "receive"]
-Role = Literal["client", "router", "node", "planner", "telemetry", "observer"]
+Role = Literal["client", "router", "node", "planner", "telemetry", "breaker", "observer"]
 
 ERROR_STATUS: Final[Mapping[str, int]] = STATUS  # any other code is sent as 500
 
@@ -44,6 +44,7 @@ ROLES: Final[Mapping[Role, str]] = {
     "node": "Hosts the layer ranges the plan gives it and executes them.",
     "planner": "Membership in, the plan out (one active planner).",
     "telemetry": "Heartbeats in, liveness events and the telemetry snapshot out.",
+    "breaker": "Outcome reports in, one circuit breaker per target in KV, change events out.",
     "observer": "Any dashboard or log sink following the events (`hecate.events.>`).",
 }
 
@@ -160,6 +161,12 @@ PARAMETERS: Final[Mapping[str, Mapping[str, Any]]] = {
     "node_id": {
         "description": f"A node id: one slug token, `{SLUG_PATTERN}`.",
         "examples": ["n1", "gpu-a"],
+        "x-pattern": SLUG_PATTERN,
+    },
+    "target": {
+        "description": f"A circuit-breaker target: a node id, or `upstream-<name>` for an "
+        f"upstream provider; one slug token, `{SLUG_PATTERN}`.",
+        "examples": ["gpu-a", "upstream-openai"],
         "x-pattern": SLUG_PATTERN,
     },
 }
@@ -317,6 +324,25 @@ TELEMETRY = Message(
     JSON,
     "Liveness and EWMA figures of every node, as telemetry sees them.",
 )
+OUTCOME = Message(
+    "OutcomeReport",
+    m.OutcomeReport,
+    JSON,
+    "A router's account of one call to a target, for the shared circuit breaker.",
+    "Failures (error replies, timeouts; not no-responders, which is liveness) are always "
+    "reported; successes only for a target with a failure streak or for the probe.",
+)
+BREAKER_CHANGED = Message("BreakerChanged", m.BreakerChanged, JSON, "A circuit changed state.")
+BREAKER_STATE = Message(
+    "BreakerState",
+    m.BreakerValue,
+    JSON,
+    "One target's circuit: state, failure streak, `open_until` and `probe_started` "
+    "(wall-clock seconds).",
+    "Routers stop sending to a target whose circuit is not closed. After `open_until`, a "
+    "router takes the single probe by writing `probe_started` with a compare-and-set on "
+    "the revision it read; exactly one such write succeeds.",
+)
 
 # -- channels ------------------------------------------------------------------------------
 
@@ -377,6 +403,20 @@ EVENT_NODE_DOWN = Channel(
 EVENT_NODE_UP = Channel(
     "eventNodeUp", subjects.EVENT_NODE_UP, "Node up events", _EVENTS, (NODE_UP,)
 )
+EVENT_BREAKER_CHANNEL = Channel(
+    "eventBreaker",
+    subjects.EVENT_BREAKER,
+    "Circuit-breaker events",
+    _EVENTS,
+    (BREAKER_CHANGED,),
+)
+BREAKER_REPORTS = Channel(
+    "breakerReport",
+    subjects.breaker_report("{target}"),
+    "Outcome reports",
+    f"Fire-and-forget; the breaker service subscribes to `{subjects.BREAKER_REPORT_ALL}`.",
+    (OUTCOME,),
+)
 
 
 def _kv_address(bucket: str, key: str) -> str:
@@ -406,6 +446,17 @@ KV_TELEMETRY = Channel(
     kv=(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
 )
 
+KV_BREAKERS = Channel(
+    "kvBreaker",
+    _kv_address(subjects.BREAKER_BUCKET, "{target}"),
+    "A circuit breaker (KV)",
+    f"JetStream KV bucket `{subjects.BREAKER_BUCKET}`, one key per target: follow them "
+    "all with a KV watch. Written by the breaker service with compare-and-set, and by the "
+    "router that takes the probe lease.",
+    (BREAKER_STATE,),
+    kv=(subjects.BREAKER_BUCKET, "{target}"),
+)
+
 CHANNELS: Final[tuple[Channel, ...]] = (
     INFER,
     INFER_REPLY_CHANNEL,
@@ -421,6 +472,9 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     EVENT_NODE_UP,
     KV_PLAN,
     KV_TELEMETRY,
+    EVENT_BREAKER_CHANNEL,
+    BREAKER_REPORTS,
+    KV_BREAKERS,
 )
 
 # -- operations ------------------------------------------------------------------------------
@@ -532,6 +586,55 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     Operation(
         "client.getSnapshot", "client", "receive", KV_TELEMETRY, "Read the snapshot (KV get)."
+    ),
+    Operation(
+        "router.sendOutcome",
+        "router",
+        "send",
+        BREAKER_REPORTS,
+        "Report a call's outcome to the breaker service.",
+    ),
+    Operation(
+        "breaker.receiveOutcome",
+        "breaker",
+        "receive",
+        BREAKER_REPORTS,
+        "Fold outcomes into each target's circuit.",
+    ),
+    Operation(
+        "breaker.putState",
+        "breaker",
+        "send",
+        KV_BREAKERS,
+        "Write a target's circuit (KV update, compare-and-set).",
+    ),
+    Operation(
+        "router.watchBreakers",
+        "router",
+        "receive",
+        KV_BREAKERS,
+        "Follow every circuit (KV watch); skip targets that are not closed.",
+    ),
+    Operation(
+        "router.takeProbe",
+        "router",
+        "send",
+        KV_BREAKERS,
+        "Take the single probe lease: write probe_started with compare-and-set.",
+    ),
+    Operation(
+        "breaker.publishChange",
+        "breaker",
+        "send",
+        EVENT_BREAKER_CHANNEL,
+        "Announce a state change.",
+    ),
+    Operation(
+        "observer.receiveBreakerEvents",
+        "observer",
+        "receive",
+        EVENT_BREAKER_CHANNEL,
+        "Follow circuit changes.",
     ),
 )
 

@@ -15,6 +15,7 @@ import msgspec
 
 from hecate.core.plan import NodeProfile, Slug, Stage, SwarmPlan
 from hecate.core.routing import Route
+from hecate.resilience.breaker import BreakerSnapshot
 
 MAX_PROMPT_CHARS = 64 * 1024
 MAX_TOKENS = 4096
@@ -135,6 +136,10 @@ class TelemetrySnapshot(msgspec.Struct, frozen=True, kw_only=True):
 # -- plan (KV): the core's SwarmPlan; the KV revision is its epoch ---------------------
 PlanValue = SwarmPlan
 
+# -- breaker state (KV hecate-breakers/<target>): the resilience core's snapshot, with
+# wall-clock times so that every router reads the same deadlines ------------------------
+BreakerValue = BreakerSnapshot
+
 
 # -- events (JSON) ---------------------------------------------------------------------
 class FailoverEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,6 +160,25 @@ class PlanChanged(msgspec.Struct, frozen=True, kw_only=True):
     strategy: str
     planner_id: str
     pipelines: int
+    reason: str
+    at: float
+
+
+class OutcomeReport(msgspec.Struct, frozen=True, kw_only=True):
+    """A router's account of one call to a target, for the shared circuit breaker."""
+
+    target: Slug
+    ok: bool
+    code: str = ""
+    retry_after_s: float | None = None
+    router_id: str = ""
+    at: float = 0.0
+
+
+class BreakerChanged(msgspec.Struct, frozen=True, kw_only=True):
+    target: str
+    state: Literal["closed", "open", "half_open"]
+    open_until: float
     reason: str
     at: float
 

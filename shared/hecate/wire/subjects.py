@@ -46,11 +46,21 @@ def heartbeat(node_id: str) -> str:
 
 HEARTBEAT_ALL = "hecate.telemetry.heartbeat.*"
 
+
+# -- circuit breakers -------------------------------------------------------------------
+def breaker_report(target: str) -> str:
+    """Outcomes of calls to ``target`` (a node id, or ``upstream-<name>``), from routers."""
+    return f"hecate.breaker.report.{target}"
+
+
+BREAKER_REPORT_ALL = "hecate.breaker.report.*"
+
 # -- events ----------------------------------------------------------------------------
 EVENT_FAILOVER = "hecate.events.failover"
 EVENT_PLAN = "hecate.events.plan"
 EVENT_NODE_DOWN = "hecate.events.node.down"
 EVENT_NODE_UP = "hecate.events.node.up"
+EVENT_BREAKER = "hecate.events.breaker"
 EVENTS_ALL = "hecate.events.>"
 
 # -- KV buckets (one owner each: the planner writes the plan, telemetry the snapshot) ---
@@ -58,9 +68,10 @@ PLAN_BUCKET = "hecate-plan"
 PLAN_KEY = "current"
 TELEMETRY_BUCKET = "hecate-telemetry"
 TELEMETRY_KEY = "snapshot"
+BREAKER_BUCKET = "hecate-breakers"  # one key per target; owner: the breaker service
 # History kept per bucket, whoever creates it first: ten plans for post-mortems, and
 # only the latest telemetry (it is rewritten ten times a second).
-BUCKET_HISTORY = {PLAN_BUCKET: 10, TELEMETRY_BUCKET: 1}
+BUCKET_HISTORY = {PLAN_BUCKET: 10, TELEMETRY_BUCKET: 1, BREAKER_BUCKET: 5}
 
 # -- service names on the NATS service API ($SRV.PING/INFO/STATS) -----------------------
 SERVICE_NAMES = {

@@ -1,0 +1,160 @@
+"""A router's view of the shared circuit breakers (KV ``hecate-breakers``).
+
+The breaker service owns the state machines; every router watches the bucket and
+stops sending to a target whose circuit is open. When a circuit's cooldown is over,
+each router that notices tries to take the probe lease: a compare-and-set write of
+``probe_started`` on the revision it read. Exactly one write succeeds, so exactly one
+router sends exactly one request as the probe, however many replicas there are.
+
+Outcomes go back to the breaker service as reports. Failures are always reported;
+successes only when they matter (a target with a failure streak, or the probe), so a
+healthy swarm sends no extra message per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from hecate.bus.logs import event
+from hecate.bus.service import encode
+from hecate.resilience.breaker import BreakerSnapshot
+from hecate.wire import subjects
+from hecate.wire.messages import OutcomeReport
+
+_snapshot = msgspec.json.Decoder(BreakerSnapshot)
+
+
+class BreakerView:
+    def __init__(
+        self,
+        nc: Client,
+        kv: KeyValue,
+        *,
+        router_id: str,
+        probe_timeout_s: float,
+        log: logging.Logger,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.nc = nc
+        self.kv = kv
+        self.router_id = router_id
+        self.probe_timeout_s = probe_timeout_s
+        self.log = log
+        self.on_change = on_change
+        self.snapshots: dict[str, tuple[BreakerSnapshot, int]] = {}
+        self.leased: set[str] = set()  # won the probe lease; the next request may go
+        self.probing: set[str] = set()  # the probe request is in flight
+        self._tried: dict[str, int] = {}  # target -> revision a lease was attempted on
+        self.leases_won = 0
+
+    async def follow(self) -> None:
+        """Watch every target's state (latest first, then live updates)."""
+        watcher = await self.kv.watchall()
+        try:
+            async for entry in watcher:
+                if entry is None or entry.key is None:
+                    continue
+                if not entry.value:
+                    self.snapshots.pop(entry.key, None)
+                else:
+                    try:
+                        snap = _snapshot.decode(entry.value)
+                    except msgspec.DecodeError:
+                        continue
+                    self.snapshots[entry.key] = (snap, int(entry.revision or 0))
+                self.on_change()
+        finally:
+            await watcher.stop()
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def admits(self, target: str) -> bool:
+        """May this router send traffic to ``target`` now? (A closed circuit, or the probe
+        lease this router holds; an open circuit turns probe-able only through a lease.)"""
+        held = self.snapshots.get(target)
+        if held is None or held[0].state == "closed":
+            return True
+        return target in self.leased
+
+    def _probe_due(self, snap: BreakerSnapshot, now: float) -> bool:
+        if snap.state == "open":
+            return now >= snap.open_until
+        if snap.state == "half_open":
+            return snap.probe_started is None or now - snap.probe_started >= self.probe_timeout_s
+        return False
+
+    def due(self, now: float) -> list[str]:
+        """Targets whose probe is due and that this router has not tried for yet."""
+        return [
+            target
+            for target, (snap, revision) in self.snapshots.items()
+            if self._probe_due(snap, now)
+            and self._tried.get(target) != revision
+            and target not in self.leased
+            and target not in self.probing
+        ]
+
+    async def lease(self, target: str) -> None:
+        await self.try_lease(target)
+
+    async def try_lease(self, target: str) -> bool:
+        """Compare-and-set ``probe_started``: True for the one router that wins."""
+        held = self.snapshots.get(target)
+        if held is None:
+            return False
+        snap, revision = held
+        self._tried[target] = revision
+        now = time.time()
+        if not self._probe_due(snap, now):
+            return False
+        lease = msgspec.structs.replace(snap, state="half_open", probe_started=now)
+        try:
+            await self.kv.update(target, encode(lease), last=revision)
+        except Exception:
+            return False  # another router (or the breaker service) wrote first
+        self.leased.add(target)
+        self.leases_won += 1
+        event(self.log, "probe lease won", target=target)
+        self.on_change()
+        return True
+
+    def took(self, nodes: tuple[str, ...]) -> bool:
+        """A request was routed through ``nodes``: a leased target now has its probe."""
+        used = self.leased.intersection(nodes)
+        if used:
+            self.leased -= used
+            self.probing |= used
+        return bool(used)
+
+    # -- reports -----------------------------------------------------------------------
+
+    async def report(
+        self, target: str, *, ok: bool, code: str = "", retry_after_s: float | None = None
+    ) -> None:
+        held = self.snapshots.get(target)
+        was_probe = target in self.probing
+        self.probing.discard(target)
+        if (
+            ok
+            and not was_probe
+            and (held is None or (held[0].state == "closed" and not held[0].failures))
+        ):
+            return  # nothing to reset: spare the bus a message per request
+        report = OutcomeReport(
+            target=target,
+            ok=ok,
+            code=code,
+            retry_after_s=retry_after_s,
+            router_id=self.router_id,
+            at=time.time(),
+        )
+        try:
+            await self.nc.publish(subjects.breaker_report(target), encode(report))
+        except Exception as exc:  # disconnected: the next outcome reports again
+            event(self.log, "breaker report not sent", logging.DEBUG, error=repr(exc))

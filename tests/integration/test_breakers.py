@@ -1,0 +1,87 @@
+"""Shared circuit breakers across three router replicas, on a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+
+from hecate.wire import subjects
+from hecate.wire.messages import OutcomeReport
+
+from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
+
+
+async def router_data(client: Client, routers: int) -> list[dict[str, Any]]:
+    inbox = client.new_inbox()
+    sub = await client.subscribe(inbox)
+    await client.publish("$SRV.STATS.hecate-router", b"", reply=inbox)
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 1.0
+    while len(out) < routers and time.monotonic() < deadline:
+        try:
+            msg = await sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
+        except Exception:
+            break
+        doc = json.loads(msg.data)
+        out.append(next(e["data"] for e in doc["endpoints"] if e["name"] == "infer"))
+    await sub.unsubscribe()
+    return out
+
+
+async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_admitted(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, routers=3)
+    processes.start(
+        "breaker", "breaker", "--id", "breaker", "--cooldown-s", "1.5", "--probe-timeout-s", "3"
+    )
+    first = await wait_until_serving(client, "ncm-base")
+    assert first.route is not None
+    target = first.route.stages[0].node_id
+    await asyncio.sleep(0.5)  # the breaker service is subscribed
+
+    for _ in range(5):  # what routers report when a node answers 429 five times
+        report = OutcomeReport(target=target, ok=False, code="rate_limited", router_id="test")
+        await client.publish(subjects.breaker_report(target), msgspec.json.encode(report))
+    await client.flush()
+
+    seen = time.monotonic()
+    while True:
+        data = await router_data(client, 3)
+        if len(data) == 3 and all(target in d["breakers_open"] for d in data):
+            break
+        assert time.monotonic() - seen < 3, data
+        await asyncio.sleep(0.01)
+    for i in range(6):  # no request goes to the open target
+        reply = await infer(client, "ncm-base", f"avoid the open circuit {i}")
+        assert reply.ok, reply.error
+        assert reply.route is not None
+        assert target not in [s.node_id for s in reply.route.stages]
+
+    await asyncio.sleep(1.6)  # cooldown over: all three routers race for the probe lease
+    for i in range(20):  # traffic, so that the winner sends its probe
+        reply = await infer(client, "ncm-base", f"after the cooldown {i}")
+        assert reply.ok, reply.error
+        await asyncio.sleep(0.02)
+    data = await router_data(client, 3)
+    assert sum(int(d["probe_leases_won"]) for d in data) == 1, data
+
+    async def closed_everywhere() -> bool:
+        return all(target not in d["breakers_open"] for d in await router_data(client, 3))
+
+    deadline = time.monotonic() + 5
+    while not await closed_everywhere():
+        assert time.monotonic() < deadline, "the successful probe closes the circuit"
+        await asyncio.sleep(0.05)
+    served = False
+    for i in range(20):
+        reply = await infer(client, "ncm-base", f"closed again {i}")
+        if reply.route is not None and target in [s.node_id for s in reply.route.stages]:
+            served = True
+            break
+    assert served, "traffic returns to the target once its circuit closes"
