@@ -389,7 +389,8 @@ def test_an_infer_reply_encodes_every_key_including_null_error() -> None:
     reply = InferReply(ok=True, output="hello", attempts=1, request_id="r-1", model_id="toy")
     assert msgspec.json.encode(reply) == (
         b'{"ok":true,"output":"hello","route":null,"degraded":false,"attempts":1,'
-        b'"error":null,"request_id":"r-1","model_id":"toy"}'
+        b'"error":null,"request_id":"r-1","model_id":"toy","retry_after_s":null,'
+        b'"quota_ticket":null}'
     )
 
 

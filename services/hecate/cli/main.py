@@ -116,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HecateError as exc:
         print(f"hecate: error: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
+    except msgspec.DecodeError as exc:  # a configuration file that does not validate
+        print(f"hecate: error: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         print(
             f"hecate: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),

@@ -163,12 +163,14 @@ def _cmd_router(args: argparse.Namespace) -> int:
             dispatch=args.dispatch,
             stale_s=args.stale_ms / 1000,
             breaker_probe_timeout_s=args.breaker_probe_timeout_s,
+            enforce_quotas=args.enforce_quotas,
         ),
     )
 
 
 def _cmd_breaker(args: argparse.Namespace) -> int:
     from hecate.services.breaker import BreakerService
+    from hecate.services.quotas import load_quotas
 
     instance = args.id or _instance("breaker")
     return run_service(
@@ -183,6 +185,7 @@ def _cmd_breaker(args: argparse.Namespace) -> int:
             window_s=args.window_s,
             cooldown_s=args.cooldown_s,
             probe_timeout_s=args.probe_timeout_s,
+            quotas=load_quotas(args.quotas),
         ),
     )
 
@@ -227,6 +230,11 @@ def add_parsers(sub: Any) -> None:
     router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
     router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
     router.add_argument(
+        "--enforce-quotas",
+        action="store_true",
+        help="admit each request through the shared tenant quota desk (breaker service)",
+    )
+    router.add_argument(
         "--breaker-probe-timeout-s",
         type=float,
         default=10.0,
@@ -268,5 +276,11 @@ def add_parsers(sub: Any) -> None:
         type=float,
         default=10.0,
         help="a probe that does not report by then counts as failed",
+    )
+    breaker.add_argument(
+        "--quotas",
+        default=None,
+        help='tenant quotas, JSON: {"tenants": {"acme": {"requests_per_min": 60, '
+        '"tokens_per_min": 20000, "burst": 10, "hold": false}}, "default": null}',
     )
     breaker.set_defaults(run=_cmd_breaker)

@@ -3,6 +3,7 @@
 Listens: ``hecate.breaker.report.<target>`` (OutcomeReport from routers).
 Holds: the resilience core's :class:`CircuitBreaker` per target, on the wall clock (the
 deadlines it writes are read by every router).
+Answers: ``hecate.quota.acquire``, the shared per-tenant quota desk (see quotas.py).
 Publishes: each target's :class:`BreakerSnapshot` in KV ``hecate-breakers/<target>``,
 written with compare-and-set on the revision it read, and ``hecate.events.breaker`` on
 every state change.
@@ -28,8 +29,9 @@ from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
 from hecate.resilience.breaker import BreakerConfig, BreakerSnapshot, CircuitBreaker
+from hecate.services.quotas import QuotaConfig, QuotaDesk
 from hecate.wire import subjects
-from hecate.wire.messages import BreakerChanged, OutcomeReport
+from hecate.wire.messages import BreakerChanged, OutcomeReport, QuotaRequest
 
 _report = msgspec.json.Decoder(OutcomeReport)
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
@@ -46,6 +48,7 @@ class BreakerService:
         window_s: float = 30.0,
         cooldown_s: float = 60.0,
         probe_timeout_s: float = 10.0,
+        quotas: QuotaConfig | None = None,
     ) -> None:
         self.log = log
         self.config = BreakerConfig(
@@ -64,6 +67,7 @@ class BreakerService:
             metadata={k: str(v) for k, v in msgspec.structs.asdict(self.config).items()},
         )
         self.trips = 0
+        self.desk = QuotaDesk(quotas or QuotaConfig())
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
@@ -71,6 +75,13 @@ class BreakerService:
         self._kv = await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET)
         self._stats = await svc.add_raw("report", subjects.BREAKER_REPORT_ALL, self._on_report)
         self._stats.status = lambda: {"trips": self.trips}
+        quota = await svc.add_endpoint(
+            "quota", subjects.QUOTA_ACQUIRE, QuotaRequest, self.desk.acquire
+        )
+        quota.status = lambda: {
+            "refused": self.desk.refused,
+            "tenants": sorted(self.desk.config.tenants),
+        }
         await svc.ready()
         event(self.log, "breaker ready", logging.INFO, **msgspec.structs.asdict(self.config))
         await stop.wait()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ from hecate.wire.messages import (
     FailoverEvent,
     InferReply,
     InferRequest,
+    QuotaReply,
+    QuotaRequest,
     StageReply,
     StageRequest,
     TelemetrySnapshot,
@@ -71,6 +74,7 @@ from hecate.wire.messages import (
 
 _infer = msgspec.json.Decoder(InferRequest)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
+_quota_reply = msgspec.json.Decoder(QuotaReply)
 _plan = msgspec.json.Decoder(SwarmPlan)
 _telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 _msgpack = msgspec.msgpack.Encoder()
@@ -100,6 +104,21 @@ class Flight:
     stage_span: Span | None = None
 
 
+@dataclass(slots=True, eq=False)
+class Admission:
+    """A request waiting for the quota desk (or held until its booked slot)."""
+
+    key: int
+    request_id: str
+    model_id: str
+    reply_to: str
+    request: InferRequest
+    span: Span
+    ticket: int | None = None
+    deadline: float = math.inf
+    wake_at: float | None = None
+
+
 class RouterService:
     def __init__(
         self,
@@ -115,6 +134,8 @@ class RouterService:
         max_request_bytes: int = 256 * 1024,
         dispatch: Literal["hop", "chain"] = "hop",
         breaker_probe_timeout_s: float = 10.0,
+        enforce_quotas: bool = False,
+        quota_timeout_s: float = 1.0,
     ) -> None:
         self.instance_id = instance_id
         self.failover = failover
@@ -127,6 +148,9 @@ class RouterService:
         self.dispatch_mode = dispatch
         self.breaker_probe_timeout_s = breaker_probe_timeout_s
         self.breakers: BreakerView | None = None
+        self.enforce_quotas = enforce_quotas
+        self.quota_timeout_s = quota_timeout_s
+        self.admissions: dict[int, Admission] = {}
         self.service = Service(
             kind="router",
             name=subjects.SERVICE_NAMES["router"],
@@ -321,28 +345,116 @@ class RouterService:
             if self.tracing
             else INVALID_SPAN
         )
-        try:
-            route, degraded = self._choose(model_id, RoutingRequest(tokens=request.max_tokens))
-        except RoutingError as exc:
-            span.set_status(Status(StatusCode.ERROR, exc.code))
-            span.end()
-            return await self._reject(reply_to, exc.code, exc.message, model_id, request_id)
-        flight = Flight(
+        admission = Admission(
             key=key,
             request_id=request_id,
             model_id=model_id,
             reply_to=reply_to,
             request=request,
-            route=route,
             span=span,
+            ticket=request.quota_ticket,
+        )
+        if self.enforce_quotas:
+            return await self._ask_quota(admission)
+        return await self._start(admission)
+
+    async def _start(self, a: Admission) -> None:
+        """Admitted: choose a route and send the first stage."""
+        assert self.router is not None
+        try:
+            route, degraded = self._choose(a.model_id, RoutingRequest(tokens=a.request.max_tokens))
+        except RoutingError as exc:
+            a.span.set_status(Status(StatusCode.ERROR, exc.code))
+            a.span.end()
+            return await self._reject(a.reply_to, exc.code, exc.message, a.model_id, a.request_id)
+        flight = Flight(
+            key=a.key,
+            request_id=a.request_id,
+            model_id=a.model_id,
+            reply_to=a.reply_to,
+            request=a.request,
+            route=route,
+            span=a.span,
             started=time.monotonic(),
         )
         flight.degraded = degraded
         flight.acts[0] = b""  # layer 0's input is the prompt itself
-        self.flights[key] = flight
+        self.flights[a.key] = flight
         self.router.begin(route)
         await self._dispatch(flight)
         return None
+
+    # -- tenant quotas -------------------------------------------------------------------
+
+    async def _ask_quota(self, a: Admission) -> None:
+        """Ask the shared quota desk; the answer comes back on this router's inbox."""
+        a.deadline = time.monotonic() + self.quota_timeout_s
+        self.admissions[a.key] = a
+        ask = QuotaRequest(tenant=a.request.tenant, tokens=a.request.max_tokens, ticket=a.ticket)
+        try:
+            await self.service.nc.publish(
+                subjects.QUOTA_ACQUIRE, _json.encode(ask), reply=f"{self.inbox}.q{a.key}"
+            )
+        except Exception:
+            await self._quota_unavailable(a)
+
+    async def _quota_unavailable(self, a: Admission) -> None:
+        # Availability over strictness: without the desk, serve (and count it).
+        self.counters["quota_unavailable"] += 1
+        self.admissions.pop(a.key, None)
+        await self._start(a)
+
+    async def _on_quota(self, key: int, msg: Msg) -> None:
+        a = self.admissions.get(key)
+        if a is None:
+            return None
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            return await self._quota_unavailable(a)
+        try:
+            reply = _quota_reply.decode(msg.data)
+        except msgspec.DecodeError:
+            return await self._quota_unavailable(a)
+        if reply.admitted:
+            del self.admissions[key]
+            return await self._start(a)
+        wait = reply.retry_after_s
+        if reply.hold and wait * 1000 <= a.request.max_wait_ms:
+            # Held, not refused: ask again with the ticket when the booked slot comes.
+            self.counters["quota_held"] += 1
+            a.ticket = reply.ticket
+            a.wake_at = time.monotonic() + wait
+            a.deadline = math.inf
+            return None
+        del self.admissions[key]
+        self.counters["quota_refused"] += 1
+        a.span.set_status(Status(StatusCode.ERROR, "rate_limited"))
+        a.span.end()
+        message = (
+            f"tenant {a.request.tenant!r} is over its quota; retry in {wait:.3f} s "
+            "with the quota_ticket to claim the slot booked for you"
+        )
+        body = InferReply(
+            ok=False,
+            error=ErrorBody(code="rate_limited", message=message),
+            model_id=a.model_id,
+            request_id=a.request_id,
+            retry_after_s=wait,
+            quota_ticket=reply.ticket,
+        )
+        headers = error_headers("rate_limited", message)
+        headers["Retry-After"] = str(max(1, math.ceil(wait)))
+        headers["Retry-After-Ms"] = str(math.ceil(wait * 1000))
+        if a.reply_to:
+            await self.service.nc.publish(a.reply_to, _json.encode(body), headers=headers)
+        return None
+
+    async def _sweep_admissions(self, now: float) -> None:
+        for a in list(self.admissions.values()):
+            if a.wake_at is not None and now >= a.wake_at:
+                a.wake_at = None
+                await self._ask_quota(a)
+            elif now > a.deadline:
+                await self._quota_unavailable(a)
 
     def _choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
         """The route for a new request and whether it is degraded.
@@ -474,6 +586,8 @@ class RouterService:
         # Reply tokens are "<flight>-<attempt>-<stage>": the stage says who answered (or,
         # for a no-responders status, who is missing), even for chained stages.
         token = msg.subject.rsplit(".", 1)[-1]
+        if token[:1] == "q" and token[1:].isdigit():
+            return await self._on_quota(int(token[1:]), msg)
         base, _, index = token.rpartition("-")
         key = int(base.split("-", 1)[0]) if token[:1].isdigit() else -1
         flight = self.flights.get(key)
@@ -523,6 +637,8 @@ class RouterService:
                 for target in self.breakers.due(time.time()):
                     self.service.spawn(self.breakers.lease(target))
             now = time.monotonic()
+            if self.admissions:
+                await self._sweep_admissions(now)
             for flight in [f for f in self.flights.values() if f.deadline < now]:
                 node_id = flight.route.stages[flight.stage].node_id
                 await self._stage_failed(

@@ -100,8 +100,17 @@ class TokenBucket:
 class Quota:
     """A tenant's budget: requests per minute and tokens per minute, booked together."""
 
-    def __init__(self, requests_per_min: float, tokens_per_min: float | None = None) -> None:
-        self.requests = TokenBucket(requests_per_min / 60.0, max(1.0, requests_per_min))
+    def __init__(
+        self,
+        requests_per_min: float,
+        tokens_per_min: float | None = None,
+        *,
+        burst: float | None = None,
+    ) -> None:
+        """``burst``: requests admitted at once from a full bucket (default: a minute's)."""
+        self.requests = TokenBucket(
+            requests_per_min / 60.0, max(1.0, burst if burst is not None else requests_per_min)
+        )
         self.tokens = (
             TokenBucket(tokens_per_min / 60.0, max(1.0, tokens_per_min)) if tokens_per_min else None
         )

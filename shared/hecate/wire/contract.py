@@ -332,6 +332,19 @@ OUTCOME = Message(
     "Failures (error replies, timeouts; not no-responders, which is liveness) are always "
     "reported; successes only for a target with a failure streak or for the probe.",
 )
+QUOTA_REQUEST = Message(
+    "QuotaRequest",
+    m.QuotaRequest,
+    JSON,
+    "A router asks the shared quota desk to admit one request of a tenant.",
+    "With `ticket`: a request coming back for the slot booked when it was refused.",
+)
+QUOTA_REPLY = Message(
+    "QuotaReply",
+    m.QuotaReply,
+    JSON,
+    "Admitted, or refused with the caller's own slot (`retry_after_s`) and its ticket.",
+)
 BREAKER_CHANGED = Message("BreakerChanged", m.BreakerChanged, JSON, "A circuit changed state.")
 BREAKER_STATE = Message(
     "BreakerState",
@@ -446,6 +459,21 @@ KV_TELEMETRY = Channel(
     kv=(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
 )
 
+QUOTA = Channel(
+    "quotaAcquire",
+    subjects.QUOTA_ACQUIRE,
+    "The shared quota desk",
+    "Request/reply, JSON, answered by the breaker service: one budget per tenant for "
+    "every router replica.",
+    (QUOTA_REQUEST,),
+)
+QUOTA_REPLY_CHANNEL = Channel(
+    "quotaReply",
+    None,
+    "Quota answers",
+    "The reply subject of the quota request.",
+    (QUOTA_REPLY,),
+)
 KV_BREAKERS = Channel(
     "kvBreaker",
     _kv_address(subjects.BREAKER_BUCKET, "{target}"),
@@ -475,6 +503,8 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     EVENT_BREAKER_CHANNEL,
     BREAKER_REPORTS,
     KV_BREAKERS,
+    QUOTA,
+    QUOTA_REPLY_CHANNEL,
 )
 
 # -- operations ------------------------------------------------------------------------------
@@ -635,6 +665,22 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "receive",
         EVENT_BREAKER_CHANNEL,
         "Follow circuit changes.",
+    ),
+    Operation(
+        "router.askQuota",
+        "router",
+        "send",
+        QUOTA,
+        "Admit a request of a tenant with a quota (routers run with --enforce-quotas).",
+        reply=QUOTA_REPLY_CHANNEL,
+    ),
+    Operation(
+        "breaker.answerQuota",
+        "breaker",
+        "receive",
+        QUOTA,
+        "Admit, or refuse with the caller's own booked slot and its ticket.",
+        reply=QUOTA_REPLY_CHANNEL,
     ),
 )
 

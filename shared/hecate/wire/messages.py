@@ -36,6 +36,10 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 16
     tenant: Annotated[str, msgspec.Meta(max_length=128)] = "default"
     request_id: Annotated[str, msgspec.Meta(max_length=128)] = ""
+    # Coming back after a rate_limited reply: present its ticket to claim the booked slot.
+    quota_ticket: int | None = None
+    # How long the caller accepts to be held for its quota slot instead of refused.
+    max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 0
 
 
 class InferReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +57,9 @@ class InferReply(msgspec.Struct, frozen=True, kw_only=True):
     error: ErrorBody | None = None
     request_id: str = ""
     model_id: str = ""
+    # On a rate_limited error: when this caller's own slot comes, and the ticket for it.
+    retry_after_s: float | None = None
+    quota_ticket: int | None = None
 
 
 # -- routers <-> nodes (msgpack) -------------------------------------------------------
@@ -162,6 +169,21 @@ class PlanChanged(msgspec.Struct, frozen=True, kw_only=True):
     pipelines: int
     reason: str
     at: float
+
+
+class QuotaRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A router asks the shared quota desk to admit one request of ``tenant``."""
+
+    tenant: str
+    tokens: int = 0
+    ticket: int | None = None
+
+
+class QuotaReply(msgspec.Struct, frozen=True, kw_only=True):
+    admitted: bool
+    retry_after_s: float = 0.0
+    ticket: int | None = None
+    hold: bool = False  # the tenant prefers being held to being refused
 
 
 class OutcomeReport(msgspec.Struct, frozen=True, kw_only=True):

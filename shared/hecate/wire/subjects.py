@@ -54,6 +54,7 @@ def breaker_report(target: str) -> str:
 
 
 BREAKER_REPORT_ALL = "hecate.breaker.report.*"
+QUOTA_ACQUIRE = "hecate.quota.acquire"  # request/reply: one shared budget per tenant
 
 # -- events ----------------------------------------------------------------------------
 EVENT_FAILOVER = "hecate.events.failover"
