@@ -15,31 +15,27 @@ import msgspec
 from hecate.bus import kv as kvs
 from hecate.bus.service import connect
 from hecate.cli.services import default_url
+from hecate.client import HecateClient
 from hecate.core import NodeState, SwarmPlan, SwarmState
 from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest, TelemetrySnapshot
-
-_reply = msgspec.json.Decoder(InferReply)
+from hecate.wire.messages import TelemetrySnapshot
 
 
 async def infer(
     url: str, model: str, prompt: str, max_tokens: int, timeout: float, as_json: bool
 ) -> int:
-    nc = await connect(url, "hecate-cli", timeout=3)
+    """One request through the SDK: bounded retries, Retry-After honoured, idempotent."""
+    client = HecateClient(
+        await connect(url, "hecate-cli", timeout=3), timeout_s=timeout, owns_connection=True
+    )
     try:
         started = time.perf_counter()
-        msg = await nc.request(
-            subjects.infer(model),
-            msgspec.json.encode(InferRequest(prompt=prompt, max_tokens=max_tokens)),
-            timeout=timeout,
-        )
+        reply = await client.infer(model, prompt, max_tokens=max_tokens)
         elapsed_ms = (time.perf_counter() - started) * 1000
     finally:
-        await nc.close()
+        await client.close()
     if as_json:
-        print(msg.data.decode())
-    reply = _reply.decode(msg.data)
-    if as_json:
+        print(msgspec.json.encode(reply).decode())
         return 0 if reply.ok else 1
     if not reply.ok:
         err = reply.error

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -102,6 +102,8 @@ class Flight:
     dispatch: str = ""  # reply-token of the stage in flight; stale replies do not match
     acts: dict[int, bytes] = field(default_factory=dict)  # activation entering layer L
     stage_span: Span | None = None
+    also_reply_to: list[str] = field(default_factory=list)  # retries of the same request
+    idempotency: tuple[str, str] | None = None  # (tenant, client request_id)
 
 
 @dataclass(slots=True, eq=False)
@@ -136,6 +138,7 @@ class RouterService:
         breaker_probe_timeout_s: float = 10.0,
         enforce_quotas: bool = False,
         quota_timeout_s: float = 1.0,
+        remember_answers: int = 10_000,
     ) -> None:
         self.instance_id = instance_id
         self.failover = failover
@@ -151,6 +154,13 @@ class RouterService:
         self.enforce_quotas = enforce_quotas
         self.quota_timeout_s = quota_timeout_s
         self.admissions: dict[int, Admission] = {}
+        self.remember_answers = remember_answers
+        # Idempotency: a client's retry (same tenant and request_id) joins the flight in
+        # progress or gets the answer already given, instead of running again.
+        self.in_progress: dict[tuple[str, str], int] = {}
+        self.answered: OrderedDict[tuple[str, str], tuple[bytes, dict[str, str] | None]] = (
+            OrderedDict()
+        )
         self.service = Service(
             kind="router",
             name=subjects.SERVICE_NAMES["router"],
@@ -332,6 +342,8 @@ class RouterService:
             return await self._reject(
                 reply_to, "no_plan", "no plan yet: the planner has not published one", model_id
             )
+        if request.request_id and await self._repeat(request, reply_to):
+            return None
         self._next += 1
         key = self._next
         request_id = request.request_id or f"{self.instance_id}-{key}"
@@ -379,6 +391,9 @@ class RouterService:
         )
         flight.degraded = degraded
         flight.acts[0] = b""  # layer 0's input is the prompt itself
+        if a.request.request_id:
+            flight.idempotency = (a.request.tenant, a.request.request_id)
+            self.in_progress[flight.idempotency] = a.key
         self.flights[a.key] = flight
         self.router.begin(route)
         await self._dispatch(flight)
@@ -736,8 +751,7 @@ class RouterService:
             model_id=flight.model_id,
         )
         flight.span.end()
-        if flight.reply_to:
-            await self.service.nc.publish(flight.reply_to, _json.encode(reply))
+        await self._answer(flight, _json.encode(reply), None)
 
     async def _finish_error(self, flight: Flight, code: str, message: str) -> None:
         self._land(flight)
@@ -746,19 +760,44 @@ class RouterService:
         self.stats.last_error = f"{code}: {message}"[:256]
         flight.span.set_status(Status(StatusCode.ERROR, code))
         flight.span.end()
-        if flight.reply_to:
-            reply = InferReply(
-                ok=False,
-                route=flight.route,
-                degraded=flight.degraded,
-                attempts=flight.attempts,
-                request_id=flight.request_id,
-                model_id=flight.model_id,
-                error=ErrorBody(code=code, message=message),
-            )
-            await self.service.nc.publish(
-                flight.reply_to, _json.encode(reply), headers=error_headers(code, message)
-            )
+        reply = InferReply(
+            ok=False,
+            route=flight.route,
+            degraded=flight.degraded,
+            attempts=flight.attempts,
+            request_id=flight.request_id,
+            model_id=flight.model_id,
+            error=ErrorBody(code=code, message=message),
+        )
+        await self._answer(flight, _json.encode(reply), error_headers(code, message))
+
+    async def _answer(self, flight: Flight, body: bytes, headers: dict[str, str] | None) -> None:
+        """Reply to the request and to every retry of it that joined while it ran."""
+        if flight.idempotency is not None:
+            self.in_progress.pop(flight.idempotency, None)
+            self.answered[flight.idempotency] = (body, headers)
+            while len(self.answered) > self.remember_answers:
+                self.answered.popitem(last=False)
+        for reply_to in (flight.reply_to, *flight.also_reply_to):
+            if reply_to:
+                await self.service.nc.publish(reply_to, body, headers=headers)
+
+    async def _repeat(self, request: InferRequest, reply_to: str) -> bool:
+        """A retry of a request this router has seen: join it or repeat its answer."""
+        ident = (request.tenant, request.request_id)
+        key = self.in_progress.get(ident)
+        if key is not None and key in self.flights:
+            self.counters["retries_joined"] += 1
+            if reply_to:
+                self.flights[key].also_reply_to.append(reply_to)
+            return True
+        done = self.answered.get(ident)
+        if done is not None:
+            self.counters["retries_answered_again"] += 1
+            if reply_to:
+                await self.service.nc.publish(reply_to, done[0], headers=done[1])
+            return True
+        return False
 
     def _land(self, flight: Flight) -> None:
         if self.flights.pop(flight.key, None) is not None and self.router is not None:

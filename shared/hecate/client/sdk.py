@@ -1,0 +1,175 @@
+"""``HecateClient``: inference over NATS with retries that do not make things worse.
+
+* **Bounded retries** (``max_attempts``) on what is worth retrying: no reply in time,
+  nobody listening yet, and the explicit ``rate_limited``/``no_plan``/``draining``/
+  ``timeout`` errors. Never on a bad request or an unknown model.
+* **The upstream's hint first**: a refusal's Retry-After (the reply's
+  ``retry_after_s``, else the ``Retry-After-Ms``/``Retry-After`` headers, read with
+  :func:`hecate.resilience.parse_retry_after`) plus jitter from the wait policy; and
+  the refusal's ``quota_ticket`` goes back with the retry to claim the caller's slot.
+* **Idempotency**: every attempt of one call carries the same ``request_id``; a router
+  that already runs or answered it joins or repeats instead of running it again.
+* **A client-side breaker** per model: after repeated failures the client fails fast
+  (``client_breaker_open``) instead of queueing more work on a struggling swarm.
+
+Every call returns an :class:`InferReply`; errors the client itself decides carry
+codes starting with ``client_``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from hecate.resilience.aio import pause
+from hecate.resilience.backoff import SeedPolicy, WaitPolicy
+from hecate.resilience.breaker import CircuitBreaker
+from hecate.resilience.hints import parse_retry_after
+from hecate.wire import subjects
+from hecate.wire.messages import ErrorBody, InferReply, InferRequest
+
+RETRYABLE = frozenset({"rate_limited", "no_plan", "draining", "timeout", "internal"})
+_reply = msgspec.json.Decoder(InferReply)
+
+
+def _error(code: str, message: str, request_id: str, model_id: str, attempts: int) -> InferReply:
+    return InferReply(
+        ok=False,
+        error=ErrorBody(code=code, message=message),
+        request_id=request_id,
+        model_id=model_id,
+        attempts=attempts,
+    )
+
+
+class HecateClient:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        timeout_s: float = 10.0,
+        max_attempts: int = 3,
+        policy: WaitPolicy | None = None,
+        breaker_threshold: int = 5,
+        breaker_cooldown_s: float = 5.0,
+        owns_connection: bool = False,
+    ) -> None:
+        self.nc = nc
+        self.timeout_s = timeout_s
+        self.max_attempts = max(1, max_attempts)
+        self.policy = policy or SeedPolicy()
+        self.breaker_threshold = breaker_threshold
+        self.breaker_cooldown_s = breaker_cooldown_s
+        self.breakers: dict[str, CircuitBreaker] = {}
+        self._owns = owns_connection
+
+    @classmethod
+    async def connect(cls, url: str, **options: float | int | WaitPolicy) -> HecateClient:
+        nc = await nats.connect(url, name="hecate-client")
+        return cls(nc, owns_connection=True, **options)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        if self._owns:
+            await self.nc.close()
+
+    async def __aenter__(self) -> HecateClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _breaker(self, model: str) -> CircuitBreaker:
+        b = self.breakers.get(model)
+        if b is None:
+            b = self.breakers[model] = CircuitBreaker(
+                self.breaker_threshold,
+                window_s=60.0,
+                cooldown_s=self.breaker_cooldown_s,
+                probe_timeout_s=self.timeout_s,
+            )
+        return b
+
+    async def infer(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        max_tokens: int = 16,
+        tenant: str = "default",
+        request_id: str | None = None,
+        max_wait_ms: int = 0,
+    ) -> InferReply:
+        """One answer or one explicit error, after at most ``max_attempts`` sends."""
+        request_id = request_id or uuid.uuid4().hex
+        breaker = self._breaker(model)
+        ticket: int | None = None
+        last: InferReply | None = None
+        for attempt in range(1, self.max_attempts + 1):
+            if not breaker.allow():
+                return _error(
+                    "client_breaker_open",
+                    f"{model}: too many recent failures; retry in {breaker.retry_in():.1f} s",
+                    request_id,
+                    model,
+                    attempt - 1,
+                )
+            body = msgspec.json.encode(
+                InferRequest(
+                    prompt=prompt,
+                    max_tokens=max_tokens,
+                    tenant=tenant,
+                    request_id=request_id,
+                    quota_ticket=ticket,
+                    max_wait_ms=max_wait_ms,
+                )
+            )
+            hint: float | None = None
+            try:
+                msg = await self.nc.request(
+                    subjects.infer(model), body, timeout=self.timeout_s + max_wait_ms / 1000
+                )
+            except NoRespondersError:
+                breaker.record_failure()
+                last = _error(
+                    "client_no_router",
+                    "no router is serving hecate.infer.*",
+                    request_id,
+                    model,
+                    attempt,
+                )
+            except NatsTimeout:
+                breaker.record_failure()
+                last = _error(
+                    "client_timeout",
+                    f"no reply within {self.timeout_s} s",
+                    request_id,
+                    model,
+                    attempt,
+                )
+            else:
+                reply = _reply.decode(msg.data)
+                if reply.ok:
+                    breaker.record_success()
+                    return reply
+                code = reply.error.code if reply.error else "internal"
+                if code not in RETRYABLE:
+                    breaker.record_success()  # the swarm answered; the request was wrong
+                    return reply
+                hint = reply.retry_after_s
+                if hint is None and msg.headers:
+                    hint = parse_retry_after(msg.headers, now=time.time())
+                if code == "rate_limited":
+                    ticket = reply.quota_ticket  # claim the slot booked for this caller
+                else:
+                    breaker.record_failure(hint)
+                last = reply
+            if attempt < self.max_attempts:
+                await pause(self.policy, attempt, hint)
+        assert last is not None
+        return last
