@@ -85,3 +85,33 @@ async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_adm
             served = True
             break
     assert served, "traffic returns to the target once its circuit closes"
+
+
+async def test_when_every_copy_of_the_base_is_behind_an_open_circuit_the_reserve_answers(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(
+        processes,
+        EXAMPLES / "degraded.json",
+        [("gpu", 12, 3.5, 4.0), ("edge", 4, 9.0, 1.0)],
+        pipelines=1,
+    )
+    processes.start("breaker", "breaker", "--id", "breaker", "--cooldown-s", "30")
+    await wait_until_serving(client, "ncm-base")
+    await asyncio.sleep(0.5)
+    for _ in range(5):
+        report = OutcomeReport(target="gpu", ok=False, code="rate_limited", router_id="test")
+        await client.publish(subjects.breaker_report("gpu"), msgspec.json.encode(report))
+    await client.flush()
+    deadline = time.monotonic() + 3
+    while True:
+        reply = await infer(client, "ncm-base", "the base is unavailable", 4)
+        if reply.degraded or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    assert reply.ok, reply.error
+    assert reply.degraded is True  # said, never silent
+    assert reply.route is not None
+    assert reply.route.model_id == "ncm-mini"
+    data = await router_data(client, 1)
+    assert data[0]["counters"].get("degraded", 0) >= 1
