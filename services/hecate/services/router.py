@@ -2,9 +2,9 @@
 
 Listens: ``hecate.infer.>`` in queue group ``hecate-routers`` (any number of replicas),
 and its own reply inbox for stage replies.
-Holds: the latest plan (KV watch, revision = epoch) and telemetry snapshot (KV watch),
-combined into a core :class:`SwarmState`, plus a core :class:`Router` that counts this
-replica's in-flight work, plus a short-lived local suspicion of nodes it just saw fail.
+Holds: a :class:`SwarmView` (swarmview.py): the latest plan and telemetry snapshots,
+the shared circuit breakers and its own suspicions, folded into a core
+:class:`SwarmState` and a core :class:`Router` that counts this replica's in-flight work.
 Calls: ``Router.route`` to choose a pipeline, ``failover_in_swarm`` when a stage fails.
 Publishes: stage requests on ``hecate.node.<id>.run`` (it calls each stage in turn and
 keeps the activation between stages), ``hecate.events.failover``, and the reply.
@@ -46,19 +46,14 @@ from hecate.bus.logs import event
 from hecate.bus.service import Service, error_headers
 from hecate.core import (
     FailoverOptions,
-    NodeState,
-    NoHealthyPipeline,
     Recovered,
     Route,
-    Router,
     RoutingError,
     RoutingRequest,
-    SwarmPlan,
-    SwarmState,
     failover_in_swarm,
-    route_request,
 )
 from hecate.services.breakers import BreakerView
+from hecate.services.swarmview import SwarmView
 from hecate.wire import subjects
 from hecate.wire.messages import (
     ErrorBody,
@@ -69,14 +64,11 @@ from hecate.wire.messages import (
     QuotaRequest,
     StageReply,
     StageRequest,
-    TelemetrySnapshot,
 )
 
 _infer = msgspec.json.Decoder(InferRequest)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _quota_reply = msgspec.json.Decoder(QuotaReply)
-_plan = msgspec.json.Decoder(SwarmPlan)
-_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -144,13 +136,10 @@ class RouterService:
         self.failover = failover
         self.max_attempts = max_attempts
         self.stage_timeout_s = stage_timeout_s
-        self.suspect_s = suspect_s
-        self.stale_s = stale_s
         self.log = log
         self.max_request_bytes = max_request_bytes
         self.dispatch_mode = dispatch
         self.breaker_probe_timeout_s = breaker_probe_timeout_s
-        self.breakers: BreakerView | None = None
         self.enforce_quotas = enforce_quotas
         self.quota_timeout_s = quota_timeout_s
         self.admissions: dict[int, Admission] = {}
@@ -173,15 +162,7 @@ class RouterService:
         self.tracing = self.service.tracing
         self.flights: dict[int, Flight] = {}
         self._next = 0
-        self.plan: SwarmPlan | None = None
-        self.epoch = 0
-        self.plan_at = 0.0
-        self.telemetry: TelemetrySnapshot | None = None
-        self.telemetry_at = 0.0
-        self.suspects: dict[str, float] = {}  # node -> wall time we saw it fail
-        self.router: Router | None = None
-        self.unsuspected: SwarmState | None = None
-        self._rescues: tuple[SwarmState | None, dict[str, Recovered | None]] = (None, {})
+        self.view = SwarmView(failover=failover, suspect_s=suspect_s, stale_s=stale_s, log=log)
         self.counters: Counter[str] = Counter()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -191,19 +172,18 @@ class RouterService:
         await svc.start(url)
         self.inbox = f"_INBOX.hecate.router.{self.instance_id}.{svc.nc.new_inbox()[7:]}"
         await svc.nc.subscribe(f"{self.inbox}.*", cb=self._on_stage_reply)
-        self._plan_kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
-        self._tel_kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
-        self.breakers = BreakerView(
+        view = self.view
+        view.breakers = BreakerView(
             svc.nc,
             await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET),
             router_id=self.instance_id,
             probe_timeout_s=self.breaker_probe_timeout_s,
             log=self.log,
-            on_change=self._rebuild,
+            on_change=view.rebuild,
         )
-        svc.spawn(self._follow_plan())
-        svc.spawn(self._follow_telemetry())
-        svc.spawn(self.breakers.follow())
+        svc.spawn(view.follow_plan(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)))
+        svc.spawn(view.follow_telemetry(await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)))
+        svc.spawn(view.breakers.follow())
         svc.spawn(self._sweep())
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
@@ -224,93 +204,17 @@ class RouterService:
 
     # -- snapshots ---------------------------------------------------------------------
 
-    async def _follow_plan(self) -> None:
-        async for value, revision in kvs.watch(self._plan_kv, subjects.PLAN_KEY):
-            if value is None:
-                continue
-            try:
-                plan = _plan.decode(value)
-            except msgspec.DecodeError as exc:
-                event(self.log, "bad plan ignored", logging.ERROR, error=str(exc))
-                continue
-            self.plan = msgspec.structs.replace(plan, epoch=revision)  # revision is the epoch
-            self.epoch, self.plan_at = revision, time.time()
-            self._rebuild()
-            event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
-
-    async def _follow_telemetry(self) -> None:
-        async for value, _revision in kvs.watch(self._tel_kv, subjects.TELEMETRY_KEY):
-            if value is None:
-                continue
-            try:
-                self.telemetry = _telemetry.decode(value)
-            except msgspec.DecodeError as exc:
-                event(self.log, "bad telemetry ignored", logging.ERROR, error=str(exc))
-                continue
-            self.telemetry_at = time.time()
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        """Plan + telemetry + local suspicions -> a fresh core snapshot."""
-        if self.plan is None:
-            return
-        now = time.time()
-        seen = self.telemetry.nodes if self.telemetry else {}
-        nodes: dict[str, NodeState] = {}
-        plain: dict[str, NodeState] = {}
-        for profile in self.plan.nodes:
-            t = seen.get(profile.node_id)
-            state = (
-                NodeState()
-                if t is None
-                else NodeState(
-                    alive=t.alive and not t.draining,
-                    latency_ms=t.latency_ms,
-                    load=t.load,
-                    score=t.score,
-                    last_seen=t.last_seen,
-                    in_flight=t.in_flight,
-                )
-            )
-            if self.breakers is not None and not self.breakers.admits(profile.node_id):
-                state = msgspec.structs.replace(state, alive=False)  # its circuit is open
-            plain[profile.node_id] = state
-            suspected = self.suspects.get(profile.node_id)
-            if suspected is not None:
-                heard_since = t is not None and t.alive and (t.last_seen or 0) > suspected
-                if heard_since or now - suspected > self.suspect_s:
-                    del self.suspects[profile.node_id]
-                else:
-                    state = msgspec.structs.replace(state, alive=False)
-            nodes[profile.node_id] = state
-        snapshot = SwarmState(self.plan, nodes)
-        # What telemetry alone says: suspicion is a hint that steers traffic away from a
-        # node we just saw fail, never a reason to refuse a model telemetry calls healthy.
-        self.unsuspected = SwarmState(self.plan, plain) if self.suspects else snapshot
-        if self.router is None:
-            self.router = Router(snapshot)
-        else:
-            self.router.update(snapshot)
-
     def status(self) -> dict[str, object]:
-        now = time.time()
-        plan_age = now - self.plan_at if self.plan else None
-        tel_age = now - self.telemetry_at if self.telemetry else None
+        breakers = self.view.breakers
         return {
-            "plan_epoch": self.epoch,
-            "plan_age_s": plan_age,
-            "telemetry_age_s": tel_age,
-            "snapshot": "missing"
-            if self.plan is None or self.telemetry is None
-            else ("stale" if (tel_age or 0) > self.stale_s else "fresh"),
+            **self.view.freshness(),
             "in_flight": len(self.flights),
-            "suspects": sorted(self.suspects),
             "breakers_open": sorted(
                 t
-                for t, (snap, _) in (self.breakers.snapshots.items() if self.breakers else ())
+                for t, (snap, _) in (breakers.snapshots.items() if breakers else ())
                 if snap.state != "closed"
             ),
-            "probe_leases_won": self.breakers.leases_won if self.breakers else 0,
+            "probe_leases_won": breakers.leases_won if breakers else 0,
             "counters": dict(self.counters),
         }
 
@@ -338,7 +242,7 @@ class RouterService:
             request = _infer.decode(msg.data)
         except msgspec.DecodeError as exc:
             return await self._reject(reply_to, "bad_request", f"invalid request: {exc}", model_id)
-        if self.router is None:
+        if self.view.router is None:
             return await self._reject(
                 reply_to, "no_plan", "no plan yet: the planner has not published one", model_id
             )
@@ -372,9 +276,11 @@ class RouterService:
 
     async def _start(self, a: Admission) -> None:
         """Admitted: choose a route and send the first stage."""
-        assert self.router is not None
+        assert self.view.router is not None
         try:
-            route, degraded = self._choose(a.model_id, RoutingRequest(tokens=a.request.max_tokens))
+            route, degraded = self.view.choose(
+                a.model_id, RoutingRequest(tokens=a.request.max_tokens)
+            )
         except RoutingError as exc:
             a.span.set_status(Status(StatusCode.ERROR, exc.code))
             a.span.end()
@@ -395,7 +301,7 @@ class RouterService:
             flight.idempotency = (a.request.tenant, a.request.request_id)
             self.in_progress[flight.idempotency] = a.key
         self.flights[a.key] = flight
-        self.router.begin(route)
+        self.view.router.begin(route)
         await self._dispatch(flight)
         return None
 
@@ -471,56 +377,6 @@ class RouterService:
             elif now > a.deadline:
                 await self._quota_unavailable(a)
 
-    def _choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
-        """The route for a new request and whether it is degraded.
-
-        The cheapest intact pipeline (counting this router's in-flight work); when none
-        is intact, the best rescue the core finds for a broken one (a per-layer splice,
-        else the reserve model if allowed); when nothing is found and the only obstacle
-        is this router's own suspicion, what telemetry alone says.
-        """
-        assert self.router is not None
-        route, degraded = self._choose_route(model_id, request)
-        if self.breakers is not None and self.breakers.took(route.node_ids):
-            self._rebuild()  # the probe is out: block the target again until it reports
-        return route, degraded
-
-    def _choose_route(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
-        assert self.router is not None
-        try:
-            return self.router.route(model_id, request), False
-        except NoHealthyPipeline:
-            rescue = self._rescue(model_id, request)
-            if rescue is not None:
-                return rescue.route, rescue.degraded
-            if not self.suspects or self.unsuspected is None:
-                raise
-            return route_request(model_id, request, self.unsuspected), False
-
-    def _rescue(self, model_id: str, request: RoutingRequest) -> Recovered | None:
-        """Rescue routes are computed once per snapshot and model, not per request."""
-        assert self.router is not None
-        state = self.router.state
-        if self._rescues[0] is not state:
-            self._rescues = (state, {})
-        cache = self._rescues[1]
-        if model_id not in cache:
-            found: list[Recovered] = []
-            for p in state.plan.pipelines_of(model_id):
-                dead = next((s.node_id for s in p.stages if not state.is_alive(s.node_id)), None)
-                if dead is None:
-                    continue
-                broken = Route(
-                    model_id=model_id, pipeline_id=p.pipeline_id, cost=0.0, stages=p.stages
-                )
-                result = failover_in_swarm(broken, dead, state, self.failover, request=request)
-                if isinstance(result, Recovered):
-                    found.append(result)
-            cache[model_id] = min(
-                found, key=lambda r: (r.degraded, r.route.cost, r.route.pipeline_id), default=None
-            )
-        return cache[model_id]
-
     async def _reject(
         self, reply_to: str, code: str, message: str, model_id: str, request_id: str = ""
     ) -> None:
@@ -568,8 +424,8 @@ class RouterService:
             model_id=route.model_id,
             layer_start=stage.layer_start,
             layer_end=stage.layer_end,
-            model_layers=self._layers(route.model_id),
-            epoch=self.epoch,
+            model_layers=self.view.layers(route.model_id),
+            epoch=self.view.epoch,
             prompt=flight.request.prompt if stage.layer_start == 0 else "",
             activation=flight.acts.get(stage.layer_start, b""),
             decode_tokens=flight.request.max_tokens if (last or chain) else None,
@@ -591,11 +447,6 @@ class RouterService:
             )
         except Exception as exc:  # disconnected: fail over like any stage failure
             await self._stage_failed(flight, stage.node_id, f"publish failed: {exc!r}")
-
-    def _layers(self, model_id: str) -> int:
-        assert self.plan is not None
-        m = self.plan.model(model_id)
-        return m.layers if m is not None else 0
 
     async def _on_stage_reply(self, msg: Msg) -> None:
         # Reply tokens are "<flight>-<attempt>-<stage>": the stage says who answered (or,
@@ -628,14 +479,14 @@ class RouterService:
             flight.stage_span.end()
             flight.stage_span = None
         stage = flight.route.stages[flight.stage]
-        if self.breakers is not None:
+        if self.view.breakers is not None:
             done = (
                 flight.route.stages[: flight.stage + 1]
                 if at == len(flight.route.stages) - 1 and self.dispatch_mode == "chain"
                 else (stage,)
             )
             for s in done:
-                await self.breakers.report(s.node_id, ok=True)
+                await self.view.breakers.report(s.node_id, ok=True)
         if flight.stage == len(flight.route.stages) - 1:
             return await self._finish(flight, reply.output or "")
         flight.acts[stage.layer_end] = reply.activation
@@ -646,11 +497,10 @@ class RouterService:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(0.02)
-            if self.suspects and time.time() - min(self.suspects.values()) > self.suspect_s:
-                self._rebuild()  # suspicions expire even when no snapshot arrives
-            if self.breakers is not None:
-                for target in self.breakers.due(time.time()):
-                    self.service.spawn(self.breakers.lease(target))
+            self.view.expire_suspicions()
+            if self.view.breakers is not None:
+                for target in self.view.breakers.due(time.time()):
+                    self.service.spawn(self.view.breakers.lease(target))
             now = time.monotonic()
             if self.admissions:
                 await self._sweep_admissions(now)
@@ -663,21 +513,20 @@ class RouterService:
     # -- failure and failover ------------------------------------------------------------
 
     async def _stage_failed(self, flight: Flight, node_id: str, reason: str) -> None:
-        assert self.router is not None
+        assert self.view.router is not None
         if flight.stage_span is not None:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
             flight.stage_span.end()
             flight.stage_span = None
-        if self.breakers is not None and reason != "no responders":
+        if self.view.breakers is not None and reason != "no responders":
             # Liveness is telemetry's business; errors and slowness are the breaker's.
-            await self.breakers.report(node_id, ok=False, code=reason.split(":", 1)[0][:40])
-        self.suspects[node_id] = time.time()
-        self._rebuild()
+            await self.view.breakers.report(node_id, ok=False, code=reason.split(":", 1)[0][:40])
+        self.view.suspect(node_id)
         old = flight.route
         result = failover_in_swarm(
             old,
             node_id,
-            self.router.state,
+            self.view.router.state,
             self.failover,
             request=RoutingRequest(tokens=flight.request.max_tokens),
         )
@@ -723,13 +572,13 @@ class RouterService:
         if result.route.model_id != old.model_id:  # a reserve model starts from its prompt
             flight.acts = {0: b""}
         flight.degraded = flight.degraded or result.degraded
-        self.router.end(old)  # the rescue route carries this request's load from now on
+        self.view.router.end(old)  # the rescue route carries this request's load from now on
         flight.route = result.route
         # Resume at the last stage whose input we already hold (layer 0 = the prompt).
         flight.stage = max(
             i for i, s in enumerate(result.route.stages) if s.layer_start in flight.acts
         )
-        self.router.begin(flight.route)
+        self.view.router.begin(flight.route)
         await self._dispatch(flight)
         return None
 
@@ -800,8 +649,8 @@ class RouterService:
         return False
 
     def _land(self, flight: Flight) -> None:
-        if self.flights.pop(flight.key, None) is not None and self.router is not None:
-            self.router.end(flight.route)
+        if self.flights.pop(flight.key, None) is not None and self.view.router is not None:
+            self.view.router.end(flight.route)
         if flight.stage_span is not None:
             flight.stage_span.end()
             flight.stage_span = None
