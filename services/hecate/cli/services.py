@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import logs, tracing
-from hecate.core import FailoverOptions, NodeProfile
+from hecate.core import FailoverOptions, HecateError, NodeProfile
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -77,8 +77,17 @@ def _instance(default: str) -> str:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
+    from hecate.model import Executor
     from hecate.services.node import Node
 
+    executor: str | Executor = args.executor
+    if args.executor == "upstream":
+        from hecate.services.upstream import UpstreamModel
+
+        if not args.upstream_url or not args.upstream_model:
+            raise HecateError("--executor upstream needs --upstream-url and --upstream-model")
+        key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
+        executor = UpstreamModel(args.upstream_url, args.upstream_model, api_key=key)
     profile = NodeProfile(
         node_id=args.id,
         capacity_layers=args.capacity_layers,
@@ -91,7 +100,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         args.nats,
         lambda log, tp: Node(
             profile,
-            executor=args.executor,
+            executor=executor,
             heartbeat_s=args.heartbeat_ms / 1000,
             log=log,
             tracer_provider=tp,
@@ -203,6 +212,19 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--score", type=float, default=1.0, help="declared capability score")
     node.add_argument("--executor", default="toy", help="layer executor (default toy)")
     node.add_argument("--heartbeat-ms", type=float, default=100.0)
+    node.add_argument(
+        "--upstream-url",
+        default=None,
+        help="with --executor upstream: the OpenAI-compatible base URL",
+    )
+    node.add_argument(
+        "--upstream-model", default=None, help="with --executor upstream: the provider's model name"
+    )
+    node.add_argument(
+        "--upstream-key-env",
+        default=None,
+        help="with --executor upstream: the environment variable holding the key",
+    )
     node.set_defaults(run=_cmd_node)
 
     tel = service("telemetry", "run the telemetry service: heartbeats -> liveness, snapshot")

@@ -35,14 +35,14 @@ class Node:
         self,
         profile: NodeProfile,
         *,
-        executor: str = "toy",
+        executor: str | Executor = "toy",
         heartbeat_s: float = 0.1,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.profile = profile
-        self.executor_name = executor
-        self.executor: Executor = get_executor(executor)
+        self.executor: Executor = get_executor(executor) if isinstance(executor, str) else executor
+        self.executor_name = self.executor.name
         self.heartbeat_s = heartbeat_s
         self.log = log
         self.service = Service(
@@ -52,7 +52,10 @@ class Node:
             description="executes the layer ranges the plan assigns to this node",
             log=log,
             tracer_provider=tracer_provider,
-            metadata={"capacity_layers": str(profile.capacity_layers), "executor": executor},
+            metadata={
+                "capacity_layers": str(profile.capacity_layers),
+                "executor": self.executor_name,
+            },
         )
         self.epoch = 0
         self.holdings: list[tuple[str, int, int]] = []  # (model, start, end) from the plan
@@ -140,6 +143,8 @@ class Node:
                     f"node {self.profile.node_id} does not host {req.model_id} "
                     f"[{req.layer_start}, {req.layer_end}) in plan epoch {self.epoch}",
                 )
+        if getattr(self.executor, "whole_model", False):
+            return await self._whole(req)
         self.in_flight += 1
         started = time.perf_counter_ns()
         try:
@@ -165,6 +170,27 @@ class Node:
         return StageReply(
             ok=True, activation=x if output is None else b"", output=output, compute_ms=ms
         )
+
+    async def _whole(self, req: StageRequest) -> StageReply:
+        """An executor that serves the whole model at once (an upstream provider)."""
+        from hecate.services.upstream import UpstreamRefused
+
+        if req.layer_start != 0 or req.layer_end != req.model_layers or req.chain:
+            raise ServiceError("bad_range", f"{self.executor.name} serves whole requests only")
+        complete = getattr(self.executor, "complete")  # noqa: B009 (checked by whole_model)
+        self.in_flight += 1
+        started = time.perf_counter_ns()
+        try:
+            output = await complete(req.prompt, req.decode_tokens or 16)
+        except UpstreamRefused as exc:
+            raise ServiceError(exc.code, exc.message, exc.retry_after_s) from None
+        finally:
+            self.in_flight -= 1
+            spent = time.perf_counter_ns() - started
+            self._busy_ns += spent
+        ms = spent / 1e6
+        self._latency_ms = ewma(self._latency_ms, ms, 0.3)
+        return StageReply(ok=True, output=str(output), compute_ms=ms)
 
     async def _forward(self, req: StageRequest, activation: bytes) -> None:
         """Send the next stage of a chained route, replying-to the router's inbox token

@@ -474,7 +474,9 @@ class RouterService:
             return await self._stage_failed(flight, node_id, f"unreadable reply: {exc}")
         if not reply.ok:
             err = reply.error or ErrorBody(code="internal", message="no error body")
-            return await self._stage_failed(flight, node_id, f"{err.code}: {err.message}")
+            return await self._stage_failed(
+                flight, node_id, f"{err.code}: {err.message}", err.retry_after_s
+            )
         if flight.stage_span is not None:
             flight.stage_span.end()
             flight.stage_span = None
@@ -512,7 +514,9 @@ class RouterService:
 
     # -- failure and failover ------------------------------------------------------------
 
-    async def _stage_failed(self, flight: Flight, node_id: str, reason: str) -> None:
+    async def _stage_failed(
+        self, flight: Flight, node_id: str, reason: str, retry_after_s: float | None = None
+    ) -> None:
         assert self.view.router is not None
         if flight.stage_span is not None:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
@@ -520,7 +524,9 @@ class RouterService:
             flight.stage_span = None
         if self.view.breakers is not None and reason != "no responders":
             # Liveness is telemetry's business; errors and slowness are the breaker's.
-            await self.view.breakers.report(node_id, ok=False, code=reason.split(":", 1)[0][:40])
+            await self.view.breakers.report(
+                node_id, ok=False, code=reason.split(":", 1)[0][:40], retry_after_s=retry_after_s
+            )
         self.view.suspect(node_id)
         old = flight.route
         result = failover_in_swarm(
@@ -560,6 +566,9 @@ class RouterService:
             attempt=flight.attempts,
         )
         if not isinstance(result, Recovered):
+            if reason.startswith("rate_limited") and retry_after_s is not None:
+                # Nothing else can serve it, and the upstream said when it can: pass that on.
+                return await self._finish_error(flight, "rate_limited", reason, retry_after_s)
             return await self._finish_error(flight, result.code, result.message)
         if flight.attempts >= self.max_attempts:
             return await self._finish_error(
@@ -602,7 +611,9 @@ class RouterService:
         flight.span.end()
         await self._answer(flight, _json.encode(reply), None)
 
-    async def _finish_error(self, flight: Flight, code: str, message: str) -> None:
+    async def _finish_error(
+        self, flight: Flight, code: str, message: str, retry_after_s: float | None = None
+    ) -> None:
         self._land(flight)
         self.counters[f"error_{code}"] += 1
         self.stats.num_errors += 1
@@ -616,9 +627,14 @@ class RouterService:
             attempts=flight.attempts,
             request_id=flight.request_id,
             model_id=flight.model_id,
-            error=ErrorBody(code=code, message=message),
+            error=ErrorBody(code=code, message=message, retry_after_s=retry_after_s),
+            retry_after_s=retry_after_s,
         )
-        await self._answer(flight, _json.encode(reply), error_headers(code, message))
+        headers = error_headers(code, message)
+        if retry_after_s is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+            headers["Retry-After-Ms"] = str(math.ceil(retry_after_s * 1000))
+        await self._answer(flight, _json.encode(reply), headers)
 
     async def _answer(self, flight: Flight, body: bytes, headers: dict[str, str] | None) -> None:
         """Reply to the request and to every retry of it that joined while it ran."""

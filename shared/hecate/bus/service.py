@@ -52,10 +52,11 @@ def encode(value: object, codec: Codec = "json") -> bytes:
 class ServiceError(Exception):
     """An error the caller should see, as ``{"ok": false, "error": {code, message}}``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after_s = retry_after_s
 
 
 @dataclass
@@ -225,7 +226,9 @@ class Service:
                 except ServiceError as exc:
                     span.set_attribute("error.code", exc.code)
                     self._count_error(stats, exc.code, exc.message)
-                    await self.reply_error(msg.reply, exc.code, exc.message, codec)
+                    await self.reply_error(
+                        msg.reply, exc.code, exc.message, codec, retry_after_s=exc.retry_after_s
+                    )
                 except Exception as exc:  # never a stack trace on the wire
                     self._count_error(stats, "internal", repr(exc))
                     self.log.exception("handler failed", extra={"fields": {"endpoint": name}})
@@ -290,11 +293,17 @@ class Service:
         message: str,
         codec: Codec = "json",
         body: msgspec.Struct | None = None,
+        *,
+        retry_after_s: float | None = None,
     ) -> None:
         if not reply:
             return
         payload = (
-            body if body is not None else ErrorReply(error=ErrorBody(code=code, message=message))
+            body
+            if body is not None
+            else ErrorReply(
+                error=ErrorBody(code=code, message=message, retry_after_s=retry_after_s)
+            )
         )
         await self.nc.publish(reply, encode(payload, codec), headers=error_headers(code, message))
 

@@ -21,11 +21,13 @@ MAX_PROMPT_CHARS = 64 * 1024
 MAX_TOKENS = 4096
 
 
-class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
-    """A typed error: a stable code to act on and a message for a human."""
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A typed error: a stable code to act on and a message for a human; an upstream
+    that said "slow down" also says for how long (``retry_after_s``)."""
 
     code: str
     message: str
+    retry_after_s: float | None = None
 
 
 # -- clients <-> routers (JSON) --------------------------------------------------------
