@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import msgspec
 import nats
 from nats.aio.client import Client
 
@@ -14,6 +15,7 @@ from hecate.bus.server import NatsServer
 from hecate.client import HecateClient
 from hecate.model import reference
 from hecate.resilience.backoff import SeedPolicy
+from hecate.wire.messages import InferReply, InferRequest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
 
@@ -78,3 +80,36 @@ async def test_with_no_router_the_client_fails_fast_once_its_breaker_opens(
         "client_breaker_open",
         "client_breaker_open",
     ]
+
+
+async def test_a_retry_reaching_another_replica_is_answered_by_the_owner_not_run_again(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, routers=2)
+    await wait_until_serving(client, "ncm-base")
+    await asyncio.sleep(0.3)
+
+    async def answered() -> int:
+        inbox = client.new_inbox()
+        sub = await client.subscribe(inbox)
+        await client.publish("$SRV.STATS.hecate-router", b"", reply=inbox)
+        total = 0
+        for _ in range(2):
+            msg = await sub.next_msg(timeout=1)
+            data = next(
+                e["data"] for e in json.loads(msg.data)["endpoints"] if e["name"] == "infer"
+            )
+            total += int(data["counters"].get("answered", 0))
+        await sub.unsubscribe()
+        return total
+
+    before = await answered()
+    first = await HecateClient(client).infer("ncm-base", "only once", request_id="rid-7")
+    assert first.ok
+    replies = []
+    for attempt in range(2, 10):  # retries land on either replica (queue group)
+        body = InferRequest(prompt="only once", request_id="rid-7", attempt=attempt)
+        msg = await client.request("hecate.infer.ncm-base", msgspec.json.encode(body), timeout=5)
+        replies.append(msgspec.json.decode(msg.data, type=InferReply))
+    assert all(r == first for r in replies)
+    assert await answered() == before + 1, "executed once, however many retries"

@@ -62,6 +62,8 @@ from hecate.wire.messages import (
     InferRequest,
     QuotaReply,
     QuotaRequest,
+    RetryClaim,
+    RetryOwner,
     StageReply,
     StageRequest,
 )
@@ -69,6 +71,7 @@ from hecate.wire.messages import (
 _infer = msgspec.json.Decoder(InferRequest)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _quota_reply = msgspec.json.Decoder(QuotaReply)
+_retry_claim = msgspec.json.Decoder(RetryClaim)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -144,6 +147,8 @@ class RouterService:
         self.quota_timeout_s = quota_timeout_s
         self.admissions: dict[int, Admission] = {}
         self.remember_answers = remember_answers
+        self.retries: dict[int, tuple[Msg, float]] = {}  # retried requests awaiting a claim
+        self.retry_claim_s = 0.05
         # Idempotency: a client's retry (same tenant and request_id) joins the flight in
         # progress or gets the answer already given, instead of running again.
         self.in_progress: dict[tuple[str, str], int] = {}
@@ -185,6 +190,7 @@ class RouterService:
         svc.spawn(view.follow_telemetry(await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)))
         svc.spawn(view.breakers.follow())
         svc.spawn(self._sweep())
+        await svc.add_raw("retries", subjects.ROUTER_RETRIES, self._on_retry_claim)
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
         )
@@ -248,6 +254,22 @@ class RouterService:
             )
         if request.request_id and await self._repeat(request, reply_to):
             return None
+        if request.request_id and request.attempt > 1 and reply_to:
+            # A retry that may belong to another replica: ask before running it again.
+            self._next += 1
+            self.retries[self._next] = (msg, time.monotonic() + self.retry_claim_s)
+            claim = RetryClaim(
+                tenant=request.tenant, request_id=request.request_id, reply_to=reply_to
+            )
+            await self.service.nc.publish(
+                subjects.ROUTER_RETRIES, _json.encode(claim), reply=f"{self.inbox}.r{self._next}"
+            )
+            return None
+        await self._admit(msg, model_id, request, reply_to)
+        return None
+
+    async def _admit(self, msg: Msg, model_id: str, request: InferRequest, reply_to: str) -> None:
+        """A new request: give it an id and a span, then the quota desk or a route."""
         self._next += 1
         key = self._next
         request_id = request.request_id or f"{self.instance_id}-{key}"
@@ -454,6 +476,11 @@ class RouterService:
         token = msg.subject.rsplit(".", 1)[-1]
         if token[:1] == "q" and token[1:].isdigit():
             return await self._on_quota(int(token[1:]), msg)
+        if token[:1] == "r" and token[1:].isdigit():
+            # Another replica owns this retried request and has answered the client.
+            if self.retries.pop(int(token[1:]), None) is not None:
+                self.counters["retries_handed_over"] += 1
+            return None
         base, _, index = token.rpartition("-")
         key = int(base.split("-", 1)[0]) if token[:1].isdigit() else -1
         flight = self.flights.get(key)
@@ -506,6 +533,8 @@ class RouterService:
             now = time.monotonic()
             if self.admissions:
                 await self._sweep_admissions(now)
+            if self.retries:
+                await self._sweep_retries(now)
             for flight in [f for f in self.flights.values() if f.deadline < now]:
                 node_id = flight.route.stages[flight.stage].node_id
                 await self._stage_failed(
@@ -646,6 +675,26 @@ class RouterService:
         for reply_to in (flight.reply_to, *flight.also_reply_to):
             if reply_to:
                 await self.service.nc.publish(reply_to, body, headers=headers)
+
+    async def _on_retry_claim(self, msg: Msg) -> None:
+        """Another replica got a retry: if the original is (or was) ours, handle it."""
+        try:
+            claim = _retry_claim.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        request = InferRequest(prompt="", tenant=claim.tenant, request_id=claim.request_id)
+        if await self._repeat(request, claim.reply_to) and msg.reply:
+            owner = RetryOwner(router_id=self.instance_id)
+            await self.service.nc.publish(msg.reply, _json.encode(owner))
+
+    async def _sweep_retries(self, now: float) -> None:
+        """Nobody claimed the retry in time: the original is gone; run it here."""
+        for key, (msg, deadline) in list(self.retries.items()):
+            if now >= deadline:
+                del self.retries[key]
+                model_id = subjects.model_from_infer_subject(msg.subject) or ""
+                request = _infer.decode(msg.data)
+                await self._admit(msg, model_id, request, msg.reply or "")
 
     async def _repeat(self, request: InferRequest, reply_to: str) -> bool:
         """A retry of a request this router has seen: join it or repeat its answer."""

@@ -345,6 +345,18 @@ QUOTA_REPLY = Message(
     JSON,
     "Admitted, or refused with the caller's own slot (`retry_after_s`) and its ticket.",
 )
+RETRY_CLAIM = Message(
+    "RetryClaim",
+    m.RetryClaim,
+    JSON,
+    "A router got a client retry (attempt > 1) it has no record of: is it yours?",
+    "Every replica listens; the one running or having answered the request joins or "
+    "repeats the answer to `reply_to` and answers this claim. Silence for 50 ms means "
+    "the original is gone and the asking router runs the request.",
+)
+RETRY_OWNER = Message(
+    "RetryOwner", m.RetryOwner, JSON, "The owner of a retried request has answered it."
+)
 BREAKER_CHANGED = Message("BreakerChanged", m.BreakerChanged, JSON, "A circuit changed state.")
 BREAKER_STATE = Message(
     "BreakerState",
@@ -474,6 +486,16 @@ QUOTA_REPLY_CHANNEL = Channel(
     "The reply subject of the quota request.",
     (QUOTA_REPLY,),
 )
+RETRIES = Channel(
+    "routerRetries",
+    subjects.ROUTER_RETRIES,
+    "Retried requests",
+    "Request/reply among router replicas (no queue group: every replica hears it).",
+    (RETRY_CLAIM,),
+)
+RETRY_OWNER_CHANNEL = Channel(
+    "retryOwner", None, "Retry owners", "The reply subject of a retry claim.", (RETRY_OWNER,)
+)
 KV_BREAKERS = Channel(
     "kvBreaker",
     _kv_address(subjects.BREAKER_BUCKET, "{target}"),
@@ -505,6 +527,8 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     KV_BREAKERS,
     QUOTA,
     QUOTA_REPLY_CHANNEL,
+    RETRIES,
+    RETRY_OWNER_CHANNEL,
 )
 
 # -- operations ------------------------------------------------------------------------------
@@ -665,6 +689,22 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "receive",
         EVENT_BREAKER_CHANNEL,
         "Follow circuit changes.",
+    ),
+    Operation(
+        "router.askRetryOwner",
+        "router",
+        "send",
+        RETRIES,
+        "Find the replica that owns a retried request before running it again.",
+        reply=RETRY_OWNER_CHANNEL,
+    ),
+    Operation(
+        "router.claimRetry",
+        "router",
+        "receive",
+        RETRIES,
+        "Join or repeat the answer of a request this replica owns, and say so.",
+        reply=RETRY_OWNER_CHANNEL,
     ),
     Operation(
         "router.askQuota",

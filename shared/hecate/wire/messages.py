@@ -42,6 +42,8 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     quota_ticket: int | None = None
     # How long the caller accepts to be held for its quota slot instead of refused.
     max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 0
+    # 2, 3, ...: a client retry of the same request_id (routers look for the original).
+    attempt: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
 
 
 class InferReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,6 +173,21 @@ class PlanChanged(msgspec.Struct, frozen=True, kw_only=True):
     pipelines: int
     reason: str
     at: float
+
+
+class RetryClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """A router asks the other replicas: is this retried request yours? The owner (the
+    replica running or having answered it) answers the client itself and says so."""
+
+    tenant: str
+    request_id: str
+    reply_to: str
+
+
+class RetryOwner(msgspec.Struct, frozen=True, kw_only=True):
+    """The owner's answer to a :class:`RetryClaim`: it has answered the client itself."""
+
+    router_id: str
 
 
 class QuotaRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,6 +19,9 @@ INFER_ALL = f"{INFER_PREFIX}.>"  # ">" so that malformed ids still get a typed e
 ROUTER_QUEUE = "hecate-routers"
 
 
+ROUTER_RETRIES = "hecate.router.retries"  # every replica listens (no queue group)
+
+
 def infer(model_id: str) -> str:
     return f"{INFER_PREFIX}.{model_id}"
 
