@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 import msgspec
 from nats.js.errors import KeyWrongLastSequenceError
@@ -33,7 +34,6 @@ from hecate.services.quotas import QuotaConfig, QuotaDesk
 from hecate.wire import subjects
 from hecate.wire.messages import BreakerChanged, OutcomeReport, QuotaRequest
 
-_report = msgspec.json.Decoder(OutcomeReport)
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
 
 
@@ -73,8 +73,10 @@ class BreakerService:
         svc = self.service
         await svc.start(url)
         self._kv = await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET)
-        self._stats = await svc.add_raw("report", subjects.BREAKER_REPORT_ALL, self._on_report)
-        self._stats.status = lambda: {"trips": self.trips}
+        reports = await svc.add_endpoint(
+            "report", subjects.BREAKER_REPORT_ALL, OutcomeReport, self._on_report
+        )
+        reports.status = lambda: {"trips": self.trips}
         quota = await svc.add_endpoint(
             "quota", subjects.QUOTA_ACQUIRE, QuotaRequest, self.desk.acquire
         )
@@ -99,16 +101,7 @@ class BreakerService:
             snapshot=snapshot,
         )
 
-    async def _on_report(self, msg: object) -> None:
-        self._stats.num_requests += 1
-        try:
-            report = _report.decode(getattr(msg, "data", b""))
-        except msgspec.DecodeError as exc:
-            self._stats.num_errors += 1
-            self._stats.last_error = f"bad_request: {exc}"
-            if self._stats.num_errors == 1:
-                event(self.log, "bad report", logging.WARNING, error=str(exc))
-            return
+    async def _on_report(self, report: OutcomeReport, _headers: Mapping[str, str]) -> None:
         for _ in range(5):  # a router may have taken the probe lease meanwhile: re-read
             try:
                 entry = await self._kv.get(report.target)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
-import msgspec
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
@@ -31,9 +31,6 @@ from hecate.core import (
 )
 from hecate.wire import subjects
 from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
-
-_join = msgspec.json.Decoder(NodeJoin)
-_leave = msgspec.json.Decoder(NodeLeave)
 
 
 class PlannerService:
@@ -76,8 +73,8 @@ class PlannerService:
             self.revision = int(entry.revision or 0)
         except Exception:
             self.revision = 0
-        self._joins = await svc.add_raw("join", subjects.NODE_JOIN, self._on_join)
-        await svc.add_raw("leave", subjects.NODE_LEAVE, self._on_leave)
+        await svc.add_endpoint("join", subjects.NODE_JOIN, NodeJoin, self._on_join)
+        await svc.add_endpoint("leave", subjects.NODE_LEAVE, NodeLeave, self._on_leave)
         await svc.ready()
         await svc.nc.publish(subjects.NODE_ROLL_CALL, b"{}")
         svc.spawn(self._planning())
@@ -85,14 +82,7 @@ class PlannerService:
         await stop.wait()
         await svc.stop()
 
-    async def _on_join(self, msg: object) -> None:
-        self._joins.num_requests += 1
-        try:
-            join = _join.decode(getattr(msg, "data", b""))
-        except msgspec.DecodeError as exc:
-            self._joins.num_errors += 1
-            self._joins.last_error = f"bad_request: {exc}"
-            return
+    async def _on_join(self, join: NodeJoin, _headers: Mapping[str, str]) -> None:
         profile = join.profile
         if self.members.get(profile.node_id) == profile:
             return  # a re-join (roll-call): nothing new
@@ -114,11 +104,7 @@ class PlannerService:
         else:
             self._changed.set()
 
-    async def _on_leave(self, msg: object) -> None:
-        try:
-            leave = _leave.decode(getattr(msg, "data", b""))
-        except msgspec.DecodeError:
-            return
+    async def _on_leave(self, leave: NodeLeave, _headers: Mapping[str, str]) -> None:
         if self.members.pop(leave.node_id, None) is None:
             return
         if self.swarm is not None and leave.node_id in self.swarm.state.nodes:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
@@ -27,9 +28,6 @@ from hecate.bus.service import Service, encode
 from hecate.core.telemetry import DEFAULT_ALPHA, NodeState, Sample, observe
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
-
-_heartbeat = msgspec.json.Decoder(Heartbeat)
-_leave = msgspec.json.Decoder(NodeLeave)
 
 
 class Telemetry:
@@ -70,8 +68,11 @@ class Telemetry:
         svc = self.service
         await svc.start(url)
         self._kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
-        self._stats = await svc.add_raw("heartbeat", subjects.HEARTBEAT_ALL, self._on_heartbeat)
-        await svc.add_raw("leave", subjects.NODE_LEAVE, self._on_leave)
+        # Fire-and-forget subjects: the shell decodes, counts and logs bad messages once.
+        await svc.add_endpoint(
+            "heartbeat", subjects.HEARTBEAT_ALL, Heartbeat, self._on_heartbeat, traced=False
+        )
+        await svc.add_endpoint("leave", subjects.NODE_LEAVE, NodeLeave, self._on_leave)
         await svc.ready()
         svc.spawn(self._sweep())
         svc.spawn(self._writer())
@@ -81,17 +82,7 @@ class Telemetry:
 
     # -- inputs ------------------------------------------------------------------------
 
-    async def _on_heartbeat(self, msg: object) -> None:
-        data: bytes = getattr(msg, "data", b"")
-        self._stats.num_requests += 1
-        try:
-            beat = _heartbeat.decode(data)
-        except msgspec.DecodeError as exc:
-            self._stats.num_errors += 1
-            self._stats.last_error = f"bad_request: {exc}"
-            if self._stats.num_errors == 1:
-                event(self.log, "bad heartbeat", logging.WARNING, error=str(exc))
-            return
+    async def _on_heartbeat(self, beat: Heartbeat, _headers: Mapping[str, str]) -> None:
         node_id = beat.node_id
         was = self.nodes.get(node_id)
         state = observe(
@@ -114,11 +105,7 @@ class Telemetry:
             await self._liveness(node_id, up=True, reason="heartbeat")
         self._dirty.set()
 
-    async def _on_leave(self, msg: object) -> None:
-        try:
-            leave = _leave.decode(getattr(msg, "data", b""))
-        except msgspec.DecodeError:
-            return
+    async def _on_leave(self, leave: NodeLeave, _headers: Mapping[str, str]) -> None:
         if leave.node_id in self.nodes and self.nodes[leave.node_id].alive:
             self.nodes[leave.node_id] = msgspec.structs.replace(
                 self.nodes[leave.node_id], alive=False, in_flight=0

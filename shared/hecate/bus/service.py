@@ -186,8 +186,12 @@ class Service:
         codec: Codec = "json",
         queue: str | None = None,
         concurrency: int = 1,
+        traced: bool = True,
     ) -> EndpointStats:
-        """Serve ``subject``: decode ``request_type``, call ``handler``, reply in ``codec``."""
+        """Serve ``subject``: decode ``request_type``, call ``handler``, reply in ``codec``
+        (when the message has a reply subject and the handler returns a reply).
+
+        ``traced=False`` skips spans for chatty fire-and-forget subjects (heartbeats)."""
         assert self.inbound is not None
         stats = EndpointStats(name=name, subject=subject, queue_group=queue)
         self.endpoints.append(stats)
@@ -205,10 +209,11 @@ class Service:
             stats.num_requests += 1
             headers = msg.headers or {}
             # With nothing exporting, skip context extraction and the span altogether.
-            context = tracing.extract(headers) if self.tracing else None
+            tracing_on = self.tracing and traced
+            context = tracing.extract(headers) if tracing_on else None
             with (
                 self.tracer.start_as_current_span(span_name, context=context, kind=SpanKind.SERVER)
-                if self.tracing
+                if tracing_on
                 else _NO_SPAN as span
             ):
                 try:
