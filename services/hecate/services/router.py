@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -53,6 +53,8 @@ from hecate.core import (
     failover_in_swarm,
 )
 from hecate.services.breakers import BreakerView
+from hecate.services.quotagate import Admission, QuotaGate
+from hecate.services.retries import RetryLedger
 from hecate.services.swarmview import SwarmView
 from hecate.wire import subjects
 from hecate.wire.messages import (
@@ -60,18 +62,12 @@ from hecate.wire.messages import (
     FailoverEvent,
     InferReply,
     InferRequest,
-    QuotaReply,
-    QuotaRequest,
-    RetryClaim,
-    RetryOwner,
     StageReply,
     StageRequest,
 )
 
 _infer = msgspec.json.Decoder(InferRequest)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
-_quota_reply = msgspec.json.Decoder(QuotaReply)
-_retry_claim = msgspec.json.Decoder(RetryClaim)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -99,21 +95,6 @@ class Flight:
     stage_span: Span | None = None
     also_reply_to: list[str] = field(default_factory=list)  # retries of the same request
     idempotency: tuple[str, str] | None = None  # (tenant, client request_id)
-
-
-@dataclass(slots=True, eq=False)
-class Admission:
-    """A request waiting for the quota desk (or held until its booked slot)."""
-
-    key: int
-    request_id: str
-    model_id: str
-    reply_to: str
-    request: InferRequest
-    span: Span
-    ticket: int | None = None
-    deadline: float = math.inf
-    wake_at: float | None = None
 
 
 class RouterService:
@@ -144,17 +125,6 @@ class RouterService:
         self.dispatch_mode = dispatch
         self.breaker_probe_timeout_s = breaker_probe_timeout_s
         self.enforce_quotas = enforce_quotas
-        self.quota_timeout_s = quota_timeout_s
-        self.admissions: dict[int, Admission] = {}
-        self.remember_answers = remember_answers
-        self.retries: dict[int, tuple[Msg, float]] = {}  # retried requests awaiting a claim
-        self.retry_claim_s = 0.05
-        # Idempotency: a client's retry (same tenant and request_id) joins the flight in
-        # progress or gets the answer already given, instead of running again.
-        self.in_progress: dict[tuple[str, str], int] = {}
-        self.answered: OrderedDict[tuple[str, str], tuple[bytes, dict[str, str] | None]] = (
-            OrderedDict()
-        )
         self.service = Service(
             kind="router",
             name=subjects.SERVICE_NAMES["router"],
@@ -169,6 +139,17 @@ class RouterService:
         self._next = 0
         self.view = SwarmView(failover=failover, suspect_s=suspect_s, stale_s=stale_s, log=log)
         self.counters: Counter[str] = Counter()
+        self.retries = RetryLedger(
+            self.service,
+            router_id=instance_id,
+            counters=self.counters,
+            join=self._join,
+            admit=self._admit_again,
+            remember=remember_answers,
+        )
+        self.quotas = QuotaGate(
+            self.service, start=self._start, counters=self.counters, timeout_s=quota_timeout_s
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -176,6 +157,7 @@ class RouterService:
         svc = self.service
         await svc.start(url)
         self.inbox = f"_INBOX.hecate.router.{self.instance_id}.{svc.nc.new_inbox()[7:]}"
+        self.quotas.inbox = self.retries.inbox = self.inbox
         await svc.nc.subscribe(f"{self.inbox}.*", cb=self._on_stage_reply)
         view = self.view
         view.breakers = BreakerView(
@@ -190,7 +172,7 @@ class RouterService:
         svc.spawn(view.follow_telemetry(await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)))
         svc.spawn(view.breakers.follow())
         svc.spawn(self._sweep())
-        await svc.add_raw("retries", subjects.ROUTER_RETRIES, self._on_retry_claim)
+        await svc.add_raw("retries", subjects.ROUTER_RETRIES, self.retries.on_claim)
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
         )
@@ -252,19 +234,13 @@ class RouterService:
             return await self._reject(
                 reply_to, "no_plan", "no plan yet: the planner has not published one", model_id
             )
-        if request.request_id and await self._repeat(request, reply_to):
-            return None
-        if request.request_id and request.attempt > 1 and reply_to:
-            # A retry that may belong to another replica: ask before running it again.
-            self._next += 1
-            self.retries[self._next] = (msg, time.monotonic() + self.retry_claim_s)
-            claim = RetryClaim(
-                tenant=request.tenant, request_id=request.request_id, reply_to=reply_to
-            )
-            await self.service.nc.publish(
-                subjects.ROUTER_RETRIES, _json.encode(claim), reply=f"{self.inbox}.r{self._next}"
-            )
-            return None
+        if request.request_id:
+            ident = (request.tenant, request.request_id)
+            if await self.retries.repeat(ident, reply_to):
+                return None
+            if request.attempt > 1 and reply_to:
+                # A retry that may belong to another replica: find it before running it.
+                return await self.retries.ask_owner(msg, ident, reply_to)
         await self._admit(msg, model_id, request, reply_to)
         return None
 
@@ -293,7 +269,7 @@ class RouterService:
             ticket=request.quota_ticket,
         )
         if self.enforce_quotas:
-            return await self._ask_quota(admission)
+            return await self.quotas.ask(admission)
         return await self._start(admission)
 
     async def _start(self, a: Admission) -> None:
@@ -321,83 +297,13 @@ class RouterService:
         flight.acts[0] = b""  # layer 0's input is the prompt itself
         if a.request.request_id:
             flight.idempotency = (a.request.tenant, a.request.request_id)
-            self.in_progress[flight.idempotency] = a.key
+            self.retries.started(flight.idempotency, a.key)
         self.flights[a.key] = flight
         self.view.router.begin(route)
         await self._dispatch(flight)
         return None
 
     # -- tenant quotas -------------------------------------------------------------------
-
-    async def _ask_quota(self, a: Admission) -> None:
-        """Ask the shared quota desk; the answer comes back on this router's inbox."""
-        a.deadline = time.monotonic() + self.quota_timeout_s
-        self.admissions[a.key] = a
-        ask = QuotaRequest(tenant=a.request.tenant, tokens=a.request.max_tokens, ticket=a.ticket)
-        try:
-            await self.service.nc.publish(
-                subjects.QUOTA_ACQUIRE, _json.encode(ask), reply=f"{self.inbox}.q{a.key}"
-            )
-        except Exception:
-            await self._quota_unavailable(a)
-
-    async def _quota_unavailable(self, a: Admission) -> None:
-        # Availability over strictness: without the desk, serve (and count it).
-        self.counters["quota_unavailable"] += 1
-        self.admissions.pop(a.key, None)
-        await self._start(a)
-
-    async def _on_quota(self, key: int, msg: Msg) -> None:
-        a = self.admissions.get(key)
-        if a is None:
-            return None
-        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
-            return await self._quota_unavailable(a)
-        try:
-            reply = _quota_reply.decode(msg.data)
-        except msgspec.DecodeError:
-            return await self._quota_unavailable(a)
-        if reply.admitted:
-            del self.admissions[key]
-            return await self._start(a)
-        wait = reply.retry_after_s
-        if reply.hold and wait * 1000 <= a.request.max_wait_ms:
-            # Held, not refused: ask again with the ticket when the booked slot comes.
-            self.counters["quota_held"] += 1
-            a.ticket = reply.ticket
-            a.wake_at = time.monotonic() + wait
-            a.deadline = math.inf
-            return None
-        del self.admissions[key]
-        self.counters["quota_refused"] += 1
-        a.span.set_status(Status(StatusCode.ERROR, "rate_limited"))
-        a.span.end()
-        message = (
-            f"tenant {a.request.tenant!r} is over its quota; retry in {wait:.3f} s "
-            "with the quota_ticket to claim the slot booked for you"
-        )
-        body = InferReply(
-            ok=False,
-            error=ErrorBody(code="rate_limited", message=message),
-            model_id=a.model_id,
-            request_id=a.request_id,
-            retry_after_s=wait,
-            quota_ticket=reply.ticket,
-        )
-        headers = error_headers("rate_limited", message)
-        headers["Retry-After"] = str(max(1, math.ceil(wait)))
-        headers["Retry-After-Ms"] = str(math.ceil(wait * 1000))
-        if a.reply_to:
-            await self.service.nc.publish(a.reply_to, _json.encode(body), headers=headers)
-        return None
-
-    async def _sweep_admissions(self, now: float) -> None:
-        for a in list(self.admissions.values()):
-            if a.wake_at is not None and now >= a.wake_at:
-                a.wake_at = None
-                await self._ask_quota(a)
-            elif now > a.deadline:
-                await self._quota_unavailable(a)
 
     async def _reject(
         self, reply_to: str, code: str, message: str, model_id: str, request_id: str = ""
@@ -475,11 +381,9 @@ class RouterService:
         # for a no-responders status, who is missing), even for chained stages.
         token = msg.subject.rsplit(".", 1)[-1]
         if token[:1] == "q" and token[1:].isdigit():
-            return await self._on_quota(int(token[1:]), msg)
+            return await self.quotas.on_reply(int(token[1:]), msg)
         if token[:1] == "r" and token[1:].isdigit():
-            # Another replica owns this retried request and has answered the client.
-            if self.retries.pop(int(token[1:]), None) is not None:
-                self.counters["retries_handed_over"] += 1
+            self.retries.handed_over(int(token[1:]))  # its owner answered the client
             return None
         base, _, index = token.rpartition("-")
         key = int(base.split("-", 1)[0]) if token[:1].isdigit() else -1
@@ -531,10 +435,10 @@ class RouterService:
                 for target in self.view.breakers.due(time.time()):
                     self.service.spawn(self.view.breakers.lease(target))
             now = time.monotonic()
-            if self.admissions:
-                await self._sweep_admissions(now)
-            if self.retries:
-                await self._sweep_retries(now)
+            if self.quotas.admissions:
+                await self.quotas.sweep(now)
+            if self.retries.pending:
+                await self.retries.sweep(now)
             for flight in [f for f in self.flights.values() if f.deadline < now]:
                 node_id = flight.route.stages[flight.stage].node_id
                 await self._stage_failed(
@@ -668,50 +572,24 @@ class RouterService:
     async def _answer(self, flight: Flight, body: bytes, headers: dict[str, str] | None) -> None:
         """Reply to the request and to every retry of it that joined while it ran."""
         if flight.idempotency is not None:
-            self.in_progress.pop(flight.idempotency, None)
-            self.answered[flight.idempotency] = (body, headers)
-            while len(self.answered) > self.remember_answers:
-                self.answered.popitem(last=False)
+            self.retries.finished(flight.idempotency, body, headers)
         for reply_to in (flight.reply_to, *flight.also_reply_to):
             if reply_to:
                 await self.service.nc.publish(reply_to, body, headers=headers)
 
-    async def _on_retry_claim(self, msg: Msg) -> None:
-        """Another replica got a retry: if the original is (or was) ours, handle it."""
-        try:
-            claim = _retry_claim.decode(msg.data)
-        except msgspec.DecodeError:
-            return
-        request = InferRequest(prompt="", tenant=claim.tenant, request_id=claim.request_id)
-        if await self._repeat(request, claim.reply_to) and msg.reply:
-            owner = RetryOwner(router_id=self.instance_id)
-            await self.service.nc.publish(msg.reply, _json.encode(owner))
+    def _join(self, key: int, reply_to: str) -> bool:
+        """A retry of a request in flight here gets the same answer when it lands."""
+        flight = self.flights.get(key)
+        if flight is None:
+            return False
+        if reply_to:
+            flight.also_reply_to.append(reply_to)
+        return True
 
-    async def _sweep_retries(self, now: float) -> None:
-        """Nobody claimed the retry in time: the original is gone; run it here."""
-        for key, (msg, deadline) in list(self.retries.items()):
-            if now >= deadline:
-                del self.retries[key]
-                model_id = subjects.model_from_infer_subject(msg.subject) or ""
-                request = _infer.decode(msg.data)
-                await self._admit(msg, model_id, request, msg.reply or "")
-
-    async def _repeat(self, request: InferRequest, reply_to: str) -> bool:
-        """A retry of a request this router has seen: join it or repeat its answer."""
-        ident = (request.tenant, request.request_id)
-        key = self.in_progress.get(ident)
-        if key is not None and key in self.flights:
-            self.counters["retries_joined"] += 1
-            if reply_to:
-                self.flights[key].also_reply_to.append(reply_to)
-            return True
-        done = self.answered.get(ident)
-        if done is not None:
-            self.counters["retries_answered_again"] += 1
-            if reply_to:
-                await self.service.nc.publish(reply_to, done[0], headers=done[1])
-            return True
-        return False
+    async def _admit_again(self, msg: Msg) -> None:
+        """A retry nobody claimed: run it as a new request."""
+        model_id = subjects.model_from_infer_subject(msg.subject) or ""
+        await self._admit(msg, model_id, _infer.decode(msg.data), msg.reply or "")
 
     def _land(self, flight: Flight) -> None:
         if self.flights.pop(flight.key, None) is not None and self.view.router is not None:
