@@ -1,0 +1,44 @@
+"""The GPT-2 style byte-level BPE tokenizer, rebuilt from the GGUF's own vocabulary.
+
+SmolLM2's pre-tokenizer (``tokenizer.ggml.pre = smollm``) splits digits one by one
+before the byte-level split. Special tokens (``<|im_start|>`` ...) are never split.
+BOS is not added.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+CONTROL = 3  # GGUF token_type of control (special) tokens
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    reader = GGUFReader(path)
+
+    def strings(key: str) -> list[str]:
+        field = reader.fields[key]
+        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    merges: list[tuple[str, str]] = []
+    for m in strings("tokenizer.ggml.merges"):
+        left, right = m.split(" ", 1)
+        merges.append((left, right))
+    types_field = reader.fields["tokenizer.ggml.token_type"]
+    types = [int(np.asarray(types_field.parts[i])[0]) for i in types_field.data]
+    tok = Tokenizer(
+        models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
+    )
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
+    return tok
