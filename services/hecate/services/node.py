@@ -123,6 +123,10 @@ class Node:
             if s.node_id == me
         ]
         event(self.log, "plan adopted", epoch=revision, holdings=self.holdings)
+        prepare = getattr(self.executor, "prepare", None)
+        if callable(prepare):  # load the ranges now, off the event loop, not at first use
+            ranges = [(a, b) for _m, a, b in self.holdings]
+            self.service.spawn(asyncio.to_thread(prepare, ranges))
 
     def _hosts(self, model_id: str, start: int, end: int) -> bool:
         return any(m == model_id and a <= start and end <= b for m, a, b in self.holdings)
@@ -145,6 +149,8 @@ class Node:
                 )
         if getattr(self.executor, "whole_model", False):
             return await self._whole(req)
+        if getattr(self.executor, "generative", False):
+            return await self._generate(req)
         self.in_flight += 1
         started = time.perf_counter_ns()
         try:
@@ -170,6 +176,22 @@ class Node:
         return StageReply(
             ok=True, activation=x if output is None else b"", output=output, compute_ms=ms
         )
+
+    async def _generate(self, req: StageRequest) -> StageReply:
+        """One generation step of a real model, in a worker thread (heartbeats go on)."""
+        step = getattr(self.executor, "step")  # noqa: B009 (checked by generative)
+        self.in_flight += 1
+        started = time.perf_counter_ns()
+        try:
+            reply: StageReply = await asyncio.to_thread(step, req)
+        except ExecutorError as exc:
+            raise ServiceError(exc.code, exc.message) from None
+        finally:
+            self.in_flight -= 1
+            spent = time.perf_counter_ns() - started
+            self._busy_ns += spent
+        self._latency_ms = ewma(self._latency_ms, spent / 1e6, 0.3)
+        return reply
 
     async def _whole(self, req: StageRequest) -> StageReply:
         """An executor that serves the whole model at once (an upstream provider)."""

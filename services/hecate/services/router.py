@@ -64,6 +64,7 @@ from hecate.wire.messages import (
     InferRequest,
     StageReply,
     StageRequest,
+    StreamToken,
 )
 
 _infer = msgspec.json.Decoder(InferRequest)
@@ -94,6 +95,14 @@ class Flight:
     acts: dict[int, bytes] = field(default_factory=dict)  # activation entering layer L
     stage_span: Span | None = None
     also_reply_to: list[str] = field(default_factory=list)  # retries of the same request
+    # Generation (a model whose last stage samples tokens): the per-attempt session, how
+    # many positions the route's caches hold, the prompt's ids and what was generated.
+    session: str = ""
+    position: int = 0
+    step_tokens: list[int] | None = None  # what the first stage gets this step
+    prompt_tokens: list[int] | None = None
+    generated: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
     idempotency: tuple[str, str] | None = None  # (tenant, client request_id)
 
 
@@ -294,6 +303,7 @@ class RouterService:
             started=time.monotonic(),
         )
         flight.degraded = degraded
+        flight.session = f"{a.request_id}.1"
         flight.acts[0] = b""  # layer 0's input is the prompt itself
         if a.request.request_id:
             flight.idempotency = (a.request.tenant, a.request.request_id)
@@ -360,6 +370,13 @@ class RouterService:
             chain=chain,
             reply_base=f"{self.inbox}.{base}" if chain else "",
             stage_index=flight.stage,
+            session=flight.session,
+            position=flight.position,
+            tokens=flight.step_tokens if stage.layer_start == 0 else None,
+            temperature=flight.request.temperature,
+            top_p=flight.request.top_p,
+            seed=flight.request.seed,
+            step=len(flight.generated),
         )
         headers = (
             tracing.inject({}, set_span_in_context(flight.stage_span))
@@ -420,7 +437,11 @@ class RouterService:
             )
             for s in done:
                 await self.view.breakers.report(s.node_id, ok=True)
+        if reply.prompt_tokens is not None:
+            flight.prompt_tokens = reply.prompt_tokens
         if flight.stage == len(flight.route.stages) - 1:
+            if reply.token is not None:
+                return await self._generated(flight, reply)
             return await self._finish(flight, reply.output or "")
         flight.acts[stage.layer_end] = reply.activation
         flight.stage += 1
@@ -516,6 +537,15 @@ class RouterService:
         flight.degraded = flight.degraded or result.degraded
         self.view.router.end(old)  # the rescue route carries this request's load from now on
         flight.route = result.route
+        # A fresh session per attempt: caches a dead route left half-built are never mixed.
+        flight.session = f"{flight.request_id}.{flight.attempts}"
+        if flight.prompt_tokens is not None:
+            # Generation: the rescue route's caches are empty; replay the prompt and every
+            # token generated so far in one prefill, then carry on where the stream was.
+            self.counters["replays"] += 1
+            flight.acts = {0: b""}
+            flight.position = 0
+            flight.step_tokens = flight.prompt_tokens + flight.generated
         # Resume at the last stage whose input we already hold (layer 0 = the prompt).
         flight.stage = max(
             i for i, s in enumerate(result.route.stages) if s.layer_start in flight.acts
@@ -525,6 +555,33 @@ class RouterService:
         return None
 
     # -- answers -----------------------------------------------------------------------
+
+    async def _generated(self, flight: Flight, reply: StageReply) -> None:
+        """The last stage sampled a token: stream it, then the next step or the end."""
+        assert reply.token is not None
+        steps = len(flight.step_tokens) if flight.step_tokens else len(flight.prompt_tokens or [])
+        flight.position += steps
+        flight.generated.append(reply.token)
+        done = reply.eos or len(flight.generated) >= flight.request.max_tokens
+        if not reply.eos:
+            flight.text.append(reply.text)
+            if flight.request.stream_to:
+                token = StreamToken(
+                    request_id=flight.request_id,
+                    index=len(flight.generated) - 1,
+                    token=reply.token,
+                    text=reply.text,
+                )
+                await self.service.nc.publish(
+                    subjects.token_stream(flight.request.stream_to), _json.encode(token)
+                )
+        if done:
+            return await self._finish(flight, "".join(flight.text))
+        flight.step_tokens = [reply.token]
+        flight.stage = 0
+        flight.acts = {0: b""}
+        await self._dispatch(flight)
+        return None
 
     async def _finish(self, flight: Flight, output: str) -> None:
         self._land(flight)

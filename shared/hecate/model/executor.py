@@ -85,8 +85,14 @@ def _null() -> Executor:
     return NullModel()
 
 
+def _smollm2() -> Executor:
+    from hecate.llm.executor import LlmExecutor
+
+    return LlmExecutor()
+
+
 #: Name -> factory. Factories take no arguments so a node config needs only a name.
-EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null}
+EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null, "smollm2": _smollm2}
 
 
 def get_executor(name: str) -> Executor:

@@ -163,6 +163,12 @@ PARAMETERS: Final[Mapping[str, Mapping[str, Any]]] = {
         "examples": ["n1", "gpu-a"],
         "x-pattern": SLUG_PATTERN,
     },
+    "stream_to": {
+        "description": "Any subject the caller subscribes to (typically its own inbox), "
+        "named in the request's `stream_to`; not a slug.",
+        "examples": ["_INBOX.abc123"],
+        "x-pattern": ".+",
+    },
     "target": {
         "description": f"A circuit-breaker target: a node id, or `upstream-<name>` for an "
         f"upstream provider; one slug token, `{SLUG_PATTERN}`.",
@@ -332,6 +338,12 @@ OUTCOME = Message(
     "Failures (error replies, timeouts; not no-responders, which is liveness) are always "
     "reported; successes only for a target with a failure streak or for the probe.",
 )
+STREAM_TOKEN = Message(
+    "StreamToken",
+    m.StreamToken,
+    JSON,
+    "One generated token, published as it is produced; the final reply carries the whole text.",
+)
 QUOTA_REQUEST = Message(
     "QuotaRequest",
     m.QuotaRequest,
@@ -486,6 +498,14 @@ QUOTA_REPLY_CHANNEL = Channel(
     "The reply subject of the quota request.",
     (QUOTA_REPLY,),
 )
+TOKEN_STREAM = Channel(
+    "tokenStream",
+    subjects.token_stream("{stream_to}"),
+    "Generated tokens",
+    "The subject a generative request named in `stream_to`: one StreamToken per token, "
+    "in order (index 0, 1, ...), then the InferReply on the request's reply subject.",
+    (STREAM_TOKEN,),
+)
 RETRIES = Channel(
     "routerRetries",
     subjects.ROUTER_RETRIES,
@@ -529,6 +549,7 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     QUOTA_REPLY_CHANNEL,
     RETRIES,
     RETRY_OWNER_CHANNEL,
+    TOKEN_STREAM,
 )
 
 # -- operations ------------------------------------------------------------------------------
@@ -689,6 +710,20 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "receive",
         EVENT_BREAKER_CHANNEL,
         "Follow circuit changes.",
+    ),
+    Operation(
+        "router.streamToken",
+        "router",
+        "send",
+        TOKEN_STREAM,
+        "Publish each generated token to the request's stream_to.",
+    ),
+    Operation(
+        "client.receiveTokens",
+        "client",
+        "receive",
+        TOKEN_STREAM,
+        "Subscribe to the inbox named in stream_to before sending the request.",
     ),
     Operation(
         "router.askRetryOwner",

@@ -44,6 +44,11 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 0
     # 2, 3, ...: a client retry of the same request_id (routers look for the original).
     attempt: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+    # Generative models: sampling (greedy at temperature 0) and where to stream tokens.
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=10)] = 0.0
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
+    seed: int | None = None
+    stream_to: Annotated[str, msgspec.Meta(max_length=256)] = ""
 
 
 class InferReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +97,16 @@ class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
     chain: tuple[Stage, ...] = ()
     reply_base: str = ""
     stage_index: int = 0
+    # Generative models: one KV cache per session on every stage; ``position`` is how
+    # many positions the stage should already hold; the first stage takes token ids
+    # (``tokens``; None with a prompt: tokenize it), the last samples the next token.
+    session: str = ""
+    position: int = 0
+    tokens: list[int] | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    step: int = 0
 
 
 class StageReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +115,12 @@ class StageReply(msgspec.Struct, frozen=True, kw_only=True):
     output: str | None = None
     compute_ms: float = 0.0
     error: ErrorBody | None = None
+    # Generative models: the prompt's token ids (first stage, for replays), the sampled
+    # token and its text (last stage), and whether it ends the generation.
+    prompt_tokens: list[int] | None = None
+    token: int | None = None
+    text: str = ""
+    eos: bool = False
 
 
 # -- nodes -> planner / telemetry (JSON) -----------------------------------------------
@@ -188,6 +209,15 @@ class RetryOwner(msgspec.Struct, frozen=True, kw_only=True):
     """The owner's answer to a :class:`RetryClaim`: it has answered the client itself."""
 
     router_id: str
+
+
+class StreamToken(msgspec.Struct, frozen=True, kw_only=True):
+    """One generated token, sent to the request's ``stream_to`` as it is produced."""
+
+    request_id: str
+    index: int
+    token: int
+    text: str
 
 
 class QuotaRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,106 @@
+"""The node executor for a real generative model (``--executor smollm2``).
+
+It loads only the layer ranges the plan gives its node (first stage: also the
+embedding and the tokenizer; last stage: the final norm and the tied head), keeps one
+KV cache per session per range, and answers generation steps. Loading and stepping
+are CPU-bound: the node runs them in a worker thread so heartbeats keep flowing.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from hecate.llm.gguf_model import load_stage
+from hecate.llm.llama import LlamaStage
+from hecate.llm.sessions import Sessions, sample
+from hecate.llm.store import pull
+from hecate.llm.tokenizer import load_tokenizer
+from hecate.model.executor import ExecutorError
+from hecate.wire.messages import StageReply, StageRequest
+
+EOS = 2  # <|im_end|>
+
+
+class LlmExecutor:
+    name = "smollm2"
+    generative = True
+    whole_model = False
+
+    def __init__(self, model: str = "smollm2-135m", path: Path | None = None) -> None:
+        self.model = model
+        self.path = path
+        self._ranges: dict[tuple[int, int], Sessions] = {}
+        self._lock = threading.Lock()
+        self._tokenizer: Tokenizer | None = None
+
+    def _gguf(self) -> Path:
+        if self.path is None:
+            self.path = pull(self.model, progress=lambda _line: None)
+        return self.path
+
+    def prepare(self, ranges: list[tuple[int, int]]) -> None:
+        """Load the ranges the plan gives this node (and drop the others)."""
+        with self._lock:
+            for r in list(self._ranges):
+                if r not in ranges:
+                    del self._ranges[r]
+            for r in ranges:
+                if r not in self._ranges:
+                    self._ranges[r] = Sessions(LlamaStage(load_stage(self._gguf(), *r)))
+
+    def step(self, req: StageRequest) -> StageReply:
+        with self._lock:
+            sessions = self._ranges.get((req.layer_start, req.layer_end))
+        if sessions is None:
+            self.prepare([*self._ranges, (req.layer_start, req.layer_end)])
+            sessions = self._ranges[(req.layer_start, req.layer_end)]
+        stage = sessions.stage
+        prompt_tokens = None
+        if stage.first:
+            tokens = req.tokens
+            if tokens is None:
+                tokens = prompt_tokens = self.tokenizer().encode(req.prompt).ids
+            if not tokens:
+                raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
+            hidden = sessions.step(req.session, req.position, tokens=list(tokens))
+        else:
+            hidden = sessions.step(req.session, req.position, hidden=req.activation)
+        if not stage.last:
+            return StageReply(
+                ok=True, activation=hidden.astype("<f4").tobytes(), prompt_tokens=prompt_tokens
+            )
+        token = sample(
+            stage.logits(hidden),
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            step=req.step,
+        )
+        return StageReply(
+            ok=True,
+            token=token,
+            text=self.tokenizer().decode([token]),
+            eos=token == EOS,
+            prompt_tokens=prompt_tokens,
+        )
+
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self._gguf())
+        return self._tokenizer
+
+    # The layer interface of the toy executors does not apply to a generative model.
+    def embed(self, model_id: str, prompt: str) -> bytes:
+        del model_id, prompt
+        raise ExecutorError("bad_request", "smollm2 runs generation steps")
+
+    def run(self, model_id: str, layer_start: int, layer_end: int, activation: bytes) -> bytes:
+        del model_id, layer_start, layer_end, activation
+        raise ExecutorError("bad_request", "smollm2 runs generation steps")
+
+    def decode(self, model_id: str, layers: int, activation: bytes, max_tokens: int) -> str:
+        del model_id, layers, activation, max_tokens
+        raise ExecutorError("bad_request", "smollm2 runs generation steps")
