@@ -14,6 +14,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.client import HecateClient
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
 from hecate.llm.store import pull
@@ -116,6 +117,13 @@ async def test_three_stages_generate_the_single_process_text_and_stream_it(
     assert "".join(t.text for t in stream) == reply.output
     assert reply.route is not None
     assert [s.node_id for s in reply.route.stages] == ["a", "b", "c"]
+    # The client SDK (and so `hecate infer`) streams the same tokens.
+    seen: list[StreamToken] = []
+    via_sdk = await HecateClient(client).infer(
+        MODEL, "The capital of France is", max_tokens=8, on_token=seen.append
+    )
+    assert via_sdk.output == reply.output
+    assert "".join(t.text for t in seen) == reply.output
 
 
 @pytest.mark.parametrize("kill_after", [0, 1, 12])

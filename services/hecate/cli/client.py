@@ -18,7 +18,7 @@ from hecate.cli.services import default_url
 from hecate.client import HecateClient
 from hecate.core import NodeState, SwarmPlan, SwarmState
 from hecate.wire import subjects
-from hecate.wire.messages import TelemetrySnapshot
+from hecate.wire.messages import StreamToken, TelemetrySnapshot
 
 
 async def infer(
@@ -30,7 +30,15 @@ async def infer(
     )
     try:
         started = time.perf_counter()
-        reply = await client.infer(model, prompt, max_tokens=max_tokens)
+        streamed: list[str] = []
+
+        def show(token: StreamToken) -> None:  # tokens as they arrive (generative models)
+            if not as_json:
+                sys.stdout.write(token.text)
+                sys.stdout.flush()
+            streamed.append(token.text)
+
+        reply = await client.infer(model, prompt, max_tokens=max_tokens, on_token=show)
         elapsed_ms = (time.perf_counter() - started) * 1000
     finally:
         await client.close()
@@ -41,7 +49,7 @@ async def infer(
         err = reply.error
         print(f"error {err.code if err else '?'}: {err.message if err else ''}", file=sys.stderr)
         return 1
-    print(reply.output)
+    print("" if streamed else reply.output)
     route = reply.route
     chain = " -> ".join(
         f"{s.node_id}[{s.layer_start}:{s.layer_end}]" for s in (route.stages if route else ())

@@ -612,6 +612,7 @@ class RouterService:
         flight.span.end()
         reply = InferReply(
             ok=False,
+            output="".join(flight.text) or None,  # a generation's text so far, if any
             route=flight.route,
             degraded=flight.degraded,
             attempts=flight.attempts,

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import msgspec
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
@@ -32,10 +34,11 @@ from hecate.resilience.backoff import SeedPolicy, WaitPolicy
 from hecate.resilience.breaker import CircuitBreaker
 from hecate.resilience.hints import parse_retry_after
 from hecate.wire import subjects
-from hecate.wire.messages import ErrorBody, InferReply, InferRequest
+from hecate.wire.messages import ErrorBody, InferReply, InferRequest, StreamToken
 
 RETRYABLE = frozenset({"rate_limited", "no_plan", "draining", "timeout", "internal"})
 _reply = msgspec.json.Decoder(InferReply)
+_token = msgspec.json.Decoder(StreamToken)
 
 
 def _error(code: str, message: str, request_id: str, model_id: str, attempts: int) -> InferReply:
@@ -104,9 +107,47 @@ class HecateClient:
         tenant: str = "default",
         request_id: str | None = None,
         max_wait_ms: int = 0,
+        temperature: float = 0.0,
+        on_token: Callable[[StreamToken], None] | None = None,
     ) -> InferReply:
-        """One answer or one explicit error, after at most ``max_attempts`` sends."""
+        """One answer or one explicit error, after at most ``max_attempts`` sends.
+
+        With ``on_token``, a generative model's tokens are delivered as they are produced
+        (each index once, even across retries)."""
         request_id = request_id or uuid.uuid4().hex
+        stream_to = ""
+        sub = None
+        if on_token is not None:
+            seen: set[int] = set()
+            callback = on_token
+
+            async def deliver(msg: Msg) -> None:
+                token = _token.decode(msg.data)
+                if token.index not in seen:
+                    seen.add(token.index)
+                    callback(token)
+
+            stream_to = self.nc.new_inbox()
+            sub = await self.nc.subscribe(stream_to, cb=deliver)
+        try:
+            return await self._infer(
+                model, prompt, max_tokens, tenant, request_id, max_wait_ms, temperature, stream_to
+            )
+        finally:
+            if sub is not None:
+                await sub.unsubscribe()
+
+    async def _infer(
+        self,
+        model: str,
+        prompt: str,
+        max_tokens: int,
+        tenant: str,
+        request_id: str,
+        max_wait_ms: int,
+        temperature: float,
+        stream_to: str,
+    ) -> InferReply:
         breaker = self._breaker(model)
         ticket: int | None = None
         last: InferReply | None = None
@@ -127,6 +168,9 @@ class HecateClient:
                     request_id=request_id,
                     quota_ticket=ticket,
                     max_wait_ms=max_wait_ms,
+                    attempt=attempt,
+                    temperature=temperature,
+                    stream_to=stream_to,
                 )
             )
             hint: float | None = None
