@@ -30,10 +30,14 @@ def _swarm_sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.suite == "breaker":
+    if args.suite == "llm":
+        from hecate.bench.llm import run_llm_bench
+
+        report: object = run_llm_bench(tokens=16 if args.quick else 32)
+    elif args.suite == "breaker":
         from hecate.bench.breaker import run_breaker_bench
 
-        report: object = run_breaker_bench(trips=10 if args.quick else 50)
+        report = run_breaker_bench(trips=10 if args.quick else 50)
     elif args.suite == "herd":
         from hecate.bench.herd import run_herd_bench
 
@@ -79,9 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark and print JSON figures")
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd", "breaker"],
+        choices=["core", "bus", "herd", "breaker", "llm"],
         help="core: routing decision and planning; bus: routed vs raw NATS; "
-        "herd: retry policies against a rate limit; breaker: OPEN propagation",
+        "herd: retry policies against a rate limit; breaker: OPEN propagation; "
+        "llm: SmolLM2 generation, single process and across stages",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     bench.add_argument(

@@ -62,12 +62,14 @@ from hecate.wire.messages import (
     FailoverEvent,
     InferReply,
     InferRequest,
+    NodeEvent,
     StageReply,
     StageRequest,
     StreamToken,
 )
 
 _infer = msgspec.json.Decoder(InferRequest)
+_node_event = msgspec.json.Decoder(NodeEvent)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
@@ -182,6 +184,7 @@ class RouterService:
         svc.spawn(view.breakers.follow())
         svc.spawn(self._sweep())
         await svc.add_raw("retries", subjects.ROUTER_RETRIES, self.retries.on_claim)
+        await svc.add_raw("node-down", subjects.EVENT_NODE_DOWN, self._on_node_down)
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
         )
@@ -634,6 +637,23 @@ class RouterService:
         for reply_to in (flight.reply_to, *flight.also_reply_to):
             if reply_to:
                 await self.service.nc.publish(reply_to, body, headers=headers)
+
+    async def _on_node_down(self, msg: Msg) -> None:
+        """Telemetry declared a node dead: a stage already delivered to it will never be
+        answered (no no-responders either), so fail those flights over now rather than
+        at their stage timeout."""
+        try:
+            down = _node_event.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        for flight in list(self.flights.values()):
+            pending = (
+                flight.route.stages[flight.stage :]
+                if self.dispatch_mode == "chain"
+                else (flight.route.stages[flight.stage],)
+            )
+            if any(s.node_id == down.node_id for s in pending):
+                await self._stage_failed(flight, down.node_id, f"node down: {down.reason}")
 
     def _join(self, key: int, reply_to: str) -> bool:
         """A retry of a request in flight here gets the same answer when it lands."""
