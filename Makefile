@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/hecate bench bus
 	$(BIN)/hecate bench herd
 	$(BIN)/hecate bench breaker
+	$(BIN)/hecate bench llm
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
