@@ -18,9 +18,15 @@ from hecate.client import HecateClient
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import load_tokenizer
+from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 from hecate.wire import subjects
-from hecate.wire.messages import FailoverEvent, InferReply, InferRequest, StreamToken
+from hecate.wire.messages import (
+    ChatMessage,
+    FailoverEvent,
+    InferReply,
+    InferRequest,
+    StreamToken,
+)
 
 from ..integration.conftest import Processes
 
@@ -90,6 +96,11 @@ async def generate(
     return msgspec.json.decode(msg.data, type=InferReply)
 
 
+async def ask(client: Client, request: InferRequest) -> InferReply:
+    msg = await client.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=60)
+    return msgspec.json.decode(msg.data, type=InferReply)
+
+
 async def ready(client: Client) -> None:
     for _ in range(300):
         try:
@@ -124,6 +135,17 @@ async def test_three_stages_generate_the_single_process_text_and_stream_it(
     )
     assert via_sdk.output == reply.output
     assert "".join(t.text for t in seen) == reply.output
+    # A stop string ends the generation before it.
+    stopped = await ask(
+        client, InferRequest(prompt="The capital of France is", max_tokens=8, stop=["."])
+    )
+    assert stopped.output == " Paris"
+    # Chat messages are rendered with the model's template on the first stage.
+    messages = [ChatMessage(role="user", content="What is the capital of France?")]
+    chat = await ask(client, InferRequest(prompt="", messages=messages, max_tokens=12))
+    assert chat.ok, chat.error
+    assert chat.output == reference(chat_prompt([("user", messages[0].content)]), 12)
+    assert "Paris" in (chat.output or "")
 
 
 @pytest.mark.parametrize("kill_after", [0, 1, 12])

@@ -376,6 +376,7 @@ class RouterService:
             session=flight.session,
             position=flight.position,
             tokens=flight.step_tokens if stage.layer_start == 0 else None,
+            messages=flight.request.messages if stage.layer_start == 0 else None,
             temperature=flight.request.temperature,
             top_p=flight.request.top_p,
             seed=flight.request.seed,
@@ -566,6 +567,14 @@ class RouterService:
         flight.position += steps
         flight.generated.append(reply.token)
         done = reply.eos or len(flight.generated) >= flight.request.max_tokens
+        if flight.request.stop and not reply.eos:
+            text = "".join(flight.text) + reply.text
+            cut = min(
+                (i for i in (text.find(s) for s in flight.request.stop if s) if i >= 0), default=-1
+            )
+            if cut >= 0:  # a stop string: end here, without it
+                flight.text = [text[:cut]]
+                return await self._finish(flight, flight.text[0])
         if not reply.eos:
             flight.text.append(reply.text)
             if flight.request.stream_to:

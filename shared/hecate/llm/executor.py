@@ -17,7 +17,7 @@ from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
 from hecate.llm.sessions import Sessions, sample
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import load_tokenizer
+from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 from hecate.model.executor import ExecutorError
 from hecate.wire.messages import StageReply, StageRequest
 
@@ -62,7 +62,10 @@ class LlmExecutor:
         if stage.first:
             tokens = req.tokens
             if tokens is None:
-                tokens = prompt_tokens = self.tokenizer().encode(req.prompt).ids
+                text = req.prompt
+                if req.messages:
+                    text = chat_prompt([(m.role, m.content) for m in req.messages])
+                tokens = prompt_tokens = self.tokenizer().encode(text).ids
             if not tokens:
                 raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
             hidden = sessions.step(req.session, req.position, tokens=list(tokens))

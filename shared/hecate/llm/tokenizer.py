@@ -42,3 +42,20 @@ def load_tokenizer(path: Path) -> Tokenizer:
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
     return tok
+
+
+def chat_prompt(messages: list[tuple[str, str]], *, system: str | None = None) -> str:
+    """SmolLM2's chat template (ChatML), ending with the assistant's turn.
+
+    Without a system message first, the template's default one is used.
+    """
+    out = []
+    if not messages or messages[0][0] != "system":
+        out.append(f"<|im_start|>system\n{system or DEFAULT_SYSTEM}<|im_end|>\n")
+    for role, content in messages:
+        out.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"

@@ -31,8 +31,16 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 # -- clients <-> routers (JSON) --------------------------------------------------------
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: Annotated[str, msgspec.Meta(pattern="^(system|user|assistant)$")]
+    content: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_CHARS)]
+
+
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Body of a request on ``hecate.infer.<model_id>``."""
+    """Body of a request on ``hecate.infer.<model_id>``.
+
+    A chat model also accepts ``messages`` (then ``prompt`` may be empty): the first
+    stage renders them with the model's chat template."""
 
     prompt: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_CHARS)]
     max_tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 16
@@ -49,6 +57,9 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
     seed: int | None = None
     stream_to: Annotated[str, msgspec.Meta(max_length=256)] = ""
+    messages: Annotated[list[ChatMessage], msgspec.Meta(max_length=256)] | None = None
+    # Generation ends before any of these strings (which are not part of the output).
+    stop: Annotated[list[str], msgspec.Meta(max_length=8)] = []
 
 
 class InferReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +114,7 @@ class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
     session: str = ""
     position: int = 0
     tokens: list[int] | None = None
+    messages: list[ChatMessage] | None = None
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
