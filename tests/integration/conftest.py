@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import pytest
 from nats.aio.client import Client
 
 from hecate.bus.server import NatsServer
+from hecate.cli.up import hecate_command
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
@@ -29,9 +29,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 _reply = msgspec.json.Decoder(InferReply)
 
 
-def hecate_argv() -> list[str]:
-    script = Path(sys.executable).with_name("hecate")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
+hecate_argv = hecate_command  # the command an operator types
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import datetime
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 import timeit
@@ -29,14 +28,10 @@ import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
+from hecate.cli.up import hecate_command
 from hecate.resilience.breaker import BreakerSnapshot, CircuitBreaker
 from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport
-
-
-def _hecate() -> list[str]:
-    script = Path(sys.executable).with_name("hecate")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -92,7 +87,7 @@ def run_breaker_bench(*, watchers: int = 3, trips: int = 50) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServer(Path(tmp) / "nats").start()
         proc = subprocess.Popen(
-            [*_hecate(), "breaker", "--nats", server.url, "--id", "bench"],
+            [*hecate_command(), "breaker", "--nats", server.url, "--id", "bench"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -28,6 +28,7 @@ import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
+from hecate.cli.up import hecate_command
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
@@ -48,11 +49,6 @@ async def main():
     await asyncio.Event().wait()
 asyncio.run(main())
 """
-
-
-def _hecate() -> list[str]:
-    script = Path(sys.executable).with_name("hecate")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
 
 
 async def _drive(
@@ -161,7 +157,7 @@ def run_bus_bench(
                     procs.append(
                         subprocess.Popen(
                             [
-                                *_hecate(),
+                                *hecate_command(),
                                 "router",
                                 "--nats",
                                 url,
@@ -179,7 +175,7 @@ def run_bus_bench(
                         procs.append(
                             subprocess.Popen(
                                 [
-                                    *_hecate(),
+                                    *hecate_command(),
                                     "node",
                                     "--nats",
                                     url,

@@ -36,6 +36,7 @@ import numpy as np
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
+from hecate.cli.up import hecate_command
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
@@ -46,11 +47,6 @@ from hecate.wire.messages import InferReply, InferRequest, StreamToken
 
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
-
-
-def _hecate() -> list[str]:
-    script = Path(sys.executable).with_name("hecate")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
 
 
 def single(path: Path, tokens: int) -> dict[str, float]:
@@ -141,14 +137,14 @@ def swarm(
 
             asyncio.run(write_plan())
             procs["telemetry"] = subprocess.Popen(
-                [*_hecate(), "telemetry", "--nats", server.url, "--id", "telemetry"],
+                [*hecate_command(), "telemetry", "--nats", server.url, "--id", "telemetry"],
                 env=env,
                 stdout=quiet,
                 stderr=quiet,
             )
             procs["router"] = subprocess.Popen(
                 [
-                    *_hecate(),
+                    *hecate_command(),
                     "router",
                     "--nats",
                     server.url,
@@ -164,7 +160,7 @@ def swarm(
             for node in sorted({n for p in pipelines for n, _, _ in p}):
                 procs[node] = subprocess.Popen(
                     [
-                        *_hecate(),
+                        *hecate_command(),
                         "node",
                         "--nats",
                         server.url,

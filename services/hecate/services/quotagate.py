@@ -21,13 +21,12 @@ import msgspec
 from nats.aio.msg import Msg
 from opentelemetry.trace import Span, Status, StatusCode
 
-from hecate.bus.service import Service, error_headers
+from hecate.bus.service import NO_RESPONDERS, Service, error_headers
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorBody, InferReply, InferRequest, QuotaReply, QuotaRequest
 
 _quota_reply = msgspec.json.Decoder(QuotaReply)
 _json = msgspec.json.Encoder()
-NO_RESPONDERS = "503"
 
 
 @dataclass(slots=True, eq=False)
@@ -116,9 +115,7 @@ class QuotaGate:
             retry_after_s=wait,
             quota_ticket=reply.ticket,
         )
-        headers = error_headers("rate_limited", message)
-        headers["Retry-After"] = str(max(1, math.ceil(wait)))
-        headers["Retry-After-Ms"] = str(math.ceil(wait * 1000))
+        headers = error_headers("rate_limited", message, wait)
         if a.reply_to:
             await self.service.nc.publish(a.reply_to, _json.encode(body), headers=headers)
         return None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from opentelemetry.trace import (
 from hecate.bus import kv as kvs
 from hecate.bus import tracing
 from hecate.bus.logs import event
-from hecate.bus.service import Service, error_headers
+from hecate.bus.service import NO_RESPONDERS, Service, error_headers
 from hecate.core import (
     FailoverOptions,
     Recovered,
@@ -73,8 +72,6 @@ _node_event = msgspec.json.Decoder(NodeEvent)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
-
-NO_RESPONDERS = "503"
 
 
 @dataclass(slots=True, eq=False)
@@ -633,11 +630,7 @@ class RouterService:
             error=ErrorBody(code=code, message=message, retry_after_s=retry_after_s),
             retry_after_s=retry_after_s,
         )
-        headers = error_headers(code, message)
-        if retry_after_s is not None:
-            headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
-            headers["Retry-After-Ms"] = str(math.ceil(retry_after_s * 1000))
-        await self._answer(flight, _json.encode(reply), headers)
+        await self._answer(flight, _json.encode(reply), error_headers(code, message, retry_after_s))
 
     async def _answer(self, flight: Flight, body: bytes, headers: dict[str, str] | None) -> None:
         """Reply to the request and to every retry of it that joined while it ran."""

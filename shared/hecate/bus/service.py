@@ -38,6 +38,7 @@ from hecate.wire.messages import ErrorBody, ErrorReply
 __all__ = ["STATUS", "Service", "ServiceError", "connect", "encode", "error_headers"]
 
 Codec = Literal["json", "msgpack"]
+NO_RESPONDERS = "503"  # the Status header NATS puts on a reply when nobody listened
 _log = logging.getLogger("hecate.bus")
 VERSION = "0.1.0"
 
@@ -310,7 +311,9 @@ class Service:
                 error=ErrorBody(code=code, message=message, retry_after_s=retry_after_s)
             )
         )
-        await self.nc.publish(reply, encode(payload, codec), headers=error_headers(code, message))
+        await self.nc.publish(
+            reply, encode(payload, codec), headers=error_headers(code, message, retry_after_s)
+        )
 
     # -- $SRV (ADR-32) -----------------------------------------------------------------
 

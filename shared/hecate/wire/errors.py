@@ -7,6 +7,7 @@ headers: ``Nats-Service-Error`` (the message, one line), ``Nats-Service-Error-Co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Final
 
@@ -37,10 +38,16 @@ def status(code: str) -> int:
     return STATUS.get(code, 500)
 
 
-def error_headers(code: str, message: str) -> dict[str, str]:
+def error_headers(code: str, message: str, retry_after_s: float | None = None) -> dict[str, str]:
+    """The headers of an error reply; a "slow down" also says for how long, both as HTTP's
+    whole-second ``Retry-After`` and the exact ``Retry-After-Ms``."""
     one_line = message.replace("\r", " ").replace("\n", " ")[:256]
-    return {
+    headers = {
         "Nats-Service-Error": one_line,
         "Nats-Service-Error-Code": str(status(code)),
         "Hecate-Error": code,
     }
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+        headers["Retry-After-Ms"] = str(math.ceil(retry_after_s * 1000))
+    return headers
