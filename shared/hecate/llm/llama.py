@@ -5,6 +5,12 @@ Facts this relies on (checked against llama.cpp): RoPE rotates **adjacent pairs*
 grouped-query (each KV head serves ``heads / kv_heads`` query heads); the output head
 is the token embedding (tied). Splitting the blocks over stages gives bit-identical
 logits, since each block is applied the same way on the same float32 values.
+
+Decode is one token through 30 small blocks, so the cost of each numpy call counts as
+much as the matmuls: the RoPE angles are computed once per forward (every block rotates
+the same positions), Q and K are rotated together, the KV cache is preallocated and
+grown by doubling instead of concatenated each step, and each KV head attends for its
+whole group of query heads in one matmul (no repeated keys).
 """
 
 from __future__ import annotations
@@ -18,17 +24,21 @@ Array = npt.NDArray[np.float32]
 
 
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
-    scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return (x * scale * weight).astype(np.float32)
+    return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * weight
 
 
-def rope(x: Array, positions: npt.NDArray[np.int64], base: float) -> Array:
-    """Rotate adjacent pairs of the last axis by position · base^(-2i/d)."""
-    d = x.shape[-1]
-    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    angles = positions[:, None].astype(np.float64) * inv[None, :]  # [T, d/2]
-    cos = np.cos(angles).astype(np.float32)[:, None, :]
-    sin = np.sin(angles).astype(np.float32)[:, None, :]
+def rope_tables(positions: npt.NDArray[np.int64], dim: int, base: float) -> tuple[Array, Array]:
+    """cos and sin of position · base^(-2i/dim), shaped [T, 1, dim/2] to broadcast over heads."""
+    inv = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    angles = positions[:, None].astype(np.float64) * inv[None, :]
+    return (
+        np.cos(angles).astype(np.float32)[:, None, :],
+        np.sin(angles).astype(np.float32)[:, None, :],
+    )
+
+
+def rope(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate adjacent pairs of the last axis of ``x`` [T, heads, d]."""
     even, odd = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
     out[..., 0::2] = even * cos - odd * sin
@@ -37,15 +47,28 @@ def rope(x: Array, positions: npt.NDArray[np.int64], base: float) -> Array:
 
 
 class KVCache:
-    """Keys and values of one session, per block of this stage, grown as tokens arrive."""
+    """Keys and values of one session, per block of this stage: [kv_heads, capacity, d]."""
 
-    def __init__(self, blocks: int) -> None:
-        self.k: list[Array | None] = [None] * blocks
-        self.v: list[Array | None] = [None] * blocks
+    def __init__(self, blocks: int, kv_heads: int, head_dim: int, capacity: int = 64) -> None:
+        self.k = np.zeros((blocks, kv_heads, capacity, head_dim), dtype=np.float32)
+        self.v = np.zeros_like(self.k)
         self.length = 0
 
+    def reserve(self, length: int) -> None:
+        """Make room for ``length`` positions (doubling, so appends cost amortised O(1))."""
+        capacity = self.k.shape[2]
+        if length <= capacity:
+            return
+        while capacity < length:
+            capacity *= 2
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = np.zeros((*old.shape[:2], capacity, old.shape[3]), dtype=np.float32)
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (*self.k, *self.v) if a is not None)
+        return int(self.k.nbytes + self.v.nbytes)
 
 
 class LlamaStage:
@@ -58,7 +81,8 @@ class LlamaStage:
         self.last = weights.layer_end == weights.config.layers
 
     def new_cache(self) -> KVCache:
-        return KVCache(len(self.w.blocks))
+        c = self.config
+        return KVCache(len(self.w.blocks), c.kv_heads, c.head_dim)
 
     def embed(self, tokens: list[int]) -> Array:
         assert self.w.embedding is not None, "only the first stage embeds"
@@ -69,42 +93,42 @@ class LlamaStage:
         c = self.config
         t = hidden.shape[0]
         start = cache.length
-        positions = np.arange(start, start + t, dtype=np.int64)
-        q_dim, kv_dim = c.heads * c.head_dim, c.kv_heads * c.head_dim
-        group = c.heads // c.kv_heads
-        scale = np.float32(1.0 / np.sqrt(c.head_dim))
-        # Causal mask of the new queries over every cached and new key.
-        mask = np.triu(np.full((t, start + t), -np.inf, dtype=np.float32), k=start + 1)
+        end = start + t
+        cache.reserve(end)
+        heads, kv_heads, d = c.heads, c.kv_heads, c.head_dim
+        group = heads // kv_heads
+        qk_heads = heads + kv_heads
+        q_dim = heads * d
+        cos, sin = rope_tables(np.arange(start, end, dtype=np.int64), d, c.rope_base)
+        scale = np.float32(1.0 / np.sqrt(d))
+        # Causal mask of the new queries over every cached and new key, for each query
+        # row of a group ([group·T, S], rows ordered (group member, position)). A single
+        # new position sees every key: no mask.
+        mask = None
+        if t > 1:
+            causal = np.triu(np.full((t, end), -np.inf, dtype=np.float32), k=start + 1)
+            mask = np.tile(causal, (group, 1))
         x = hidden
         for i, b in enumerate(self.w.blocks):
-            a = rms_norm(x, b.attn_norm, c.eps)
-            qkv = a @ b.wqkv
-            q = rope(qkv[:, :q_dim].reshape(t, c.heads, c.head_dim), positions, c.rope_base)
-            k = rope(
-                qkv[:, q_dim : q_dim + kv_dim].reshape(t, c.kv_heads, c.head_dim),
-                positions,
-                c.rope_base,
-            )
-            v = qkv[:, q_dim + kv_dim :].reshape(t, c.kv_heads, c.head_dim)
-            prev_k, prev_v = cache.k[i], cache.v[i]
-            keys = k if prev_k is None else np.concatenate([prev_k, k], axis=0)
-            values = v if prev_v is None else np.concatenate([prev_v, v], axis=0)
-            cache.k[i], cache.v[i] = keys, values
-            # [heads, T, S] scores: query head h reads KV head h // group.
-            qh = q.transpose(1, 0, 2)  # [H, T, d]
-            kh = np.repeat(keys.transpose(1, 0, 2), group, axis=0)  # [H, S, d]
-            vh = np.repeat(values.transpose(1, 0, 2), group, axis=0)
-            scores = (qh @ kh.transpose(0, 2, 1)) * scale + mask
+            qkv = rms_norm(x, b.attn_norm, c.eps) @ b.wqkv
+            qk = rope(qkv[:, : qk_heads * d].reshape(t, qk_heads, d), cos, sin)
+            cache.k[i, :, start:end] = qk[:, heads:].transpose(1, 0, 2)
+            v = qkv[:, qk_heads * d :].reshape(t, kv_heads, d)
+            cache.v[i, :, start:end] = v.transpose(1, 0, 2)
+            keys, values = cache.k[i, :, :end], cache.v[i, :, :end]  # [KV, S, d]
+            # Query head h reads KV head h // group: [KV, group·T, d] against [KV, S, d].
+            q = qk[:, :heads].reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3)
+            scores = (q.reshape(kv_heads, group * t, d) @ keys.transpose(0, 2, 1)) * scale
+            if mask is not None:
+                scores += mask
             scores -= scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(axis=-1, keepdims=True)
-            attn = (probs @ vh).transpose(1, 0, 2).reshape(t, q_dim)
-            x = (x + attn @ b.wo).astype(np.float32)
-            m = rms_norm(x, b.ffn_norm, c.eps)
-            gu = m @ b.w_gate_up
-            gate, up = gu[:, : c.ffn], gu[:, c.ffn :]
-            x = (x + ((gate / (1.0 + np.exp(-gate))) * up) @ b.w_down).astype(np.float32)
-        cache.length += t
+            attn = (probs @ values).reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3)
+            x = x + attn.reshape(t, q_dim) @ b.wo
+            gate, up = np.split(rms_norm(x, b.ffn_norm, c.eps) @ b.w_gate_up, 2, axis=1)
+            x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ b.w_down
+        cache.length = end
         return x
 
     def logits(self, hidden: Array) -> Array:
