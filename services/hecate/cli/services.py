@@ -165,6 +165,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             instance_id=instance,
             failover=failover,
             max_attempts=args.max_attempts,
+            max_replays=args.max_replays,
             stage_timeout_s=args.stage_timeout_ms / 1000,
             log=log,
             tracer_provider=tp,
@@ -248,7 +249,16 @@ def add_parsers(sub: Any) -> None:
     router.add_argument("--topology", default=None, help="read failover options from here")
     router.add_argument("--allow-degraded", action="store_true")
     router.add_argument("--reserve-model", default=None)
-    router.add_argument("--max-attempts", type=int, default=3)
+    router.add_argument(
+        "--max-attempts", type=int, default=3, help="stage attempts per request, failovers included"
+    )
+    router.add_argument(
+        "--max-replays",
+        type=int,
+        default=2,
+        help="migration limit: how many times a generation is replayed onto a rescue route "
+        "(prompt + tokens so far) before it ends with an error carrying its text",
+    )
     router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
     router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
     router.add_argument(

@@ -102,6 +102,7 @@ class Flight:
     prompt_tokens: list[int] | None = None
     generated: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    replays: int = 0  # migrations of this generation's state onto a rescue route
     idempotency: tuple[str, str] | None = None  # (tenant, client request_id)
 
 
@@ -112,6 +113,7 @@ class RouterService:
         instance_id: str,
         failover: FailoverOptions = FailoverOptions(),  # noqa: B008 (frozen)
         max_attempts: int = 3,
+        max_replays: int = 2,
         stage_timeout_s: float = 2.0,
         suspect_s: float = 2.0,
         stale_s: float = 2.0,
@@ -127,6 +129,7 @@ class RouterService:
         self.instance_id = instance_id
         self.failover = failover
         self.max_attempts = max_attempts
+        self.max_replays = max_replays
         self.stage_timeout_s = stage_timeout_s
         self.log = log
         self.max_request_bytes = max_request_bytes
@@ -525,6 +528,13 @@ class RouterService:
                 # Nothing else can serve it, and the upstream said when it can: pass that on.
                 return await self._finish_error(flight, "rate_limited", reason, retry_after_s)
             return await self._finish_error(flight, result.code, result.message)
+        if flight.prompt_tokens is not None and flight.replays >= self.max_replays:
+            return await self._finish_error(
+                flight,
+                "unrecoverable",
+                f"migration limit: the generation was already replayed {flight.replays} "
+                f"time(s); last loss: {node_id} ({reason})",
+            )
         if flight.attempts >= self.max_attempts:
             return await self._finish_error(
                 flight,
@@ -544,6 +554,7 @@ class RouterService:
             # Generation: the rescue route's caches are empty; replay the prompt and every
             # token generated so far in one prefill, then carry on where the stream was.
             self.counters["replays"] += 1
+            flight.replays += 1
             flight.acts = {0: b""}
             flight.position = 0
             flight.step_tokens = flight.prompt_tokens + flight.generated
