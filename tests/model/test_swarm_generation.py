@@ -49,7 +49,14 @@ def reference(prompt: str, max_tokens: int) -> str:
     return "".join(tok.decode([t]) for t in out)
 
 
-def start(processes: Processes, tmp_path: Path, nodes: list[str], pipelines: int) -> None:
+def start(
+    processes: Processes,
+    tmp_path: Path,
+    nodes: list[str],
+    pipelines: int,
+    dispatch: str = "hop",
+    router_args: tuple[str, ...] = (),
+) -> None:
     pull(MODEL, progress=lambda _line: None)
     topology = tmp_path / "llm.json"
     topology.write_text(
@@ -73,7 +80,17 @@ def start(processes: Processes, tmp_path: Path, nodes: list[str], pipelines: int
         "--settle-ms",
         "300",
     )
-    processes.start("router-1", "router", "--id", "router-1", "--stage-timeout-ms", "5000")
+    processes.start(
+        "router-1",
+        "router",
+        "--id",
+        "router-1",
+        "--stage-timeout-ms",
+        "5000",
+        "--dispatch",
+        dispatch,
+        *router_args,
+    )
     for n in nodes:
         processes.start(
             f"node-{n}", "node", "--id", n, "--capacity-layers", "10", "--executor", "smollm2"
@@ -113,10 +130,11 @@ async def ready(client: Client) -> None:
     raise AssertionError("the model never served")
 
 
+@pytest.mark.parametrize("dispatch", ["hop", "chain"])
 async def test_three_stages_generate_the_single_process_text_and_stream_it(
-    processes: Processes, client: Client, tmp_path: Path
+    processes: Processes, client: Client, tmp_path: Path, dispatch: str
 ) -> None:
-    start(processes, tmp_path, ["a", "b", "c"], pipelines=1)
+    start(processes, tmp_path, ["a", "b", "c"], pipelines=1, dispatch=dispatch)
     await ready(client)
     stream: list[StreamToken] = []
     reply = await generate(client, "The capital of France is", 8, stream)
@@ -148,11 +166,15 @@ async def test_three_stages_generate_the_single_process_text_and_stream_it(
     assert "Paris" in (chat.output or "")
 
 
-@pytest.mark.parametrize("kill_after", [0, 1, 12])
+@pytest.mark.parametrize(
+    ("kill_after", "dispatch"), [(0, "hop"), (1, "hop"), (12, "hop"), (0, "chain"), (12, "chain")]
+)
 async def test_a_node_killed_mid_generation_is_replayed_and_the_text_is_unchanged(
-    processes: Processes, client: Client, tmp_path: Path, kill_after: int
+    processes: Processes, client: Client, tmp_path: Path, kill_after: int, dispatch: str
 ) -> None:
-    start(processes, tmp_path, ["a", "b", "c", "d", "e", "f"], pipelines=2)
+    # Chained, the stages forward each step's hidden state to each other; a dead stage
+    # is heard as no-responders on the reply subject of its own position in the chain.
+    start(processes, tmp_path, ["a", "b", "c", "d", "e", "f"], pipelines=2, dispatch=dispatch)
     await ready(client)
     prompt, n = "Once upon a time, in a small village,", 24
     expected = reference(prompt, n)
@@ -177,3 +199,30 @@ async def test_a_node_killed_mid_generation_is_replayed_and_the_text_is_unchange
     assert reply.route is not None
     assert victim not in [s.node_id for s in reply.route.stages]
     assert any(e.lost_node == victim and e.kind == "replica" for e in events), events
+
+
+async def test_past_the_migration_limit_the_error_carries_the_text_so_far(
+    processes: Processes, client: Client, tmp_path: Path
+) -> None:
+    # Two replicas, but no replay allowed: the rescue exists, the limit says no.
+    nodes = ["a", "b", "c", "d", "e", "f"]
+    start(processes, tmp_path, nodes, pipelines=2, router_args=("--max-replays", "0"))
+    await ready(client)
+    prompt, n = "Once upon a time, in a small village,", 24
+    expected = reference(prompt, n)
+    probe = await generate(client, "Hi", 1)
+    assert probe.route is not None
+    victim = probe.route.stages[1].node_id
+    stream: list[StreamToken] = []
+    task = asyncio.create_task(generate(client, prompt, n, stream))
+    while len(stream) < 3:
+        await asyncio.sleep(0.002)
+    processes.kill(f"node-{victim}", signal.SIGKILL)
+    reply = await task
+    assert not reply.ok
+    assert reply.error is not None
+    assert reply.error.code == "unrecoverable"
+    assert "migration limit" in reply.error.message
+    assert reply.output  # the text so far, a prefix of the whole greedy text
+    assert expected.startswith(reply.output)
+    assert reply.output == "".join(t.text for t in stream)

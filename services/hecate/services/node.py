@@ -177,8 +177,9 @@ class Node:
             ok=True, activation=x if output is None else b"", output=output, compute_ms=ms
         )
 
-    async def _generate(self, req: StageRequest) -> StageReply:
-        """One generation step of a real model, in a worker thread (heartbeats go on)."""
+    async def _generate(self, req: StageRequest) -> StageReply | None:
+        """One generation step of a real model, in a worker thread (heartbeats go on).
+        Chained, the step's hidden state goes straight to the next stage."""
         step = getattr(self.executor, "step")  # noqa: B009 (checked by generative)
         self.in_flight += 1
         started = time.perf_counter_ns()
@@ -191,6 +192,12 @@ class Node:
             spent = time.perf_counter_ns() - started
             self._busy_ns += spent
         self._latency_ms = ewma(self._latency_ms, spent / 1e6, 0.3)
+        prompt_tokens = reply.prompt_tokens or req.prompt_tokens
+        if req.chain:
+            await self._forward(req, reply.activation, prompt_tokens)
+            return None
+        if prompt_tokens is not reply.prompt_tokens:
+            reply = msgspec.structs.replace(reply, prompt_tokens=prompt_tokens)
         return reply
 
     async def _whole(self, req: StageRequest) -> StageReply:
@@ -214,9 +221,12 @@ class Node:
         self._latency_ms = ewma(self._latency_ms, ms, 0.3)
         return StageReply(ok=True, output=str(output), compute_ms=ms)
 
-    async def _forward(self, req: StageRequest, activation: bytes) -> None:
+    async def _forward(
+        self, req: StageRequest, activation: bytes, prompt_tokens: list[int] | None = None
+    ) -> None:
         """Send the next stage of a chained route, replying-to the router's inbox token
-        for that stage: if the next node is gone, NATS tells the router directly."""
+        for that stage: if the next node is gone, NATS tells the router directly. A
+        generation step carries its session, position and sampling along."""
         nxt, rest = req.chain[0], req.chain[1:]
         forward = StageRequest(
             request_id=req.request_id,
@@ -230,6 +240,13 @@ class Node:
             chain=rest,
             reply_base=req.reply_base,
             stage_index=req.stage_index + 1,
+            session=req.session,
+            position=req.position,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            step=req.step,
+            prompt_tokens=prompt_tokens,
         )
         headers = tracing.inject({}) if self.service.tracing else None
         try:

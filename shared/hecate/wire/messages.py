@@ -119,6 +119,9 @@ class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
     top_p: float = 1.0
     seed: int | None = None
     step: int = 0
+    # Down a chain: the first stage's tokenization of the prompt, so that the last
+    # stage's reply carries it back to the router (which needs it to replay).
+    prompt_tokens: list[int] | None = None
 
 
 class StageReply(msgspec.Struct, frozen=True, kw_only=True):
