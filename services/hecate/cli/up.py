@@ -28,10 +28,18 @@ def hecate_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
 
 
+# Executors whose last stage samples tokens: their routers chain the stages (each step's
+# hidden state goes node to node; a replay restarts from the prompt anyway), and the
+# model file they load is pulled once, before any node starts.
+GENERATIVE = {"smollm2": "smollm2-135m"}
+
+
 def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[str]]]:
     """(label, argv) for every process of the swarm, in start order."""
     topo = parse_topology(Path(args.topology).read_bytes())
     common = ["--nats", url]
+    generative = any(n.executor in GENERATIVE for n in topo.nodes)
+    routing = ["--dispatch", "chain"] if generative else []
     cmds: list[tuple[str, list[str]]] = [
         ("telemetry", ["telemetry", *common, "--id", "telemetry"]),
         (
@@ -53,7 +61,10 @@ def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[st
     ]
     for i in range(1, args.routers + 1):
         cmds.append(
-            (f"router-{i}", ["router", *common, "--id", f"router-{i}", "--topology", args.topology])
+            (
+                f"router-{i}",
+                ["router", *common, "--id", f"router-{i}", "--topology", args.topology, *routing],
+            )
         )
     for n in topo.nodes:
         cmds.append(
@@ -70,6 +81,7 @@ def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[st
                     str(n.latency_ms),
                     "--score",
                     str(n.score),
+                    *(["--executor", n.executor] if n.executor != "toy" else []),
                 ],
             )
         )
@@ -94,16 +106,42 @@ async def _pump(label: str, stream: asyncio.StreamReader) -> None:
         print(_pretty(label, line.decode(errors="replace").rstrip()), flush=True)
 
 
+def pull_models(topology: Path) -> None:
+    """Fetch the model files the topology's nodes need (a no-op when cached)."""
+    models = {
+        GENERATIVE[n.executor]
+        for n in parse_topology(topology.read_bytes()).nodes
+        if n.executor in GENERATIVE
+    }
+    if models:
+        from hecate.llm.store import pull
+
+        for model in sorted(models):
+            pull(model, progress=lambda line: print(f"hecate up: {line}", flush=True))
+
+
+def node_env(base: dict[str, str]) -> dict[str, str]:
+    """BLAS threads for the service processes: at most two each (a local swarm shares
+    its cores), sleeping as soon as a call ends (``OPENBLAS_THREAD_TIMEOUT=4``): a
+    stage whose threads spin after its step starves the next stage on the same cores.
+    What the operator set wins."""
+    env = dict(base)
+    env.setdefault("OPENBLAS_NUM_THREADS", str(min(2, os.cpu_count() or 1)))
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    return env
+
+
 async def up(args: argparse.Namespace) -> int:
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(pull_models, Path(args.topology))
     server: NatsServer | None = None
     url = args.nats
     if url is None:
         server = await asyncio.to_thread(NatsServer(state / "nats", max_payload=1024 * 1024).start)
         url = server.url
     (state / "nats.url").write_text(url + "\n")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_STATE=str(state))
+    env = node_env(dict(os.environ, HECATE_STATE=str(state)))
     procs: list[tuple[str, asyncio.subprocess.Process]] = []
     pumps: list[asyncio.Task[None]] = []
     stop = asyncio.Event()

@@ -34,6 +34,7 @@ class NodeEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     capacity_layers: Annotated[int, msgspec.Meta(ge=0)]
     latency_ms: NonNegative = 0.0
     score: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    executor: Slug = "toy"  # what the node runs (``hecate node --executor``)
 
     def profile(self) -> NodeProfile:
         return NodeProfile(

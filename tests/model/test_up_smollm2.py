@@ -1,0 +1,68 @@
+"""``make run``: ``hecate up`` on the SmolLM2 topology pulls the model, starts six stage
+nodes (two 3-stage pipelines) and streams a real generation through them."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from hecate.cli.up import hecate_command
+from hecate.llm.store import pull
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
+    pull("smollm2-135m", progress=lambda _line: None)
+    state = tmp_path / "state"
+    up = subprocess.Popen(
+        [
+            *hecate_command(),
+            "up",
+            "--topology",
+            str(EXAMPLES / "smollm2.json"),
+            "--state",
+            str(state),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url_file = state / "nats.url"
+        deadline = time.monotonic() + 120
+        answer = None
+        while time.monotonic() < deadline:
+            if url_file.exists():
+                answer = subprocess.run(
+                    [
+                        *hecate_command(),
+                        "infer",
+                        "smollm2-135m",
+                        "The capital of France is",
+                        "--max-tokens",
+                        "4",
+                        "--nats",
+                        url_file.read_text().strip(),
+                        "--timeout",
+                        "10",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                if answer.returncode == 0:
+                    break
+            time.sleep(0.5)
+        assert answer is not None
+        assert answer.returncode == 0, answer.stderr
+        assert answer.stdout.startswith(" Paris"), answer.stdout
+    finally:
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=90)
+    assert up.returncode == 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "smollm2-135m: already in" in out  # pulled (here: found) before the nodes start
