@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import msgspec
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from hecate.model import reference
+from hecate.wire import subjects
+from hecate.wire.messages import FailoverEvent
 
 from .conftest import EXAMPLES, Processes, infer, start_swarm, wait_until_serving
 from .load import run_load
@@ -143,6 +147,12 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
     assert len(first.route.stages) == 3
     assert first.output == reference("ncm-base", 12, "ready?", 8)
     middle = first.route.stages[1].node_id
+    events: list[FailoverEvent] = []
+
+    async def on_failover(msg: Msg) -> None:
+        events.append(msgspec.json.decode(msg.data, type=FailoverEvent))
+
+    await client.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
     stop = asyncio.Event()
     load = asyncio.create_task(run_load(client, "ncm-base", 12, stop, workers=3))
     await asyncio.sleep(0.3)
@@ -153,3 +163,7 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
     tally = await load
     assert (tally.lost, tally.wrong, tally.errors) == (0, 0, 0), tally
     assert tally.ok > 10, tally
+    # The node that forwarded to the dead one heard NATS's no-responders on its relay
+    # subject and passed it on: the router blamed the right stage within milliseconds,
+    # not after telemetry's 300 ms or the stage timeout.
+    assert any(e.lost_node == middle and e.reason == "no responders" for e in events), events

@@ -15,12 +15,13 @@ import time
 from collections.abc import Mapping
 
 import msgspec
+from nats.aio.msg import Msg
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
 from hecate.bus import tracing
 from hecate.bus.logs import event
-from hecate.bus.service import Service, ServiceError, encode
+from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
 from hecate.core.plan import NodeProfile, SwarmPlan
 from hecate.core.telemetry import ewma
 from hecate.model import Executor, ExecutorError, get_executor
@@ -64,6 +65,7 @@ class Node:
         self._busy_ns = 0
         self._latency_ms: float | None = None
         self._seq = 0
+        self._relay_prefix = ""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -80,6 +82,11 @@ class Node:
             codec="msgpack",
         )
         await svc.add_raw("roll-call", subjects.NODE_ROLL_CALL, self._on_roll_call)
+        # Chained routes: NATS sends a no-responders status only to a subscription of the
+        # connection that published, so forwards carry this node's relay subject as their
+        # reply; what comes back on it (errors, no-responders) goes on to the router.
+        self._relay_prefix = svc.nc.new_inbox()
+        await svc.nc.subscribe(f"{self._relay_prefix}.>", cb=self._relay)
         await svc.ready()
         await self._join()
         beat = svc.spawn(self._heartbeats())
@@ -133,7 +140,33 @@ class Node:
 
     # -- work --------------------------------------------------------------------------
 
-    async def execute(self, req: StageRequest, _headers: Mapping[str, str]) -> StageReply | None:
+    async def execute(self, req: StageRequest, headers: Mapping[str, str]) -> StageReply | None:
+        reply = await self._execute(req, headers)
+        if reply is not None and req.reply_base:
+            # A chained stage answers the router itself: its own reply subject is the
+            # previous node's relay, which only carries failures back.
+            await self.service.nc.publish(
+                f"{req.reply_base}-{req.stage_index}", encode(reply, "msgpack")
+            )
+            return None
+        return reply
+
+    async def _relay(self, msg: Msg) -> None:
+        """A failure answering one of our forwards: pass it to the router's subject for
+        that stage, a no-responders status as the explicit ``no_responders`` error."""
+        target = msg.subject[len(self._relay_prefix) + 1 :]
+        try:
+            if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+                stage = target.rsplit("-", 1)[-1]
+                await self.service.reply_error(
+                    target, "no_responders", f"no node took chained stage {stage}", "msgpack"
+                )
+            else:
+                await self.service.nc.publish(target, msg.data, headers=msg.headers)
+        except Exception as exc:  # disconnected: the router's stage timeout covers it
+            event(self.log, "relay failed", logging.WARNING, error=repr(exc))
+
+    async def _execute(self, req: StageRequest, _headers: Mapping[str, str]) -> StageReply | None:
         if self.draining:
             raise ServiceError("draining", f"node {self.profile.node_id} is draining")
         if not self._hosts(req.model_id, req.layer_start, req.layer_end):
@@ -253,7 +286,7 @@ class Node:
             await self.service.nc.publish(
                 subjects.node_run(nxt.node_id),
                 encode(forward, "msgpack"),
-                reply=f"{req.reply_base}-{req.stage_index + 1}",
+                reply=f"{self._relay_prefix}.{req.reply_base}-{req.stage_index + 1}",
                 headers=headers,
             )
         except Exception as exc:

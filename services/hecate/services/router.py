@@ -426,6 +426,8 @@ class RouterService:
             return await self._stage_failed(flight, node_id, f"unreadable reply: {exc}")
         if not reply.ok:
             err = reply.error or ErrorBody(code="internal", message="no error body")
+            if err.code == "no_responders":  # relayed by the node that chained to it
+                return await self._stage_failed(flight, node_id, "no responders")
             return await self._stage_failed(
                 flight, node_id, f"{err.code}: {err.message}", err.retry_after_s
             )

@@ -25,6 +25,7 @@ STATUS: Final[Mapping[str, int]] = {
     "internal": 500,
     "forward_failed": 502,
     "no_healthy_pipeline": 503,
+    "no_responders": 503,
     "unrecoverable": 503,
     "draining": 503,
     "no_plan": 503,
