@@ -9,9 +9,12 @@ from typing import Any
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
+    from hecate.llm.gguf_model import prepare
     from hecate.llm.store import pull
 
-    pull(args.name, progress=lambda line: print(line, file=sys.stderr))
+    path = pull(args.name, progress=lambda line: print(line, file=sys.stderr))
+    print(f"{args.name}: preparing float32 weights and tokenizer", file=sys.stderr)
+    prepare(path)
     return 0
 
 
@@ -49,17 +52,17 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def load_stage_layers(path: Any) -> int:
-    from gguf import GGUFReader
+    from hecate.llm.gguf_model import model_config
 
-    from hecate.llm.gguf_model import read_config
-
-    return read_config(GGUFReader(path)).layers
+    return model_config(path).layers
 
 
 def add_parser(sub: Any) -> None:
     model: argparse.ArgumentParser = sub.add_parser("model", help="the real model's files")
     verbs = model.add_subparsers(dest="verb", required=True, metavar="VERB")
-    pull = verbs.add_parser("pull", help="fetch a model into the cache (no-op if present)")
+    pull = verbs.add_parser(
+        "pull", help="fetch a model into the cache and prepare it (no-op if present)"
+    )
     pull.add_argument("name", help="e.g. smollm2-135m")
     pull.set_defaults(run=_cmd_pull)
     gen = verbs.add_parser("generate", help="greedy generation in this process")

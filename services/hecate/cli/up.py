@@ -114,10 +114,13 @@ def pull_models(topology: Path) -> None:
         if n.executor in GENERATIVE
     }
     if models:
+        from hecate.llm.gguf_model import prepare
         from hecate.llm.store import pull
 
         for model in sorted(models):
-            pull(model, progress=lambda line: print(f"hecate up: {line}", flush=True))
+            path = pull(model, progress=lambda line: print(f"hecate up: {line}", flush=True))
+            print(f"hecate up: {model}: preparing float32 weights (once)", flush=True)
+            prepare(path)
 
 
 def node_env(base: dict[str, str]) -> dict[str, str]:

@@ -17,6 +17,13 @@ CONTROL = 3  # GGUF token_type of control (special) tokens
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
+    """From the prepared folder when it is there (instant), else built from the GGUF."""
+    from hecate.llm.gguf_model import Prepared
+
+    return Tokenizer.from_str(Prepared(path).text("tokenizer.json", lambda: _build(path).to_str()))
+
+
+def _build(path: Path) -> Tokenizer:
     reader = GGUFReader(path)
 
     def strings(key: str) -> list[str]:
