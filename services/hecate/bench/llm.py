@@ -2,30 +2,40 @@
 
 One run measures, greedy, the same prompt and token count:
 
-* ``single``: the numpy model in this process (no bus), BLAS threads as configured;
-* ``single_1_thread``: the same with BLAS pinned to one thread, as every node runs;
-* ``stages_1`` / ``stages_2`` / ``stages_3``: one router and 1-3 node processes
-  (``--executor smollm2``) on an embedded nats-server, the plan written to KV directly;
-* ``kill_stall_ms``: with two 3-stage pipelines, the middle node of the serving one is
-  SIGKILLed after ``kill_after`` tokens; the longest gap between two streamed tokens
-  (detection + replay of the prompt and the tokens so far);
-* ``llama_cpp``: the same GGUF under llama-cpp-python, only if it is installed.
+* ``single``: the numpy model in this process (no bus), BLAS threads as configured
+  (by default every core, threads spinning between calls: its best case);
+* ``single_1_thread``: the same in a process with BLAS pinned to one thread;
+* ``stages_1`` / ``stages_2`` / ``stages_3``: one router (``--dispatch chain``) and 1-3
+  node processes (``--executor smollm2``) on an embedded nats-server, the plan written
+  to KV directly. Nodes run ``blas_threads`` BLAS threads that sleep as soon as a call
+  ends (``OPENBLAS_THREAD_TIMEOUT=4``): threads that spin between calls starve the other
+  stage processes sharing the cores. ``stages_3_hop``: the router calls each stage;
+  ``stages_3_1_thread``: one BLAS thread per node, to compare with ``single_1_thread``;
+* ``kill_between_steps`` / ``kill_mid_step``: two 3-stage pipelines; the middle node of
+  the serving one is SIGKILLed after ``kill_after`` tokens, either as that token
+  arrives (the victim is idle: the next step gets no-responders) or ~40 % into the next
+  step (the victim is computing: the step dies with it, telemetry's node-down tells the
+  router). ``kill_stall_ms`` is the longest gap between two streamed tokens (detection
+  and the replay of the prompt and the tokens so far); ``failover_reason`` says which
+  of the two it was;
+* ``llama_cpp``: the same GGUF under llama-cpp-python (2 threads), only if installed.
 
 Time to first token (TTFT) includes the prompt's prefill; tokens/s counts the tokens
-after the first.
+after the first; ``gap_ms`` is the median time between two tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import importlib
 import itertools
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +53,7 @@ from hecate.llm.llama import LlamaStage
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest, StreamToken
+from hecate.wire.messages import FailoverEvent, InferReply, InferRequest, StreamToken
 
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
@@ -86,10 +96,17 @@ def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
 
 async def _generate(
     url: str, tokens: int, on_token: Any = None
-) -> tuple[float, float, list[float]]:
+) -> tuple[float, float, list[float], list[str], InferReply]:
+    """One streamed generation: its start, token arrival times, failover reasons, reply."""
     nc = await nats.connect(url)
     inbox = nc.new_inbox()
     stamps: list[float] = []
+    reasons: list[str] = []
+
+    async def failover(msg: Any) -> None:
+        reasons.append(msgspec.json.decode(msg.data, type=FailoverEvent).reason)
+
+    await nc.subscribe(subjects.EVENT_FAILOVER, cb=failover)
 
     async def got(msg: Any) -> None:
         stamps.append(time.perf_counter())
@@ -105,7 +122,7 @@ async def _generate(
     reply = msgspec.json.decode(msg.data, type=InferReply)
     if not reply.ok or not stamps:
         raise RuntimeError(f"generation failed: {reply.error}")
-    return t0, stamps[0], stamps
+    return t0, stamps[0], stamps, reasons, reply
 
 
 async def _ready(url: str) -> None:
@@ -119,9 +136,20 @@ async def _ready(url: str) -> None:
 
 
 def swarm(
-    pipelines: list[list[tuple[str, int, int]]], tokens: int, kill_after: int | None = None
-) -> dict[str, float]:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="WARNING")
+    pipelines: list[list[tuple[str, int, int]]],
+    tokens: int,
+    kill_after: int | None = None,
+    *,
+    kill_delay_s: float = 0.0,
+    dispatch: str = "chain",
+    blas_threads: int = 1,
+) -> dict[str, Any]:
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS=str(blas_threads),
+        OPENBLAS_THREAD_TIMEOUT=os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"),
+        HECATE_LOG_LEVEL="WARNING",
+    )
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     quiet = subprocess.DEVNULL
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,6 +180,8 @@ def swarm(
                     "bench",
                     "--stage-timeout-ms",
                     "5000",
+                    "--dispatch",
+                    dispatch,
                 ],
                 env=env,
                 stdout=quiet,
@@ -176,13 +206,21 @@ def swarm(
                     stderr=quiet,
                 )
             asyncio.run(_ready(server.url))
-            victim = pipelines[0][len(pipelines[0]) // 2][0]
+            # On an idle swarm the next generation takes the route this probe took.
+            probe = asyncio.run(_generate(server.url, 1))[4].route
+            assert probe is not None
+            victim = probe.stages[len(probe.stages) // 2].node_id
 
             def maybe_kill(token: StreamToken) -> None:
                 if kill_after is not None and token.index == kill_after - 1:
-                    procs[victim].send_signal(signal.SIGKILL)
+                    if kill_delay_s:  # aim at the victim's share of the next step
+                        threading.Timer(kill_delay_s, procs[victim].kill).start()
+                    else:
+                        procs[victim].kill()
 
-            t0, first, stamps = asyncio.run(_generate(server.url, tokens, maybe_kill))
+            t0, first, stamps, reasons, _reply = asyncio.run(
+                _generate(server.url, tokens, maybe_kill)
+            )
         finally:
             for p in procs.values():
                 if p.poll() is None:
@@ -191,25 +229,33 @@ def swarm(
                 p.wait(15)
             server.stop()
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    out = {
+    out: dict[str, Any] = {
         "ttft_ms": round((first - t0) * 1000, 1),
         "tokens_per_s": round((len(stamps) - 1) / (stamps[-1] - first), 1),
     }
+    out["gap_ms"] = round(float(np.median(gaps)) * 1000, 1)
     if kill_after is not None:
         out["kill_stall_ms"] = round(max(gaps) * 1000, 1)
-        out["typical_gap_ms"] = round(float(np.median(gaps)) * 1000, 1)
+        out["failover_reason"] = reasons[0] if reasons else "none"
     return out
 
 
 def llama_cpp(path: Path, tokens: int) -> dict[str, float] | None:
+    """llama.cpp on the same GGUF, streamed and timed like the rest (not a dependency)."""
     try:
-        from llama_cpp import Llama  # type: ignore[import-not-found]
+        llama = importlib.import_module("llama_cpp")
     except ImportError:
         return None
-    llm = Llama(model_path=str(path), n_threads=2, verbose=False)
+    llm = llama.Llama(model_path=str(path), n_threads=2, verbose=False)
     t0 = time.perf_counter()
-    llm(PROMPT, max_tokens=tokens, temperature=0.0)
-    return {"tokens_per_s": round(tokens / (time.perf_counter() - t0), 1)}
+    stamps = [
+        time.perf_counter()
+        for _chunk in llm(PROMPT, max_tokens=tokens, temperature=0.0, stream=True)
+    ]
+    return {
+        "ttft_ms": round((stamps[0] - t0) * 1000, 1),
+        "tokens_per_s": round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 1),
+    }
 
 
 def single_one_thread(tokens: int) -> dict[str, float]:
@@ -229,30 +275,51 @@ def single_one_thread(tokens: int) -> dict[str, float]:
     return result
 
 
-def run_llm_bench(*, tokens: int = 32) -> dict[str, Any]:
+def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2) -> dict[str, Any]:
     path = pull(MODEL, progress=lambda line: print(line, file=sys.stderr))
+    three = [("s0", 0, 10), ("s1", 10, 20), ("s2", 20, 30)]
+    two_pipelines = [
+        [("a0", 0, 10), ("a1", 10, 20), ("a2", 20, 30)],
+        [("b0", 0, 10), ("b1", 10, 20), ("b2", 20, 30)],
+    ]
     one = single(path, tokens)
     result: dict[str, Any] = {
         "single": one,
         "single_1_thread": single_one_thread(tokens),
-        "stages_1": swarm([[("s0", 0, 30)]], tokens),
-        "stages_2": swarm([[("s0", 0, 15), ("s1", 15, 30)]], tokens),
-        "stages_3": swarm([[("s0", 0, 10), ("s1", 10, 20), ("s2", 20, 30)]], tokens),
-        "kill": swarm(
-            [
-                [("a0", 0, 10), ("a1", 10, 20), ("a2", 20, 30)],
-                [("b0", 0, 10), ("b1", 10, 20), ("b2", 20, 30)],
-            ],
-            tokens,
-            kill_after=tokens // 3,
-        ),
-        "llama_cpp": llama_cpp(path, tokens),
+        "stages_1": swarm([[("s0", 0, 30)]], tokens, blas_threads=blas_threads),
+        "stages_2": swarm([[("s0", 0, 15), ("s1", 15, 30)]], tokens, blas_threads=blas_threads),
+        "stages_3": swarm([three], tokens, blas_threads=blas_threads),
+        "stages_3_hop": swarm([three], tokens, dispatch="hop", blas_threads=blas_threads),
+        "stages_3_1_thread": swarm([three], tokens, blas_threads=1),
     }
-    three = result["stages_3"]["tokens_per_s"]
-    result["ratio_3_stages"] = round(three / one["tokens_per_s"], 3)
-    result["ratio_3_stages_same_blas"] = round(three / result["single_1_thread"]["tokens_per_s"], 3)
+    gap_s = result["stages_3"]["gap_ms"] / 1000
+    # Killed as the token arrives, the victim is idle (the next step reaches it a few ms
+    # later: no-responders). Killed ~40 % into the next step, it is computing its share
+    # (the first stage takes about a third of a step): the step is lost with it and
+    # only telemetry's node-down tells the router.
+    result["kill_between_steps"] = swarm(
+        two_pipelines, tokens, kill_after=tokens // 3, blas_threads=blas_threads
+    )
+    result["kill_mid_step"] = swarm(
+        two_pipelines,
+        tokens,
+        kill_after=tokens // 3,
+        kill_delay_s=0.4 * gap_s,
+        blas_threads=blas_threads,
+    )
+    result["llama_cpp"] = llama_cpp(path, tokens)
+    tps = result["stages_3"]["tokens_per_s"]
+    result["ratio_3_stages"] = round(tps / one["tokens_per_s"], 3)
+    result["ratio_3_stages_1_thread"] = round(
+        result["stages_3_1_thread"]["tokens_per_s"] / result["single_1_thread"]["tokens_per_s"], 3
+    )
+    if result["llama_cpp"] is not None:
+        result["ratio_single_llama_cpp"] = round(
+            one["tokens_per_s"] / result["llama_cpp"]["tokens_per_s"], 3
+        )
     result["meta"] = {
         "tokens": tokens,
+        "node_blas_threads": blas_threads,
         "prompt": PROMPT,
         "greedy": True,
         "python": platform.python_version(),
