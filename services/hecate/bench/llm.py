@@ -258,20 +258,47 @@ def llama_cpp(path: Path, tokens: int) -> dict[str, float] | None:
     }
 
 
-def single_one_thread(tokens: int) -> dict[str, float]:
-    """The single-process model with BLAS pinned to one thread, as each node runs."""
+def stage_steps(path: Path, steps: int = 40, pause_s: float = 0.025) -> dict[str, float]:
+    """One 10-block stage's decode step (median ms), back to back and after a pause as
+    long as the other stages' share of a token: what a pipeline stage actually sees."""
+    stage = LlamaStage(load_stage(path, 10, 20))
+    cache = stage.new_cache()
+    rng = np.random.default_rng(0)
+    stage.forward(rng.standard_normal((5, 576), dtype=np.float32), cache)
+    out: dict[str, float] = {}
+    for label, pause in (("busy_ms", 0.0), ("after_pause_ms", pause_s)):
+        times = []
+        for _ in range(steps):
+            x = rng.standard_normal((1, 576), dtype=np.float32)
+            t = time.perf_counter()
+            stage.forward(x, cache)
+            times.append(time.perf_counter() - t)
+            if pause:
+                time.sleep(pause)
+        out[label] = round(float(np.median(times)) * 1000, 2)
+    return out
+
+
+def _in_process(call: str, env: dict[str, str]) -> Any:
+    """``call`` (an expression over this module and ``path``) in a fresh interpreter, so
+    that BLAS starts with ``env``'s thread settings."""
     code = (
-        "import json; from hecate.bench.llm import single; from hecate.llm.store import "
-        f"model_path; print(json.dumps(single(model_path('{MODEL}'), {tokens})))"
+        "import json; from hecate.bench.llm import *; from hecate.llm.store import "
+        f"model_path; path = model_path('{MODEL}'); print(json.dumps({call}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+        env=dict(os.environ, **env),
         check=True,
     )
-    result: dict[str, float] = msgspec.json.decode(out.stdout.strip().splitlines()[-1])
+    return msgspec.json.decode(out.stdout.strip().splitlines()[-1])
+
+
+def single_one_thread(tokens: int) -> dict[str, float]:
+    """The single-process model with BLAS pinned to one thread."""
+    result: dict[str, float] = _in_process(f"single(path, {tokens})", {"OPENBLAS_NUM_THREADS": "1"})
     return result
 
 
@@ -291,6 +318,13 @@ def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2) -> dict[str, Any]:
         "stages_3": swarm([three], tokens, blas_threads=blas_threads),
         "stages_3_hop": swarm([three], tokens, dispatch="hop", blas_threads=blas_threads),
         "stages_3_1_thread": swarm([three], tokens, blas_threads=1),
+        "stage_steps_1_thread": _in_process("stage_steps(path)", {"OPENBLAS_NUM_THREADS": "1"}),
+        "stage_steps_2_sleeping_threads": _in_process(
+            "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "4"}
+        ),
+        "stage_steps_2_spinning_threads": _in_process(
+            "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2"}
+        ),
     }
     gap_s = result["stages_3"]["gap_ms"] / 1000
     # Killed as the token arrives, the victim is idle (the next step reaches it a few ms
