@@ -33,7 +33,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.suite == "llm":
         from hecate.bench.llm import run_llm_bench
 
-        report: object = run_llm_bench(tokens=16 if args.quick else 48)
+        report: object = run_llm_bench(
+            tokens=16 if args.quick else 48, rounds=1 if args.quick else 3
+        )
     elif args.suite == "breaker":
         from hecate.bench.breaker import run_breaker_bench
 
