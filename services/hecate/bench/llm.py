@@ -7,10 +7,13 @@ One run measures, greedy, the same prompt and token count:
 * ``single_1_thread``: the same in a process with BLAS pinned to one thread;
 * ``stages_1`` / ``stages_2`` / ``stages_3``: one router (``--dispatch chain``) and 1-3
   node processes (``--executor smollm2``) on an embedded nats-server, the plan written
-  to KV directly. Nodes run ``blas_threads`` BLAS threads that sleep as soon as a call
-  ends (``OPENBLAS_THREAD_TIMEOUT=4``): threads that spin between calls starve the other
-  stage processes sharing the cores. ``stages_3_hop``: the router calls each stage;
-  ``stages_3_1_thread``: one BLAS thread per node, to compare with ``single_1_thread``;
+  to KV directly. Nodes run ``blas_threads`` BLAS threads with the short spin
+  ``hecate up`` gives them (``OPENBLAS_THREAD_TIMEOUT=20``): threads that spin long
+  after a call starve the other stage processes sharing the cores. ``stages_3_hop``:
+  the router calls each stage; ``stages_3_1_thread``: one BLAS thread per node, to
+  compare with ``single_1_thread``. ``stage_steps_*``: one 10-block stage's step back
+  to back and after a 25 ms pause (the other stages' share of a token), per BLAS
+  setting: the wake-up each stage pays per token;
 * ``kill_between_steps`` / ``kill_mid_step``: two 3-stage pipelines; the middle node of
   the serving one is SIGKILLed after ``kill_after`` tokens, either as that token
   arrives (the victim is idle: the next step gets no-responders) or ~40 % into the next
@@ -46,7 +49,7 @@ import numpy as np
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command
+from hecate.cli.up import BLAS_THREAD_TIMEOUT, hecate_command, node_env
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
@@ -144,12 +147,7 @@ def swarm(
     dispatch: str = "chain",
     blas_threads: int = 1,
 ) -> dict[str, Any]:
-    env = dict(
-        os.environ,
-        OPENBLAS_NUM_THREADS=str(blas_threads),
-        OPENBLAS_THREAD_TIMEOUT=os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"),
-        HECATE_LOG_LEVEL="WARNING",
-    )
+    env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     quiet = subprocess.DEVNULL
     with tempfile.TemporaryDirectory() as tmp:
@@ -335,10 +333,14 @@ def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2, rounds: int = 3) -
         "stages_3_hop": swarm([three], tokens, dispatch="hop", blas_threads=blas_threads),
         "stages_3_1_thread": swarm([three], tokens, blas_threads=1),
         "stage_steps_1_thread": _in_process("stage_steps(path)", {"OPENBLAS_NUM_THREADS": "1"}),
-        "stage_steps_2_sleeping_threads": _in_process(
+        "stage_steps_2_threads_sleep_at_once": _in_process(
             "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "4"}
         ),
-        "stage_steps_2_spinning_threads": _in_process(
+        "stage_steps_2_threads_short_spin": _in_process(
+            "stage_steps(path)",
+            {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": BLAS_THREAD_TIMEOUT},
+        ),
+        "stage_steps_2_threads_default_spin": _in_process(
             "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2"}
         ),
     }

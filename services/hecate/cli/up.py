@@ -123,14 +123,22 @@ def pull_models(topology: Path) -> None:
             prepare(path)
 
 
-def node_env(base: dict[str, str]) -> dict[str, str]:
-    """BLAS threads for the service processes: at most two each (a local swarm shares
-    its cores), sleeping as soon as a call ends (``OPENBLAS_THREAD_TIMEOUT=4``): a
-    stage whose threads spin after its step starves the next stage on the same cores.
-    What the operator set wins."""
+# OpenBLAS lets an idle worker thread spin 2^N cycles before it sleeps (default N=28,
+# about 0.1 s). A stage whose threads spin that long after its step starves the next
+# stage of the same token on shared cores (measured: 3 stages fell to ~6 tokens/s);
+# sleeping after every call (N=4) pays a wake-up per matmul. N=20 (~0.4 ms) keeps the
+# threads awake across one step's calls and asleep soon after it (hecate bench llm).
+BLAS_THREAD_TIMEOUT = "20"
+
+
+def node_env(base: dict[str, str], threads: int | None = None) -> dict[str, str]:
+    """BLAS settings for service processes: at most two threads each (a local swarm
+    shares its cores) with a short spin. What the operator set wins."""
     env = dict(base)
+    if threads is not None:
+        env["OPENBLAS_NUM_THREADS"] = str(threads)
     env.setdefault("OPENBLAS_NUM_THREADS", str(min(2, os.cpu_count() or 1)))
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
     return env
 
 
