@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-toy test lint typecheck unit bench sim clean
+.PHONY: run run-toy test lint typecheck unit bench chaos sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ bench: $(STAMP)
 	$(BIN)/hecate bench herd
 	$(BIN)/hecate bench breaker
 	$(BIN)/hecate bench llm
+
+## Kill every part of a local swarm under load, one scenario at a time; fails if any
+## request is lost or answered wrong.
+chaos: $(STAMP)
+	$(BIN)/hecate chaos all
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -130,6 +130,7 @@ class RouterService:
         self.failover = failover
         self.max_attempts = max_attempts
         self.max_replays = max_replays
+        self.reconnect_grace_s = 3.0
         self.stage_timeout_s = stage_timeout_s
         self.log = log
         self.max_request_bytes = max_request_bytes
@@ -478,6 +479,17 @@ class RouterService:
         self, flight: Flight, node_id: str, reason: str, retry_after_s: float | None = None
     ) -> None:
         assert self.view.router is not None
+        if (
+            reason == "no responders"
+            and time.monotonic() - self.service.reconnected_at < self.reconnect_grace_s
+            and (self.dispatch_mode == "hop" or flight.stage == 0)
+        ):
+            # The server just came back: the node may simply not have resubscribed yet.
+            # Send the same stage again shortly, without blaming anyone (in a chain, only
+            # when its first stage was the one missing: later ones already ran).
+            self.counters["resent_after_reconnect"] += 1
+            self.service.spawn(self._resend(flight, flight.dispatch))
+            return None
         if flight.stage_span is not None:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
             flight.stage_span.end()
@@ -567,6 +579,11 @@ class RouterService:
         self.view.router.begin(flight.route)
         await self._dispatch(flight)
         return None
+
+    async def _resend(self, flight: Flight, dispatch: str) -> None:
+        await asyncio.sleep(0.1)
+        if self.flights.get(flight.key) is flight and flight.dispatch == dispatch:
+            await self._dispatch(flight)
 
     # -- answers -----------------------------------------------------------------------
 

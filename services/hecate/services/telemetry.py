@@ -117,9 +117,13 @@ class Telemetry:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(min(self.interval.values(), default=0.1) / 2)
+            inbound = self.service.inbound
+            if inbound is None or not inbound.is_connected:
+                continue  # we hear nobody while we are cut off: that says nothing of them
             now = time.monotonic()
+            back = self.service.reconnected_at  # silence before we were back is not theirs
             for node_id, state in list(self.nodes.items()):
-                silent = now - self.heard.get(node_id, now)
+                silent = now - max(self.heard.get(node_id, now), back)
                 if state.alive and silent > self.missed * self.interval.get(node_id, 0.1):
                     self.nodes[node_id] = msgspec.structs.replace(state, alive=False, in_flight=0)
                     await self._liveness(

@@ -98,7 +98,13 @@ async def _quiet(exc: Exception) -> None:
     _log.debug("nats: %r", exc)
 
 
-async def connect(url: str, name: str, *, timeout: float = 10.0) -> Client:
+async def connect(
+    url: str,
+    name: str,
+    *,
+    timeout: float = 10.0,
+    reconnected_cb: Callable[[], Awaitable[None]] | None = None,
+) -> Client:
     """Connect, retrying until ``timeout`` (services may start before the server); once
     connected, reconnect forever."""
     deadline = time.monotonic() + timeout
@@ -114,6 +120,7 @@ async def connect(url: str, name: str, *, timeout: float = 10.0) -> Client:
                 ping_interval=5,
                 max_outstanding_pings=3,
                 error_cb=_quiet,
+                reconnected_cb=reconnected_cb,
             )
         except Exception:
             if time.monotonic() > deadline:
@@ -152,6 +159,14 @@ class Service:
         self._tasks: set[asyncio.Task[None]] = set()  # in-flight handlers: awaited on stop
         self._background: set[asyncio.Task[None]] = set()  # loops and watchers: cancelled
         self._subs: list[Any] = []
+        # When a connection last came back after losing the server (monotonic; 0: never).
+        # Right after, other clients may not have resubscribed yet: a no-responders then
+        # can mean "not back yet", not "gone".
+        self.reconnected_at = 0.0
+
+    async def _reconnected(self) -> None:
+        self.reconnected_at = time.monotonic()
+        event(self.log, "reconnected", logging.WARNING)
 
     @property
     def nc(self) -> Client:
@@ -160,8 +175,12 @@ class Service:
         return self.outbound
 
     async def start(self, url: str) -> None:
-        self.inbound = await connect(url, f"{self.name}-{self.instance_id}-in")
-        self.outbound = await connect(url, f"{self.name}-{self.instance_id}-out")
+        self.inbound = await connect(
+            url, f"{self.name}-{self.instance_id}-in", reconnected_cb=self._reconnected
+        )
+        self.outbound = await connect(
+            url, f"{self.name}-{self.instance_id}-out", reconnected_cb=self._reconnected
+        )
         for verb in ("PING", "INFO", "STATS"):
             for subject in (
                 f"$SRV.{verb}",

@@ -1,0 +1,52 @@
+"""``hecate chaos SCENARIO [--short] [--json]``: kill parts of a swarm under load.
+
+Prints one line per scenario (one JSON object per line with ``--json``): requests sent,
+answered correctly, answered with an explicit error, lost, wrong, the p99 latency
+while the fault lasted and the time to recover. Exit status 1 if any request was lost
+or wrong, so ``make chaos`` fails loudly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+
+def _line(result: dict[str, Any]) -> str:
+    codes = ", ".join(f"{k}={v}" for k, v in sorted(result["error_codes"].items()))
+    checks = ", ".join(f"{k}={v}" for k, v in sorted(result["checks"].items()))
+    return (
+        f"{result['scenario']:<14} sent={result['sent']:<6} ok={result['ok']:<6} "
+        f"errors={result['errors']:<4} lost={result['lost']:<3} wrong={result['wrong']:<3} "
+        f"p99_ms={result['p99_ms']:<8} max_ms={result['max_ms']:<8} "
+        f"recover_s={result['recover_s']}"
+        + (f"  errors: {codes}" if codes else "")
+        + (f"  checks: {checks}" if checks else "")
+    )
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from hecate.chaos.scenarios import SCENARIOS, run
+
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    failed = False
+    for name in names:
+        result = asyncio.run(run(name, short=args.short))
+        print(json.dumps(result) if args.json else _line(result), flush=True)
+        failed = failed or bool(result["lost"]) or bool(result["wrong"])
+        failed = failed or not all(result["checks"].values())
+    return 1 if failed else 0
+
+
+def add_parser(sub: Any) -> None:
+    from hecate.chaos.scenarios import SCENARIOS
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "chaos", help="kill parts of a local swarm under load; count lost and wrong answers"
+    )
+    p.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    p.add_argument("--short", action="store_true", help="short timings (as the tests run)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(run=_cmd_chaos)
