@@ -53,6 +53,15 @@ class Record:
 Check = Callable[[str, InferReply], bool]  # (prompt, reply) -> is the answer right?
 
 
+def prompt(worker: int, i: int) -> str:
+    return f"chaos worker {worker} request {i % 5}"
+
+
+def prompts(workers: int) -> list[str]:
+    """Every prompt the load sends."""
+    return sorted({prompt(w, i) for w in range(workers) for i in range(5)})
+
+
 async def run_load(
     nc: Client,
     model: str,
@@ -71,12 +80,12 @@ async def run_load(
         i = 0
         while not stop.is_set():
             i += 1
-            prompt = f"chaos worker {w} request {i % 5}"
+            text = prompt(w, i)
             started = time.monotonic()
-            reply = await client.infer(model, prompt, max_tokens=max_tokens)
+            reply = await client.infer(model, text, max_tokens=max_tokens)
             ended = time.monotonic()
             if reply.ok:
-                status = "ok" if check(prompt, reply) else "wrong"
+                status = "ok" if check(text, reply) else "wrong"
                 record.samples.append(Sample(started, ended, status))
             else:
                 code = reply.error.code if reply.error else "?"

@@ -26,7 +26,7 @@ from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
 from hecate.chaos.harness import Swarm
-from hecate.chaos.load import Record, run_load, summarize
+from hecate.chaos.load import Record, prompts, run_load, summarize
 from hecate.client import HecateClient
 from hecate.model import reference
 from hecate.wire import subjects
@@ -35,6 +35,7 @@ from hecate.wire.messages import InferReply
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TOPOLOGY = EXAMPLES / "chaos.json"
 MODEL = "ncm-base"
+LLM = "smollm2-135m"
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,14 @@ class Timing:
 Scenario = Callable[[Swarm, Client, Record, Timing], Awaitable[None]]
 
 
-async def _serving_route(nc: Client) -> list[str]:
-    reply = await HecateClient(nc, timeout_s=2.0).infer(MODEL, "which route?", max_tokens=1)
+async def _serving_route(nc: Client, model: str = MODEL) -> list[str]:
+    reply = await HecateClient(nc, timeout_s=5.0).infer(model, "which route?", max_tokens=1)
     assert reply.route is not None, reply.error
     return [s.node_id for s in reply.route.stages]
 
 
 async def node_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
-    route = await _serving_route(nc)
+    route = await _serving_route(nc, swarm.topology.base.id)
     victim = route[len(route) // 2]
     record.fault(f"SIGKILL node {victim}")
     await asyncio.to_thread(swarm.kill, f"node-{victim}")
@@ -106,50 +107,93 @@ async def nats_restart(swarm: Swarm, nc: Client, record: Record, t: Timing) -> N
     record.checks["plan_survived"] = after is not None and after.value == before.value
 
 
-SCENARIOS: dict[str, Scenario] = {
-    "node-kill": node_kill,
-    "router-kill": router_kill,
-    "control-plane": control_plane,
-    "nats-restart": nats_restart,
+@dataclass(frozen=True)
+class Setup:
+    """The swarm and the load a scenario runs with."""
+
+    topology: Path = TOPOLOGY
+    dispatch: str = "hop"
+    max_tokens: int = 6
+    workers: int = 4
+    timeout_s: float = 2.0
+
+
+LLM_SETUP = Setup(
+    topology=EXAMPLES / "smollm2.json", dispatch="chain", max_tokens=16, workers=2, timeout_s=20.0
+)
+
+SCENARIOS: dict[str, tuple[Setup, Scenario]] = {
+    "node-kill": (Setup(), node_kill),
+    "router-kill": (Setup(), router_kill),
+    "control-plane": (Setup(), control_plane),
+    "nats-restart": (Setup(), nats_restart),
+    # The real model, mid-generation (``hecate model pull smollm2-135m`` first).
+    "llm-kill": (LLM_SETUP, node_kill),
 }
 
 
-def _check(layers: dict[str, int]) -> Callable[[str, InferReply], bool]:
-    cache: dict[tuple[str, str], str] = {}
+def available(name: str) -> bool:
+    """False for a scenario whose model is not in the local cache."""
+    if SCENARIOS[name][0] is LLM_SETUP:
+        from hecate.llm.store import present
 
-    def check(prompt: str, reply: InferReply) -> bool:
+        return present(LLM)
+    return True
+
+
+class _Reference:
+    """The right answer per (model, prompt): the toy network, or SmolLM2's greedy text
+    in this process; computed once each (SmolLM2's before the load starts)."""
+
+    def __init__(self, setup: Setup, layers: dict[str, int]) -> None:
+        self.setup = setup
+        self.layers = layers
+        self.cache: dict[tuple[str, str], str] = {}
+
+    def answer(self, model: str, text: str) -> str:
+        key = (model, text)
+        if key not in self.cache:
+            if model == LLM:
+                from hecate.llm.reference import greedy_text
+                from hecate.llm.store import model_path
+
+                self.cache[key] = greedy_text(model_path(LLM), text, self.setup.max_tokens)
+            else:
+                self.cache[key] = reference(model, self.layers[model], text, self.setup.max_tokens)
+        return self.cache[key]
+
+    def check(self, text: str, reply: InferReply) -> bool:
         model = reply.route.model_id if reply.route is not None else MODEL
-        key = (model, prompt)
-        if key not in cache:
-            cache[key] = reference(model, layers[model], prompt, 6)
-        return reply.output == cache[key]
-
-    return check
+        return reply.output == self.answer(model, text)
 
 
 async def _quiet(_exc: Exception) -> None:
     """Disconnections are the point here; the figures say what they cost."""
 
 
-async def _wait_serving(nc: Client, timeout: float = 30.0) -> None:
-    client = HecateClient(nc, timeout_s=2.0, max_attempts=1)
+async def _wait_serving(nc: Client, model: str, timeout: float = 60.0) -> None:
+    client = HecateClient(nc, timeout_s=5.0, max_attempts=1)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
-        reply = await client.infer(MODEL, "ready?", max_tokens=1)
+        reply = await client.infer(model, "ready?", max_tokens=1)
         if reply.ok:
             return
         await asyncio.sleep(0.2)
-    raise RuntimeError(f"the swarm did not serve {MODEL} within {timeout} s")
+    raise RuntimeError(f"the swarm did not serve {model} within {timeout} s")
 
 
 async def run(name: str, *, short: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     """Run one scenario on a fresh swarm; returns its line of figures."""
-    scenario = SCENARIOS[name]
+    setup, scenario = SCENARIOS[name]
     timing = Timing.of(short)
     with tempfile.TemporaryDirectory(prefix=f"hecate-chaos-{name}-") as tmp:
-        swarm = Swarm(workdir or Path(tmp), TOPOLOGY)
+        swarm = Swarm(workdir or Path(tmp), setup.topology, dispatch=setup.dispatch)
+        model = swarm.topology.base.id
         layers = {m.id: m.layers for m in swarm.topology.models}
+        ref = _Reference(setup, layers)
+        for text in prompts(setup.workers):
+            await asyncio.to_thread(ref.answer, model, text)
         try:
             await asyncio.to_thread(swarm.start_all)
             nc = await nats.connect(
@@ -161,10 +205,21 @@ async def run(name: str, *, short: bool = False, workdir: Path | None = None) ->
                 error_cb=_quiet,
             )
             try:
-                await _wait_serving(nc)
+                await _wait_serving(nc, model)
                 record = Record()
                 stop = asyncio.Event()
-                load = asyncio.create_task(run_load(nc, MODEL, _check(layers), stop, record))
+                load = asyncio.create_task(
+                    run_load(
+                        nc,
+                        model,
+                        ref.check,
+                        stop,
+                        record,
+                        workers=setup.workers,
+                        max_tokens=setup.max_tokens,
+                        timeout_s=setup.timeout_s,
+                    )
+                )
                 await asyncio.sleep(timing.warm)
                 await scenario(swarm, nc, record, timing)
                 await asyncio.sleep(timing.settle)

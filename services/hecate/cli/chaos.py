@@ -28,11 +28,19 @@ def _line(result: dict[str, Any]) -> str:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
-    from hecate.chaos.scenarios import SCENARIOS, run
+    from hecate.chaos.scenarios import SCENARIOS, available, run
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     failed = False
     for name in names:
+        if not available(name):
+            note = "skipped: its model is not pulled (hecate model pull smollm2-135m)"
+            print(
+                json.dumps({"scenario": name, "skipped": note})
+                if args.json
+                else f"{name:<14} {note}"
+            )
+            continue
         result = asyncio.run(run(name, short=args.short))
         print(json.dumps(result) if args.json else _line(result), flush=True)
         failed = failed or bool(result["lost"]) or bool(result["wrong"])
