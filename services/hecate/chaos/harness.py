@@ -16,6 +16,8 @@ from hecate.bus.server import NatsServer
 from hecate.cli.up import hecate_command, node_env
 from hecate.sim.topology import Topology, parse_topology
 
+BREAKER_COOLDOWN_S = 2.0
+
 
 @dataclass
 class Swarm:
@@ -82,7 +84,17 @@ class Swarm:
         topo = self.topology
         self.start_server()
         self.start("telemetry", "telemetry", "--id", "telemetry")
-        self.start("breaker", "breaker", "--id", "breaker")
+        # Short cooldowns, so that a tripped circuit is probed and closes within a run.
+        self.start(
+            "breaker",
+            "breaker",
+            "--id",
+            "breaker",
+            "--failure-threshold",
+            "3",
+            "--cooldown-s",
+            str(BREAKER_COOLDOWN_S),
+        )
         self.start(
             "planner",
             "planner",
@@ -122,6 +134,7 @@ class Swarm:
                 str(n.latency_ms),
                 "--score",
                 str(n.score),
+                "--accept-faults",
                 *extra,
             )
 

@@ -34,6 +34,7 @@ class Sample:
     ended: float
     status: str  # ok | wrong | error | lost
     code: str = ""
+    nodes: tuple[str, ...] = ()  # the route that answered
 
     @property
     def latency_ms(self) -> float:
@@ -45,6 +46,14 @@ class Record:
     samples: list[Sample] = field(default_factory=list)
     faults: list[tuple[float, str]] = field(default_factory=list)  # (when, what)
     checks: dict[str, bool] = field(default_factory=dict)  # scenario-specific findings
+    notes: dict[str, float] = field(default_factory=dict)  # and the figures behind them
+
+    def share_via(self, node: str, start: float, end: float) -> float:
+        """The fraction of answers started in [start, end) whose route used ``node``."""
+        answered = [s for s in self.samples if start <= s.started < end and s.nodes]
+        if not answered:
+            return 0.0
+        return sum(1 for s in answered if node in s.nodes) / len(answered)
 
     def fault(self, what: str) -> None:
         self.faults.append((time.monotonic(), what))
@@ -86,7 +95,8 @@ async def run_load(
             ended = time.monotonic()
             if reply.ok:
                 status = "ok" if check(text, reply) else "wrong"
-                record.samples.append(Sample(started, ended, status))
+                nodes = tuple(s.node_id for s in reply.route.stages) if reply.route else ()
+                record.samples.append(Sample(started, ended, status, nodes=nodes))
             else:
                 code = reply.error.code if reply.error else "?"
                 status = "lost" if code in NO_REPLY else "error"
@@ -133,4 +143,5 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
         "error_codes": codes,
         "faults": [what for _, what in record.faults],
         "checks": record.checks,
+        "notes": record.notes,
     }

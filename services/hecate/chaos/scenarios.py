@@ -10,27 +10,34 @@ seconds more. Acceptance, for every scenario: nothing lost, nothing wrong.
   at a time, each restarted before the next: routers serve from their last snapshots.
 * ``nats-restart``: SIGKILL the nats-server and start it again on the same port and
   JetStream store: every service reconnects, the plan survives, service resumes.
+* ``sick-node``: a node stays up but answers 10x slower, then with errors, then heals
+  (injected over ``hecate.node.<id>.fault``; chaos swarms start nodes with
+  ``--accept-faults``): load moves off it, its circuit opens, and closes again.
+* ``llm-kill``: ``node-kill`` on SmolLM2 (two 3-stage pipelines), mid-generation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
-from hecate.chaos.harness import Swarm
+from hecate.chaos.harness import BREAKER_COOLDOWN_S, Swarm
 from hecate.chaos.load import Record, prompts, run_load, summarize
 from hecate.client import HecateClient
 from hecate.model import reference
 from hecate.wire import subjects
-from hecate.wire.messages import InferReply
+from hecate.wire.messages import BreakerChanged, InferReply, NodeFault
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TOPOLOGY = EXAMPLES / "chaos.json"
@@ -107,6 +114,57 @@ async def nats_restart(swarm: Swarm, nc: Client, record: Record, t: Timing) -> N
     record.checks["plan_survived"] = after is not None and after.value == before.value
 
 
+async def _fault(nc: Client, node: str, fault: NodeFault) -> None:
+    await nc.request(subjects.node_fault(node), msgspec.json.encode(fault), timeout=5)
+
+
+async def sick_node(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
+    """The middle node of the serving pipeline stays up but turns 10x slower, then
+    answers every stage with an error, then heals. Load must move off it while slow;
+    its circuit must open while it fails and close again once it is healthy."""
+    route = await _serving_route(nc, swarm.topology.base.id)
+    victim = route[len(route) // 2]
+    declared = next(n.latency_ms for n in swarm.topology.nodes if n.id == victim)
+    changes: list[tuple[float, str]] = []
+
+    async def on_breaker(msg: Msg) -> None:
+        change = msgspec.json.decode(msg.data, type=BreakerChanged)
+        if change.target == victim:
+            changes.append((time.monotonic(), change.state))
+
+    sub = await nc.subscribe(subjects.EVENT_BREAKER, cb=on_breaker)
+    loop = asyncio.get_running_loop()
+    began = loop.time() - t.warm
+    record.fault(f"node {victim} 10x slower")
+    slow_at = loop.time()
+    await _fault(nc, victim, NodeFault(delay_ms=10 * max(declared, 1.0)))
+    await asyncio.sleep(t.fault)
+    before = record.share_via(victim, began, slow_at)
+    # Telemetry needs a few heartbeats to see the slowness: judge the second half.
+    during = record.share_via(victim, slow_at + t.fault / 2, loop.time())
+    record.notes["share_via_node_before"] = round(before, 3)
+    record.notes["share_via_node_while_slow"] = round(during, 3)
+    record.checks["load_moved_off_slow_node"] = during < before / 2
+    record.fault(f"node {victim} answers every stage with an error")
+    await _fault(nc, victim, NodeFault(error="internal"))
+    await asyncio.sleep(t.fault)
+    record.fault(f"node {victim} healed")
+    healed = time.monotonic()
+    await _fault(nc, victim, NodeFault())
+    for _ in range(int((BREAKER_COOLDOWN_S + 15) / 0.1)):  # cooldown, then one probe
+        if any(at > healed and state == "closed" for at, state in changes):
+            break
+        await asyncio.sleep(0.1)
+    await sub.unsubscribe()
+    record.checks["breaker_opened"] = any(state == "open" for _, state in changes)
+    record.checks["breaker_closed_after_heal"] = any(
+        at > healed and state == "closed" for at, state in changes
+    )
+    closed = [at for at, state in changes if at > healed and state == "closed"]
+    if closed:
+        record.notes["breaker_closed_s_after_heal"] = round(closed[0] - healed, 2)
+
+
 @dataclass(frozen=True)
 class Setup:
     """The swarm and the load a scenario runs with."""
@@ -127,6 +185,7 @@ SCENARIOS: dict[str, tuple[Setup, Scenario]] = {
     "router-kill": (Setup(), router_kill),
     "control-plane": (Setup(), control_plane),
     "nats-restart": (Setup(), nats_restart),
+    "sick-node": (Setup(), sick_node),
     # The real model, mid-generation (``hecate model pull smollm2-135m`` first).
     "llm-kill": (LLM_SETUP, node_kill),
 }

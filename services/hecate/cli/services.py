@@ -104,6 +104,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat_ms / 1000,
             log=log,
             tracer_provider=tp,
+            accept_faults=args.accept_faults,
         ),
     )
 
@@ -213,6 +214,12 @@ def add_parsers(sub: Any) -> None:
     node.add_argument("--score", type=float, default=1.0, help="declared capability score")
     node.add_argument("--executor", default="toy", help="layer executor (default toy)")
     node.add_argument("--heartbeat-ms", type=float, default=100.0)
+    node.add_argument(
+        "--accept-faults",
+        action="store_true",
+        help="listen on hecate.node.<id>.fault for injected delays and errors "
+        "(chaos runs only; never in production)",
+    )
     node.add_argument(
         "--upstream-url",
         default=None,

@@ -26,7 +26,15 @@ from hecate.core.plan import NodeProfile, SwarmPlan
 from hecate.core.telemetry import ewma
 from hecate.model import Executor, ExecutorError, get_executor
 from hecate.wire import subjects
-from hecate.wire.messages import Heartbeat, NodeJoin, NodeLeave, StageReply, StageRequest
+from hecate.wire.messages import (
+    FaultAck,
+    Heartbeat,
+    NodeFault,
+    NodeJoin,
+    NodeLeave,
+    StageReply,
+    StageRequest,
+)
 
 _plan = msgspec.json.Decoder(SwarmPlan)
 
@@ -40,8 +48,11 @@ class Node:
         heartbeat_s: float = 0.1,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
+        accept_faults: bool = False,
     ) -> None:
         self.profile = profile
+        self.accept_faults = accept_faults
+        self.fault = NodeFault()  # healthy
         self.executor: Executor = get_executor(executor) if isinstance(executor, str) else executor
         self.executor_name = self.executor.name
         self.heartbeat_s = heartbeat_s
@@ -82,6 +93,10 @@ class Node:
             codec="msgpack",
         )
         await svc.add_raw("roll-call", subjects.NODE_ROLL_CALL, self._on_roll_call)
+        if self.accept_faults:
+            await svc.add_endpoint(
+                "fault", subjects.node_fault(self.profile.node_id), NodeFault, self._on_fault
+            )
         # Chained routes: NATS sends a no-responders status only to a subscription of the
         # connection that published, so forwards carry this node's relay subject as their
         # reply; what comes back on it (errors, no-responders) goes on to the router.
@@ -140,7 +155,16 @@ class Node:
 
     # -- work --------------------------------------------------------------------------
 
+    async def _on_fault(self, fault: NodeFault, _headers: Mapping[str, str]) -> FaultAck:
+        self.fault = fault
+        event(self.log, "fault injected", logging.WARNING, fault=msgspec.to_builtins(fault))
+        return FaultAck(node_id=self.profile.node_id)
+
     async def execute(self, req: StageRequest, headers: Mapping[str, str]) -> StageReply | None:
+        if self.fault.delay_ms:
+            await asyncio.sleep(self.fault.delay_ms / 1000)
+        if self.fault.error:
+            raise ServiceError(self.fault.error, "injected fault", self.fault.retry_after_s)
         reply = await self._execute(req, headers)
         if reply is not None and req.reply_base:
             # A chained stage answers the router itself: its own reply subject is the

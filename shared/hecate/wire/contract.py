@@ -32,7 +32,9 @@ SCHEMA_REF: Final = "#/components/schemas/{name}"
 
 ContentType = Literal["application/json", "application/msgpack"]
 Action = Literal["send", "receive"]
-Role = Literal["client", "router", "node", "planner", "telemetry", "breaker", "observer"]
+Role = Literal[
+    "client", "router", "node", "planner", "telemetry", "breaker", "observer", "operator"
+]
 
 ERROR_STATUS: Final[Mapping[str, int]] = STATUS  # any other code is sent as 500
 
@@ -46,6 +48,7 @@ ROLES: Final[Mapping[Role, str]] = {
     "telemetry": "Heartbeats in, liveness events and the telemetry snapshot out.",
     "breaker": "Outcome reports in, one circuit breaker per target in KV, change events out.",
     "observer": "Any dashboard or log sink following the events (`hecate.events.>`).",
+    "operator": "Chaos tooling (`hecate chaos`) that makes nodes sick on purpose.",
 }
 
 
@@ -287,6 +290,14 @@ ROLL_CALL = Message(
     "A (re)started planner asks every running node to publish its NodeJoin again.",
     "The body is `{}` and receivers ignore it.",
 )
+NODE_FAULT = Message(
+    "NodeFault",
+    m.NodeFault,
+    JSON,
+    "Make a node slow or failing on purpose (chaos runs); an empty fault heals it.",
+    "Only nodes started with `--accept-faults` listen; the reply is a FaultAck.",
+)
+FAULT_ACK = Message("FaultAck", m.FaultAck, JSON, "The node applied the fault.")
 HEARTBEAT = Message(
     "Heartbeat",
     m.Heartbeat,
@@ -416,6 +427,17 @@ STAGE_REPLY_CHANNEL = Channel(
     "`_INBOX.hecate.router.<router id>.<nuid>.<dispatch token>`).",
     (STAGE_REPLY, STAGE_ERROR),
 )
+FAULT = Channel(
+    "nodeFault",
+    subjects.node_fault("{node_id}"),
+    "Fault injection on one node",
+    "Request/reply, JSON: chaos runs only (`hecate chaos`), nodes started with "
+    "`--accept-faults`. Deployments grant no one the right to publish here.",
+    (NODE_FAULT,),
+)
+FAULT_REPLY_CHANNEL = Channel(
+    "nodeFaultReply", None, "Fault acknowledgements", "The reply subject of a fault.", (FAULT_ACK,)
+)
 HEARTBEATS = Channel(
     "heartbeat",
     subjects.heartbeat("{node_id}"),
@@ -532,6 +554,8 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     INFER_REPLY_CHANNEL,
     NODE_RUN,
     STAGE_REPLY_CHANNEL,
+    FAULT,
+    FAULT_REPLY_CHANNEL,
     HEARTBEATS,
     JOIN,
     LEAVE,
@@ -593,6 +617,22 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         NODE_RUN,
         "Execute a stage of a layer range this node hosts in the current plan.",
         reply=STAGE_REPLY_CHANNEL,
+    ),
+    Operation(
+        "operator.sendFault",
+        "operator",
+        "send",
+        FAULT,
+        "Make a node sick, or heal it.",
+        reply=FAULT_REPLY_CHANNEL,
+    ),
+    Operation(
+        "node.receiveFault",
+        "node",
+        "receive",
+        FAULT,
+        "Apply the fault to every stage from now.",
+        reply=FAULT_REPLY_CHANNEL,
     ),
     Operation("node.sendHeartbeat", "node", "send", HEARTBEATS, "Report every interval."),
     Operation(

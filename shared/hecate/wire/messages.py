@@ -149,6 +149,21 @@ class NodeLeave(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = "shutdown"
 
 
+class NodeFault(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Make a node sick on purpose (chaos runs, ``--accept-faults`` only): delay every
+    stage by ``delay_ms`` and/or refuse it with ``error`` (an error code, with
+    ``retry_after_s`` for ``rate_limited``). An empty fault heals the node."""
+
+    delay_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 0.0
+    error: str | None = None
+    retry_after_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] | None = None
+
+
+class FaultAck(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool = True
+    node_id: str = ""
+
+
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     """A node's periodic self-report. ``latency_ms`` is its measured stage time."""
 

@@ -44,6 +44,12 @@ def node_run(node_id: str) -> str:
     return f"hecate.node.{node_id}.run"
 
 
+def node_fault(node_id: str) -> str:
+    """Fault injection for chaos runs; a node listens only when started with
+    ``--accept-faults`` (never in production)."""
+    return f"hecate.node.{node_id}.fault"
+
+
 NODE_JOIN = "hecate.node.join"
 NODE_LEAVE = "hecate.node.leave"
 NODE_ROLL_CALL = "hecate.node.roll-call"  # a (re)started planner asks nodes to re-join
