@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,13 @@ from hecate.sim.topology import Topology, parse_topology
 BREAKER_COOLDOWN_S = 2.0
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 @dataclass
 class Swarm:
     workdir: Path
@@ -26,7 +34,8 @@ class Swarm:
     pipelines: int = 2
     routers: int = 2
     dispatch: str = "hop"
-    server: NatsServer | None = None
+    cluster: int = 1  # nats-servers: 1, or 3 routed together (JetStream replicated)
+    servers: list[NatsServer] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     argv: dict[str, list[str]] = field(default_factory=dict)
 
@@ -36,20 +45,53 @@ class Swarm:
 
     @property
     def url(self) -> str:
-        assert self.server is not None
-        return self.server.url
+        """Every server, comma-separated (what ``--nats`` takes)."""
+        return ",".join(s.url for s in self.servers)
 
-    # -- the server ----------------------------------------------------------------------
+    def _url_for(self, label: str) -> str:
+        """Every server, starting at a different one per process: connections spread
+        over a cluster, and each client can still reach the others."""
+        urls = [s.url for s in self.servers]
+        k = sum(label.encode()) % len(urls)
+        return ",".join(urls[k:] + urls[:k])
 
-    def start_server(self) -> None:
-        port = self.server.client_port if self.server is not None else -1
-        self.server = NatsServer(self.workdir / "nats", port=port).start()
+    # -- servers -------------------------------------------------------------------------
 
-    def kill_server(self) -> None:
-        assert self.server is not None
-        assert self.server.process is not None
-        self.server.process.send_signal(signal.SIGKILL)
-        self.server.process.wait(10)
+    def start_servers(self) -> None:
+        if self.cluster == 1:
+            self.servers = [NatsServer(self.workdir / "nats").start()]
+            return
+        routes = [_free_port() for _ in range(self.cluster)]
+        self.servers = [
+            NatsServer(
+                self.workdir / f"nats-{i}",
+                port=_free_port(),
+                extra_args=(
+                    "--server_name", f"hecate-{i}",
+                    "--cluster_name", "hecate",
+                    "--cluster", f"nats://127.0.0.1:{routes[i]}",
+                    "--routes",
+                    ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(routes) if j != i),
+                ),
+            )
+            for i in range(self.cluster)
+        ]  # fmt: skip
+        for server in self.servers:
+            server.launch()
+        for server in self.servers:
+            server.wait_ready(30)
+
+    def kill_server(self, index: int = 0) -> None:
+        process = self.servers[index].process
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    def start_server(self, index: int = 0) -> None:
+        """Start server ``index`` again, on its ports and with its JetStream store."""
+        old = self.servers[index]
+        new = NatsServer(old.state_dir, port=old.client_port, extra_args=old.extra_args)
+        self.servers[index] = new.start(30)
 
     # -- services ------------------------------------------------------------------------
 
@@ -62,7 +104,7 @@ class Swarm:
         env = node_env(dict(os.environ, HECATE_LOG_LEVEL="INFO"))
         env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
         self.procs[label] = subprocess.Popen(
-            [*hecate_command(), *self.argv[label], "--nats", self.url],
+            [*hecate_command(), *self.argv[label], "--nats", self._url_for(label)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -80,9 +122,8 @@ class Swarm:
             self.kill(label, signal.SIGTERM)
         self._spawn(label)
 
-    def start_all(self, *, router_args: tuple[str, ...] = ()) -> None:
+    def start_services(self, *, router_args: tuple[str, ...] = ()) -> None:
         topo = self.topology
-        self.start_server()
         self.start("telemetry", "telemetry", "--id", "telemetry")
         # Short cooldowns, so that a tripped circuit is probed and closes within a run.
         self.start(
@@ -149,5 +190,5 @@ class Swarm:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self.server is not None:
-            self.server.stop()
+        for server in self.servers:
+            server.stop()

@@ -114,6 +114,38 @@ async def nats_restart(swarm: Swarm, nc: Client, record: Record, t: Timing) -> N
     record.checks["plan_survived"] = after is not None and after.value == before.value
 
 
+async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
+    """Three routed nats-servers with every KV bucket replicated 3 times; SIGKILL one
+    under load (the processes connected to it reconnect to the others), then restart it."""
+    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
+    before = await kv.get(subjects.PLAN_KEY)
+    record.fault("SIGKILL nats-server 0 of 3")
+    await asyncio.to_thread(swarm.kill_server, 0)
+    await asyncio.sleep(t.fault)
+    after = await kv.get(subjects.PLAN_KEY)  # from the surviving two
+    record.checks["plan_readable_with_a_server_down"] = after.value == before.value
+    record.fault("restart nats-server 0")
+    await asyncio.to_thread(swarm.start_server, 0)
+
+
+async def _replicated_buckets(url: str, replicas: int) -> None:
+    """Create the KV buckets with ``replicas`` copies before any service does (as the
+    deploy/ job does in production); retried while the cluster elects its leader."""
+    nc = await nats.connect(url.split(","), error_cb=_quiet)
+    try:
+        for name in (subjects.PLAN_BUCKET, subjects.TELEMETRY_BUCKET, subjects.BREAKER_BUCKET):
+            for attempt in range(100):
+                try:
+                    await kvs.bucket(nc, name, replicas=replicas)
+                    break
+                except Exception:
+                    if attempt == 99:
+                        raise
+                    await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+
+
 async def _fault(nc: Client, node: str, fault: NodeFault) -> None:
     await nc.request(subjects.node_fault(node), msgspec.json.encode(fault), timeout=5)
 
@@ -174,6 +206,7 @@ class Setup:
     max_tokens: int = 6
     workers: int = 4
     timeout_s: float = 2.0
+    cluster: int = 1
 
 
 LLM_SETUP = Setup(
@@ -186,6 +219,7 @@ SCENARIOS: dict[str, tuple[Setup, Scenario]] = {
     "control-plane": (Setup(), control_plane),
     "nats-restart": (Setup(), nats_restart),
     "sick-node": (Setup(), sick_node),
+    "nats-cluster": (Setup(cluster=3), cluster_member_kill),
     # The real model, mid-generation (``hecate model pull smollm2-135m`` first).
     "llm-kill": (LLM_SETUP, node_kill),
 }
@@ -247,16 +281,21 @@ async def run(name: str, *, short: bool = False, workdir: Path | None = None) ->
     setup, scenario = SCENARIOS[name]
     timing = Timing.of(short)
     with tempfile.TemporaryDirectory(prefix=f"hecate-chaos-{name}-") as tmp:
-        swarm = Swarm(workdir or Path(tmp), setup.topology, dispatch=setup.dispatch)
+        swarm = Swarm(
+            workdir or Path(tmp), setup.topology, dispatch=setup.dispatch, cluster=setup.cluster
+        )
         model = swarm.topology.base.id
         layers = {m.id: m.layers for m in swarm.topology.models}
         ref = _Reference(setup, layers)
         for text in prompts(setup.workers):
             await asyncio.to_thread(ref.answer, model, text)
         try:
-            await asyncio.to_thread(swarm.start_all)
+            await asyncio.to_thread(swarm.start_servers)
+            if swarm.cluster > 1:
+                await _replicated_buckets(swarm.url, swarm.cluster)
+            await asyncio.to_thread(swarm.start_services)
             nc = await nats.connect(
-                swarm.url,
+                swarm.url.split(","),
                 name="hecate-chaos-load",
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,

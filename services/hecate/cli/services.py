@@ -204,7 +204,9 @@ def _cmd_breaker(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     def service(name: str, help_: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
-        p.add_argument("--nats", default=default_url(), help="NATS server URL")
+        p.add_argument(
+            "--nats", default=default_url(), help="NATS server URL (comma-separated: a cluster)"
+        )
         return p
 
     node = service("node", "run a node: host layer ranges, execute them, send heartbeats")

@@ -67,6 +67,12 @@ class NatsServer:
         return self.state_dir / "nats.log"
 
     def start(self, timeout: float = 10.0) -> NatsServer:
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (a cluster's members must all be starting
+        before any of them can elect a JetStream leader)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for old in self.state_dir.glob("*.ports"):
             old.unlink()
@@ -91,6 +97,9 @@ class NatsServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def wait_ready(self, timeout: float = 10.0) -> NatsServer:
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

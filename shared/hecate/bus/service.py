@@ -111,7 +111,7 @@ async def connect(
     while True:
         try:
             return await nats.connect(
-                url,
+                [u.strip() for u in url.split(",") if u.strip()],  # a cluster: a,b,c
                 name=name,
                 connect_timeout=1,
                 allow_reconnect=True,
