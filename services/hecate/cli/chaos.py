@@ -17,6 +17,7 @@ from typing import Any
 def _line(result: dict[str, Any]) -> str:
     codes = ", ".join(f"{k}={v}" for k, v in sorted(result["error_codes"].items()))
     checks = ", ".join(f"{k}={v}" for k, v in sorted(result["checks"].items()))
+    notes = ", ".join(f"{k}={v}" for k, v in sorted(result["notes"].items()))
     return (
         f"{result['scenario']:<14} sent={result['sent']:<6} ok={result['ok']:<6} "
         f"errors={result['errors']:<4} lost={result['lost']:<3} wrong={result['wrong']:<3} "
@@ -24,6 +25,7 @@ def _line(result: dict[str, Any]) -> str:
         f"recover_s={result['recover_s']}"
         + (f"  errors: {codes}" if codes else "")
         + (f"  checks: {checks}" if checks else "")
+        + (f"  ({notes})" if notes else "")
     )
 
 
