@@ -147,12 +147,6 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
     assert len(first.route.stages) == 3
     assert first.output == reference("ncm-base", 12, "ready?", 8)
     middle = first.route.stages[1].node_id
-    events: list[FailoverEvent] = []
-
-    async def on_failover(msg: Msg) -> None:
-        events.append(msgspec.json.decode(msg.data, type=FailoverEvent))
-
-    await client.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
     stop = asyncio.Event()
     load = asyncio.create_task(run_load(client, "ncm-base", 12, stop, workers=3))
     await asyncio.sleep(0.3)
@@ -163,7 +157,42 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
     tally = await load
     assert (tally.lost, tally.wrong, tally.errors) == (0, 0, 0), tally
     assert tally.ok > 10, tally
-    # The node that forwarded to the dead one heard NATS's no-responders on its relay
-    # subject and passed it on: the router blamed the right stage within milliseconds,
-    # not after telemetry's 300 ms or the stage timeout.
-    assert any(e.lost_node == middle and e.reason == "no responders" for e in events), events
+
+
+async def test_a_chained_stage_that_is_gone_is_named_within_milliseconds(
+    processes: Processes, client: Client
+) -> None:
+    nodes = [
+        ("a", 4, 5.0, 2.0),
+        ("b", 4, 5.0, 2.0),
+        ("c", 4, 5.0, 2.0),
+        ("d", 4, 6.0, 2.0),
+        ("e", 4, 6.0, 2.0),
+        ("f", 4, 6.0, 2.0),
+    ]
+    start_swarm(processes, EXAMPLES / "splice.json", nodes, dispatch="chain")
+    first = await wait_until_serving(client, "ncm-base")
+    assert first.route is not None
+    events: list[FailoverEvent] = []
+
+    async def on_failover(msg: Msg) -> None:
+        events.append(msgspec.json.decode(msg.data, type=FailoverEvent))
+
+    await client.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
+    # The middle stage of both pipelines: whichever the next request takes, its second
+    # stage is gone, and so is the replica's.
+    processes.kill("node-b")
+    processes.kill("node-e")
+    # Well before telemetry could call them down (300 ms): the node that forwarded to a
+    # dead one heard NATS's no-responders on its relay subject and passed it on, so the
+    # router blamed the right stage at once, not after node-down or the stage timeout.
+    reply = await infer(client, "ncm-base", "ready?")
+    assert not reply.ok
+    assert reply.error is not None
+    assert reply.error.code == "unrecoverable", reply.error
+    await client.flush()
+    await asyncio.sleep(0.05)
+    assert {(e.lost_node, e.reason) for e in events} == {
+        ("b", "no responders"),
+        ("e", "no responders"),
+    }, events
