@@ -11,6 +11,7 @@ first attempt of a request pays nothing for any of this.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
+from hecate.bus.logs import event
 from hecate.bus.service import Service
 from hecate.wire import subjects
 from hecate.wire.messages import RetryClaim, RetryOwner
@@ -93,7 +95,11 @@ class RetryLedger:
         """Another replica got a retry: if the original is (or was) ours, handle it."""
         try:
             claim = _claim.decode(msg.data)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:  # no router sends this: say so, count it
+            self.counters["rejected_bad_claim"] += 1
+            if self.counters["rejected_bad_claim"] == 1:
+                event(self.service.log, "retry claim rejected", logging.WARNING, error=str(exc))
+            await self.service.reply_error(msg.reply, "bad_request", f"retry claim: {exc}")
             return
         if await self.repeat((claim.tenant, claim.request_id), claim.reply_to) and msg.reply:
             await self.service.nc.publish(
