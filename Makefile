@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/hecate bench herd
 	$(BIN)/hecate bench breaker
 	$(BIN)/hecate bench llm
+	$(BIN)/hecate chaos all
 
 ## Kill every part of a local swarm under load, one scenario at a time; fails if any
 ## request is lost or answered wrong.
