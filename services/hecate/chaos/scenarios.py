@@ -284,8 +284,11 @@ async def _wait_serving(nc: Client, model: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"the swarm did not serve {model} within {timeout} s")
 
 
-async def run(name: str, *, short: bool = False, workdir: Path | None = None) -> dict[str, Any]:
-    """Run one scenario on a fresh swarm; returns its line of figures."""
+async def run(
+    name: str, *, short: bool = False, workdir: Path | None = None, plot: Path | None = None
+) -> dict[str, Any]:
+    """Run one scenario on a fresh swarm; returns its line of figures (and draws its
+    latency timeline into ``plot``, a PNG, when given)."""
     setup, scenario = SCENARIOS[name]
     timing = Timing.of(short)
     with tempfile.TemporaryDirectory(prefix=f"hecate-chaos-{name}-") as tmp:
@@ -335,4 +338,10 @@ async def run(name: str, *, short: bool = False, workdir: Path | None = None) ->
                 await nc.close()
         finally:
             await asyncio.to_thread(swarm.stop_all)
-    return summarize(name, record)
+    result = summarize(name, record)
+    if plot is not None:
+        from hecate.chaos.plot import timeline
+
+        command = f"hecate chaos {name}{' --short' if short else ''} --plot {plot}"
+        timeline(record, result, plot, command)
+    return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 
@@ -43,7 +44,12 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
                 else f"{name:<14} {note}"
             )
             continue
-        result = asyncio.run(run(name, short=args.short))
+        plot = None
+        if args.plot is not None:
+            plot = Path(args.plot)
+            if len(names) > 1:  # one picture per scenario
+                plot = plot.with_name(f"{plot.stem}-{name}{plot.suffix or '.png'}")
+        result = asyncio.run(run(name, short=args.short, plot=plot))
         print(json.dumps(result) if args.json else _line(result), flush=True)
         failed = failed or bool(result["lost"]) or bool(result["wrong"])
         failed = failed or not all(result["checks"].values())
@@ -59,4 +65,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("scenario", choices=[*SCENARIOS, "all"])
     p.add_argument("--short", action="store_true", help="short timings (as the tests run)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="draw the latency timeline around the fault (with 'all': one file per scenario)",
+    )
     p.set_defaults(run=_cmd_chaos)

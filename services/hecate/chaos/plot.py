@@ -1,0 +1,80 @@
+"""The latency timeline of a chaos scenario, as a PNG: every request at the time it
+started (seconds from the first fault) and its latency, coloured by outcome, with each
+fault and heal marked and the recovery window shaded. The footer names the machine,
+the date, the command and the commit, so the picture can be traced to its run."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from hecate.chaos.load import Record
+
+COLOURS = {"ok": "#4c72b0", "error": "#dd8452", "lost": "#c44e52", "wrong": "#8172b3"}
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def timeline(record: Record, result: dict[str, Any], path: Path, command: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = record.faults[0][0] if record.faults else record.samples[0].started
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=110)
+    for status, colour in COLOURS.items():
+        picked = [s for s in record.samples if s.status == status]
+        if picked:
+            ax.scatter(
+                [s.started - t0 for s in picked],
+                [max(s.latency_ms, 0.1) for s in picked],
+                s=4,
+                color=colour,
+                label=f"{status} ({len(picked)})",
+            )
+    ax.set_yscale("log")
+    ax.set_xlabel("request start, seconds from the first fault")
+    ax.set_ylabel("latency (ms, log)")
+    top = max((s.latency_ms for s in record.samples), default=1.0)
+    for when, what in record.faults:
+        ax.axvline(when - t0, color="black", linewidth=0.8, linestyle="--")
+        ax.text(when - t0, top, f" {what}", rotation=90, va="top", fontsize=7)
+    if result["recover_s"]:
+        ax.axvspan(0, result["recover_s"], color="#c44e52", alpha=0.08, label="recovering")
+    ax.set_title(
+        f"hecate chaos {result['scenario']}: sent {result['sent']}, ok {result['ok']}, "
+        f"errors {result['errors']}, lost {result['lost']}, wrong {result['wrong']}; "
+        f"recovered in {result['recover_s']} s",
+        fontsize=9,
+    )
+    ax.legend(loc="upper right", fontsize=7, markerscale=3)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}"
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    fig.text(
+        0.01,
+        0.01,
+        f"{machine} · {date} · `{command}` · commit {_commit()}",
+        fontsize=7,
+        color="#555555",
+    )
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
