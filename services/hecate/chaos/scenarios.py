@@ -37,7 +37,7 @@ from hecate.chaos.load import Record, prompts, run_load, summarize
 from hecate.client import HecateClient
 from hecate.model import reference
 from hecate.wire import subjects
-from hecate.wire.messages import BreakerChanged, InferReply, NodeFault
+from hecate.wire.messages import BreakerChanged, FailoverEvent, InferReply, NodeFault
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TOPOLOGY = EXAMPLES / "chaos.json"
@@ -316,6 +316,12 @@ async def run(
             try:
                 await _wait_serving(nc, model)
                 record = Record()
+                failovers: list[str] = []
+
+                async def on_failover(msg: Msg) -> None:
+                    failovers.append(msgspec.json.decode(msg.data, type=FailoverEvent).kind)
+
+                await nc.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
                 stop = asyncio.Event()
                 load = asyncio.create_task(
                     run_load(
@@ -334,6 +340,8 @@ async def run(
                 await asyncio.sleep(timing.settle)
                 stop.set()
                 await load
+                # Evidence that the fault hit requests in flight, not an idle corner.
+                record.notes["failover_events"] = float(len(failovers))
             finally:
                 await nc.close()
         finally:
