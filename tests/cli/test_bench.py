@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from hecate.cli.main import main
 
 
-def test_the_core_benchmark_prints_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "core", "--quick"]) == 0
+def test_the_core_benchmark_prints_every_figure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    picture = tmp_path / "core.png"
+    assert main(["bench", "core", "--quick", "--plot", str(picture)]) == 0
+    assert picture.read_bytes()[:4] == b"\x89PNG"
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["route_us"]) == {"2x3", "8x4", "32x6"}
     assert all(set(v) == {"p50", "p99"} for v in doc["route_us"].values())
@@ -18,8 +23,12 @@ def test_the_core_benchmark_prints_every_figure(capsys: pytest.CaptureFixture[st
     assert doc["meta"]["machine"]
 
 
-def test_the_herd_benchmark_reports_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "herd", "--quick"]) == 0
+def test_the_herd_benchmark_reports_every_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    picture = tmp_path / "herd.png"
+    assert main(["bench", "herd", "--quick", "--plot", str(picture)]) == 0
+    assert picture.read_bytes()[:4] == b"\x89PNG"
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["policies"]) == {
         "exact",

@@ -26,6 +26,15 @@ def _swarm_sim(args: argparse.Namespace) -> int:
         topology, kills=tuple(args.kill), pipelines=args.pipelines, planner=args.planner
     )
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+    if args.plot:
+        from hecate.bench import plots
+
+        draw = {"core": plots.core, "herd": plots.herd}.get(args.suite)
+        if draw is None:
+            raise HecateError(f"--plot: no picture for the {args.suite} suite yet")
+        quick = " --quick" if args.quick else ""
+        doc = msgspec.json.decode(msgspec.json.encode(report))
+        draw(doc, Path(args.plot), f"hecate bench {args.suite}{quick} --plot {args.plot}")
     return 0
 
 
@@ -53,6 +62,15 @@ def _bench(args: argparse.Namespace) -> int:
 
         report = run_core_bench(quick=args.quick)
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+    if args.plot:
+        from hecate.bench import plots
+
+        draw = {"core": plots.core, "herd": plots.herd}.get(args.suite)
+        if draw is None:
+            raise HecateError(f"--plot: no picture for the {args.suite} suite yet")
+        quick = " --quick" if args.quick else ""
+        doc = msgspec.json.decode(msgspec.json.encode(report))
+        draw(doc, Path(args.plot), f"hecate bench {args.suite}{quick} --plot {args.plot}")
     return 0
 
 
@@ -93,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     bench.add_argument(
         "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
+    )
+    bench.add_argument(
+        "--plot", default=None, metavar="PNG", help="core, herd: also draw the figures as a PNG"
     )
     bench.set_defaults(run=_bench)
 
