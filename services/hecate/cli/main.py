@@ -26,15 +26,6 @@ def _swarm_sim(args: argparse.Namespace) -> int:
         topology, kills=tuple(args.kill), pipelines=args.pipelines, planner=args.planner
     )
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
-    if args.plot:
-        from hecate.bench import plots
-
-        draw = {"core": plots.core, "herd": plots.herd}.get(args.suite)
-        if draw is None:
-            raise HecateError(f"--plot: no picture for the {args.suite} suite yet")
-        quick = " --quick" if args.quick else ""
-        doc = msgspec.json.decode(msgspec.json.encode(report))
-        draw(doc, Path(args.plot), f"hecate bench {args.suite}{quick} --plot {args.plot}")
     return 0
 
 
