@@ -130,18 +130,21 @@ async def test_a_node_stopped_with_sigterm_drains_and_loses_nothing(
     assert "stopped" in log
 
 
+# Two disjoint 3-stage pipelines of the 12-layer model: a-b-c and d-e-f.
+CHAIN_NODES = [
+    ("a", 4, 5.0, 2.0),
+    ("b", 4, 5.0, 2.0),
+    ("c", 4, 5.0, 2.0),
+    ("d", 4, 6.0, 2.0),
+    ("e", 4, 6.0, 2.0),
+    ("f", 4, 6.0, 2.0),
+]
+
+
 async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kill(
     processes: Processes, client: Client
 ) -> None:
-    nodes = [
-        ("a", 4, 5.0, 2.0),
-        ("b", 4, 5.0, 2.0),
-        ("c", 4, 5.0, 2.0),
-        ("d", 4, 6.0, 2.0),
-        ("e", 4, 6.0, 2.0),
-        ("f", 4, 6.0, 2.0),
-    ]
-    start_swarm(processes, EXAMPLES / "splice.json", nodes, dispatch="chain")
+    start_swarm(processes, EXAMPLES / "splice.json", CHAIN_NODES, dispatch="chain")
     first = await wait_until_serving(client, "ncm-base")
     assert first.route is not None
     assert len(first.route.stages) == 3
@@ -162,15 +165,7 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
 async def test_a_chained_stage_that_is_gone_is_named_within_milliseconds(
     processes: Processes, client: Client
 ) -> None:
-    nodes = [
-        ("a", 4, 5.0, 2.0),
-        ("b", 4, 5.0, 2.0),
-        ("c", 4, 5.0, 2.0),
-        ("d", 4, 6.0, 2.0),
-        ("e", 4, 6.0, 2.0),
-        ("f", 4, 6.0, 2.0),
-    ]
-    start_swarm(processes, EXAMPLES / "splice.json", nodes, dispatch="chain")
+    start_swarm(processes, EXAMPLES / "splice.json", CHAIN_NODES, dispatch="chain")
     first = await wait_until_serving(client, "ncm-base")
     assert first.route is not None
     events: list[FailoverEvent] = []

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 
-def _footer(command: str) -> str:
+def footer(command: str) -> str:
+    """Machine, date, command and commit: what a picture must name."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -28,7 +29,8 @@ def _footer(command: str) -> str:
     return f"{machine} · {date} · `{command}` · commit {commit}"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no screen)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,7 +42,7 @@ def _pyplot() -> Any:
 def core(report: dict[str, Any], path: Path, command: str) -> None:
     """Routing decision cost (p50, p99) against the swarm's shape, beside the floor
     (allocating the Route alone) and the 5 µs target."""
-    plt = _pyplot()
+    plt = pyplot()
     shapes = list(report["route_us"])
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     xs = range(len(shapes))
@@ -62,7 +64,7 @@ def core(report: dict[str, Any], path: Path, command: str) -> None:
     ax.set_ylim(bottom=0)
     ax.set_title("Routing decision cost by swarm shape", fontsize=10)
     ax.legend(fontsize=7)
-    fig.text(0.01, 0.01, _footer(command), fontsize=7, color="#555555")
+    fig.text(0.01, 0.01, footer(command), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -72,7 +74,7 @@ def core(report: dict[str, Any], path: Path, command: str) -> None:
 def herd(report: dict[str, Any], path: Path, command: str) -> None:
     """Attempts per success and time of the last success, per retry policy, against
     the issue's targets and the ideal finish."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(report["policies"])
     attempts = [report["policies"][n]["attempts_per_success"] for n in names]
     last = [report["policies"][n]["last_success_s"] for n in names]
@@ -89,7 +91,7 @@ def herd(report: dict[str, Any], path: Path, command: str) -> None:
     for ax in (left, right):
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     fig.suptitle("1,000 callers against a 100 req/s limit, per retry policy", fontsize=10)
-    fig.text(0.01, 0.01, _footer(command), fontsize=7, color="#555555")
+    fig.text(0.01, 0.01, footer(command), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command, node_env
+from hecate.cli.up import hecate_command, node_argv, node_env
 from hecate.sim.topology import Topology, parse_topology
 
 BREAKER_COOLDOWN_S = 2.0
@@ -163,21 +163,7 @@ class Swarm:
                 *router_args,
             )
         for n in topo.nodes:
-            extra = ["--executor", n.executor] if n.executor != "toy" else []
-            self.start(
-                f"node-{n.id}",
-                "node",
-                "--id",
-                n.id,
-                "--capacity-layers",
-                str(n.capacity_layers),
-                "--latency-ms",
-                str(n.latency_ms),
-                "--score",
-                str(n.score),
-                "--accept-faults",
-                *extra,
-            )
+            self.start(f"node-{n.id}", *node_argv(n), "--accept-faults")
 
     def stop_all(self) -> None:
         for proc in self.procs.values():

@@ -5,38 +5,17 @@ the date, the command and the commit, so the picture can be traced to its run.""
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from hecate.bench.plots import footer, pyplot
 from hecate.chaos.load import Record
 
 COLOURS = {"ok": "#4c72b0", "error": "#dd8452", "lost": "#c44e52", "wrong": "#8172b3"}
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def timeline(record: Record, result: dict[str, Any], path: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     t0 = record.faults[0][0] if record.faults else record.samples[0].started
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=110)
     for status, colour in COLOURS.items():
@@ -65,15 +44,7 @@ def timeline(record: Record, result: dict[str, Any], path: Path, command: str) -
         fontsize=9,
     )
     ax.legend(loc="upper right", fontsize=7, markerscale=3)
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}"
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    fig.text(
-        0.01,
-        0.01,
-        f"{machine} · {date} · `{command}` · commit {_commit()}",
-        fontsize=7,
-        color="#555555",
-    )
+    fig.text(0.01, 0.01, footer(command), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

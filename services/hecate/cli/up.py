@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hecate.bus.server import NatsServer
-from hecate.sim.topology import parse_topology
+from hecate.sim.topology import NodeEntry, parse_topology
 
 
 def hecate_command() -> list[str]:
@@ -67,25 +67,24 @@ def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[st
             )
         )
     for n in topo.nodes:
-        cmds.append(
-            (
-                f"node {n.id}",
-                [
-                    "node",
-                    *common,
-                    "--id",
-                    n.id,
-                    "--capacity-layers",
-                    str(n.capacity_layers),
-                    "--latency-ms",
-                    str(n.latency_ms),
-                    "--score",
-                    str(n.score),
-                    *(["--executor", n.executor] if n.executor != "toy" else []),
-                ],
-            )
-        )
+        cmds.append((f"node {n.id}", [*node_argv(n), *common]))
     return cmds
+
+
+def node_argv(n: NodeEntry) -> list[str]:
+    """``hecate node ...`` for a topology's node (without ``--nats``)."""
+    return [
+        "node",
+        "--id",
+        n.id,
+        "--capacity-layers",
+        str(n.capacity_layers),
+        "--latency-ms",
+        str(n.latency_ms),
+        "--score",
+        str(n.score),
+        *(["--executor", n.executor] if n.executor != "toy" else []),
+    ]
 
 
 def _pretty(label: str, line: str) -> str:
