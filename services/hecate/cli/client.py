@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 
-from hecate.bus import kv as kvs
 from hecate.bus.service import connect
 from hecate.cli.services import default_url
 from hecate.client import HecateClient
@@ -73,7 +72,7 @@ async def gather(url: str) -> dict[str, Any]:
             (subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY, "telemetry"),
         ):
             try:
-                entry = await (await kvs.bucket(nc, bucket)).get(key)
+                entry = await (await nc.jetstream().key_value(bucket)).get(key)
             except Exception:
                 continue
             if entry.value:

@@ -108,12 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(run=_bench)
 
-    from hecate.cli import chaos, client, model, schema, services, up
+    from hecate.cli import chaos, client, model, natsconfig, schema, services, up
 
     services.add_parsers(sub)
     up.add_parser(sub)
     client.add_parsers(sub)
     schema.add_parser(sub)
+    natsconfig.add_parser(sub)
     model.add_parser(sub)
     chaos.add_parser(sub)
     return parser

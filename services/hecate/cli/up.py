@@ -5,6 +5,12 @@ Starts an embedded nats-server with JetStream (data under ``--state``), unless
 very ``hecate <service> ...`` command an operator would type (``ps`` shows which is
 which; any one can be killed or restarted by hand). Logs stream with a service prefix.
 Ctrl-C stops everything: services drain first, the server goes last.
+
+``--secure`` locks the bus down as a deployment would: one NATS user per service role
+and per tenant, with the permissions ``deploy/nats/auth.conf`` ships (derived from the
+wire contract), fresh random passwords, and TLS with a throwaway CA, all under
+``<state>/secure/`` (mode 0700). Each service gets its role's credentials in its
+environment; ``<user>.env`` files there give a shell a tenant's or the operator's.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
+from hecate.core.errors import HecateError
 from hecate.sim.topology import NodeEntry, parse_topology
+from hecate.wire.permissions import DEFAULT_TENANTS
 
 
 def hecate_command() -> list[str]:
@@ -147,8 +156,20 @@ async def up(args: argparse.Namespace) -> int:
     await asyncio.to_thread(pull_models, Path(args.topology))
     server: NatsServer | None = None
     url = args.nats
+    bus: SecureBus | None = None
+    if args.secure:
+        if url is not None:
+            raise HecateError("--secure starts its own locked-down server; drop --nats")
+        bus = await asyncio.to_thread(prepare, state / "secure", args.tenant or DEFAULT_TENANTS)
+        bus.write_env_files()
     if url is None:
-        server = await asyncio.to_thread(NatsServer(state / "nats", max_payload=1024 * 1024).start)
+        server = NatsServer(
+            state / "nats",
+            max_payload=1024 * 1024,
+            extra_config=bus.server_config() if bus else "",
+            env=bus.server_env() if bus else None,
+        )
+        await asyncio.to_thread(server.start)
         url = server.url
     (state / "nats.url").write_text(url + "\n")
     env = node_env(dict(os.environ, HECATE_STATE=str(state)))
@@ -160,12 +181,14 @@ async def up(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         for label, argv in plan_commands(args, url):
+            # argv[0] is the service, which is also its NATS user under --secure.
+            creds = bus.credentials(argv[0]).to_env() if bus else {}
             proc = await asyncio.create_subprocess_exec(
                 *hecate_command(),
                 *argv,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env=env,
+                env={**env, **creds},
                 start_new_session=True,
             )
             assert proc.stdout is not None
@@ -179,11 +202,22 @@ async def up(args: argparse.Namespace) -> int:
             print(f"hecate up: {label:<12} pid {proc.pid}")
         topo = parse_topology(Path(args.topology).read_bytes())
         model = topo.request.model_id or topo.base.id
-        print(
-            f'hecate up: try  .venv/bin/hecate infer {model} "hello swarm"  and  '
-            ".venv/bin/hecate status   (Ctrl-C stops everything)",
-            flush=True,
-        )
+        if bus is not None:
+            tenant = bus.tenants[0] if bus.tenants else "operator"
+            print(
+                f"hecate up: secure bus (TLS, one user per role); tenants: "
+                f"{', '.join(bus.tenants)}; credentials in {bus.directory}/<user>.env\n"
+                f"hecate up: try  . {bus.directory}/{tenant}.env && "
+                f'.venv/bin/hecate infer {model} "hello swarm"  and  '
+                f". {bus.directory}/operator.env && .venv/bin/hecate status",
+                flush=True,
+            )
+        else:
+            print(
+                f'hecate up: try  .venv/bin/hecate infer {model} "hello swarm"  and  '
+                ".venv/bin/hecate status   (Ctrl-C stops everything)",
+                flush=True,
+            )
         if args.for_seconds:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.for_seconds)
@@ -232,5 +266,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--routers", type=int, default=2)
     p.add_argument("--pipelines", type=int, default=2)
     p.add_argument("--strategy", default="greedy")
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="lock the bus down: a NATS user per role and tenant, TLS, random passwords",
+    )
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"with --secure: a tenant user (repeatable; default {', '.join(DEFAULT_TENANTS)})",
+    )
     p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=_cmd_up)

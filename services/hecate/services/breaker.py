@@ -1,6 +1,7 @@
 """breaker: one circuit breaker per target, shared by every router.
 
-Listens: ``hecate.breaker.report.<target>`` (OutcomeReport from routers).
+Listens: ``hecate.breaker.report.<target>`` (OutcomeReport from routers) and
+``hecate.breaker.probe`` (ProbeRequest: a router asks for the single probe).
 Holds: the resilience core's :class:`CircuitBreaker` per target, on the wall clock (the
 deadlines it writes are read by every router).
 Answers: ``hecate.quota.acquire``, the shared per-tenant quota desk (see quotas.py).
@@ -9,10 +10,12 @@ written with compare-and-set on the revision it read, and ``hecate.events.breake
 every state change.
 
 Routers watch the bucket, so an OPEN reaches all of them in milliseconds, and none
-suffers the failures another already counted. The single HALF_OPEN probe is a lease:
-a router that wants to probe writes ``probe_started`` with compare-and-set; exactly one
-write succeeds whatever the number of routers, and the probe's outcome comes back here
-as a report like any other.
+suffers the failures another already counted. The single HALF_OPEN probe is a lease
+this service grants: it writes ``probe_started`` with compare-and-set and grants the
+router whose request made the write; exactly one is granted whatever the number of
+routers (or of breaker replicas), and the probe's outcome comes back here as a report
+like any other. Nobody else writes breaker state (the NATS permissions in deploy/ say
+so too).
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ from hecate.bus.service import Service, encode
 from hecate.resilience.breaker import BreakerConfig, BreakerSnapshot, CircuitBreaker
 from hecate.services.quotas import QuotaConfig, QuotaDesk
 from hecate.wire import subjects
-from hecate.wire.messages import BreakerChanged, OutcomeReport, QuotaRequest
+from hecate.wire.messages import (
+    BreakerChanged,
+    OutcomeReport,
+    ProbeGrant,
+    ProbeRequest,
+    QuotaRequest,
+)
 
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
 
@@ -67,6 +76,7 @@ class BreakerService:
             metadata={k: str(v) for k, v in msgspec.structs.asdict(self.config).items()},
         )
         self.trips = 0
+        self.probes_granted = 0
         self.desk = QuotaDesk(quotas or QuotaConfig())
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
@@ -77,6 +87,10 @@ class BreakerService:
             "report", subjects.BREAKER_REPORT_ALL, OutcomeReport, self._on_report
         )
         reports.status = lambda: {"trips": self.trips}
+        probes = await svc.add_endpoint(
+            "probe", subjects.BREAKER_PROBE, ProbeRequest, self._on_probe, concurrency=16
+        )
+        probes.status = lambda: {"granted": self.probes_granted}
         quota = await svc.add_endpoint(
             "quota", subjects.QUOTA_ACQUIRE, QuotaRequest, self.desk.acquire
         )
@@ -101,14 +115,59 @@ class BreakerService:
             snapshot=snapshot,
         )
 
+    async def _read(self, target: str) -> tuple[BreakerSnapshot | None, int]:
+        try:
+            entry = await self._kv.get(target)
+        except Exception:  # no such key yet: a closed circuit
+            return None, 0
+        try:
+            return (_snapshot.decode(entry.value) if entry.value else None), int(
+                entry.revision or 0
+            )
+        except msgspec.DecodeError:
+            return None, int(entry.revision or 0)
+
+    async def _write(self, target: str, snap: BreakerSnapshot, revision: int) -> bool:
+        """Compare-and-set ``snap`` on ``revision``: False when someone wrote first."""
+        try:
+            if revision:
+                await self._kv.update(target, encode(snap), last=revision)
+            else:
+                await self._kv.create(target, encode(snap))
+        except (KeyWrongLastSequenceError, Exception) as exc:  # lost a CAS race
+            if (
+                not isinstance(exc, KeyWrongLastSequenceError)
+                and "wrong last" not in str(exc).lower()
+                and "key exists" not in str(exc).lower()
+            ):
+                event(self.log, "breaker write failed", logging.WARNING, error=repr(exc))
+            return False
+        return True
+
+    async def _on_probe(self, ask: ProbeRequest, _headers: Mapping[str, str]) -> ProbeGrant:
+        """Grant the single probe of ``ask.target`` if its cooldown is over and nobody
+        holds it (or the holder's probe expired): a compare-and-set of ``probe_started``."""
+        for _ in range(5):  # another replica or a report wrote meanwhile: re-read
+            before, revision = await self._read(ask.target)
+            if before is None or before.state == "closed":
+                return ProbeGrant(target=ask.target, granted=False, state="closed")
+            breaker = self.breaker(before)
+            granted = breaker.allow() and breaker.snap.state == "half_open"
+            after = breaker.snap
+            if after != before and not await self._write(ask.target, after, revision):
+                continue
+            if after.state != before.state:
+                reason = f"probe granted to {ask.router_id}" if granted else "probe expired"
+                await self._changed(ask.target, after, before.state, reason)
+            if granted:
+                self.probes_granted += 1
+                event(self.log, "probe granted", target=ask.target, router=ask.router_id)
+            return ProbeGrant(target=ask.target, granted=granted, state=after.state)
+        return ProbeGrant(target=ask.target, granted=False, state="open")
+
     async def _on_report(self, report: OutcomeReport, _headers: Mapping[str, str]) -> None:
-        for _ in range(5):  # a router may have taken the probe lease meanwhile: re-read
-            try:
-                entry = await self._kv.get(report.target)
-                before = _snapshot.decode(entry.value) if entry.value else None
-                revision = int(entry.revision or 0)
-            except Exception:
-                before, revision = None, 0
+        for _ in range(5):  # a probe may have been granted meanwhile: re-read
+            before, revision = await self._read(report.target)
             breaker = self.breaker(before)
             if report.ok:
                 breaker.record_success()
@@ -117,37 +176,29 @@ class BreakerService:
             after = breaker.snap
             if after == before or (before is None and after == BreakerSnapshot()):
                 return
-            try:
-                if revision:
-                    await self._kv.update(report.target, encode(after), last=revision)
-                else:
-                    await self._kv.create(report.target, encode(after))
-            except (KeyWrongLastSequenceError, Exception) as exc:  # lost a CAS race: retry
-                if (
-                    not isinstance(exc, KeyWrongLastSequenceError)
-                    and "wrong last" not in str(exc).lower()
-                ):
-                    event(self.log, "breaker write failed", logging.WARNING, error=repr(exc))
+            if not await self._write(report.target, after, revision):
                 continue
             old_state = before.state if before else "closed"
             if after.state != old_state:
-                await self._changed(report, after, old_state)
+                outcome = "success" if report.ok else report.code or "failure"
+                await self._changed(
+                    report.target, after, old_state, f"{outcome} from {report.router_id}"
+                )
             return
 
-    async def _changed(self, report: OutcomeReport, after: BreakerSnapshot, old: str) -> None:
+    async def _changed(self, target: str, after: BreakerSnapshot, old: str, reason: str) -> None:
         if after.state == "open" and old == "closed":
             self.trips += 1
-        reason = f"{'success' if report.ok else report.code or 'failure'} from {report.router_id}"
         event(
             self.log,
             f"breaker {after.state}",
-            target=report.target,
+            target=target,
             was=old,
             reason=reason,
             open_until=after.open_until,
         )
         change = BreakerChanged(
-            target=report.target,
+            target=target,
             state=after.state,
             open_until=after.open_until,
             reason=reason,

@@ -1,10 +1,11 @@
 """A router's view of the shared circuit breakers (KV ``hecate-breakers``).
 
-The breaker service owns the state machines; every router watches the bucket and
-stops sending to a target whose circuit is open. When a circuit's cooldown is over,
-each router that notices tries to take the probe lease: a compare-and-set write of
-``probe_started`` on the revision it read. Exactly one write succeeds, so exactly one
-router sends exactly one request as the probe, however many replicas there are.
+The breaker service owns the state machines and is the only writer of the bucket;
+every router watches it and stops sending to a target whose circuit is open. When a
+circuit's cooldown is over, each router that notices asks the breaker service for the
+probe (``hecate.breaker.probe``); the service grants it with a compare-and-set write
+of ``probe_started``, so exactly one router sends exactly one request as the probe,
+however many replicas there are.
 
 Outcomes go back to the breaker service as reports. Failures are always reported;
 successes only when they matter (a target with a failure streak, or the probe), so a
@@ -19,22 +20,22 @@ from collections.abc import Callable
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
+from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import encode
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
-from hecate.wire.messages import OutcomeReport
+from hecate.wire.messages import OutcomeReport, ProbeGrant, ProbeRequest
 
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
+_grant = msgspec.json.Decoder(ProbeGrant)
 
 
 class BreakerView:
     def __init__(
         self,
         nc: Client,
-        kv: KeyValue,
         *,
         router_id: str,
         probe_timeout_s: float,
@@ -42,7 +43,6 @@ class BreakerView:
         on_change: Callable[[], None],
     ) -> None:
         self.nc = nc
-        self.kv = kv
         self.router_id = router_id
         self.probe_timeout_s = probe_timeout_s
         self.log = log
@@ -54,8 +54,10 @@ class BreakerView:
         self.leases_won = 0
 
     async def follow(self) -> None:
-        """Watch every target's state (latest first, then live updates)."""
-        watcher = await self.kv.watchall()
+        """Watch every target's state (latest first, then live updates), once the
+        breaker service has created the bucket."""
+        kv = await kvs.wait_bucket(self.nc, subjects.BREAKER_BUCKET)
+        watcher = await kv.watchall()
         try:
             async for entry in watcher:
                 if entry is None or entry.key is None:
@@ -104,20 +106,22 @@ class BreakerView:
         await self.try_lease(target)
 
     async def try_lease(self, target: str) -> bool:
-        """Compare-and-set ``probe_started``: True for the one router that wins."""
+        """Ask the breaker service for the probe: True for the one router granted it."""
         held = self.snapshots.get(target)
         if held is None:
             return False
         snap, revision = held
         self._tried[target] = revision
-        now = time.time()
-        if not self._probe_due(snap, now):
+        if not self._probe_due(snap, time.time()):
             return False
-        lease = msgspec.structs.replace(snap, state="half_open", probe_started=now)
+        ask = ProbeRequest(target=target, router_id=self.router_id)
         try:
-            await self.kv.update(target, encode(lease), last=revision)
-        except Exception:
-            return False  # another router (or the breaker service) wrote first
+            msg = await self.nc.request(subjects.BREAKER_PROBE, encode(ask), timeout=1.0)
+            granted = _grant.decode(msg.data).granted
+        except Exception:  # no breaker service, an error reply, a timeout: no probe
+            return False
+        if not granted:
+            return False
         self.leased.add(target)
         self.leases_won += 1
         event(self.log, "probe lease won", target=target)

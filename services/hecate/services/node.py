@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.js.kv import KeyValue
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
@@ -77,14 +78,14 @@ class Node:
         self._latency_ms: float | None = None
         self._seq = 0
         self._relay_prefix = ""
+        self._kv: KeyValue | None = None  # the plan bucket, once it exists
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
         svc = self.service
         await svc.start(url)
-        self._kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
-        svc.spawn(self._follow_plan())
+        svc.spawn(self._follow_plan())  # once the planner has created the plan bucket
         await svc.add_endpoint(
             "run",
             subjects.node_run(self.profile.node_id),
@@ -131,6 +132,7 @@ class Node:
     # -- plan --------------------------------------------------------------------------
 
     async def _follow_plan(self) -> None:
+        self._kv = await kvs.wait_bucket(self.service.nc, subjects.PLAN_BUCKET)
         async for value, revision in kvs.watch(self._kv, subjects.PLAN_KEY):
             if value is not None:
                 self._adopt(_plan.decode(value), revision)
@@ -194,7 +196,7 @@ class Node:
         if self.draining:
             raise ServiceError("draining", f"node {self.profile.node_id} is draining")
         if not self._hosts(req.model_id, req.layer_start, req.layer_end):
-            if req.epoch > self.epoch:  # the router saw a newer plan than we have: catch up
+            if req.epoch > self.epoch and self._kv is not None:  # a newer plan: catch up
                 entry = await self._kv.get(subjects.PLAN_KEY)
                 if entry.value:
                     self._adopt(_plan.decode(entry.value), int(entry.revision or 0))

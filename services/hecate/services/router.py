@@ -39,7 +39,6 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from hecate.bus import kv as kvs
 from hecate.bus import tracing
 from hecate.bus.logs import event
 from hecate.bus.service import NO_RESPONDERS, Service, error_headers
@@ -168,20 +167,23 @@ class RouterService:
     async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
         svc = self.service
         await svc.start(url)
-        self.inbox = f"_INBOX.hecate.router.{self.instance_id}.{svc.nc.new_inbox()[7:]}"
+        # Under the connection's inbox prefix (``_INBOX.<user>`` with credentials), the
+        # only inboxes the NATS permissions let nodes and the breaker service answer.
+        self.inbox = f"{svc.nc.new_inbox()}.{self.instance_id}"
         self.quotas.inbox = self.retries.inbox = self.inbox
         await svc.nc.subscribe(f"{self.inbox}.*", cb=self._on_stage_reply)
         view = self.view
         view.breakers = BreakerView(
             svc.nc,
-            await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET),
             router_id=self.instance_id,
             probe_timeout_s=self.breaker_probe_timeout_s,
             log=self.log,
             on_change=view.rebuild,
         )
-        svc.spawn(view.follow_plan(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)))
-        svc.spawn(view.follow_telemetry(await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)))
+        # Each bucket's owner creates it; the router follows whatever exists, and the
+        # rest as soon as it appears (it serves nothing without a plan anyway).
+        svc.spawn(view.follow_plan(svc.nc))
+        svc.spawn(view.follow_telemetry(svc.nc))
         svc.spawn(view.breakers.follow())
         svc.spawn(self._sweep())
         await svc.add_raw("retries", subjects.ROUTER_RETRIES, self.retries.on_claim)

@@ -13,7 +13,7 @@ import logging
 import time
 
 import msgspec
-from nats.js.kv import KeyValue
+from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
@@ -86,7 +86,8 @@ class SwarmView:
             "suspects": sorted(self.suspects),
         }
 
-    async def follow_plan(self, kv: KeyValue) -> None:
+    async def follow_plan(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
         async for value, revision in kvs.watch(kv, subjects.PLAN_KEY):
             if value is None:
                 continue
@@ -100,7 +101,8 @@ class SwarmView:
             self.rebuild()
             event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
 
-    async def follow_telemetry(self, kv: KeyValue) -> None:
+    async def follow_telemetry(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
         async for value, _revision in kvs.watch(kv, subjects.TELEMETRY_KEY):
             if value is None:
                 continue

@@ -1,7 +1,14 @@
-"""JetStream KV helpers: bind-or-create a bucket, and watch one key's latest value."""
+"""JetStream KV helpers: create a bucket (its owner), wait for one (its readers), and
+watch one key's latest value.
+
+Each bucket has one owner, the only service allowed to create and write it (the NATS
+permissions in deploy/ enforce it): the planner owns the plan, telemetry the snapshot,
+the breaker service the circuits. Readers never create a bucket; they wait for it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from nats.aio.client import Client
@@ -22,6 +29,20 @@ async def bucket(nc: Client, name: str, *, replicas: int = 1) -> KeyValue:
         return await js.create_key_value(
             bucket=name, history=subjects.BUCKET_HISTORY.get(name, 1), replicas=replicas
         )
+
+
+async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue:
+    """The bucket ``name`` once its owner has created it (polled; cancel to give up).
+    Run it in a background task: a reader must not wait for another service to start."""
+    js = nc.jetstream()
+    while True:
+        try:
+            return await js.key_value(name)
+        except BucketNotFoundError:
+            pass
+        except Exception:  # disconnected or timed out: the client reconnects on its own
+            pass
+        await asyncio.sleep(poll_s)
 
 
 async def watch(kv: KeyValue, key: str) -> AsyncIterator[tuple[bytes | None, int]]:

@@ -48,12 +48,19 @@ class NatsServer:
         jetstream: bool = True,
         max_payload: int = 1024 * 1024,
         extra_args: tuple[str, ...] = (),
+        extra_config: str = "",
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``extra_config`` is appended to the configuration file (authorization, TLS);
+        ``env`` is added to the server's environment (the passwords that configuration
+        reads, never on its command line)."""
         self.state_dir = Path(state_dir)
         self.port = port
         self.jetstream = jetstream
         self.max_payload = max_payload
         self.extra_args = extra_args
+        self.extra_config = extra_config
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.client_port = 0
         self.monitor_port = 0
@@ -96,6 +103,7 @@ class NatsServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
 
     def wait_ready(self, timeout: float = 10.0) -> NatsServer:
@@ -113,9 +121,12 @@ class NatsServer:
         raise ServerError(f"nats-server not ready after {timeout}s; see {self.log_file}")
 
     def _config(self) -> Path:
-        """Settings with no command-line flag (max_payload) go in a small config file."""
+        """Settings with no command-line flag (max_payload, authorization, TLS) go in a
+        small config file, readable by its owner only."""
         path = self.state_dir / "nats.conf"
-        path.write_text(f"max_payload: {self.max_payload}\n")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"max_payload: {self.max_payload}\n{self.extra_config}")
         return path
 
     def _read_ports(self) -> bool:

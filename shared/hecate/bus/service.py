@@ -31,7 +31,9 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, TracerProvider
 
 from hecate.bus import tracing
+from hecate.bus.credentials import Credentials
 from hecate.bus.logs import event
+from hecate.core.errors import HecateError
 from hecate.wire.errors import STATUS, error_headers
 from hecate.wire.messages import ErrorBody, ErrorReply
 
@@ -104,28 +106,54 @@ async def connect(
     *,
     timeout: float = 10.0,
     reconnected_cb: Callable[[], Awaitable[None]] | None = None,
+    credentials: Credentials | None = None,
 ) -> Client:
     """Connect, retrying until ``timeout`` (services may start before the server); once
-    connected, reconnect forever."""
+    connected, reconnect forever. Credentials come from the environment unless given
+    (see :mod:`hecate.bus.credentials`)."""
+    creds = Credentials.from_env() if credentials is None else credentials
     deadline = time.monotonic() + timeout
+    last: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        last[:] = [exc]
+        await _quiet(exc)
+
     while True:
+        left = deadline - time.monotonic()
         try:
-            return await nats.connect(
-                [u.strip() for u in url.split(",") if u.strip()],  # a cluster: a,b,c
-                name=name,
-                connect_timeout=1,
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25,
-                ping_interval=5,
-                max_outstanding_pings=3,
-                error_cb=_quiet,
-                reconnected_cb=reconnected_cb,
+            # Bounded: with reconnects on, nats-py would retry a refused first connect
+            # (bad credentials, an untrusted certificate) forever.
+            return await asyncio.wait_for(
+                nats.connect(
+                    [u.strip() for u in url.split(",") if u.strip()],  # a cluster: a,b,c
+                    name=name,
+                    connect_timeout=1,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.25,
+                    ping_interval=5,
+                    max_outstanding_pings=3,
+                    error_cb=on_error,
+                    reconnected_cb=reconnected_cb,
+                    **creds.options(),
+                ),
+                max(left, 1.0),
             )
-        except Exception:
+        except Exception as exc:
             if time.monotonic() > deadline:
-                raise
+                cause = last[0] if last else exc
+                who = f" as {creds.user!r}" if creds.user else " anonymously"
+                raise BusUnreachable(
+                    f"cannot connect to NATS at {url}{who} within {timeout:g}s: {cause!r}"
+                ) from None
             await asyncio.sleep(0.1)
+
+
+class BusUnreachable(HecateError):
+    """No connection to NATS in time (server down, credentials refused, TLS failed)."""
+
+    code = "nats_unreachable"
 
 
 class Service:

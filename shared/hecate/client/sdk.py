@@ -29,6 +29,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from hecate.bus.credentials import Credentials
 from hecate.resilience.aio import pause
 from hecate.resilience.backoff import SeedPolicy, WaitPolicy
 from hecate.resilience.breaker import CircuitBreaker
@@ -74,7 +75,7 @@ class HecateClient:
 
     @classmethod
     async def connect(cls, url: str, **options: float | int | WaitPolicy) -> HecateClient:
-        nc = await nats.connect(url, name="hecate-client")
+        nc = await nats.connect(url, name="hecate-client", **Credentials.from_env().options())
         return cls(nc, owns_connection=True, **options)  # type: ignore[arg-type]
 
     async def close(self) -> None:

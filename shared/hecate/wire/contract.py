@@ -377,6 +377,19 @@ RETRY_CLAIM = Message(
     "repeats the answer to `reply_to` and answers this claim. Silence for 50 ms means "
     "the original is gone and the asking router runs the request.",
 )
+PROBE_REQUEST = Message(
+    "ProbeRequest",
+    m.ProbeRequest,
+    JSON,
+    "A router asks for the single probe of a circuit whose cooldown is over.",
+)
+PROBE_GRANT = Message(
+    "ProbeGrant",
+    m.ProbeGrant,
+    JSON,
+    "Granted to exactly one asker per cooldown (or per expired probe); the others keep "
+    "the target out of their routes.",
+)
 RETRY_OWNER = Message(
     "RetryOwner", m.RetryOwner, JSON, "The owner of a retried request has answered it."
 )
@@ -423,8 +436,11 @@ STAGE_REPLY_CHANNEL = Channel(
     "stageReply",
     None,
     "Stage replies",
-    "The reply subject of the stage request (the router's inbox, "
-    "`_INBOX.hecate.router.<router id>.<nuid>.<dispatch token>`).",
+    "The reply subject of the stage request: the router's inbox, "
+    "`<inbox prefix>.<nuid>.<router id>.<dispatch token>`, where the inbox prefix is "
+    "`_INBOX.<user>` for a connection with credentials (`_INBOX` otherwise). In chained "
+    "dispatch the last stage publishes its reply to `<reply_base>-<stage index>` under "
+    "the same inbox.",
     (STAGE_REPLY, STAGE_ERROR),
 )
 FAULT = Channel(
@@ -543,10 +559,21 @@ KV_BREAKERS = Channel(
     _kv_address(subjects.BREAKER_BUCKET, "{target}"),
     "A circuit breaker (KV)",
     f"JetStream KV bucket `{subjects.BREAKER_BUCKET}`, one key per target: follow them "
-    "all with a KV watch. Written by the breaker service with compare-and-set, and by the "
-    "router that takes the probe lease.",
+    "all with a KV watch. Written only by the breaker service, with compare-and-set.",
     (BREAKER_STATE,),
     kv=(subjects.BREAKER_BUCKET, "{target}"),
+)
+BREAKER_PROBE = Channel(
+    "breakerProbe",
+    subjects.BREAKER_PROBE,
+    "The probe of an open circuit",
+    "Request/reply, JSON, answered by the breaker service (queue of its replicas): it "
+    "writes `probe_started` with compare-and-set and grants the one router whose request "
+    "made the write.",
+    (PROBE_REQUEST,),
+)
+PROBE_GRANT_CHANNEL = Channel(
+    "probeGrant", None, "Probe grants", "The reply subject of the probe request.", (PROBE_GRANT,)
 )
 
 CHANNELS: Final[tuple[Channel, ...]] = (
@@ -569,6 +596,8 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     EVENT_BREAKER_CHANNEL,
     BREAKER_REPORTS,
     KV_BREAKERS,
+    BREAKER_PROBE,
+    PROBE_GRANT_CHANNEL,
     QUOTA,
     QUOTA_REPLY_CHANNEL,
     RETRIES,
@@ -616,6 +645,17 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "receive",
         NODE_RUN,
         "Execute a stage of a layer range this node hosts in the current plan.",
+        reply=STAGE_REPLY_CHANNEL,
+    ),
+    Operation(
+        "node.forwardStage",
+        "node",
+        "send",
+        NODE_RUN,
+        "Chained dispatch: pass the activation on to the next stage's node.",
+        "The forward's reply subject is this node's relay inbox; what comes back on it "
+        "(errors, no-responders) is passed on to the router's inbox. The last stage "
+        "publishes the answer itself to the router's inbox.",
         reply=STAGE_REPLY_CHANNEL,
     ),
     Operation(
@@ -671,6 +711,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "telemetry.sendNodeDown", "telemetry", "send", EVENT_NODE_DOWN, "Announce a node down."
     ),
     Operation("observer.receiveNodeDown", "observer", "receive", EVENT_NODE_DOWN, "Follow losses."),
+    Operation(
+        "router.receiveNodeDown",
+        "router",
+        "receive",
+        EVENT_NODE_DOWN,
+        "Stop routing through a node at once, before the next telemetry snapshot.",
+    ),
     Operation("telemetry.sendNodeUp", "telemetry", "send", EVENT_NODE_UP, "Announce a node up."),
     Operation("observer.receiveNodeUp", "observer", "receive", EVENT_NODE_UP, "Follow recoveries."),
     Operation(
@@ -731,11 +778,20 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "Follow every circuit (KV watch); skip targets that are not closed.",
     ),
     Operation(
-        "router.takeProbe",
+        "router.askProbe",
         "router",
         "send",
-        KV_BREAKERS,
-        "Take the single probe lease: write probe_started with compare-and-set.",
+        BREAKER_PROBE,
+        "Ask for the single probe of an open circuit whose cooldown is over.",
+        reply=PROBE_GRANT_CHANNEL,
+    ),
+    Operation(
+        "breaker.grantProbe",
+        "breaker",
+        "receive",
+        BREAKER_PROBE,
+        "Grant the probe to exactly one asker (compare-and-set of probe_started).",
+        reply=PROBE_GRANT_CHANNEL,
     ),
     Operation(
         "breaker.publishChange",
@@ -823,6 +879,11 @@ ErrorReply elsewhere) and the headers `Nats-Service-Error` (message), \
 `Nats-Service-Error-Code` (HTTP-like status) and `Hecate-Error` (code); see \
 `ErrorHeaders`. No service running on a subject shows as NATS no-responders (status \
 503, empty body).
+
+**Inboxes and permissions.** A process with a NATS user creates its reply inboxes \
+under `_INBOX.<user>` (anonymous ones under `_INBOX`). On a locked-down server each user \
+subscribes to its own inboxes only, and may publish and subscribe exactly where the \
+operations below give its role (`hecate nats-config` renders those permissions).
 
 **Tracing.** Requests may carry W3C trace context headers (`traceparent`, `tracestate`).
 

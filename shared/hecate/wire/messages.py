@@ -276,6 +276,23 @@ class OutcomeReport(msgspec.Struct, frozen=True, kw_only=True):
     at: float = 0.0
 
 
+class ProbeRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A router asks the breaker service for the single probe of an open circuit whose
+    cooldown is over."""
+
+    target: Slug
+    router_id: str = ""
+
+
+class ProbeGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """``granted`` for exactly one asker per cooldown: it sends the next request to the
+    target as the probe, and its outcome decides the circuit."""
+
+    target: str
+    granted: bool
+    state: Literal["closed", "open", "half_open"] = "closed"
+
+
 class BreakerChanged(msgspec.Struct, frozen=True, kw_only=True):
     target: str
     state: Literal["closed", "open", "half_open"]

@@ -38,6 +38,16 @@ def model_from_infer_subject(subject: str) -> str | None:
     return tail if SLUG.fullmatch(tail) else None
 
 
+# -- inboxes ---------------------------------------------------------------------------
+INBOX_ROOT = "_INBOX"
+
+
+def inbox_prefix(user: str) -> str:
+    """Where a connection's reply inboxes live: ``_INBOX.<user>`` for a named NATS user
+    (whose permissions let it subscribe there only), plain ``_INBOX`` for an anonymous one."""
+    return f"{INBOX_ROOT}.{user}" if user else INBOX_ROOT
+
+
 # -- nodes -----------------------------------------------------------------------------
 def node_run(node_id: str) -> str:
     """Stage execution requests for one node (routers pick the node; no queue group)."""
@@ -69,6 +79,9 @@ def breaker_report(target: str) -> str:
 
 
 BREAKER_REPORT_ALL = "hecate.breaker.report.*"
+# Request/reply: the single HALF_OPEN probe of a circuit, granted by the breaker service
+# (the only writer of breaker state) to exactly one router.
+BREAKER_PROBE = "hecate.breaker.probe"
 QUOTA_ACQUIRE = "hecate.quota.acquire"  # request/reply: one shared budget per tenant
 
 # -- events ----------------------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""A locked-down bus for one machine: per-role NATS users with the permissions derived
+from the wire contract, random passwords, and TLS with a throwaway CA.
+
+``hecate up --secure``, the permission tests and anyone wanting to try the deployment
+configuration locally use :func:`prepare`. Production keeps its own CA and secrets and
+uses the same authorization block (``deploy/nats/auth.conf``, rendered by
+:func:`hecate.wire.permissions.render_authorization`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hecate.bus.credentials import Credentials
+from hecate.wire import permissions
+
+
+@dataclass(frozen=True, slots=True)
+class SecureBus:
+    directory: Path
+    passwords: dict[str, str] = field(repr=False)
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.ca_file is not None
+
+    def server_config(self) -> str:
+        """What goes into nats-server's configuration besides ports and limits."""
+        parts = [permissions.render_authorization(self.tenants)]
+        if self.tls:
+            parts.append(
+                "tls {\n"
+                f'  cert_file: "{self.cert_file}"\n'
+                f'  key_file: "{self.key_file}"\n'
+                "  timeout: 2\n"
+                "}\n"
+            )
+        return "\n".join(parts)
+
+    @property
+    def tenants(self) -> tuple[str, ...]:
+        roles = {*permissions.SERVICE_USERS, permissions.OPERATOR}
+        return tuple(u for u in self.passwords if u not in roles)
+
+    def server_env(self) -> dict[str, str]:
+        """The variables the configuration reads passwords from."""
+        return {permissions.password_variable(u): pw for u, pw in self.passwords.items()}
+
+    def credentials(self, user: str) -> Credentials:
+        return Credentials(
+            user=user,
+            password=self.passwords[user],
+            ca_file=str(self.ca_file) if self.ca_file else "",
+        )
+
+    def write_env_files(self) -> dict[str, Path]:
+        """``<user>.env`` per user (mode 0600): ``. tenant-a.env`` gives a shell the
+        tenant's credentials for ``hecate infer``."""
+        out = {}
+        for user in self.passwords:
+            path = self.directory / f"{user}.env"
+            lines = [f"export {k}={v}" for k, v in self.credentials(user).to_env().items()]
+            _write_private(path, "\n".join(lines) + "\n")
+            out[user] = path
+        return out
+
+
+def prepare(
+    directory: Path, tenants: Sequence[str] = permissions.DEFAULT_TENANTS, *, tls: bool = True
+) -> SecureBus:
+    """Fresh passwords for every user (and a CA and server certificate with ``tls``),
+    kept under ``directory`` (mode 0700)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    users = [*permissions.users(tenants)]
+    passwords = {user: new_password() for user in users}
+    if not tls:
+        return SecureBus(directory, passwords)
+    ca, cert, key = make_certificates(directory)
+    return SecureBus(directory, passwords, ca, cert, key)
+
+
+def new_password() -> str:
+    """192 random bits as a token nats-server reads back from its environment as a plain
+    string (it parses variables as configuration values: a leading digit or ``-`` would
+    make a number of it, so the token starts with a letter and holds only hex)."""
+    return "p" + secrets.token_hex(24)
+
+
+def make_certificates(directory: Path, days: int = 30) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a server certificate it signs for 127.0.0.1 and localhost:
+    ``(ca.pem, server.pem, server-key.pem)``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    until = now + datetime.timedelta(days=days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "HECATE local CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nats-server")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(until)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    ca_file, cert_file, key_file = (
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server-key.pem",
+    )
+    ca_file.write_bytes(ca_cert.public_bytes(pem))
+    cert_file.write_bytes(cert.public_bytes(pem))
+    _write_private(
+        key_file,
+        key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode(),
+    )
+    return ca_file, cert_file, key_file
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
