@@ -40,13 +40,27 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
+## Every benchmark, one after another, each saving its figures in build/bench/, then
+## docs/BENCHMARKS.md and its pictures (docs/img/) written from them. The model suite runs
+## only if SmolLM2 is pulled. BENCH_QUICK=1: short runs of everything (a smoke test; point
+## BENCH_DOC/BENCH_IMG elsewhere to keep the real report). Fails at the end if a chaos
+## scenario lost or garbled a request or failed a check.
+BENCH_RESULTS ?= build/bench
+BENCH_DOC     ?= docs/BENCHMARKS.md
+BENCH_IMG     ?= docs/img
+BENCH_QUICK   ?=
 bench: $(STAMP)
-	$(BIN)/hecate bench core
-	$(BIN)/hecate bench bus
-	$(BIN)/hecate bench herd
-	$(BIN)/hecate bench breaker
-	$(BIN)/hecate bench llm
-	$(BIN)/hecate chaos all
+	rm -rf $(BENCH_RESULTS)
+	$(BIN)/hecate bench core $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS)
+	$(BIN)/hecate bench bus $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS)
+	$(BIN)/hecate bench herd $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS)
+	$(BIN)/hecate bench breaker $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS)
+	$(BIN)/hecate bench llm --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS)
+	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
+		|| touch $(BENCH_RESULTS)/chaos.failed
+	$(BIN)/hecate bench report --results $(BENCH_RESULTS) --doc $(BENCH_DOC) --img $(BENCH_IMG)
+	@! test -e $(BENCH_RESULTS)/chaos.failed || \
+		{ echo "make bench: a chaos scenario failed its acceptance; see $(BENCH_DOC)"; exit 1; }
 
 ## Kill every part of a local swarm under load, one scenario at a time; fails if any
 ## request is lost or answered wrong.
