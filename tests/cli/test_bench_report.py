@@ -120,3 +120,24 @@ def test_a_chaos_scenario_that_cannot_run_is_saved_as_skipped(
     assert "not pulled" in saved["report"]["scenarios"][0]["skipped"]
     chaos = _section(render({"chaos": saved}), "Chaos")
     assert "`llm-kill`: not run, its model is not pulled" in chaos
+
+
+def test_a_suite_that_failed_is_saved_and_reported_as_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hecate.bench.herd
+
+    def broken(**_kwargs: object) -> dict[str, object]:
+        raise RuntimeError("generation failed: unrecoverable")
+
+    monkeypatch.setattr(hecate.bench.herd, "run_herd_bench", broken)
+    with pytest.raises(RuntimeError):
+        main(["bench", "herd", "--results", str(tmp_path)])
+    saved = json.loads((tmp_path / "herd.json").read_text())
+    assert saved["report"] == {"failed": "RuntimeError: generation failed: unrecoverable"}
+    doc = render({**results(), "herd": saved})
+    herd = _section(doc, "A thundering herd")
+    assert "The run failed before it produced figures" in herd
+    assert "generation failed: unrecoverable" in herd
+    assert "| the herd suite ran to the end | failed | **not met** |" in _section(doc, "Headline")
+    assert "bench-herd.png" not in doc

@@ -37,7 +37,17 @@ def _bench(args: argparse.Namespace) -> int:
 
     command = provenance.command_line(args.argv)
     started = time.monotonic()
-    report = _run_suite(args)
+    try:
+        report = _run_suite(args)
+    except Exception as exc:
+        if not args.results:
+            raise
+        # The report says the suite failed and why, instead of going without it.
+        failed = {"failed": f"{type(exc).__name__}: {exc}"}
+        saved = provenance.envelope(args.suite, command, failed)
+        saved["elapsed_s"] = round(time.monotonic() - started, 1)
+        provenance.save(Path(args.results), args.suite, saved)
+        raise
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
     doc = msgspec.json.decode(msgspec.json.encode(report))
     if args.results:

@@ -23,7 +23,7 @@ from hecate.bench.report.chaos import TIMELINES, section_chaos
 from hecate.bench.report.core import section_core
 from hecate.bench.report.herd import section_herd
 from hecate.bench.report.llm import section_llm
-from hecate.bench.report.markdown import Doc, Target, reflow, table, verdict
+from hecate.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
 
 Section = Callable[[Doc, str], tuple[str, list[Target]]]
 
@@ -79,6 +79,13 @@ def render(results: dict[str, Doc], img: str = "img", source: str = "build/bench
                 f"(`{command} --results {source}` saves one).\n"
             )
             continue
+        if "failed" in env["report"]:
+            sections.append(
+                f"## {title}\n\n{provenance(env)}\nThe run failed before it produced "
+                f"figures: `{env['report']['failed']}`.\n"
+            )
+            targets.append(Target(f"the {suite} suite ran to the end", "failed", False))
+            continue
         text, found = section(env, img)
         sections.append(text)
         targets += found
@@ -87,7 +94,7 @@ def render(results: dict[str, Doc], img: str = "img", source: str = "build/bench
         [[t.what, t.figure, verdict(t.met)] for t in targets],
     )
     summary = f"## Headline: every target against this run\n\n{headline}\n"
-    if "bus" in results and results["bus"]["report"].get("sweep"):
+    if ("bench-bus-load.png", "bus") in pictures(results):
         summary += (
             "\n![throughput and p99 latency against offered load, raw NATS beside routed]"
             f"({img}/bench-bus-load.png)\n"
@@ -105,6 +112,7 @@ ALL_PICTURES = (
 
 def pictures(results: dict[str, Doc]) -> list[tuple[str, str]]:
     """The pictures :func:`render` links for these results: (file name, suite)."""
+    results = {k: v for k, v in results.items() if "failed" not in v["report"]}
     out = []
     if "core" in results:
         out.append(("bench-core.png", "core"))
