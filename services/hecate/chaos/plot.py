@@ -79,8 +79,9 @@ def timeline(
         ax.axvspan(0, result["recover_s"], color="#c44e52", alpha=0.08, label="recovering")
         ax.axvline(result["recover_s"], color="#c44e52", linewidth=0.8, linestyle=":")
         ax.text(
-            result["recover_s"], top, f" recovered (+{result['recover_s']} s)",
-            rotation=90, va="top", fontsize=7, color="#c44e52",
+            result["recover_s"], 0.02, f" recovered (+{result['recover_s']} s)",
+            rotation=90, va="bottom", fontsize=7, color="#c44e52",
+            transform=ax.get_xaxis_transform(),
         )  # fmt: skip
     ax.set_title(
         f"hecate chaos {result['scenario']}: sent {result['sent']}, ok {result['ok']}, "
@@ -88,7 +89,10 @@ def timeline(
         f"recovered in {result['recover_s']} s",
         fontsize=9,
     )
-    ax.legend(loc="upper right", fontsize=7, markerscale=3)
+    # At least a decade of latency, so that the log axis has a labelled tick.
+    low = min((max(s.latency_ms, 0.1) for s in record.samples), default=0.1)
+    ax.set_ylim(bottom=min(low, top / 10) * 0.8, top=top * 1.5)
+    ax.legend(loc="best", fontsize=7, markerscale=3)
     fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

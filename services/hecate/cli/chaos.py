@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     failed = False
     saved: list[dict[str, Any]] = []
     command = provenance.command_line(args.argv)
+    started = time.monotonic()
 
     def save(result: dict[str, Any]) -> None:  # after every scenario: a partial run counts
         saved.append(result)
@@ -49,6 +51,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
             timing = dataclasses.asdict(Timing.of(args.short))
             report = {"short": args.short, "timing": timing, "scenarios": saved}
             doc = provenance.envelope("chaos", command, report)
+            doc["elapsed_s"] = round(time.monotonic() - started, 1)
             provenance.save(Path(args.results), "chaos", doc)
 
     for name in names:

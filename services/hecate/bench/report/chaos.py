@@ -1,5 +1,8 @@
 """The chaos section: parts of the swarm killed under load (``hecate chaos all``)."""
 
+# Prose for people: its dashes are meant.
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 from hecate.bench.report.markdown import Doc, Target, num, provenance, table, verdict
@@ -13,6 +16,8 @@ def _accepted(s: Doc) -> bool:
 
 
 def _checks(s: Doc) -> str:
+    if not s["checks"]:
+        return "–"
     return "; ".join(
         ("" if ok else "**not** ") + name.replace("_", " ") for name, ok in s["checks"].items()
     )
@@ -26,7 +31,12 @@ def _where(s: Doc) -> str:
     """Why a scenario's figures are what they are, with this run's numbers."""
     name, notes = s["scenario"], s["notes"]
     failovers = int(notes.get("failover_events", 0))
-    worst = f"max {num(s['max_ms'], 1)} ms, recovered in {num(s['recover_s'], 2)} s"
+    recovered = (
+        f"recovered in {num(s['recover_s'], 2)} s"
+        if s["recover_s"]
+        else "no request failed or took 3x the pre-fault p99"
+    )
+    worst = f"max {num(s['max_ms'], 1)} ms, {recovered}"
     if name == "node-kill":
         return (
             "the requests in flight on the killed node fail over to the replica within "
@@ -83,12 +93,32 @@ def _where(s: Doc) -> str:
             "from the two survivors (KV with 3 replicas)."
         )
     if name == "llm-kill":
+        before = _finished_before_fault(s)
+        usual = (
+            f"against {_seconds(max(before))} for the slowest before the fault"
+            if before
+            else "no generation finished before the fault to compare with"
+        )
         return (
             "a generation running through the killed stage is replayed onto the replica "
-            f"(max {_seconds(s['max_ms'])}, against a pre-fault p99 of "
-            f"{_seconds(s['baseline_p99_ms'])}); {failovers} failovers."
+            f"(max {_seconds(s['max_ms'])}, {usual}); {failovers} failovers."
         )
     return worst + "."
+
+
+def _finished_before_fault(s: Doc) -> list[float]:
+    """Latencies (ms) of the requests that were answered right before the first fault,
+    from the saved timeline (empty without one)."""
+    t = s.get("timeline")
+    if not t:
+        return []
+    return [
+        latency
+        for started, latency, status in zip(
+            t["started_s"], t["latency_ms"], t["status"], strict=True
+        )
+        if status == "ok" and started + latency / 1000 < 0
+    ]
 
 
 def _caption(s: Doc) -> str:

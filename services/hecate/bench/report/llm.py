@@ -82,14 +82,16 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     stall = max(k["kill_stall_ms"] for k in kills)
     met_stall = stall < LLM_TARGET_STALL_MS
     sleep = r["stage_steps_2_threads_sleep_at_once"]
+    n = meta["rounds"]
+    rounds_text = "one round" if n == 1 else f"{n} interleaved rounds"
     text = f"""{title}{provenance(env)}
 Greedy, prompt "{meta["prompt"]}", {meta["tokens"]} tokens; the fields are explained at
 the top of `services/hecate/bench/llm.py`. Separate processes on one embedded
 nats-server: a telemetry service, a router (`--dispatch chain` unless noted) and 1-3
 nodes (`--executor smollm2`), the plan written to KV; nodes run
 {meta["node_blas_threads"]} BLAS threads with a short spin (`OPENBLAS_THREAD_TIMEOUT=20`),
-as `hecate up` runs them. The headline ratio is measured in {meta["rounds"]} interleaved
-rounds (single, 3 stages, single, ...) and the median round is reported: this
+as `hecate up` runs them. The headline ratio is measured in {rounds_text} (single, 3
+stages, single, ...) and the median round is reported: this
 machine's speed drifts over minutes, and a ratio within one round cancels most of it.
 llama.cpp: llama-cpp-python (not a dependency of the project), 2 threads, the same
 GGUF, streamed and timed the same way, when it is installed.
@@ -111,8 +113,11 @@ Against the issue's targets:
   {num(sleep["after_pause_ms"], 2)} ms after a pause against {num(sleep["busy_ms"], 2)} ms
   back to back); and the single process runs its BLAS threads spinning, which a stage
   cannot afford: threads that spin long after a call steal the cores the next stage
-  needs. Stages on separate machines would not share cores and would each spin
-  freely; that is not measured here.
+  needs. What moved it this far, each measured at the time (the history of this file
+  has the figures): a forward with fewer numpy calls per block, chained steps, the
+  short spin, and decode steps on the node's event loop instead of a worker thread.
+  Stages on separate machines would not share cores and would each spin freely; that
+  is not measured here.
 * **single process ≥ {LLM_TARGET_LLAMA}× llama.cpp**: {verdict(met_llama)}
   ({llama_figure}). Decode is memory-bandwidth bound (the float32 weights are read once
   per token, against llama.cpp's quantised blocks).
