@@ -40,13 +40,33 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
+## Every benchmark, one after another, each saving its figures in build/bench/, then
+## docs/BENCHMARKS.md and its pictures (docs/img/) written from them. The model suite runs
+## only if SmolLM2 is pulled. BENCH_QUICK=1: short runs of everything (a smoke test; point
+## BENCH_DOC/BENCH_IMG elsewhere to keep the real report). A suite that fails, or a chaos
+## scenario that fails its acceptance, is reported as such; make fails after the report.
+BENCH_RESULTS ?= build/bench
+BENCH_DOC     ?= docs/BENCHMARKS.md
+BENCH_IMG     ?= docs/img
+BENCH_QUICK   ?=
+BENCH_FAILED  := $(BENCH_RESULTS)/failed
 bench: $(STAMP)
-	$(BIN)/hecate bench core
-	$(BIN)/hecate bench bus
-	$(BIN)/hecate bench herd
-	$(BIN)/hecate bench breaker
-	$(BIN)/hecate bench llm
-	$(BIN)/hecate chaos all
+	rm -rf $(BENCH_RESULTS) && mkdir -p $(BENCH_RESULTS)
+	$(BIN)/hecate bench core $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo core >> $(BENCH_FAILED)
+	$(BIN)/hecate bench bus $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo bus >> $(BENCH_FAILED)
+	$(BIN)/hecate bench herd $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo herd >> $(BENCH_FAILED)
+	$(BIN)/hecate bench breaker $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo breaker >> $(BENCH_FAILED)
+	$(BIN)/hecate bench llm --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo llm >> $(BENCH_FAILED)
+	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
+		|| echo chaos >> $(BENCH_FAILED)
+	$(BIN)/hecate bench report --results $(BENCH_RESULTS) --doc $(BENCH_DOC) --img $(BENCH_IMG)
+	@! test -e $(BENCH_FAILED) || \
+		{ echo "make bench: failed: $$(cat $(BENCH_FAILED) | xargs); see $(BENCH_DOC)"; exit 1; }
 
 ## Kill every part of a local swarm under load, one scenario at a time; fails if any
 ## request is lost or answered wrong.

@@ -44,3 +44,36 @@ def test_the_herd_benchmark_reports_every_policy(
     assert hecate["last_success_s"] <= 1.1 * doc["ideal_last_success_s"]
     assert doc["policies"]["hecate-queue"]["attempts_per_success"] <= 1.05
     assert doc["policies"]["exact"]["attempts_per_success"] > 5  # the anchor's 5.5x
+
+
+def test_a_quick_bus_sweep_runs_on_real_processes_and_renders(tmp_path: Path) -> None:
+    """Raw NATS and the routed 1-stage path, closed loop and a two-rate open-loop sweep,
+    on a real nats-server with a real router and node; then the report from it."""
+    from hecate.bench import provenance
+    from hecate.bench.bus import run_bus_bench
+
+    report = run_bus_bench(
+        seconds=0.3,
+        configurations=("raw", "routed_1"),
+        sweep=(0.1, 0.3),
+        sweep_seconds=0.3,
+    )
+    assert report["raw"]["requests"] > 0
+    assert report["routed_1"]["requests"] > 0
+    assert report["ratio_1"] > 0
+    for label in ("raw", "routed_1"):
+        points = report["sweep"][label]
+        assert [p["offered_rps"] for p in points] == sorted(p["offered_rps"] for p in points)
+        for p in points:  # every request offered is accounted for
+            assert p["sent"] == p["ok"] + p["failed"] + p["timed_out"] > 0
+    results = tmp_path / "results"
+    provenance.save(results, "bus", provenance.envelope("bus", "hecate bench bus", report))
+    doc, img = tmp_path / "BENCHMARKS.md", tmp_path / "img"
+    assert (
+        main(["bench", "report", "--results", str(results), "--doc", str(doc), "--img", str(img)])
+        == 0
+    )
+    text = doc.read_text()
+    assert "### Offered load" in text
+    assert "Not run for this report: no saved result for `core`" in text
+    assert (img / "bench-bus-load.png").read_bytes()[:4] == b"\x89PNG"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hecate.chaos.load import Record, Sample, summarize
-from hecate.chaos.plot import timeline
+from hecate.chaos.plot import record_of, timeline, timeline_doc
 
 
 def test_the_timeline_is_a_png_with_every_outcome(tmp_path: Path) -> None:
@@ -19,3 +20,20 @@ def test_the_timeline_is_a_png_with_every_outcome(tmp_path: Path) -> None:
     out = tmp_path / "img" / "timeline.png"
     timeline(record, result, out, "hecate chaos node-kill --plot timeline.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_saved_timeline_draws_the_same_points(tmp_path: Path) -> None:
+    record = Record()
+    record.faults = [(100.0, "SIGKILL node a"), (101.5, "restart node a")]
+    record.samples = [Sample(99.0 + i * 0.01, 99.0 + i * 0.01 + 0.004, "ok") for i in range(300)]
+    record.samples.append(Sample(100.01, 100.5, "error", "unrecoverable"))
+    doc = json.loads(json.dumps(timeline_doc(record)))  # as saved and read back
+    assert doc["faults"][0] == [0.0, "SIGKILL node a"]  # seconds from the first fault
+    again = record_of(doc)
+    assert [s.status for s in again.samples] == [s.status for s in record.samples]
+    assert abs(again.samples[-1].latency_ms - 490.0) < 0.01
+    result = summarize("node-kill", again)
+    assert result["errors"] == 1
+    out = tmp_path / "timeline.png"
+    timeline(again, result, out, "hecate chaos node-kill --results build/bench")
+    assert out.read_bytes()[:4] == b"\x89PNG"

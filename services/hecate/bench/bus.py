@@ -8,6 +8,12 @@ second and p50/p99 latency, and routed throughput as a ratio of raw. Nodes run t
 ``null`` executor by default (no arithmetic), so the ratio prices the bus path alone;
 ``--executor toy`` adds the built-in model's compute. Every process uses uvloop when
 it is installed, the raw echo included.
+
+Then, for raw, routed 1-stage and routed 3-stage chained (``sweep``), an open-loop
+sweep: a fixed rate offered for a few seconds, at fractions of that configuration's
+closed-loop throughput up to overload (10 % to 120 %), with latency counted from each
+request's scheduled send time (:mod:`hecate.bench.openloop`). Reported per rate: the
+throughput achieved, p50/p99 latency, failed and timed-out requests.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import msgspec
 import nats
 
+from hecate.bench.openloop import ladder, offer
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
 from hecate.cli.up import hecate_command
@@ -127,76 +134,102 @@ async def _write_plan(url: str, stages: int, layers: int) -> None:
     await nc.close()
 
 
+CONFIGURATIONS = {  # label: (stages, dispatch); 0 stages is the raw echo
+    "raw": (0, ""),
+    "routed_1": (1, "hop"),
+    "routed_3": (3, "hop"),
+    "routed_3_chain": (3, "chain"),
+}
+SWEPT = ("raw", "routed_1", "routed_3_chain")
+SWEEP_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.2, 1.5)
+QUICK_SWEEP_FRACTIONS = (0.25, 0.7, 1.2)
+
+
+def _start(
+    label: str, url: str, layers: int, executor: str, env: dict[str, str]
+) -> tuple[list[subprocess.Popen[bytes]], str, bytes, bool]:
+    """The processes of one configuration; returns them, the subject to load, the
+    request body and whether replies are routed ``InferReply``s."""
+    stages, mode = CONFIGURATIONS[label]
+    quiet = subprocess.DEVNULL
+    if stages == 0:
+        echo = subprocess.Popen(
+            [sys.executable, "-c", ECHO, url], env=env, stdout=quiet, stderr=quiet
+        )
+        return [echo], "bench.echo", b"x" * 256, False
+    asyncio.run(_write_plan(url, stages, layers))
+    argv = [
+        [*hecate_command(), "router", "--nats", url, "--id", "bench-router", "--dispatch", mode]
+    ]
+    argv += [
+        [
+            *hecate_command(),
+            "node",
+            "--nats",
+            url,
+            "--id",
+            f"bench-{i}",
+            "--capacity-layers",
+            str(layers // stages),
+            "--executor",
+            executor,
+        ]
+        for i in range(stages)
+    ]
+    procs = [subprocess.Popen(a, env=env, stdout=quiet, stderr=quiet) for a in argv]
+    body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
+    return procs, subjects.infer("bench"), body, True
+
+
+def _routed_ok(data: bytes) -> bool:
+    try:
+        return msgspec.json.decode(data, type=InferReply).ok
+    except msgspec.DecodeError:
+        return False
+
+
 def run_bus_bench(
-    *, seconds: float = 3.0, inflight: int = 64, layers: int = 3, executor: str = "null"
+    *,
+    seconds: float = 3.0,
+    inflight: int = 64,
+    layers: int = 3,
+    executor: str = "null",
+    configurations: tuple[str, ...] = tuple(CONFIGURATIONS),
+    sweep: tuple[float, ...] = SWEEP_FRACTIONS,
+    sweep_seconds: float = 3.0,
+    timeout_s: float = 2.0,
 ) -> dict[str, Any]:
+    """Closed loop (``inflight`` requesters) for every configuration, then, for the
+    ``SWEPT`` ones, an open-loop sweep offering each fraction of ``sweep`` of that
+    configuration's closed-loop throughput for ``sweep_seconds``."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="WARNING")
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
     out: dict[str, Any] = {}
-    quiet = subprocess.DEVNULL
+    swept: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, stages, mode in (
-            ("raw", 0, ""),
-            ("routed_1", 1, "hop"),
-            ("routed_3", 3, "hop"),
-            ("routed_3_chain", 3, "chain"),
-        ):
+        for label in configurations:
             server = NatsServer(Path(tmp) / label).start()
             procs: list[subprocess.Popen[bytes]] = []
             try:
                 url = server.url
-                if stages == 0:
-                    procs.append(
-                        subprocess.Popen(
-                            [sys.executable, "-c", ECHO, url], env=env, stdout=quiet, stderr=quiet
-                        )
-                    )
-                    subject, body, routed = "bench.echo", b"x" * 256, False
-                else:
-                    asyncio.run(_write_plan(url, stages, layers))
-                    procs.append(
-                        subprocess.Popen(
-                            [
-                                *hecate_command(),
-                                "router",
-                                "--nats",
-                                url,
-                                "--id",
-                                "bench-router",
-                                "--dispatch",
-                                mode,
-                            ],
-                            env=env,
-                            stdout=quiet,
-                            stderr=quiet,
-                        )
-                    )
-                    for i in range(stages):
-                        procs.append(
-                            subprocess.Popen(
-                                [
-                                    *hecate_command(),
-                                    "node",
-                                    "--nats",
-                                    url,
-                                    "--id",
-                                    f"bench-{i}",
-                                    "--capacity-layers",
-                                    str(layers // stages),
-                                    "--executor",
-                                    executor,
-                                ],
-                                env=env,
-                                stdout=quiet,
-                                stderr=quiet,
-                            )
-                        )
-                    subject = subjects.infer("bench")
-                    body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
-                    routed = True
+                procs, subject, body, routed = _start(label, url, layers, executor, env)
                 asyncio.run(_wait_ready(url, subject, body, routed))
                 asyncio.run(_drive(url, subject, body, inflight, 0.5, routed))  # warm up
                 out[label] = asyncio.run(_drive(url, subject, body, inflight, seconds, routed))
+                if label in SWEPT and sweep:
+                    swept[label] = []
+                    for rate in ladder(out[label]["rps"], sweep):
+                        point = offer(
+                            url,
+                            subject,
+                            body,
+                            rate=rate,
+                            seconds=sweep_seconds,
+                            timeout_s=timeout_s,
+                            judge=_routed_ok if routed else None,
+                        )
+                        swept[label].append(asyncio.run(point))
+                        time.sleep(0.2)  # let any backlog drain before the next rate
             finally:
                 for p in procs:
                     p.terminate()
@@ -206,15 +239,24 @@ def run_bus_bench(
                     except subprocess.TimeoutExpired:
                         p.kill()
                 server.stop()
-    raw = out["raw"]["rps"] or 1.0
-    out["ratio_1"] = round(out["routed_1"]["rps"] / raw, 3)
-    out["ratio_3"] = round(out["routed_3"]["rps"] / raw, 3)
-    out["ratio_3_chain"] = round(out["routed_3_chain"]["rps"] / raw, 3)
+    raw = out["raw"]["rps"] if "raw" in out else 0.0
+    for label, ratio in (
+        ("routed_1", "ratio_1"),
+        ("routed_3", "ratio_3"),
+        ("routed_3_chain", "ratio_3_chain"),
+    ):
+        if raw and label in out:
+            out[ratio] = round(out[label]["rps"] / raw, 3)
+    if swept:
+        out["sweep"] = swept
     out["meta"] = {
         "inflight": inflight,
         "seconds": seconds,
         "layers": layers,
         "executor": executor,
+        "sweep_fractions": list(sweep),
+        "sweep_seconds": sweep_seconds,
+        "sweep_timeout_s": timeout_s,
         "dispatch": "routed_*: the router calls each stage in turn (hop); routed_3_chain: "
         "nodes forward to each other; both correlate replies, no task per request",
         "python": platform.python_version(),

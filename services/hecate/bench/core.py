@@ -187,5 +187,6 @@ def run_core_bench(*, quick: bool = False) -> dict[str, object]:
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
             "batch": BATCH,
             "samples": samples,
+            "plan_repeats": repeats,
         },
     }

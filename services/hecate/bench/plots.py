@@ -1,32 +1,18 @@
-"""PNG pictures of benchmark reports (``hecate bench core|herd --plot FILE.png``).
+"""PNG pictures of benchmark reports (``hecate bench core|bus|herd --plot FILE.png``, and
+``hecate bench report``, which draws every picture from saved results).
 
-Each names, in its footer, the machine, the date, the command and the commit."""
+Each names, in its footer, the machine, the date, the command and the commit: of the
+run the figures came from (``run``, a saved result's envelope), else of this process.
+"""
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from hecate.bench.provenance import footer
 
-def footer(command: str) -> str:
-    """Machine, date, command and commit: what a picture must name."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}"
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    return f"{machine} · {date} · `{command}` · commit {commit}"
+__all__ = ["bus_load", "core", "footer", "herd", "pyplot"]
 
 
 def pyplot() -> Any:
@@ -39,7 +25,9 @@ def pyplot() -> Any:
     return plt
 
 
-def core(report: dict[str, Any], path: Path, command: str) -> None:
+def core(
+    report: dict[str, Any], path: Path, command: str, run: dict[str, Any] | None = None
+) -> None:
     """Routing decision cost (p50, p99) against the swarm's shape, beside the floor
     (allocating the Route alone) and the 5 µs target."""
     plt = pyplot()
@@ -64,14 +52,16 @@ def core(report: dict[str, Any], path: Path, command: str) -> None:
     ax.set_ylim(bottom=0)
     ax.set_title("Routing decision cost by swarm shape", fontsize=10)
     ax.legend(fontsize=7)
-    fig.text(0.01, 0.01, footer(command), fontsize=7, color="#555555")
+    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
 
 
-def herd(report: dict[str, Any], path: Path, command: str) -> None:
+def herd(
+    report: dict[str, Any], path: Path, command: str, run: dict[str, Any] | None = None
+) -> None:
     """Attempts per success and time of the last success, per retry policy, against
     the issue's targets and the ideal finish."""
     plt = pyplot()
@@ -91,8 +81,72 @@ def herd(report: dict[str, Any], path: Path, command: str) -> None:
     for ax in (left, right):
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     fig.suptitle("1,000 callers against a 100 req/s limit, per retry policy", fontsize=10)
-    fig.text(0.01, 0.01, footer(command), fontsize=7, color="#555555")
+    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+SWEEP_LABELS = {
+    "raw": ("raw NATS (echo)", "#4c72b0", "o"),
+    "routed_1": ("routed, 1 stage", "#dd8452", "s"),
+    "routed_3_chain": ("routed, 3 stages (chain)", "#55a868", "^"),
+}
+
+
+def bus_load(
+    report: dict[str, Any], path: Path, command: str, run: dict[str, Any] | None = None
+) -> None:
+    """The open-loop sweep: achieved throughput and p99 latency against the offered
+    rate, raw NATS beside the routed configurations. A p99 at the timeout (requests
+    failed or timed out) is drawn hollow: the real figure is at least that."""
+    plt = pyplot()
+    sweep: dict[str, list[dict[str, Any]]] = report["sweep"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    top = 0.0
+    for label, points in sweep.items():
+        name, colour, marker = SWEEP_LABELS.get(label, (label, None, "o"))
+        offered = [p["offered_rps"] for p in points]
+        top = max(top, *offered)
+        left.plot(offered, [p["achieved_rps"] for p in points], f"-{marker}", color=colour)
+        left.plot([], [], f"-{marker}", color=colour, label=name)
+        right.plot(offered, [p["p99_us"] / 1000 for p in points], f"-{marker}", color=colour)
+        capped = [p for p in points if p["p99_capped"]]
+        if capped:
+            right.scatter(
+                [p["offered_rps"] for p in capped],
+                [p["p99_us"] / 1000 for p in capped],
+                s=80,
+                facecolors="none",
+                edgecolors="#c44e52",
+            )
+        right.plot([], [], f"-{marker}", color=colour, label=name)
+    low = min(p["offered_rps"] for points in sweep.values() for p in points)
+    left.plot(
+        [low, top], [low, top], ":", color="#888888", linewidth=0.8, label="achieved = offered"
+    )
+    left.set_xlabel("offered load (requests/s, log)")
+    left.set_ylabel("achieved throughput (correct replies/s, log)")
+    left.set_title("Throughput vs offered load", fontsize=10)
+    right.set_yscale("log")
+    right.set_xlabel("offered load (requests/s, log)")
+    right.set_ylabel("p99 latency from scheduled send (ms, log)")
+    right.set_title("p99 latency vs offered load (hollow: at the timeout)", fontsize=10)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda value, _pos: f"{value:,.0f}")
+    left.set_yscale("log")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, which="both")
+    for axis in (left.xaxis, left.yaxis, right.xaxis, right.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
+    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

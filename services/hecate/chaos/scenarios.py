@@ -285,10 +285,16 @@ async def _wait_serving(nc: Client, model: str, timeout: float = 60.0) -> None:
 
 
 async def run(
-    name: str, *, short: bool = False, workdir: Path | None = None, plot: Path | None = None
+    name: str,
+    *,
+    short: bool = False,
+    workdir: Path | None = None,
+    plot: Path | None = None,
+    keep_timeline: bool = False,
 ) -> dict[str, Any]:
     """Run one scenario on a fresh swarm; returns its line of figures (and draws its
-    latency timeline into ``plot``, a PNG, when given)."""
+    latency timeline into ``plot``, a PNG, when given; with ``keep_timeline``, the figures
+    carry every request under ``"timeline"``, enough to draw it later)."""
     setup, scenario = SCENARIOS[name]
     timing = Timing.of(short)
     with tempfile.TemporaryDirectory(prefix=f"hecate-chaos-{name}-") as tmp:
@@ -347,6 +353,10 @@ async def run(
         finally:
             await asyncio.to_thread(swarm.stop_all)
     result = summarize(name, record)
+    if keep_timeline:
+        from hecate.chaos.plot import timeline_doc
+
+        result["timeline"] = timeline_doc(record)
     if plot is not None:
         from hecate.chaos.plot import timeline
 

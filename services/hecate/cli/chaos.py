@@ -1,16 +1,21 @@
-"""``hecate chaos SCENARIO [--short] [--json]``: kill parts of a swarm under load.
+"""``hecate chaos SCENARIO [--short] [--json] [--plot PNG] [--results DIR]``: kill parts
+of a swarm under load.
 
 Prints one line per scenario (one JSON object per line with ``--json``): requests sent,
 answered correctly, answered with an explicit error, lost, wrong, the p99 latency
 while the fault lasted and the time to recover. Exit status 1 if any request was lost
-or wrong, so ``make chaos`` fails loudly.
+or wrong, so ``make chaos`` fails loudly. ``--results DIR`` also saves every
+scenario's figures, and every request of it (for the latency timelines), in
+``DIR/chaos.json``, from which ``hecate bench report`` writes its chaos section.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +36,24 @@ def _line(result: dict[str, Any]) -> str:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
-    from hecate.chaos.scenarios import SCENARIOS, available, run
+    from hecate.bench import provenance
+    from hecate.chaos.scenarios import SCENARIOS, Timing, available, run
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     failed = False
+    saved: list[dict[str, Any]] = []
+    command = provenance.command_line(args.argv)
+    started = time.monotonic()
+
+    def save(result: dict[str, Any]) -> None:  # after every scenario: a partial run counts
+        saved.append(result)
+        if args.results is not None:
+            timing = dataclasses.asdict(Timing.of(args.short))
+            report = {"short": args.short, "timing": timing, "scenarios": saved}
+            doc = provenance.envelope("chaos", command, report)
+            doc["elapsed_s"] = round(time.monotonic() - started, 1)
+            provenance.save(Path(args.results), "chaos", doc)
+
     for name in names:
         if not available(name):
             note = "skipped: its model is not pulled (hecate model pull smollm2-135m)"
@@ -43,14 +62,19 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
                 if args.json
                 else f"{name:<14} {note}"
             )
+            save({"scenario": name, "skipped": note.removeprefix("skipped: ")})
             continue
         plot = None
         if args.plot is not None:
             plot = Path(args.plot)
             if len(names) > 1:  # one picture per scenario
                 plot = plot.with_name(f"{plot.stem}-{name}{plot.suffix or '.png'}")
-        result = asyncio.run(run(name, short=args.short, plot=plot))
-        print(json.dumps(result) if args.json else _line(result), flush=True)
+        result = asyncio.run(
+            run(name, short=args.short, plot=plot, keep_timeline=args.results is not None)
+        )
+        save(result)
+        shown = {k: v for k, v in result.items() if k != "timeline"}
+        print(json.dumps(shown) if args.json else _line(shown), flush=True)
         failed = failed or bool(result["lost"]) or bool(result["wrong"])
         failed = failed or not all(result["checks"].values())
     return 1 if failed else 0
@@ -70,5 +94,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="PNG",
         help="draw the latency timeline around the fault (with 'all': one file per scenario)",
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        metavar="DIR",
+        help="also save the figures and every request's timing in DIR/chaos.json "
+        "(what hecate bench report reads)",
     )
     p.set_defaults(run=_cmd_chaos)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,38 +31,81 @@ def _swarm_sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.suite == "llm":
-        from hecate.bench.llm import run_llm_bench
+    if args.suite == "report":
+        return _bench_report(args)
+    from hecate.bench import provenance
 
-        report: object = run_llm_bench(
-            tokens=16 if args.quick else 48, rounds=1 if args.quick else 3
-        )
-    elif args.suite == "breaker":
-        from hecate.bench.breaker import run_breaker_bench
-
-        report = run_breaker_bench(trips=10 if args.quick else 50)
-    elif args.suite == "herd":
-        from hecate.bench.herd import run_herd_bench
-
-        report = run_herd_bench(seeds=2 if args.quick else 5)
-    elif args.suite == "bus":
-        from hecate.bench.bus import run_bus_bench
-
-        report = run_bus_bench(seconds=1.0 if args.quick else 5.0, executor=args.executor)
-    else:
-        from hecate.bench.core import run_core_bench
-
-        report = run_core_bench(quick=args.quick)
+    command = provenance.command_line(args.argv)
+    started = time.monotonic()
+    try:
+        report = _run_suite(args)
+    except Exception as exc:
+        if not args.results:
+            raise
+        # The report says the suite failed and why, instead of going without it.
+        failed = {"failed": f"{type(exc).__name__}: {exc}"}
+        saved = provenance.envelope(args.suite, command, failed)
+        saved["elapsed_s"] = round(time.monotonic() - started, 1)
+        provenance.save(Path(args.results), args.suite, saved)
+        raise
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+    doc = msgspec.json.decode(msgspec.json.encode(report))
+    if args.results:
+        saved = provenance.envelope(args.suite, command, doc)
+        saved["elapsed_s"] = round(time.monotonic() - started, 1)
+        provenance.save(Path(args.results), args.suite, saved)
     if args.plot:
         from hecate.bench import plots
 
-        draw = {"core": plots.core, "herd": plots.herd}.get(args.suite)
+        draw = {"core": plots.core, "herd": plots.herd, "bus": plots.bus_load}.get(args.suite)
         if draw is None:
             raise HecateError(f"--plot: no picture for the {args.suite} suite yet")
-        quick = " --quick" if args.quick else ""
-        doc = msgspec.json.decode(msgspec.json.encode(report))
-        draw(doc, Path(args.plot), f"hecate bench {args.suite}{quick} --plot {args.plot}")
+        if args.suite == "bus" and not doc.get("sweep"):
+            raise HecateError("--plot: the bus picture needs the offered-load sweep")
+        draw(doc, Path(args.plot), command)
+    return 0
+
+
+def _run_suite(args: argparse.Namespace) -> object:
+    if args.suite == "llm":
+        from hecate.bench.llm import MODEL, run_llm_bench
+        from hecate.llm.store import present
+
+        if args.if_present and not present(MODEL):
+            return {"skipped": f"{MODEL} is not pulled (hecate model pull {MODEL})"}
+        return run_llm_bench(tokens=16 if args.quick else 48, rounds=1 if args.quick else 3)
+    if args.suite == "breaker":
+        from hecate.bench.breaker import run_breaker_bench
+
+        return run_breaker_bench(trips=10 if args.quick else 50)
+    if args.suite == "herd":
+        from hecate.bench.herd import run_herd_bench
+
+        return run_herd_bench(seeds=2 if args.quick else 5)
+    if args.suite == "bus":
+        from hecate.bench.bus import QUICK_SWEEP_FRACTIONS, SWEEP_FRACTIONS, run_bus_bench
+
+        return run_bus_bench(
+            seconds=1.0 if args.quick else 5.0,
+            executor=args.executor,
+            sweep=QUICK_SWEEP_FRACTIONS if args.quick else SWEEP_FRACTIONS,
+            sweep_seconds=1.0 if args.quick else 3.0,
+        )
+    from hecate.bench.core import run_core_bench
+
+    return run_core_bench(quick=args.quick)
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    from hecate.bench.report import write
+
+    if not args.results:
+        raise HecateError("bench report: --results DIR is required (where the suites saved)")
+    folder = Path(args.results)
+    if not folder.is_dir():
+        raise HecateError(f"bench report: no results folder {folder}")
+    for path in write(folder, Path(args.doc), Path(args.img)):
+        print(path)
     return 0
 
 
@@ -91,20 +135,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(run=_swarm_sim)
 
-    bench = sub.add_parser("bench", help="run a benchmark and print JSON figures")
+    bench = sub.add_parser(
+        "bench", help="run a benchmark and print JSON figures, or write the report"
+    )
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd", "breaker", "llm"],
-        help="core: routing decision and planning; bus: routed vs raw NATS; "
-        "herd: retry policies against a rate limit; breaker: OPEN propagation; "
-        "llm: SmolLM2 generation, single process and across stages",
+        choices=["core", "bus", "herd", "breaker", "llm", "report"],
+        help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
+        "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
+        "propagation; llm: SmolLM2 generation, single process and across stages; "
+        "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     bench.add_argument(
         "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
     )
     bench.add_argument(
-        "--plot", default=None, metavar="PNG", help="core, herd: also draw the figures as a PNG"
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="core, bus, herd: also draw the figures as a PNG",
+    )
+    bench.add_argument(
+        "--results",
+        default=None,
+        metavar="DIR",
+        help="save the figures with their machine, date, command and commit as DIR/SUITE.json; "
+        "report: the folder to read",
+    )
+    bench.add_argument(
+        "--if-present",
+        action="store_true",
+        help="llm: if the model is not pulled, record the suite as skipped instead of pulling",
+    )
+    bench.add_argument(
+        "--doc",
+        default="docs/BENCHMARKS.md",
+        metavar="MD",
+        help="report: the document to write (default docs/BENCHMARKS.md)",
+    )
+    bench.add_argument(
+        "--img",
+        default="docs/img",
+        metavar="DIR",
+        help="report: where the pictures go (default docs/img)",
     )
     bench.set_defaults(run=_bench)
 
@@ -133,6 +207,7 @@ def _positive(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed, for provenance
     try:
         code: int = args.run(args)
     except HecateError as exc:

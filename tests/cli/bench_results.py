@@ -1,0 +1,197 @@
+"""A small, fixed set of saved benchmark results, shaped as the suites save them, for
+rendering the report without running anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def envelope(suite: str, report: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "suite": suite,
+        "command": f"hecate bench {suite} --results build/bench",
+        "machine": "x86_64 Test CPU, 2 cores, Linux 6.1, Python 3.11.7",
+        "cores": 2,
+        "date": "2026-01-02",
+        "commit": "abc1234",
+        "software": "nats-server 2.15.1, nats-py 2.16.0",
+        "elapsed_s": 12.5,
+        "report": report,
+    }
+
+
+def _pct(p50: float, p99: float) -> dict[str, float]:
+    return {"p50": p50, "p99": p99}
+
+
+CORE = {
+    "route_us": {"2x3": _pct(0.61, 0.9), "8x4": _pct(0.625, 1.1), "32x6": _pct(0.63, 1.2)},
+    "floor_us": {"2x3": _pct(0.2, 0.3), "8x4": _pct(0.2, 0.3), "32x6": _pct(0.2, 0.3)},
+    "route_over_floor": {"2x3": 3.05, "8x4": 3.12, "32x6": 3.15},
+    "route_inflight_us": {"2x3": _pct(1.3, 2), "8x4": _pct(2.1, 3), "32x6": _pct(4.4, 6)},
+    "recost_us": {"2x3": _pct(8.1, 10), "8x4": _pct(26.0, 40), "32x6": _pct(125.0, 140)},
+    "plan_ms": {"100": 0.1, "1000": 1.07, "10000": 16.9},
+    "plan_ms_proportional": {"100": 0.24, "1000": 2.81, "10000": 41.3},
+    "meta": {"batch": 50, "samples": 2000, "plan_repeats": 9},
+}
+
+
+def _sweep(capacity: float) -> list[dict[str, Any]]:
+    points = []
+    for fraction in (0.5, 1.0, 1.5):
+        offered = capacity * fraction
+        overloaded = fraction > 1
+        points.append(
+            {
+                "offered_rps": offered,
+                "sent": int(offered),
+                "ok": int(offered) - (7 if overloaded else 0),
+                "failed": 0,
+                "timed_out": 7 if overloaded else 0,
+                "achieved_rps": capacity if overloaded else offered,
+                "p50_us": 900.0 * fraction,
+                "p99_us": 2_000_000.0 if overloaded else 3100.0 * fraction,
+                "p99_capped": overloaded,
+                "send_lag_p99_us": 410.0,
+            }
+        )
+    return points
+
+
+def _closed(rps: float) -> dict[str, float]:
+    return {"rps": rps, "p50_us": 2400.0, "p99_us": 4800.0, "requests": rps, "failures": 0}
+
+
+BUS = {
+    "raw": _closed(26000.0),
+    "routed_1": _closed(10920.0),
+    "routed_3": _closed(5400.0),
+    "routed_3_chain": _closed(6300.0),
+    "ratio_1": 0.42,
+    "ratio_3": 0.208,
+    "ratio_3_chain": 0.242,
+    "sweep": {"raw": _sweep(26000.0), "routed_1": _sweep(10920.0)},
+    "meta": {
+        "inflight": 64,
+        "seconds": 5.0,
+        "layers": 3,
+        "executor": "null",
+        "sweep_fractions": [0.5, 1.0, 1.5],
+        "sweep_seconds": 3.0,
+        "sweep_timeout_s": 2.0,
+    },
+}
+
+
+def _policy(attempts: float, last: float) -> dict[str, float]:
+    return {"attempts_per_success": attempts, "last_success_s": last}
+
+
+HERD = {
+    "policies": {
+        "exact": _policy(5.5, 9.0),
+        "seed": _policy(4.372, 9.66),
+        "full": _policy(3.07, 16.88),
+        "decorrelated": _policy(2.89, 17.06),
+        "hecate": _policy(1.9, 9.0),
+        "hecate-queue": _policy(1.0, 9.0),
+    },
+    "ideal_last_success_s": 9.0,
+    "meta": {"clients": 1000, "rate_per_s": 100.0, "burst": 100.0, "seeds": 5},
+}
+
+BREAKER = {
+    "open_seen_ms": {"p50": 5.48, "p99": 7.59, "max": 61.2, "samples": 150, "expected": 150},
+    "open_reject_us": 0.149,
+    "meta": {"watchers": 3, "trips": 50},
+}
+
+
+def _speed(ttft: float, tps: float) -> dict[str, float]:
+    return {"ttft_ms": ttft, "tokens_per_s": tps, "gap_ms": 1000 / tps}
+
+
+def _steps(busy: float, paused: float) -> dict[str, float]:
+    return {"busy_ms": busy, "after_pause_ms": paused}
+
+
+LLM = {
+    "single": _speed(100.1, 34.5),
+    "stages_3": _speed(68.2, 28.7),
+    "ratio_3_stages_rounds": [0.838, 0.788, 0.883],
+    "single_1_thread": _speed(135.8, 25.8),
+    "stages_1": _speed(73.4, 32.3),
+    "stages_2": _speed(165.3, 21.6),
+    "stages_3_hop": _speed(98.4, 21.8),
+    "stages_3_1_thread": _speed(100.5, 22.7),
+    "stage_steps_1_thread": _steps(8.69, 9.45),
+    "stage_steps_2_threads_sleep_at_once": _steps(8.83, 16.54),
+    "stage_steps_2_threads_short_spin": _steps(8.02, 9.48),
+    "stage_steps_2_threads_default_spin": _steps(9.07, 9.36),
+    "kill_between_steps": {**_speed(70.0, 27.0), "kill_stall_ms": 343.8, "failover_reason": "x"},
+    "kill_mid_step": {**_speed(70.0, 27.0), "kill_stall_ms": 466.0, "failover_reason": "y"},
+    "llama_cpp": None,
+    "ratio_3_stages": 0.838,
+    "ratio_3_stages_1_thread": 0.88,
+    "meta": {"tokens": 48, "node_blas_threads": 2, "rounds": 3, "prompt": "The capital is"},
+}
+
+
+def _timeline() -> dict[str, Any]:
+    started = [i * 0.01 - 1.0 for i in range(300)]
+    return {
+        "faults": [[0.0, "SIGKILL node a1"], [1.5, "restart node a1"]],
+        "started_s": started,
+        "latency_ms": [4.0 + (250.0 if 0 <= s < 0.01 else 0.0) for s in started],
+        "status": ["ok"] * 300,
+    }
+
+
+def _scenario(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "scenario": name,
+        "sent": 10146,
+        "ok": 10146,
+        "errors": 0,
+        "lost": 0,
+        "wrong": 0,
+        "p99_ms": 8.0,
+        "max_ms": 254.0,
+        "recover_s": 0.26,
+        "baseline_p99_ms": 6.1,
+        "error_codes": {},
+        "faults": [],
+        "checks": {},
+        "notes": {"failover_events": 3.0},
+        **extra,
+    }
+
+
+CHAOS = {
+    "short": False,
+    "timing": {"warm": 3.0, "fault": 4.0, "settle": 5.0},
+    "scenarios": [
+        _scenario("node-kill", timeline=_timeline()),
+        _scenario(
+            "sick-node",
+            checks={"load_moved_off_slow_node": True, "breaker_opened": True},
+            notes={"share_via_node_before": 0.533, "share_via_node_while_slow": 0.123},
+        ),
+        _scenario("nats-restart", wrong=2, checks={"plan_survived": True}),
+        {"scenario": "llm-kill", "skipped": "its model is not pulled"},
+    ],
+}
+
+
+def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
+    """Every suite's saved result (``llm=False``: the model suite never ran)."""
+    out = {
+        "core": envelope("core", CORE),
+        "bus": envelope("bus", BUS),
+        "herd": envelope("herd", HERD),
+        "breaker": envelope("breaker", BREAKER),
+        "chaos": {**envelope("chaos", CHAOS), "command": "hecate chaos all --results build"},
+    }
+    if llm:
+        out["llm"] = envelope("llm", LLM)
+    return out

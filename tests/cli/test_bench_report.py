@@ -1,0 +1,143 @@
+"""docs/BENCHMARKS.md is rendered from saved results alone: every figure in it comes
+from them, every target is judged from them, and a suite that did not run says so."""
+
+# The report is typographic prose; the tests quote it exactly.
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from hecate.bench.report import SUITES, render
+from hecate.cli.main import main
+from tests.cli.bench_results import results
+
+
+def _section(doc: str, title: str) -> str:
+    """One section, its lines joined (prose is refilled to the margin, so a phrase may
+    be split over two lines)."""
+    start = doc.index(f"## {title}")
+    end = doc.find("\n## ", start + 1)
+    return " ".join(doc[start : end if end >= 0 else len(doc)].split())
+
+
+def test_every_section_names_its_run_and_links_its_pictures() -> None:
+    doc = render(results(), img="pictures")
+    for _suite, title, _command, _section_fn in SUITES:
+        section = _section(doc, title)
+        assert "Commit: `abc1234`" in section, title
+        assert "Date: 2026-01-02" in section, title
+        assert "x86_64 Test CPU, 2 cores" in section, title
+        assert "Command: `hecate " in section, title
+    for picture in ("bench-core", "bench-bus-load", "bench-herd", "chaos-node-kill"):
+        assert f"(pictures/{picture}.png)" in doc
+    assert "chaos-llm-kill.png" not in doc  # it was skipped: nothing to draw
+    assert render(results(), img="pictures") == doc  # pure: same results, same text
+
+
+def test_figures_and_verdicts_come_from_the_results() -> None:
+    doc = render(results())
+    core = _section(doc, "Swarm core")
+    assert "| 8 × 4 | 0.62 | 1.10 | 0.20 | 3.1 |" in core
+    assert "met (p50 0.62 µs, a margin of 8.0x)" in core
+    bus = _section(doc, "The bus")
+    assert "| routed, 1 stage (router calls the stage) | 10,920 |" in bus
+    assert "≥ 0.4× raw with failure handling intact): met (0.42× raw" in bus
+    # The open-loop table: an overloaded point with timeouts shows p99 at the bound.
+    assert "| 39,000 | 26,000 | 1.35 | ≥ 2,000 | 0 | 7 | 0.41 |" in bus
+    assert "raw NATS (echo): up to 26,000 req/s" in bus
+    breaker = _section(doc, "Shared circuit breakers")
+    assert "**not met**, the slowest of 150 samples 61.20 ms" in breaker
+    chaos = _section(doc, "Chaos")
+    assert "| nats-restart | 10,146 | 10,146 | 0 | 0 | 2 |" in chaos
+    assert "**not met** in 2 of 3 scenarios run" in chaos
+    assert "`llm-kill`: not run, its model is not pulled" in chaos
+    assert "went from 0.533 to 0.123" in chaos
+    headline = _section(doc, "Headline")
+    assert "| breaker: every router sees an OPEN ≤ 50 ms | max 61.20 ms | **not met** |" in (
+        headline
+    )
+    assert "| 3 stages ≥ 0.8× single process (tokens/s) | 0.838× | met |" in headline
+    assert "| single process ≥ 0.35× llama.cpp | llama-cpp-python not installed |" in headline
+
+
+def test_a_suite_that_did_not_run_says_so() -> None:
+    doc = render(results(llm=False))
+    llm = _section(doc, "SmolLM2-135M")
+    assert "Not run for this report: no saved result for `llm`" in llm
+    assert "hecate bench llm --results build/bench" in llm
+    skipped = results()
+    skipped["llm"]["report"] = {"skipped": "smollm2-135m is not pulled"}
+    llm = _section(render(skipped), "SmolLM2-135M")
+    assert "Not measured in this run: smollm2-135m is not pulled." in llm
+    headline = _section(render(skipped), "Headline")
+    assert "| a kill stalls the stream < 1.5 s | not run | not measured |" in headline
+
+
+def test_no_line_of_prose_runs_past_the_margin() -> None:
+    for line in render(results()).splitlines():
+        if not line.startswith(("|", "![", "#")) and not re.search(r"`[^`]{60,}`", line):
+            assert len(line) <= 88, line
+
+
+def test_the_report_command_draws_every_picture_it_links(tmp_path: Path) -> None:
+    saved = tmp_path / "results"
+    saved.mkdir()
+    for suite, doc in results().items():
+        (saved / f"{suite}.json").write_text(json.dumps(doc))
+    out = tmp_path / "docs" / "BENCHMARKS.md"
+    img = tmp_path / "docs" / "img"
+    img.mkdir(parents=True)
+    (img / "chaos-llm-kill.png").write_bytes(b"an earlier run's picture")  # skipped now
+    assert (
+        main(["bench", "report", "--results", str(saved), "--doc", str(out), "--img", str(img)])
+        == 0
+    )
+    text = out.read_text()
+    linked = re.findall(r"\]\(img/([\w-]+\.png)\)", text)
+    assert sorted(set(linked)) == sorted(p.name for p in img.iterdir())
+    assert all((img / name).read_bytes()[:4] == b"\x89PNG" for name in linked)
+
+
+def test_the_report_command_refuses_a_missing_folder(tmp_path: Path) -> None:
+    assert main(["bench", "report", "--results", str(tmp_path / "none")]) == 2
+
+
+def test_a_chaos_scenario_that_cannot_run_is_saved_as_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hecate.chaos.scenarios
+
+    monkeypatch.setattr(hecate.chaos.scenarios, "available", lambda _name: False)
+    assert main(["chaos", "llm-kill", "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "chaos.json").read_text())
+    assert saved["command"] == "hecate chaos llm-kill --results " + str(tmp_path)
+    assert saved["report"]["scenarios"][0]["scenario"] == "llm-kill"
+    assert "not pulled" in saved["report"]["scenarios"][0]["skipped"]
+    chaos = _section(render({"chaos": saved}), "Chaos")
+    assert "`llm-kill`: not run, its model is not pulled" in chaos
+
+
+def test_a_suite_that_failed_is_saved_and_reported_as_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hecate.bench.herd
+
+    def broken(**_kwargs: object) -> dict[str, object]:
+        raise RuntimeError("generation failed: unrecoverable")
+
+    monkeypatch.setattr(hecate.bench.herd, "run_herd_bench", broken)
+    with pytest.raises(RuntimeError):
+        main(["bench", "herd", "--results", str(tmp_path)])
+    saved = json.loads((tmp_path / "herd.json").read_text())
+    assert saved["report"] == {"failed": "RuntimeError: generation failed: unrecoverable"}
+    doc = render({**results(), "herd": saved})
+    herd = _section(doc, "A thundering herd")
+    assert "The run failed before it produced figures" in herd
+    assert "generation failed: unrecoverable" in herd
+    assert "| the herd suite ran to the end | failed | **not met** |" in _section(doc, "Headline")
+    assert "bench-herd.png" not in doc
