@@ -34,11 +34,15 @@ import nats
 
 from hecate.bench.openloop import ladder, offer
 from hecate.bus import kv as kvs
+from hecate.bus.credentials import Credentials
+from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.cli.up import hecate_command
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
+
+ANONYMOUS = Credentials()
 
 ECHO = """
 import asyncio, sys, nats
@@ -59,9 +63,15 @@ asyncio.run(main())
 
 
 async def _drive(
-    url: str, subject: str, body: bytes, inflight: int, seconds: float, check: bool
+    url: str,
+    subject: str,
+    body: bytes,
+    inflight: int,
+    seconds: float,
+    check: bool,
+    creds: Credentials = ANONYMOUS,
 ) -> dict[str, float]:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **creds.options())
     latencies: list[float] = []
     failures = 0
     stop_at = time.perf_counter() + seconds
@@ -94,8 +104,10 @@ async def _drive(
     }
 
 
-async def _wait_ready(url: str, subject: str, body: bytes, routed: bool) -> None:
-    nc = await nats.connect(url)
+async def _wait_ready(
+    url: str, subject: str, body: bytes, routed: bool, creds: Credentials = ANONYMOUS
+) -> None:
+    nc = await nats.connect(url, **creds.options())
     try:
         for _ in range(300):
             try:
@@ -110,7 +122,7 @@ async def _wait_ready(url: str, subject: str, body: bytes, routed: bool) -> None
         await nc.close()
 
 
-async def _write_plan(url: str, stages: int, layers: int) -> None:
+async def _write_plan(url: str, stages: int, layers: int, creds: Credentials = ANONYMOUS) -> None:
     per = layers // stages
     nodes = tuple(NodeProfile(node_id=f"bench-{i}", capacity_layers=per) for i in range(stages))
     plan = SwarmPlan(
@@ -128,7 +140,7 @@ async def _write_plan(url: str, stages: int, layers: int) -> None:
             ),
         ),
     )
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **creds.options())
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
     await nc.close()
@@ -139,14 +151,22 @@ CONFIGURATIONS = {  # label: (stages, dispatch); 0 stages is the raw echo
     "routed_1": (1, "hop"),
     "routed_3": (3, "hop"),
     "routed_3_chain": (3, "chain"),
+    "routed_1_secure": (1, "hop"),
 }
+# On a locked-down bus: TLS, and each process logs in as its role (``hecate up --secure``).
+SECURE = frozenset({"routed_1_secure"})
 SWEPT = ("raw", "routed_1", "routed_3_chain")
 SWEEP_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.2, 1.5)
 QUICK_SWEEP_FRACTIONS = (0.25, 0.7, 1.2)
 
 
 def _start(
-    label: str, url: str, layers: int, executor: str, env: dict[str, str]
+    label: str,
+    url: str,
+    layers: int,
+    executor: str,
+    env: dict[str, str],
+    bus: SecureBus | None = None,
 ) -> tuple[list[subprocess.Popen[bytes]], str, bytes, bool]:
     """The processes of one configuration; returns them, the subject to load, the
     request body and whether replies are routed ``InferReply``s."""
@@ -157,7 +177,7 @@ def _start(
             [sys.executable, "-c", ECHO, url], env=env, stdout=quiet, stderr=quiet
         )
         return [echo], "bench.echo", b"x" * 256, False
-    asyncio.run(_write_plan(url, stages, layers))
+    asyncio.run(_write_plan(url, stages, layers, bus.credentials("planner") if bus else ANONYMOUS))
     argv = [
         [*hecate_command(), "router", "--nats", url, "--id", "bench-router", "--dispatch", mode]
     ]
@@ -176,7 +196,15 @@ def _start(
         ]
         for i in range(stages)
     ]
-    procs = [subprocess.Popen(a, env=env, stdout=quiet, stderr=quiet) for a in argv]
+    procs = [
+        subprocess.Popen(
+            a,
+            env={**env, **(bus.credentials(a[len(hecate_command())]).to_env() if bus else {})},
+            stdout=quiet,
+            stderr=quiet,
+        )
+        for a in argv
+    ]
     body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
     return procs, subjects.infer("bench"), body, True
 
@@ -208,14 +236,22 @@ def run_bus_bench(
     swept: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label in configurations:
-            server = NatsServer(Path(tmp) / label).start()
+            bus = prepare(Path(tmp) / label / "secure") if label in SECURE else None
+            server = NatsServer(
+                Path(tmp) / label,
+                extra_config=bus.server_config() if bus else "",
+                env=bus.server_env() if bus else None,
+            ).start()
             procs: list[subprocess.Popen[bytes]] = []
+            creds = bus.credentials("tenant-a") if bus else ANONYMOUS
             try:
                 url = server.url
-                procs, subject, body, routed = _start(label, url, layers, executor, env)
-                asyncio.run(_wait_ready(url, subject, body, routed))
-                asyncio.run(_drive(url, subject, body, inflight, 0.5, routed))  # warm up
-                out[label] = asyncio.run(_drive(url, subject, body, inflight, seconds, routed))
+                procs, subject, body, routed = _start(label, url, layers, executor, env, bus)
+                asyncio.run(_wait_ready(url, subject, body, routed, creds))
+                asyncio.run(_drive(url, subject, body, inflight, 0.5, routed, creds))  # warm up
+                out[label] = asyncio.run(
+                    _drive(url, subject, body, inflight, seconds, routed, creds)
+                )
                 if label in SWEPT and sweep:
                     swept[label] = []
                     for rate in ladder(out[label]["rps"], sweep):
@@ -244,9 +280,12 @@ def run_bus_bench(
         ("routed_1", "ratio_1"),
         ("routed_3", "ratio_3"),
         ("routed_3_chain", "ratio_3_chain"),
+        ("routed_1_secure", "ratio_1_secure"),
     ):
         if raw and label in out:
             out[ratio] = round(out[label]["rps"] / raw, 3)
+    if "routed_1" in out and "routed_1_secure" in out and out["routed_1"]["rps"]:
+        out["secure_over_open"] = round(out["routed_1_secure"]["rps"] / out["routed_1"]["rps"], 3)
     if swept:
         out["sweep"] = swept
     out["meta"] = {

@@ -16,6 +16,11 @@ BUS_ROWS = (
     ("routed_1", "routed, 1 stage (router calls the stage)", "ratio_1"),
     ("routed_3", "routed, 3 stages, router calls each stage (`hop`)", "ratio_3"),
     ("routed_3_chain", "routed, 3 stages, nodes forward (`chain`)", "ratio_3_chain"),
+    (
+        "routed_1_secure",
+        "routed, 1 stage, locked-down bus (TLS, a NATS user per role)",
+        "ratio_1_secure",
+    ),
 )
 SWEEP_NAMES = {
     "raw": "raw NATS (echo)",
@@ -128,6 +133,15 @@ def section_bus(env: Doc, img: str) -> tuple[str, list[Target]]:
             "competes for the same cores, so saving router hops saves less than it would "
             "with nodes on their own machines."
         )
+    secure = ""
+    if r.get("secure_over_open"):
+        secure = (
+            "On the locked-down bus (`hecate up --secure`: TLS between every process and "
+            "the server, each process logged in as its role's NATS user, the server "
+            "checking every publish and subscription against the permissions of "
+            f"`deploy/nats/auth.conf`), routed 1-stage throughput is "
+            f"{num(r['secure_over_open'], 2)}× the same configuration on the open bus."
+        )
     raw_note = "" if raw is None else f"; raw {num(raw, 0)} req/s"
     cores = env.get("cores", "the")
     text = f"""## The bus: routed requests against raw NATS, same run
@@ -155,6 +169,8 @@ Against the issue's target (routed 1-stage throughput ≥ {BUS_TARGET_RATIO}× r
 failure handling intact): {verdict(met)} ({figure}{raw_note}).
 Latency at p50 in the closed loop is dominated by queueing: {meta["inflight"]} requests
 in flight on {cores} cores shared by every process and the server. {chain}
+
+{secure}
 
 Changes that moved these figures, each measured with this command at the time (the
 history of this file has the figures): skipping span creation and trace-context
