@@ -22,10 +22,12 @@ import asyncio
 import datetime
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +211,56 @@ def _start(
     return procs, subjects.infer("bench"), body, True
 
 
+@dataclass
+class _Setup:
+    """One configuration standing: its server, its processes, what to send and as whom."""
+
+    label: str
+    server: NatsServer
+    procs: list[subprocess.Popen[bytes]]
+    subject: str
+    body: bytes
+    routed: bool
+    creds: Credentials
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @classmethod
+    def start(
+        cls, label: str, tmp: Path, layers: int, executor: str, env: dict[str, str]
+    ) -> _Setup:
+        bus = prepare(tmp / label / "secure") if label in SECURE else None
+        server = NatsServer(
+            tmp / label,
+            extra_config=bus.server_config() if bus else "",
+            env=bus.server_env() if bus else None,
+        ).start()
+        try:
+            procs, subject, body, routed = _start(label, server.url, layers, executor, env, bus)
+        except BaseException:
+            server.stop()
+            raise
+        creds = bus.credentials("tenant-a") if bus else ANONYMOUS
+        return cls(label, server, procs, subject, body, routed, creds)
+
+    async def drive(self, inflight: int, seconds: float) -> dict[str, float]:
+        return await _drive(
+            self.url, self.subject, self.body, inflight, seconds, self.routed, self.creds
+        )
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.server.stop()
+
+
 def _routed_ok(data: bytes) -> bool:
     try:
         return msgspec.json.decode(data, type=InferReply).ok
@@ -226,71 +278,77 @@ def run_bus_bench(
     sweep: tuple[float, ...] = SWEEP_FRACTIONS,
     sweep_seconds: float = 3.0,
     timeout_s: float = 2.0,
+    rounds: int = 3,
 ) -> dict[str, Any]:
-    """Closed loop (``inflight`` requesters) for every configuration, then, for the
+    """Closed loop (``inflight`` requesters, ``seconds`` per configuration per round, the
+    configurations interleaved for ``rounds`` rounds; each figure is the median round and
+    each ratio the median of the rounds' ratios), then, for the
     ``SWEPT`` ones, an open-loop sweep offering each fraction of ``sweep`` of that
     configuration's closed-loop throughput for ``sweep_seconds``."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="WARNING")
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
     out: dict[str, Any] = {}
     swept: dict[str, list[dict[str, Any]]] = {}
+    setups: list[_Setup] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for label in configurations:
-            bus = prepare(Path(tmp) / label / "secure") if label in SECURE else None
-            server = NatsServer(
-                Path(tmp) / label,
-                extra_config=bus.server_config() if bus else "",
-                env=bus.server_env() if bus else None,
-            ).start()
-            procs: list[subprocess.Popen[bytes]] = []
-            creds = bus.credentials("tenant-a") if bus else ANONYMOUS
-            try:
-                url = server.url
-                procs, subject, body, routed = _start(label, url, layers, executor, env, bus)
-                asyncio.run(_wait_ready(url, subject, body, routed, creds))
-                asyncio.run(_drive(url, subject, body, inflight, 0.5, routed, creds))  # warm up
-                out[label] = asyncio.run(
-                    _drive(url, subject, body, inflight, seconds, routed, creds)
-                )
-                if label in SWEPT and sweep:
-                    swept[label] = []
-                    for rate in ladder(out[label]["rps"], sweep):
+        try:
+            # Every configuration stands at once (idle ones cost next to nothing), so the
+            # closed loop can interleave them round by round: a ratio compares figures
+            # taken minutes, not seconds, apart only if the machine's speed held still.
+            for label in configurations:
+                setups.append(_Setup.start(label, Path(tmp), layers, executor, env))
+            for st in setups:
+                asyncio.run(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                asyncio.run(st.drive(inflight, 0.5))  # warm up
+            runs: dict[str, list[dict[str, float]]] = {st.label: [] for st in setups}
+            for _ in range(rounds):
+                for st in setups:
+                    runs[st.label].append(asyncio.run(st.drive(inflight, seconds)))
+            for label, figures in runs.items():
+                by_rps = sorted(figures, key=lambda f: f["rps"])
+                out[label] = {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
+            for st in setups:
+                if st.label in SWEPT and sweep:
+                    swept[st.label] = []
+                    for rate in ladder(out[st.label]["rps"], sweep):
                         point = offer(
-                            url,
-                            subject,
-                            body,
+                            st.url,
+                            st.subject,
+                            st.body,
                             rate=rate,
                             seconds=sweep_seconds,
                             timeout_s=timeout_s,
-                            judge=_routed_ok if routed else None,
+                            judge=_routed_ok if st.routed else None,
                         )
-                        swept[label].append(asyncio.run(point))
+                        swept[st.label].append(asyncio.run(point))
                         time.sleep(0.2)  # let any backlog drain before the next rate
-            finally:
-                for p in procs:
-                    p.terminate()
-                for p in procs:
-                    try:
-                        p.wait(10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                server.stop()
-    raw = out["raw"]["rps"] if "raw" in out else 0.0
+        finally:
+            for st in setups:
+                st.stop()
     for label, ratio in (
         ("routed_1", "ratio_1"),
         ("routed_3", "ratio_3"),
         ("routed_3_chain", "ratio_3_chain"),
         ("routed_1_secure", "ratio_1_secure"),
     ):
-        if raw and label in out:
-            out[ratio] = round(out[label]["rps"] / raw, 3)
-    if "routed_1" in out and "routed_1_secure" in out and out["routed_1"]["rps"]:
-        out["secure_over_open"] = round(out["routed_1_secure"]["rps"] / out["routed_1"]["rps"], 3)
+        if "raw" in runs and label in runs:
+            per_round = [
+                round(a["rps"] / b["rps"], 3) if b["rps"] else 0.0
+                for a, b in zip(runs[label], runs["raw"], strict=True)
+            ]
+            out[ratio] = statistics.median(per_round)
+            out[f"{ratio}_rounds"] = per_round
+    if "routed_1" in runs and "routed_1_secure" in runs:
+        out["secure_over_open"] = statistics.median(
+            round(a["rps"] / b["rps"], 3) if b["rps"] else 0.0
+            for a, b in zip(runs["routed_1_secure"], runs["routed_1"], strict=True)
+        )
     if swept:
         out["sweep"] = swept
     out["meta"] = {
         "inflight": inflight,
         "seconds": seconds,
+        "rounds": rounds,
         "layers": layers,
         "executor": executor,
         "sweep_fractions": list(sweep),

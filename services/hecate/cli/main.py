@@ -86,7 +86,8 @@ def _run_suite(args: argparse.Namespace) -> object:
         from hecate.bench.bus import QUICK_SWEEP_FRACTIONS, SWEEP_FRACTIONS, run_bus_bench
 
         return run_bus_bench(
-            seconds=1.0 if args.quick else 5.0,
+            seconds=1.0 if args.quick else 3.0,
+            rounds=1 if args.quick else 3,
             executor=args.executor,
             sweep=QUICK_SWEEP_FRACTIONS if args.quick else SWEEP_FRACTIONS,
             sweep_seconds=1.0 if args.quick else 3.0,

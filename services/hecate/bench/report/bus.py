@@ -118,6 +118,9 @@ def section_bus(env: Doc, img: str) -> tuple[str, list[Target]]:
         shown = "1" if ratio is None else num(r.get(ratio, 0.0), 2)
         if ratio == "ratio_1":
             shown = f"**{shown}**"
+        spread = r.get(f"{ratio}_rounds") or []
+        if len(spread) > 1:
+            shown += f" ({num(min(spread), 2)}–{num(max(spread), 2)})"
         rows.append([label, num(c["rps"], 0), num(c["p50_us"], 0), num(c["p99_us"], 0), shown])
     closed = table(["configuration", "req/s", "p50 µs", "p99 µs", "÷ raw"], rows)
     failures = sum(r[k]["failures"] for k, _, _ in BUS_ROWS if k in r)
@@ -147,9 +150,13 @@ def section_bus(env: Doc, img: str) -> tuple[str, list[Target]]:
     text = f"""## The bus: routed requests against raw NATS, same run
 
 {provenance(env)}
-Closed loop: {meta["seconds"]} s per configuration after a 0.5 s warm-up; `--quick`
-shortens every phase; `--executor toy` includes the built-in model's compute. Nodes
-here run the `{meta["executor"]}` executor.
+Closed loop: every configuration stands at once, and they take turns for
+{meta.get("rounds", 1)} round(s) of {meta["seconds"]} s each after a 0.5 s warm-up, so
+that a ratio compares figures taken seconds apart (this shared machine's speed drifts
+between runs). Each figure is the configuration's median round; each ratio is the median
+of the rounds' ratios, with their range in brackets. `--quick` shortens every phase;
+`--executor toy` includes the built-in model's compute. Nodes here run the
+`{meta["executor"]}` executor.
 
 What runs, each in its own process, on one embedded nats-server per configuration:
 the load generator (this process, {meta["inflight"]} requests in flight, 256-byte
