@@ -46,7 +46,7 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     assert "met (p50 0.62 µs, a margin of 8.0x)" in core
     bus = _section(doc, "The bus")
     assert "| routed, 1 stage (router calls the stage) | 10,920 |" in bus
-    assert "≥ 0.4× raw with failure handling intact): met (0.42× raw" in bus
+    assert "≥ 0.4× raw with failure handling intact): met (0.420× raw" in bus
     # The open-loop table: an overloaded point with timeouts shows p99 at the bound.
     assert "| 39,000 | 26,000 | 1.35 | ≥ 2,000 | 0 | 7 | 0.41 |" in bus
     assert "raw NATS (echo): up to 26,000 req/s" in bus

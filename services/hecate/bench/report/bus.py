@@ -126,7 +126,7 @@ def section_bus(env: Doc, img: str) -> tuple[str, list[Target]]:
     failures = sum(r[k]["failures"] for k, _, _ in BUS_ROWS if k in r)
     ratio_1 = r.get("ratio_1")
     met = None if ratio_1 is None else ratio_1 >= BUS_TARGET_RATIO
-    figure = "–" if ratio_1 is None else f"{num(ratio_1, 2)}× raw"
+    figure = "–" if ratio_1 is None else f"{num(ratio_1, 3)}× raw"
     chain = ""
     if "routed_3" in r and "routed_3_chain" in r and r["routed_3"]["rps"]:
         gain = r["routed_3_chain"]["rps"] / r["routed_3"]["rps"] - 1
