@@ -22,7 +22,7 @@ from nats.aio.client import Client
 
 from hecate.bus.secure import SecureBus
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command
+from hecate.cli.up import hecate_command, stop_processes
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
@@ -31,6 +31,43 @@ _reply = msgspec.json.Decoder(InferReply)
 
 
 hecate_argv = hecate_command  # the command an operator types
+
+
+def up_credentials(state: Path, user: str) -> dict[str, str]:
+    """The variables ``. <state>/secure/<user>.env`` exports (``hecate up --secure``)."""
+    lines = (state / "secure" / f"{user}.env").read_text().splitlines()
+    return dict(line.removeprefix("export ").split("=", 1) for line in lines if line)
+
+
+def infer_when_up(
+    state: Path,
+    *args: str,
+    within: float,
+    user: str | None = None,
+    poll_s: float = 0.2,
+) -> subprocess.CompletedProcess[str]:
+    """``hecate infer ARGS --nats <URL of the hecate up on state>``, again and again
+    until it answers (exit 0) or ``within`` seconds pass; the last attempt. ``user``:
+    as that user of a ``hecate up --secure``."""
+    url_file = state / "nats.url"
+    deadline = time.monotonic() + within
+    answer = None
+    while time.monotonic() < deadline:
+        if url_file.exists():  # written once the server, and its credentials, are ready
+            env = up_credentials(state, user) if user else None
+            answer = subprocess.run(
+                [*hecate_argv(), "infer", *args, "--nats", url_file.read_text().strip()],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env={**os.environ, **env} if env else None,
+            )
+            if answer.returncode == 0:
+                break
+        time.sleep(poll_s)
+    assert answer is not None, f"hecate up wrote no {url_file} in {within} s"
+    return answer
 
 
 @pytest.fixture
@@ -90,16 +127,7 @@ class Processes:
         return (self.logs / f"{label}.log").read_text(errors="replace")
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values())
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from hecate.bus import kv as kvs
 from hecate.bus.credentials import Credentials
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command
+from hecate.cli.up import hecate_command, stop_processes
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
@@ -251,13 +251,7 @@ class _Setup:
         )
 
     def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(self.procs)
         self.server.stop()
 
 

@@ -9,12 +9,11 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command, node_argv, node_env
+from hecate.cli.up import hecate_command, node_argv, node_env, stop_processes
 from hecate.sim.topology import Topology, parse_topology
 
 BREAKER_COOLDOWN_S = 2.0
@@ -166,15 +165,6 @@ class Swarm:
             self.start(f"node-{n.id}", *node_argv(n), "--accept-faults")
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values())
         for server in self.servers:
             server.stop()

@@ -8,17 +8,36 @@ import argparse
 import sys
 from typing import Any
 
-from hecate.core.errors import HecateError
 from hecate.wire import permissions
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        text = permissions.render_authorization(tuple(args.tenant) or permissions.DEFAULT_TENANTS)
-    except ValueError as exc:
-        raise HecateError(str(exc)) from None
-    sys.stdout.write(text)
+    sys.stdout.write(permissions.render_authorization(tenants(args)))
     return 0
+
+
+def _tenant(text: str) -> str:
+    try:
+        permissions.users((text,))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_tenant_option(p: argparse.ArgumentParser, purpose: str) -> None:
+    """``--tenant NAME`` (repeatable), checked as it is parsed; read it with :func:`tenants`."""
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        type=_tenant,
+        metavar="NAME",
+        help=f"{purpose} (repeatable; default {', '.join(permissions.DEFAULT_TENANTS)})",
+    )
+
+
+def tenants(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.tenant) or permissions.DEFAULT_TENANTS
 
 
 def add_parser(sub: Any) -> None:
@@ -26,11 +45,5 @@ def add_parser(sub: Any) -> None:
         "nats-config",
         help="print nats-server's authorization block: a user per role and per tenant",
     )
-    p.add_argument(
-        "--tenant",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=f"a tenant user (repeatable; default {', '.join(permissions.DEFAULT_TENANTS)})",
-    )
+    add_tenant_option(p, "a tenant user")
     p.set_defaults(run=_run)

@@ -21,20 +21,39 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
+from hecate.cli.natsconfig import add_tenant_option, tenants
 from hecate.core.errors import HecateError
 from hecate.sim.topology import NodeEntry, parse_topology
-from hecate.wire.permissions import DEFAULT_TENANTS
 
 
 def hecate_command() -> list[str]:
     script = Path(sys.executable).with_name("hecate")
     return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[Any]], grace_s: float = 10.0) -> None:
+    """SIGTERM every process still running (services drain on it), then SIGKILL whatever
+    has not exited ``grace_s`` later."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # Executors whose last stage samples tokens: their routers chain the stages (each step's
@@ -160,7 +179,7 @@ async def up(args: argparse.Namespace) -> int:
     if args.secure:
         if url is not None:
             raise HecateError("--secure starts its own locked-down server; drop --nats")
-        bus = await asyncio.to_thread(prepare, state / "secure", args.tenant or DEFAULT_TENANTS)
+        bus = await asyncio.to_thread(prepare, state / "secure", tenants(args))
         bus.write_env_files()
     if url is None:
         server = NatsServer(
@@ -271,12 +290,6 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="lock the bus down: a NATS user per role and tenant, TLS, random passwords",
     )
-    p.add_argument(
-        "--tenant",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=f"with --secure: a tenant user (repeatable; default {', '.join(DEFAULT_TENANTS)})",
-    )
+    add_tenant_option(p, "with --secure: a tenant user")
     p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=_cmd_up)

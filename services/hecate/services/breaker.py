@@ -134,12 +134,11 @@ class BreakerService:
                 await self._kv.update(target, encode(snap), last=revision)
             else:
                 await self._kv.create(target, encode(snap))
-        except (KeyWrongLastSequenceError, Exception) as exc:  # lost a CAS race
-            if (
-                not isinstance(exc, KeyWrongLastSequenceError)
-                and "wrong last" not in str(exc).lower()
-                and "key exists" not in str(exc).lower()
-            ):
+        except KeyWrongLastSequenceError:  # lost a compare-and-set race
+            return False
+        except Exception as exc:  # the server's words for the same race, or a real failure
+            text = str(exc).lower()
+            if "wrong last" not in text and "key exists" not in text:
                 event(self.log, "breaker write failed", logging.WARNING, error=repr(exc))
             return False
         return True

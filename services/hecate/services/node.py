@@ -298,25 +298,18 @@ class Node:
         for that stage: if the next node is gone, NATS tells the router directly. A
         generation step carries its session, position and sampling along."""
         nxt, rest = req.chain[0], req.chain[1:]
-        forward = StageRequest(
-            request_id=req.request_id,
-            model_id=req.model_id,
+        forward = msgspec.structs.replace(
+            req,
             layer_start=nxt.layer_start,
             layer_end=nxt.layer_end,
-            model_layers=req.model_layers,
-            epoch=req.epoch,
             activation=activation,
-            decode_tokens=req.decode_tokens,
             chain=rest,
-            reply_base=req.reply_base,
             stage_index=req.stage_index + 1,
-            session=req.session,
-            position=req.position,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            step=req.step,
             prompt_tokens=prompt_tokens,
+            # The first stage's inputs stop here: later stages take the activation.
+            prompt="",
+            tokens=None,
+            messages=None,
         )
         headers = tracing.inject({}) if self.service.tracing else None
         try:

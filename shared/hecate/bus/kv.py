@@ -9,6 +9,7 @@ the breaker service the circuits. Readers never create a bucket; they wait for i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from nats.aio.client import Client
@@ -36,12 +37,10 @@ async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue
     Run it in a background task: a reader must not wait for another service to start."""
     js = nc.jetstream()
     while True:
-        try:
+        # Not created yet, or disconnected or timed out (the client reconnects on its
+        # own): ask again.
+        with contextlib.suppress(Exception):
             return await js.key_value(name)
-        except BucketNotFoundError:
-            pass
-        except Exception:  # disconnected or timed out: the client reconnects on its own
-            pass
         await asyncio.sleep(poll_s)
 
 
