@@ -17,7 +17,7 @@ import pytest
 
 from hecate.bus.server import NatsServer
 
-from .conftest import EXAMPLES, SWARM_NODES, Processes, hecate_argv
+from .conftest import EXAMPLES, SWARM_NODES, Processes, hecate_argv, infer_when_up, up_credentials
 
 
 def run(
@@ -31,14 +31,6 @@ def run(
         check=False,
         env={**os.environ, **env} if env else None,
     )
-
-
-def _credentials(state: Path, user: str, secure: bool) -> dict[str, str] | None:
-    """The variables ``. <state>/secure/<user>.env`` would export."""
-    if not secure:
-        return None
-    lines = (state / "secure" / f"{user}.env").read_text().splitlines()
-    return dict(line.removeprefix("export ").split("=", 1) for line in lines if line)
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["open", "secure"])
@@ -60,24 +52,15 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
     )
     try:
         url_file = state / "nats.url"
-        deadline = time.monotonic() + 30
-        answer = None
-        while time.monotonic() < deadline:
-            if url_file.exists():
-                answer = run(
-                    "infer",
-                    "ncm-base",
-                    "hello from the cli",
-                    "--nats",
-                    url_file.read_text().strip(),
-                    "--timeout",
-                    "2",
-                    env=_credentials(state, "tenant-a", secure),
-                )
-                if answer.returncode == 0:
-                    break
-            time.sleep(0.2)
-        assert answer is not None
+        answer = infer_when_up(
+            state,
+            "ncm-base",
+            "hello from the cli",
+            "--timeout",
+            "2",
+            within=30,
+            user="tenant-a" if secure else None,
+        )
         assert answer.returncode == 0, answer.stderr
         assert len(answer.stdout.split()) == 16
         assert "attempt(s)" in answer.stderr
@@ -85,7 +68,7 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
             "status",
             "--nats",
             url_file.read_text().strip(),
-            env=_credentials(state, "operator", secure),
+            env=up_credentials(state, "operator") if secure else None,
         )
         assert status.returncode == 0, status.stderr
         assert "swarm: healthy" in status.stdout

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from hecate.cli.up import hecate_command
 from hecate.llm.store import pull
+
+from ..integration.conftest import infer_when_up
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -31,33 +32,17 @@ def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        url_file = state / "nats.url"
-        deadline = time.monotonic() + 120
-        answer = None
-        while time.monotonic() < deadline:
-            if url_file.exists():
-                answer = subprocess.run(
-                    [
-                        *hecate_command(),
-                        "infer",
-                        "smollm2-135m",
-                        "The capital of France is",
-                        "--max-tokens",
-                        "4",
-                        "--nats",
-                        url_file.read_text().strip(),
-                        "--timeout",
-                        "10",
-                    ],
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
-                if answer.returncode == 0:
-                    break
-            time.sleep(0.5)
-        assert answer is not None
+        answer = infer_when_up(
+            state,
+            "smollm2-135m",
+            "The capital of France is",
+            "--max-tokens",
+            "4",
+            "--timeout",
+            "10",
+            within=120,
+            poll_s=0.5,
+        )
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.startswith(" Paris"), answer.stdout
     finally:
