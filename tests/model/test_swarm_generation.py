@@ -177,7 +177,8 @@ async def test_three_stages_generate_the_single_process_text_and_stream_it(
 
 
 @pytest.mark.parametrize(
-    ("kill_after", "dispatch"), [(0, "hop"), (1, "hop"), (12, "hop"), (0, "chain"), (12, "chain")]
+    ("kill_after", "dispatch"),
+    [(0, "hop"), (1, "hop"), (12, "hop"), (0, "chain"), (1, "chain"), (12, "chain")],
 )
 async def test_a_node_killed_mid_generation_is_replayed_and_the_text_is_unchanged(
     processes: Processes, client: Client, tmp_path: Path, kill_after: int, dispatch: str
