@@ -2,8 +2,11 @@
 
 It loads only the layer ranges the plan gives its node (first stage: also the
 embedding and the tokenizer; last stage: the final norm and the tied head), keeps one
-KV cache per session per range, and answers generation steps. Loading and stepping
-are CPU-bound: the node runs them in a worker thread so heartbeats keep flowing.
+KV cache per session per range, and answers generation steps. The node decides where
+each call runs, not this module: loading (``prepare``) and prefills or replays (a whole
+prompt) go to a worker thread so heartbeats keep flowing; a decode step (one new token,
+a few milliseconds) runs on the node's event loop, where a thread hand-off cost more
+than it saved.
 """
 
 from __future__ import annotations

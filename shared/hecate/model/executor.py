@@ -1,9 +1,17 @@
 """The pluggable interface a node uses to execute its layer range of a model.
 
-A node only ever sees three steps: turn a prompt into the activation entering layer 0
+The interface below (:class:`Executor`) is the one the activation-passing executors
+implement (``toy``, ``null``): turn a prompt into the activation entering layer 0
 (``embed``), push an activation through a contiguous range of layers (``run``), and turn
 the activation leaving the last layer into text (``decode``). Activations cross the wire
 as opaque ``bytes``, so the transport never needs to know what an executor computes.
+
+Two other kinds exist, and the node tells them apart by attributes, not by this
+protocol: a *generative* executor (``generative = True``, the real model in
+``hecate.llm``) answers one generation step per call (``step``) and keeps a KV cache per
+session; a *whole-model* executor (``whole_model = True``, an upstream HTTP provider)
+answers a whole request (``complete``). Both still carry the three methods above only to
+satisfy the registry's type, and raise if called.
 
 Executors are looked up by name (``get_executor``) so a node's configuration can pick
 the built-in deterministic ``toy`` model in tests and a real engine in production

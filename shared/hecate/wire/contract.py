@@ -22,7 +22,7 @@ from hecate.core.plan import SLUG_PATTERN, Stage
 from hecate.core.routing import Route
 from hecate.wire import messages as m
 from hecate.wire import subjects
-from hecate.wire.errors import STATUS, error_headers
+from hecate.wire.errors import INFER_CODES, STATUS, error_headers
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 JSON: Final = "application/json"
@@ -227,9 +227,10 @@ INFER_ERROR = Message(
     m.InferReply,
     JSON,
     "An explicit error (`ok` false): an InferReply whose `error` holds the code.",
-    "Codes a client should expect: `bad_request`, `payload_too_large`, `no_plan`, "
-    "`no_such_model`, `no_healthy_pipeline`, `unrecoverable`, `draining`. `route`, "
-    "`degraded` and `attempts` are filled when the request got as far as a pipeline.",
+    "Codes a client should expect: "
+    + "; ".join(f"`{code}` ({why})" for code, why in INFER_CODES.items())
+    + ". `route`, `degraded` and `attempts` are filled when the request got as far as a "
+    "pipeline.",
     narrow={"ok": {"const": False}, "error": {"$ref": _ref("ErrorBody")}},
     headers="ErrorHeaders",
     examples=(

@@ -1,5 +1,10 @@
 """Error codes on the wire: one table, used by every service and by the contract.
 
+Every code any service can put in an error reply is a key of :data:`STATUS`
+(``tests/contract/test_error_codes.py`` reads the source for the codes it emits and
+fails on one missing here), and :data:`INFER_CODES` lists the ones a caller of
+``hecate.infer.<model>`` can receive, so the contract's list cannot drift from the code.
+
 Every error reply carries ``{"ok": false, "error": {"code", "message"}}`` and three
 headers: ``Nats-Service-Error`` (the message, one line), ``Nats-Service-Error-Code``
 (an HTTP-like number, as the NATS service API expects) and ``Hecate-Error`` (the code).
@@ -20,10 +25,14 @@ STATUS: Final[Mapping[str, int]] = {
     "no_such_model": 404,
     "unknown_node": 404,
     "not_hosted": 409,
+    "session_lost": 410,
+    "unknown_executor": 400,
     "payload_too_large": 413,
     "rate_limited": 429,
     "internal": 500,
     "forward_failed": 502,
+    "upstream_error": 502,
+    "upstream_rejected": 502,
     "no_healthy_pipeline": 503,
     "no_responders": 503,
     "unrecoverable": 503,
@@ -33,6 +42,21 @@ STATUS: Final[Mapping[str, int]] = {
     "timeout": 504,
 }
 """Numeric status per error code; any other code is sent as 500."""
+
+INFER_CODES: Final[Mapping[str, str]] = {
+    "bad_request": "the request is not a valid InferRequest, or asks for nothing",
+    "payload_too_large": "the request is larger than the router accepts",
+    "no_plan": "the planner has not published a plan yet",
+    "no_such_model": "the plan has no pipeline for this model (never served by another)",
+    "no_healthy_pipeline": "every pipeline of the model has a node down",
+    "unknown_node": "the route named a node the plan no longer has",
+    "swarm_stopped": "the swarm was stopped",
+    "unrecoverable": "a node was lost and no replica, splice or reserve could take over",
+    "rate_limited": "the tenant's quota or an upstream said to slow down; see retry_after_s",
+    "draining": "the router stopped before the answer",
+    "internal": "a fault in HECATE itself, not in the request; the message says where",
+}
+"""The codes a caller of ``hecate.infer.<model>`` can receive, and when."""
 
 
 def status(code: str) -> int:
