@@ -94,10 +94,17 @@ HERD = {
         "full": _policy(3.07, 16.88),
         "decorrelated": _policy(2.89, 17.06),
         "hecate": _policy(1.9, 9.0),
-        "hecate-queue": _policy(1.0, 9.0),
+        "hecate-queue": {**_policy(1.0, 9.0), "successes": 1000, "refused": 0.0},
+        "hecate-queue-5s": {**_policy(1.4, 9.42), "successes": 1000, "refused": 400.0},
     },
     "ideal_last_success_s": 9.0,
-    "meta": {"clients": 1000, "rate_per_s": 100.0, "burst": 100.0, "seeds": 5},
+    "meta": {
+        "clients": 1000,
+        "rate_per_s": 100.0,
+        "burst": 100.0,
+        "seeds": 5,
+        "queue_max_wait_ms": {"hecate-queue": 10_000, "hecate-queue-5s": 5_000},
+    },
 }
 
 BREAKER = {

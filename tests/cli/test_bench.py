@@ -37,12 +37,14 @@ def test_the_herd_benchmark_reports_every_policy(
         "decorrelated",
         "hecate",
         "hecate-queue",
+        "hecate-queue-5s",
     }
     assert doc["ideal_last_success_s"] == 9.0
     hecate = doc["policies"]["hecate"]
     assert hecate["attempts_per_success"] <= 1.95  # nobody is refused twice
     assert hecate["last_success_s"] <= 1.1 * doc["ideal_last_success_s"]
     assert doc["policies"]["hecate-queue"]["attempts_per_success"] <= 1.05
+    assert doc["policies"]["hecate-queue-5s"]["attempts_per_success"] > 1.05  # late slots
     assert doc["policies"]["exact"]["attempts_per_success"] > 5  # the anchor's 5.5x
 
 

@@ -65,6 +65,20 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     assert "| single process ≥ 0.35× llama.cpp | llama-cpp-python not installed |" in headline
 
 
+def test_the_held_herd_verdict_is_judged_on_the_simulated_figure() -> None:
+    herd = _section(render(results()), "A thundering herd")
+    assert "`hecate-queue` ≤ 1.05: met" in herd
+    assert "the 400 whose slot is later are refused" in herd
+    assert "1.40 attempts per success" in herd
+    late = results()
+    late["herd"]["report"]["policies"]["hecate-queue"].update(attempts_per_success=1.4)
+    doc = render(late)
+    assert "`hecate-queue` ≤ 1.05: **not met**" in _section(doc, "A thundering herd")
+    assert "| herd: `hecate-queue` ≤ 1.05 attempts per success | 1.40 attempts | **not met** |" in (
+        _section(doc, "Headline")
+    )
+
+
 def test_a_suite_that_did_not_run_says_so() -> None:
     doc = render(results(llm=False))
     llm = _section(doc, "SmolLM2-135M")

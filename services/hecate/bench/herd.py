@@ -10,8 +10,14 @@ clients send at t = 0 to an upstream admitting 100 requests/s with a burst of 10
 * ``hecate``: the quota books each refused caller its own future slot and tells it the
   exact wait (fractional, as ``retry-after-ms`` carries it) with a ticket; the caller
   comes back then and is admitted;
-* ``hecate-queue``: the router holds the request until its slot instead of refusing
-  it (for callers whose deadline allows), so each request is sent once.
+* ``hecate-queue``: the tenant prefers holding. The router asks the quota desk; a
+  caller whose booked slot lies within its ``max_wait_ms`` is held until that slot (the
+  router wakes it on its 20 ms sweep and asks again with the ticket), so it sends once.
+  A caller whose slot lies beyond ``max_wait_ms`` is refused with its ticket, pauses as
+  the SDK does (Retry-After + U(0.1, 0.5) s) and sends again: a late slot costs a second
+  send, and a caller that runs out of the SDK's attempts is not served. Simulated with
+  the callers' deadline at 10 s (the SDK's default timeout, longer than this herd's
+  wait) and at 5 s (``hecate-queue-5s``: about half the herd is refused once).
 
 Reported per policy: attempts per success (1.0 is one send per request; with refusal
 the floor is 1.9 here, every waiting caller refused exactly once) and the time of the
@@ -25,12 +31,15 @@ import math
 from typing import Any
 
 from hecate.resilience.backoff import DecorrelatedJitter, FullJitter, SeedPolicy, WaitPolicy
-from hecate.resilience.bucket import TokenBucket
+from hecate.resilience.bucket import Quota, TokenBucket
 
 CLIENTS = 1000
 RATE = 100.0
 BURST = 100.0
 HORIZON_S = 10_000.0
+SWEEP_TICK_S = 0.02  # the router's sweep, which wakes held requests (router._sweep)
+SDK_ATTEMPTS = 3  # HecateClient's default max_attempts
+QUEUE_WAITS_MS = {"hecate-queue": 10_000, "hecate-queue-5s": 5_000}  # callers' max_wait_ms
 
 
 class Exact:
@@ -44,14 +53,10 @@ class Exact:
 def simulate(
     policy: str, *, clients: int = CLIENTS, rate: float = RATE, burst: float = BURST, seed: int = 7
 ) -> dict[str, float]:
-    if policy == "hecate-queue":
-        bucket = TokenBucket(rate, burst, book=True)
-        last = 0.0
-        for _ in range(clients):  # held, not refused: admitted at its slot, sent once
-            admission = bucket.try_acquire(0.0)
-            last = max(last, admission.retry_after_s)
-        return {"attempts_per_success": 1.0, "last_success_s": round(last, 3)}
-
+    if policy in QUEUE_WAITS_MS:
+        return simulate_held(
+            clients=clients, rate=rate, burst=burst, seed=seed, max_wait_ms=QUEUE_WAITS_MS[policy]
+        )
     booking = policy == "hecate"
     bucket = TokenBucket(rate, burst, book=booking)
     policies: dict[int, WaitPolicy] = {}
@@ -86,6 +91,71 @@ def simulate(
     }
 
 
+def simulate_held(
+    *,
+    clients: int = CLIENTS,
+    rate: float = RATE,
+    burst: float = BURST,
+    seed: int = 7,
+    max_wait_ms: int = 10_000,
+    attempts_allowed: int = SDK_ATTEMPTS,
+) -> dict[str, float]:
+    """A herd of callers whose tenant prefers holding, each sending with ``max_wait_ms``.
+
+    The quota is the desk's own :class:`Quota` on a simulated clock; the hold rule is the
+    router's (``QuotaGate.on_reply``): held when the booked slot is at most
+    ``max_wait_ms`` away, refused with its ticket otherwise. Only the callers' sends count
+    as attempts; the router asking the desk again at the slot is not a send."""
+    quota = Quota(rate * 60.0, burst=burst)
+    # (time, order, kind, client, attempt, ticket): kind "send" is a caller's request
+    # reaching the router, "wake" the router's sweep asking again for a held one.
+    events: list[tuple[float, int, str, int, int, int | None]] = [
+        (0.0, c, "send", c, 1, None) for c in range(clients)
+    ]
+    heapq.heapify(events)
+    order = clients
+    pauses: dict[int, WaitPolicy] = {}
+    attempts = successes = refused = held = gave_up = 0
+    last = 0.0
+    while events:
+        now, _, kind, client, attempt, ticket = heapq.heappop(events)
+        if now > HORIZON_S:
+            break
+        if kind == "send":
+            attempts += 1
+        admission = quota.try_acquire(now, 0, ticket)
+        if admission.admitted:
+            successes += 1
+            last = max(last, now)
+            continue
+        wait = admission.retry_after_s
+        order += 1
+        if wait * 1000 <= max_wait_ms:
+            held += kind == "send"
+            # The sweep notices a due hold on its next tick, never before the slot.
+            wake = math.ceil((now + wait) / SWEEP_TICK_S - 1e-9) * SWEEP_TICK_S
+            heapq.heappush(events, (wake, order, "wake", client, attempt, admission.ticket))
+            continue
+        refused += 1
+        if attempt >= attempts_allowed:
+            gave_up += 1
+            continue
+        chosen = pauses.get(client)
+        if chosen is None:
+            chosen = pauses[client] = SeedPolicy(seed * 100_003 + client)
+        back = now + chosen.wait(attempt, wait)
+        heapq.heappush(events, (back, order, "send", client, attempt + 1, admission.ticket))
+    return {
+        "attempts_per_success": round(attempts / max(successes, 1), 3),
+        "last_success_s": round(last, 3),
+        "successes": successes,
+        "held": held,
+        "refused": refused,
+        "gave_up": gave_up,
+        "max_wait_ms": max_wait_ms,
+    }
+
+
 def _policy(name: str, seed: int) -> WaitPolicy:
     if name == "exact":
         return Exact()
@@ -98,7 +168,15 @@ def _policy(name: str, seed: int) -> WaitPolicy:
     raise ValueError(f"unknown policy {name!r}")
 
 
-POLICY_NAMES = ("exact", "seed", "full", "decorrelated", "hecate", "hecate-queue")
+POLICY_NAMES = (
+    "exact",
+    "seed",
+    "full",
+    "decorrelated",
+    "hecate",
+    "hecate-queue",
+    "hecate-queue-5s",
+)
 
 
 def run_herd_bench(*, seeds: int = 5) -> dict[str, Any]:
@@ -109,7 +187,11 @@ def run_herd_bench(*, seeds: int = 5) -> dict[str, Any]:
         out[name] = {
             "attempts_per_success": round(sum(r["attempts_per_success"] for r in runs) / seeds, 3),
             "last_success_s": round(sum(r["last_success_s"] for r in runs) / seeds, 3),
+            "successes": min(int(r.get("successes", CLIENTS)) for r in runs),
         }
+        if name in QUEUE_WAITS_MS:
+            out[name]["max_wait_ms"] = QUEUE_WAITS_MS[name]
+            out[name]["refused"] = round(sum(r["refused"] for r in runs) / seeds, 1)
     return {
         "policies": out,
         "ideal_last_success_s": round((CLIENTS - BURST) / RATE, 3),
@@ -119,5 +201,6 @@ def run_herd_bench(*, seeds: int = 5) -> dict[str, Any]:
             "burst": BURST,
             "seeds": seeds,
             "retry_after": "integer delay-seconds (ceil), except hecate: exact",
+            "queue_max_wait_ms": dict(QUEUE_WAITS_MS),
         },
     }
