@@ -3,7 +3,8 @@
 Listens: ``hecate.node.<id>.run`` (StageRequest, msgpack), ``hecate.node.roll-call``.
 Holds: the latest plan (KV watch) → the ranges it hosts, pre-loaded in its executor.
 Publishes: ``hecate.node.join`` on start and on roll-call, a heartbeat every interval
-(measured stage latency, busy fraction, in-flight), ``hecate.node.leave`` when draining.
+(stage latency as measured, none before its first stage; busy fraction, in-flight),
+``hecate.node.leave`` when draining.
 On SIGTERM it drains: no new work, in-flight work finishes, then it leaves.
 """
 
@@ -162,9 +163,14 @@ class Node:
         event(self.log, "fault injected", logging.WARNING, fault=msgspec.to_builtins(fault))
         return FaultAck(node_id=self.profile.node_id)
 
-    async def execute(self, req: StageRequest, headers: Mapping[str, str]) -> StageReply | None:
+    async def _injected_delay(self) -> None:
+        """An injected slowdown, awaited inside the stage timer: telemetry must see the
+        node exactly as it would see one whose hardware is that slow (measured latency,
+        busy time and work in flight all rise), or load would never move off it."""
         if self.fault.delay_ms:
             await asyncio.sleep(self.fault.delay_ms / 1000)
+
+    async def execute(self, req: StageRequest, headers: Mapping[str, str]) -> StageReply | None:
         if self.fault.error:
             raise ServiceError(self.fault.error, "injected fault", self.fault.retry_after_s)
         reply = await self._execute(req, headers)
@@ -213,6 +219,7 @@ class Node:
         self.in_flight += 1
         started = time.perf_counter_ns()
         try:
+            await self._injected_delay()
             # The toy executor takes microseconds; a heavy executor would run in a thread.
             x = req.activation
             if req.layer_start == 0 and not x:
@@ -250,6 +257,7 @@ class Node:
         self.in_flight += 1
         started = time.perf_counter_ns()
         try:
+            await self._injected_delay()
             small = len(req.tokens or ()) <= 4 and len(req.activation) <= 64 * 1024
             if req.position > 0 and small:
                 reply: StageReply = step(req)
@@ -280,6 +288,7 @@ class Node:
         self.in_flight += 1
         started = time.perf_counter_ns()
         try:
+            await self._injected_delay()
             output = await complete(req.prompt, req.decode_tokens or 16)
         except UpstreamRefused as exc:
             raise ServiceError(exc.code, exc.message, exc.retry_after_s) from None
@@ -339,9 +348,9 @@ class Node:
             seq=self._seq,
             sent_at=time.time(),
             interval_ms=self.heartbeat_s * 1000,
-            latency_ms=self._latency_ms
-            if self._latency_ms is not None
-            else self.profile.latency_ms,
+            # Nothing until a stage has really run: the declared figure sent as if
+            # measured would lift the cost model's penalty on an unmeasured node.
+            latency_ms=self._latency_ms,
             load=min(1.0, busy / (self.heartbeat_s * 1e9)),
             in_flight=self.in_flight,
             score=self.profile.score,

@@ -1,0 +1,185 @@
+"""What a node says of its own speed, heard on the bus: nothing before its first stage,
+then what it measured, injected slowness included."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+from hecate.bus import kv as kvs
+from hecate.core import SwarmPlan
+from hecate.wire import subjects
+from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, StageReply, StageRequest
+
+from .conftest import EXAMPLES, Processes
+from .test_faults import telemetry
+
+_beat = msgspec.json.Decoder(Heartbeat)
+_stage_reply = msgspec.msgpack.Decoder(StageReply)
+NODE = "solo"
+DECLARED_MS = 40.0
+
+
+@pytest.fixture
+async def heartbeats(client: Client) -> AsyncIterator[Subscription]:
+    sub = await client.subscribe(subjects.heartbeat(NODE))
+    yield sub
+    await sub.unsubscribe()
+
+
+def start_node(processes: Processes, *extra: str) -> None:
+    processes.start(
+        f"node-{NODE}",
+        "node",
+        "--id",
+        NODE,
+        "--capacity-layers",
+        "12",
+        "--latency-ms",
+        str(DECLARED_MS),
+        "--heartbeat-ms",
+        "50",
+        *extra,
+    )
+
+
+def start_planner(processes: Processes) -> None:
+    processes.start(
+        "planner",
+        "planner",
+        "--id",
+        "planner",
+        "--topology",
+        str(EXAMPLES / "swarm.json"),
+        "--pipelines",
+        "1",
+        "--settle-ms",
+        "100",
+    )
+
+
+async def next_beat(sub: Subscription) -> Heartbeat:
+    msg = await sub.next_msg(timeout=5)
+    return _beat.decode(msg.data)
+
+
+async def latency_at_least(sub: Subscription, floor: float, within: float = 10.0) -> float:
+    """The first measured latency of at least ``floor`` ms a heartbeat reports."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        latency = (await next_beat(sub)).latency_ms
+        if latency is not None and latency >= floor:
+            return latency
+    raise AssertionError(f"no heartbeat reported a latency >= {floor} ms within {within}s")
+
+
+async def run_stage(client: Client, within: float = 15.0) -> StageReply:
+    """One whole-model stage on the node, sent straight to it once it hosts the range
+    (the planner's plan is published and the node has adopted it)."""
+    kv = await kvs.wait_bucket(client, subjects.PLAN_BUCKET)
+    deadline = time.monotonic() + within
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            entry = await kv.get(subjects.PLAN_KEY)
+            plan = msgspec.json.decode(entry.value or b"", type=SwarmPlan)
+            stage = next(
+                s
+                for p in plan.pipelines
+                if p.model_id == "ncm-base"
+                for s in p.stages
+                if s.node_id == NODE
+            )
+            req = StageRequest(
+                request_id=f"direct-{time.monotonic_ns()}",
+                model_id="ncm-base",
+                layer_start=stage.layer_start,
+                layer_end=stage.layer_end,
+                model_layers=12,
+                epoch=int(entry.revision or 0),
+                prompt="how fast are you?",
+                decode_tokens=4,
+            )
+            msg = await client.request(
+                subjects.node_run(NODE), msgspec.msgpack.encode(req), timeout=5
+            )
+            reply = _stage_reply.decode(msg.data)
+            if reply.ok:
+                return reply
+            last = reply.error
+        except Exception as exc:  # no plan yet, or the node has not adopted it
+            last = exc
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the node ran no stage within {within}s: {last!r}")
+
+
+async def test_a_node_reports_no_latency_until_it_has_run_a_stage(
+    processes: Processes, client: Client, heartbeats: Subscription
+) -> None:
+    processes.start("telemetry", "telemetry", "--id", "telemetry")
+    start_node(processes)
+    for _ in range(3):  # its declared 40 ms is not a measurement
+        assert (await next_beat(heartbeats)).latency_ms is None
+
+    async def listed() -> bool:
+        try:
+            return NODE in (await telemetry(client)).nodes
+        except Exception:
+            return False
+
+    deadline = time.monotonic() + 10
+    while not await listed():
+        assert time.monotonic() < deadline, "telemetry never listed the node"
+        await asyncio.sleep(0.05)
+    seen = (await telemetry(client)).nodes[NODE]
+    assert seen.alive
+    assert seen.latency_ms is None  # unmeasured: the cost model's cold penalty applies
+
+    start_planner(processes)
+    await run_stage(client)
+    measured_ms = await latency_at_least(heartbeats, 0.0)
+    assert measured_ms != DECLARED_MS  # what the toy stage took, not what was declared
+
+    async def measured() -> bool:
+        return (await telemetry(client)).nodes[NODE].latency_ms is not None
+
+    deadline = time.monotonic() + 10
+    while not await measured():
+        assert time.monotonic() < deadline, "the snapshot never showed the measured latency"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_injected_slowdown_shows_in_the_latency_a_node_reports(
+    processes: Processes, client: Client, heartbeats: Subscription
+) -> None:
+    processes.start("telemetry", "telemetry", "--id", "telemetry")
+    start_planner(processes)
+    start_node(processes, "--accept-faults")
+    await run_stage(client)
+    await latency_at_least(heartbeats, 0.0)
+    # Far above what a toy stage takes, so that only a delay on the timer reaches it.
+    delay_ms = 200.0
+
+    fault = msgspec.json.encode(NodeFault(delay_ms=delay_ms))
+    ack = await client.request(subjects.node_fault(NODE), fault, timeout=5)
+    assert msgspec.json.decode(ack.data, type=FaultAck).ok
+    for _ in range(8):  # each stage now takes at least delay_ms, all of it on the timer
+        reply = await run_stage(client)
+        assert reply.compute_ms >= delay_ms
+    # After 8 slow samples the EWMA (alpha 0.3) holds at least 94 % of the delay.
+    assert await latency_at_least(heartbeats, delay_ms / 2) >= delay_ms / 2
+
+    async def telemetry_sees_it() -> bool:
+        latency = (await telemetry(client)).nodes[NODE].latency_ms
+        return latency is not None and latency >= delay_ms / 2
+
+    deadline = time.monotonic() + 10
+    while not await telemetry_sees_it():
+        assert time.monotonic() < deadline, "telemetry never saw the node slow down"
+        await asyncio.sleep(0.05)
