@@ -37,8 +37,9 @@ CORE = {
 
 
 def _sweep(capacity: float) -> list[dict[str, Any]]:
+    """Rates at half, at and past ``capacity``: the last two fail (a growing queue)."""
     points = []
-    for fraction in (0.5, 1.0, 1.5):
+    for fraction in (0.5, 1.0, 1.25, 1.5):
         offered = capacity * fraction
         overloaded = fraction > 1
         points.append(
@@ -53,6 +54,8 @@ def _sweep(capacity: float) -> list[dict[str, Any]]:
                 "p99_us": 2_000_000.0 if overloaded else 3100.0 * fraction,
                 "p99_capped": overloaded,
                 "send_lag_p99_us": 410.0,
+                "generators": 2,
+                "served_in_full": not overloaded,
             }
         )
     return points
@@ -62,23 +65,53 @@ def _closed(rps: float) -> dict[str, float]:
     return {"rps": rps, "p50_us": 2400.0, "p99_us": 4800.0, "requests": rps, "failures": 0}
 
 
+def _capacity(rps: float, lag_us: float = 410.0) -> dict[str, Any]:
+    return {
+        "rps": rps,
+        "exact": lag_us <= 50_000,
+        "failed_at_rps": rps * 1.25,
+        "send_lag_p99_us_at_failure": lag_us,
+    }
+
+
 BUS = {
     "raw": _closed(26000.0),
     "routed_1": _closed(10920.0),
     "routed_3": _closed(5400.0),
     "routed_3_chain": _closed(6300.0),
-    "ratio_1": 0.42,
-    "ratio_3": 0.208,
-    "ratio_3_chain": 0.242,
-    "sweep": {"raw": _sweep(26000.0), "routed_1": _sweep(10920.0)},
+    "sweep": {"raw": _sweep(39000.0), "routed_1": _sweep(10920.0)},
+    "capacity": {
+        "raw": _capacity(39000.0),
+        "routed_1": _capacity(10920.0),
+        "routed_3": _capacity(5400.0),
+        "routed_3_chain": _capacity(6300.0),
+    },
+    "ratio_1": 0.28,
+    "ratio_1_is": "exact",
+    "ratio_3": 0.138,
+    "ratio_3_is": "exact",
+    "ratio_3_chain": 0.162,
+    "ratio_3_chain_is": "exact",
     "meta": {
         "inflight": 64,
         "seconds": 5.0,
+        "rounds": 3,
         "layers": 3,
         "executor": "null",
-        "sweep_fractions": [0.5, 1.0, 1.5],
+        "ratio_basis": "open-loop capacity",
+        "sweep": {
+            "low": [0.1, 0.5],
+            "start": 0.8,
+            "step": 1.25,
+            "misses": 2,
+            "refine": 2,
+            "ceiling": 20.0,
+        },
         "sweep_seconds": 3.0,
         "sweep_timeout_s": 2.0,
+        "generators": 2,
+        "served_in_full": {"ok_share": 0.99, "p99_bound_ms": 100.0},
+        "lagging_us": 50_000.0,
     },
 }
 
@@ -182,7 +215,11 @@ CHAOS = {
         _scenario(
             "sick-node",
             checks={"load_moved_off_slow_node": True, "breaker_opened": True},
-            notes={"share_via_node_before": 0.533, "share_via_node_while_slow": 0.123},
+            notes={
+                "share_via_node_before": 0.533,
+                "share_via_node_while_slow": 0.123,
+                "failover_events": 4.0,
+            },
         ),
         _scenario("nats-restart", wrong=2, checks={"plan_survived": True}),
         {"scenario": "llm-kill", "skipped": "its model is not pulled"},

@@ -49,25 +49,32 @@ def test_the_herd_benchmark_reports_every_policy(
 
 
 def test_a_quick_bus_sweep_runs_on_real_processes_and_renders(tmp_path: Path) -> None:
-    """Raw NATS and the routed 1-stage path, closed loop and a two-rate open-loop sweep,
-    on a real nats-server with a real router and node; then the report from it."""
+    """Raw NATS and the routed 1-stage path, closed loop and a short capacity search
+    from two generator processes, on a real nats-server with a real router and node;
+    then the report from it."""
     from hecate.bench import provenance
-    from hecate.bench.bus import run_bus_bench
+    from hecate.bench.bus import Sweep, run_bus_bench
 
     report = run_bus_bench(
         seconds=0.3,
+        rounds=1,
         configurations=("raw", "routed_1"),
-        sweep=(0.1, 0.3),
+        sweep=Sweep(low=(0.1,), start=0.3, step=2.0, misses=1, refine=0, ceiling=0.6),
         sweep_seconds=0.3,
+        generators=2,
     )
     assert report["raw"]["requests"] > 0
     assert report["routed_1"]["requests"] > 0
-    assert report["ratio_1"] > 0
+    assert report["meta"]["ratio_basis"] == "open-loop capacity"
     for label in ("raw", "routed_1"):
         points = report["sweep"][label]
         assert [p["offered_rps"] for p in points] == sorted(p["offered_rps"] for p in points)
-        for p in points:  # every request offered is accounted for
+        assert len(points) >= 2  # a low rate, then the climb until a miss or the ceiling
+        for p in points:  # every request offered is accounted for, by both generators
             assert p["sent"] == p["ok"] + p["failed"] + p["timed_out"] > 0
+            assert p["generators"] == 2
+        assert set(report["capacity"][label]) >= {"rps", "exact"}
+    assert report["ratio_1_is"] in {"exact", "at_most", "at_least", "unknown"}
     results = tmp_path / "results"
     provenance.save(results, "bus", provenance.envelope("bus", "hecate bench bus", report))
     doc, img = tmp_path / "BENCHMARKS.md", tmp_path / "img"

@@ -45,11 +45,15 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     assert "| 8 × 4 | 0.62 | 1.10 | 0.20 | 3.1 |" in core
     assert "met (p50 0.62 µs, a margin of 8.0x)" in core
     bus = _section(doc, "The bus")
-    assert "| routed, 1 stage (router calls the stage) | 10,920 |" in bus
-    assert "≥ 0.4× raw with failure handling intact): met (0.420× raw" in bus
+    assert "| routed, 1 stage (router calls the stage) | 10,920 | 2,400 | 4,800 |" in bus
+    assert "as a ratio of capacities): **not met** (0.280× raw; raw NATS 39,000 req/s" in bus
+    assert "| routed, 1 stage (router calls the stage) | 10,920 | 13,650 | 0.41 | **0.28** |" in (
+        bus
+    )
+    assert "at least 99% of the requests offered got a correct reply within 2.0 s" in bus
+    assert "p99 from the scheduled send is at most 100 ms" in bus
     # The open-loop table: an overloaded point with timeouts shows p99 at the bound.
-    assert "| 39,000 | 26,000 | 1.35 | ≥ 2,000 | 0 | 7 | 0.41 |" in bus
-    assert "raw NATS (echo): up to 26,000 req/s" in bus
+    assert "| 48,750 | 39,000 | 1.12 | ≥ 2,000 | 0 | 7 | 0.41 | **no** |" in bus
     breaker = _section(doc, "Shared circuit breakers")
     assert "**not met**, the slowest of 150 samples 61.20 ms" in breaker
     chaos = _section(doc, "Chaos")
@@ -58,6 +62,10 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     assert "`llm-kill`: not run, its model is not pulled" in chaos
     assert "went from 0.533 to 0.123" in chaos
     headline = _section(doc, "Headline")
+    assert (
+        "| routed 1-stage capacity ≥ 0.4× raw NATS capacity (open loop) | 0.280× raw | **not met** |"
+        in headline
+    )
     assert "| breaker: every router sees an OPEN ≤ 50 ms | max 61.20 ms | **not met** |" in (
         headline
     )
@@ -76,6 +84,41 @@ def test_the_held_herd_verdict_is_judged_on_the_simulated_figure() -> None:
     assert "`hecate-queue` ≤ 1.05: **not met**" in _section(doc, "A thundering herd")
     assert "| herd: `hecate-queue` ≤ 1.05 attempts per success | 1.40 attempts | **not met** |" in (
         _section(doc, "Headline")
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "shown", "verdict"),
+    [
+        (0.42, "exact", "0.420× raw", "met"),
+        (0.28, "exact", "0.280× raw", "**not met**"),
+        (0.28, "at_most", "≤ 0.280× raw", "**not met**"),  # raw's capacity only a floor
+        (0.45, "at_most", "≤ 0.450× raw", "not measured"),  # could be below the target
+        (0.45, "at_least", "≥ 0.450× raw", "met"),
+        (0.30, "at_least", "≥ 0.300× raw", "not measured"),
+        (0.30, "unknown", "? 0.300× raw", "not measured"),
+    ],
+)
+def test_the_bus_verdict_follows_what_the_ratio_is(
+    value: float, kind: str, shown: str, verdict: str
+) -> None:
+    saved = results()
+    saved["bus"]["report"].update(ratio_1=value, ratio_1_is=kind)
+    headline = _section(render(saved), "Headline")
+    assert (
+        f"| routed 1-stage capacity ≥ 0.4× raw NATS capacity (open loop) | {shown} | {verdict} |"
+        in (headline)
+    )
+
+
+def test_a_generator_that_lagged_where_raw_failed_makes_raw_a_floor() -> None:
+    saved = results()
+    saved["bus"]["report"]["capacity"]["raw"]["send_lag_p99_us_at_failure"] = 80_000.0
+    saved["bus"]["report"]["capacity"]["raw"]["exact"] = False
+    bus = _section(render(saved), "The bus")
+    assert (
+        "| raw NATS request/reply (echo) | ≥ 39,000 | 48,750 | 80.00 (generators lagging) | 1 |"
+        in (bus)
     )
 
 

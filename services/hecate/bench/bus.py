@@ -1,19 +1,28 @@
 """``hecate bench bus``: routed requests against raw NATS request/reply, same run.
 
-Everything runs as separate processes on one embedded nats-server: an echo responder
-(the raw baseline), one router and the nodes of a 1-stage or a 3-stage pipeline (the
-plan is written to KV directly, as any valid plan writer may). The load comes from this
-process: ``inflight`` concurrent requesters for ``seconds`` each. Reported: requests per
-second and p50/p99 latency, and routed throughput as a ratio of raw. Nodes run the
-``null`` executor by default (no arithmetic), so the ratio prices the bus path alone;
-``--executor toy`` adds the built-in model's compute. Every process uses uvloop when
-it is installed, the raw echo included.
+Everything runs as separate processes on one embedded nats-server per configuration: an
+echo responder (the raw baseline), or one router and the nodes of a 1-stage or a
+3-stage pipeline (the plan is written to KV directly, as any valid plan writer may).
+Nodes run the ``null`` executor by default (no arithmetic), so a ratio prices the bus
+path alone; ``--executor toy`` adds the built-in model's compute. Every process runs on
+uvloop, the echo and the load generators included.
 
-Then, for raw, routed 1-stage and routed 3-stage chained (``sweep``), an open-loop
-sweep: a fixed rate offered for a few seconds, at fractions of that configuration's
-closed-loop throughput up to overload (10 % to 120 %), with latency counted from each
-request's scheduled send time (:mod:`hecate.bench.openloop`). Reported per rate: the
-throughput achieved, p50/p99 latency, failed and timed-out requests.
+Two measurements, and only the second gives ratios:
+
+* **Closed loop**: this process keeps ``inflight`` requests in flight for ``seconds``,
+  the configurations taking turns for ``rounds`` rounds (median round reported):
+  latency at a fixed concurrency. One generator process with a request/reply future
+  per request is its own limit for raw NATS, so its throughput is not a capacity and
+  no ratio is taken from it.
+* **Capacity, open loop**: per configuration, :class:`hecate.bench.openloop.CapacitySearch`
+  offers fixed rates from ``generators`` processes (:mod:`hecate.bench.generators`),
+  latency counted from each request's scheduled send, and keeps the highest rate
+  served in full (:func:`hecate.bench.openloop.served_in_full`). The climb starts near
+  the closed-loop figure and goes on until two rates in a row fail, so it reaches past
+  raw's capacity whatever the closed loop said. The configurations take turns rate by
+  rate, so a slow minute of the machine falls on all of them. Every throughput ratio
+  (routed ÷ raw, secure ÷ open) is a ratio of these capacities. Only correct replies
+  count, in both measurements.
 """
 
 from __future__ import annotations
@@ -22,19 +31,19 @@ import asyncio
 import datetime
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import nats
 
-from hecate.bench.openloop import ladder, offer
+from hecate.bench.generators import Generators, run_on_uvloop
+from hecate.bench.openloop import OK_SHARE, P99_BOUND_MS, CapacitySearch, served_in_full
 from hecate.bus import kv as kvs
 from hecate.bus.credentials import Credentials
 from hecate.bus.secure import SecureBus, prepare
@@ -87,9 +96,10 @@ async def _drive(
             except Exception:
                 failures += 1
                 continue
+            if check and not _routed_ok(msg.data):
+                failures += 1  # an error reply is not throughput
+                continue
             latencies.append(time.perf_counter() - t0)
-            if check and not msgspec.json.decode(msg.data, type=InferReply).ok:
-                failures += 1
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(inflight)))
@@ -157,9 +167,44 @@ CONFIGURATIONS = {  # label: (stages, dispatch); 0 stages is the raw echo
 }
 # On a locked-down bus: TLS, and each process logs in as its role (``hecate up --secure``).
 SECURE = frozenset({"routed_1_secure"})
-SWEPT = ("raw", "routed_1", "routed_3_chain")
-SWEEP_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.2, 1.5)
-QUICK_SWEEP_FRACTIONS = (0.25, 0.7, 1.2)
+RATIOS = {  # ratio name: (numerator, denominator), both capacities
+    "ratio_1": ("routed_1", "raw"),
+    "ratio_3": ("routed_3", "raw"),
+    "ratio_3_chain": ("routed_3_chain", "raw"),
+    "ratio_1_secure": ("routed_1_secure", "raw"),
+    "secure_over_open": ("routed_1_secure", "routed_1"),
+}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How the capacity search offers load, as fractions of a configuration's
+    closed-loop throughput (only a starting point: the climb goes on until two rates in
+    a row fail, or ``ceiling`` times that throughput)."""
+
+    low: tuple[float, ...] = (0.1, 0.5)  # below capacity: the latency curve
+    start: float = 0.8
+    step: float = 1.25
+    misses: int = 2
+    refine: int = 2
+    ceiling: float = 20.0
+
+    def search(self, closed_rps: float) -> CapacitySearch:
+        base = max(closed_rps, 10.0)
+        return CapacitySearch(
+            start=base * self.start,
+            step=self.step,
+            misses=self.misses,
+            refine=self.refine,
+            low=tuple(base * f for f in self.low),
+            ceiling=base * self.ceiling,
+        )
+
+
+SWEEP = Sweep()
+QUICK_SWEEP = Sweep(low=(0.5,), start=0.8, step=1.6, misses=1, refine=0, ceiling=8.0)
+GENERATORS = 2  # load generator processes per configuration for the open loop
+LAGGING_US = P99_BOUND_MS * 1000 / 2  # a generator this late spent half the budget itself
 
 
 def _start(
@@ -246,6 +291,7 @@ class _Setup:
         return cls(label, server, procs, subject, body, routed, creds)
 
     async def drive(self, inflight: int, seconds: float) -> dict[str, float]:
+        """The closed loop against this configuration."""
         return await _drive(
             self.url, self.subject, self.body, inflight, seconds, self.routed, self.creds
         )
@@ -262,6 +308,42 @@ def _routed_ok(data: bytes) -> bool:
         return False
 
 
+def capacity(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """A configuration's capacity from its swept points: the highest offered rate served
+    in full, and whether that is the path's limit (``exact``: a rate above it failed
+    while the generators kept to their schedule) or only a floor (``at_least``: the
+    search stopped at its ceiling, or the generators lagged where the path failed)."""
+    served = [p["offered_rps"] for p in points if p["served_in_full"]]
+    best = max(served, default=None)
+    above = sorted(
+        (p for p in points if not p["served_in_full"] and p["offered_rps"] > (best or 0.0)),
+        key=lambda p: p["offered_rps"],
+    )
+    lag = above[0]["send_lag_p99_us"] if above else None
+    lagging = lag is not None and lag > LAGGING_US
+    return {
+        "rps": best,
+        "exact": bool(above) and not lagging and best is not None,
+        "failed_at_rps": above[0]["offered_rps"] if above else None,
+        "send_lag_p99_us_at_failure": lag,
+    }
+
+
+def ratio(top: dict[str, Any], bottom: dict[str, Any]) -> tuple[float | None, str]:
+    """``top`` ÷ ``bottom`` capacities and what the figure is: ``exact``, ``at_most``
+    (the divisor is only a floor), ``at_least`` (the dividend is), or ``unknown``."""
+    if not top["rps"] or not bottom["rps"]:
+        return None, "unknown"
+    value = round(top["rps"] / bottom["rps"], 3)
+    kind = {
+        (True, True): "exact",
+        (True, False): "at_most",
+        (False, True): "at_least",
+        (False, False): "unknown",
+    }[(top["exact"], bottom["exact"])]
+    return value, kind
+
+
 def run_bus_bench(
     *,
     seconds: float = 3.0,
@@ -269,85 +351,96 @@ def run_bus_bench(
     layers: int = 3,
     executor: str = "null",
     configurations: tuple[str, ...] = tuple(CONFIGURATIONS),
-    sweep: tuple[float, ...] = SWEEP_FRACTIONS,
+    sweep: Sweep | None = SWEEP,
     sweep_seconds: float = 3.0,
     timeout_s: float = 2.0,
     rounds: int = 3,
+    generators: int = GENERATORS,
 ) -> dict[str, Any]:
-    """Closed loop (``inflight`` requesters, ``seconds`` per configuration per round, the
-    configurations interleaved for ``rounds`` rounds; each figure is the median round and
-    each ratio the median of the rounds' ratios), then, for the
-    ``SWEPT`` ones, an open-loop sweep offering each fraction of ``sweep`` of that
-    configuration's closed-loop throughput for ``sweep_seconds``."""
+    """The closed loop (``inflight`` requesters, ``seconds`` per configuration per
+    round, the configurations interleaved for ``rounds`` rounds; each figure the median
+    round), then, unless ``sweep`` is ``None``, every configuration's capacity in open
+    loop (``sweep_seconds`` per offered rate, ``generators`` processes) and the ratios
+    of those capacities."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="WARNING")
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
     out: dict[str, Any] = {}
     swept: dict[str, list[dict[str, Any]]] = {}
     setups: list[_Setup] = []
+    loads: dict[str, Generators] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            # Every configuration stands at once (idle ones cost next to nothing), so the
-            # closed loop can interleave them round by round: a ratio compares figures
-            # taken minutes, not seconds, apart only if the machine's speed held still.
+            # Every configuration stands at once (idle ones cost next to nothing), so
+            # both measurements can interleave them: a ratio compares figures taken
+            # seconds, not minutes, apart, on a machine whose speed drifts.
             for label in configurations:
                 setups.append(_Setup.start(label, Path(tmp), layers, executor, env))
             for st in setups:
-                asyncio.run(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
-                asyncio.run(st.drive(inflight, 0.5))  # warm up
+                run_on_uvloop(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                run_on_uvloop(st.drive(inflight, 0.5))  # warm up
             runs: dict[str, list[dict[str, float]]] = {st.label: [] for st in setups}
             for _ in range(rounds):
                 for st in setups:
-                    runs[st.label].append(asyncio.run(st.drive(inflight, seconds)))
+                    runs[st.label].append(run_on_uvloop(st.drive(inflight, seconds)))
             for label, figures in runs.items():
                 by_rps = sorted(figures, key=lambda f: f["rps"])
                 out[label] = {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
-            for st in setups:
-                if st.label in SWEPT and sweep:
+            if sweep is not None:
+                searches = {st.label: sweep.search(out[st.label]["rps"]) for st in setups}
+                for st in setups:
+                    loads[st.label] = Generators(
+                        st.url,
+                        st.subject,
+                        st.body,
+                        count=generators,
+                        routed=st.routed,
+                        env=env,
+                        creds=st.creds,
+                    )
                     swept[st.label] = []
-                    for rate in ladder(out[st.label]["rps"], sweep):
-                        point = offer(
-                            st.url,
-                            st.subject,
-                            st.body,
-                            rate=rate,
-                            seconds=sweep_seconds,
-                            timeout_s=timeout_s,
-                            judge=_routed_ok if st.routed else None,
-                        )
-                        swept[st.label].append(asyncio.run(point))
-                        time.sleep(0.2)  # let any backlog drain before the next rate
+                while True:
+                    offered = False
+                    for st in setups:  # one rate each, in turn
+                        rate = searches[st.label].next()
+                        if rate is None:
+                            continue
+                        offered = True
+                        point = loads[st.label].offer(rate, sweep_seconds, timeout_s)
+                        point["served_in_full"] = served_in_full(point)
+                        searches[st.label].record(rate, point["served_in_full"])
+                        swept[st.label].append(point)
+                        # A backlog left by an overload must not slow the next turn:
+                        # a request answered now has nothing queued ahead of it.
+                        run_on_uvloop(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                    if not offered:
+                        break
         finally:
+            for load in loads.values():
+                load.stop()
             for st in setups:
                 st.stop()
-    for label, ratio in (
-        ("routed_1", "ratio_1"),
-        ("routed_3", "ratio_3"),
-        ("routed_3_chain", "ratio_3_chain"),
-        ("routed_1_secure", "ratio_1_secure"),
-    ):
-        if "raw" in runs and label in runs:
-            per_round = [
-                round(a["rps"] / b["rps"], 3) if b["rps"] else 0.0
-                for a, b in zip(runs[label], runs["raw"], strict=True)
-            ]
-            out[ratio] = statistics.median(per_round)
-            out[f"{ratio}_rounds"] = per_round
-    if "routed_1" in runs and "routed_1_secure" in runs:
-        out["secure_over_open"] = statistics.median(
-            round(a["rps"] / b["rps"], 3) if b["rps"] else 0.0
-            for a, b in zip(runs["routed_1_secure"], runs["routed_1"], strict=True)
-        )
     if swept:
-        out["sweep"] = swept
+        out["sweep"] = {
+            label: sorted(points, key=lambda p: p["offered_rps"]) for label, points in swept.items()
+        }
+        caps = {label: capacity(points) for label, points in swept.items()}
+        out["capacity"] = caps
+        for name, (top, bottom) in RATIOS.items():
+            if top in caps and bottom in caps:
+                out[name], out[f"{name}_is"] = ratio(caps[top], caps[bottom])
     out["meta"] = {
         "inflight": inflight,
         "seconds": seconds,
         "rounds": rounds,
         "layers": layers,
         "executor": executor,
-        "sweep_fractions": list(sweep),
+        "ratio_basis": "open-loop capacity" if swept else "none: the sweep did not run",
+        "sweep": None if sweep is None else asdict(sweep),
         "sweep_seconds": sweep_seconds,
         "sweep_timeout_s": timeout_s,
+        "generators": generators,
+        "served_in_full": {"ok_share": OK_SHARE, "p99_bound_ms": P99_BOUND_MS},
+        "lagging_us": LAGGING_US,
         "dispatch": "routed_*: the router calls each stage in turn (hop); routed_3_chain: "
         "nodes forward to each other; both correlate replies, no task per request",
         "python": platform.python_version(),

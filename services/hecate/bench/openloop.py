@@ -21,8 +21,19 @@ Counted honestly, per offered rate:
   improves by losing requests; ``p99_capped`` says when p99 is that bound;
 * ``send_lag_p99_us``: how late the generator itself sent, the precision of the run.
 
-The arithmetic (:func:`due`, :func:`ladder`, :func:`summarize`) is pure; :func:`offer`
-is the I/O shell around it.
+A path's **capacity** is the highest offered rate it serves in full
+(:func:`served_in_full`: at least 99 % of the requests offered answered correctly, and
+p99 from the scheduled send within a bound, so a queue that grows through the window
+fails it), found by :class:`CapacitySearch`: climb by a fixed factor until two rates in
+a row fail, then bisect between the best rate served and the failure above it.
+
+Several generator processes can share one offered rate (:func:`share`: generator ``k``
+of ``n`` sends requests ``k, k + n, k + 2n, ...`` of the one schedule), so one
+process's limit never passes for the path's; :mod:`hecate.bench.generators` runs them.
+
+The arithmetic (:func:`due`, :func:`share`, :func:`summarize`,
+:func:`served_in_full`, :class:`CapacitySearch`) is pure; :func:`offer_share` is the I/O
+shell around it.
 """
 
 from __future__ import annotations
@@ -31,12 +42,14 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import nats
+from nats.aio.client import Client
 
 SPIN_S = 0.0015  # closer than this to the next send, yield instead of sleeping
+OK_SHARE = 0.99  # served in full: at least this share of the offered requests answered ok
+P99_BOUND_MS = 100.0  # ... and p99 from the scheduled send within this
 
 
 def due(elapsed_s: float, rate: float, total: int) -> int:
@@ -47,10 +60,10 @@ def due(elapsed_s: float, rate: float, total: int) -> int:
     return min(total, math.floor(elapsed_s * rate + 1e-9) + 1)
 
 
-def ladder(capacity_rps: float, fractions: Sequence[float]) -> list[float]:
-    """Offered rates as fractions of a measured capacity, rounded to whole requests/s
-    (at least 1)."""
-    return [float(max(1, round(capacity_rps * f))) for f in fractions]
+def share(total: int, index: int, of: int) -> range:
+    """The requests of a ``total``-request schedule that generator ``index`` of ``of``
+    sends: every ``of``-th, starting at its own index."""
+    return range(index, total, of)
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -111,53 +124,142 @@ def summarize(
 Judge = Callable[[bytes], bool]  # is this reply's payload a correct answer?
 
 
-async def offer(
-    url: str,
+async def offer_share(
+    nc: Client,
     subject: str,
     body: bytes,
     *,
     rate: float,
     seconds: float,
-    timeout_s: float = 2.0,
+    timeout_s: float,
+    start: float,
+    index: int = 0,
+    of: int = 1,
     judge: Judge | None = None,
-) -> dict[str, Any]:
-    """Offer ``rate`` requests/s to ``subject`` for ``seconds``; wait for the stragglers
-    up to ``timeout_s`` after the last scheduled send; return :func:`summarize`'s
-    figures. ``judge`` decides whether a reply is a success (default: any payload)."""
-    nc = await nats.connect(url)
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[int, float], dict[int, Reply]]:
+    """Send this generator's :func:`share` of ``rate`` requests/s for ``seconds``, the
+    schedule starting at ``start`` (on ``clock``, which must be the same in every
+    generator: ``time.monotonic`` is system-wide on Linux); wait for the stragglers up
+    to ``timeout_s`` after the last scheduled send. Returns, by request index, when each
+    request left and its first reply (seconds from ``start``). ``judge`` decides whether
+    a reply's payload is a success (default: any payload)."""
     prefix = nc.new_inbox()
     replies: dict[int, Reply] = {}
     total = max(1, int(rate * seconds))
-    sent_at: list[float] = []
-    clock = time.perf_counter
-    start = clock() + 0.01
+    mine = share(total, index, of)
+    sent_at: dict[int, float] = {}
 
     async def on_reply(msg: Any) -> None:
         at = clock() - start
-        index = int(msg.subject.rsplit(".", 1)[1])
-        if index in replies:
+        i = int(msg.subject.rsplit(".", 1)[1])
+        if i in replies:
             return
         status = (msg.headers or {}).get("Status")
         good = not status and (judge is None or judge(msg.data))
-        replies[index] = Reply(at, good)
+        replies[i] = Reply(at, good)
 
     sub = await nc.subscribe(prefix + ".*", cb=on_reply)
     await nc.flush()
     try:
-        while len(sent_at) < total:
+        position = 0  # into ``mine``
+        while position < len(mine):
             elapsed = clock() - start
-            for i in range(len(sent_at), due(elapsed, rate, total)):
+            due_now = due(elapsed, rate, total)
+            while position < len(mine) and mine[position] < due_now:
+                i = mine[position]
                 await nc.publish(subject, body, reply=f"{prefix}.{i}")
-                sent_at.append(clock() - start)
-            wait = len(sent_at) / rate - (clock() - start)
+                sent_at[i] = clock() - start
+                position += 1
+            if position == len(mine):
+                break
+            wait = mine[position] / rate - (clock() - start)
             # The event loop's timers are coarse (about 1 ms): sleep most of the gap,
             # then yield until the send is due, still serving replies meanwhile.
             await asyncio.sleep(wait - SPIN_S if wait > 2 * SPIN_S else 0)
         await nc.flush()
         end = start + (total - 1) / rate + timeout_s
-        while len(replies) < total and clock() < end:
+        while len(replies) < len(mine) and clock() < end:
             await asyncio.sleep(0.01)
     finally:
         await sub.unsubscribe()
-        await nc.close()
-    return summarize(rate, seconds, timeout_s, sent_at, dict(replies))
+    return sent_at, dict(replies)
+
+
+def served_in_full(
+    point: dict[str, Any], *, p99_bound_ms: float = P99_BOUND_MS, ok_share: float = OK_SHARE
+) -> bool:
+    """Whether an offered rate was served in full: at least ``ok_share`` of the requests
+    offered answered correctly within the timeout, and p99 (from the scheduled send,
+    a failed or lost request counting as the timeout) at most ``p99_bound_ms``. Over a
+    window of W seconds, a rate x above capacity builds a queue whose last requests wait
+    about x W, so the bound also says how far past capacity a served rate can be."""
+    sent = int(point["sent"])
+    return sent > 0 and point["ok"] >= ok_share * sent and point["p99_us"] <= p99_bound_ms * 1000
+
+
+@dataclass
+class CapacitySearch:
+    """The highest rate served in full, searched without I/O: :meth:`next` says which
+    rate to offer, :meth:`record` what came of it.
+
+    First the ``low`` rates (for the latency curve), then a climb from ``start`` by
+    ``step`` until ``misses`` rates in a row fail (or ``ceiling`` is passed), then
+    ``refine`` geometric bisections between the best rate served and the lowest failed
+    rate above it. A failure below a later success (a hiccup of a shared machine) does
+    not end the climb by itself; the capacity is the highest rate served."""
+
+    start: float
+    step: float = 1.25
+    misses: int = 2
+    refine: int = 2
+    low: tuple[float, ...] = ()
+    ceiling: float = 1e6
+    tried: list[tuple[float, bool]] = field(default_factory=list)
+    _queue: list[float] = field(default_factory=list)
+    _climb: float = 0.0
+    _missed: int = 0
+    _refined: int = 0
+    _climbing: bool = True
+
+    def __post_init__(self) -> None:
+        self._queue = [round(r) for r in self.low]
+        self._climb = float(round(self.start))
+
+    @property
+    def capacity(self) -> float | None:
+        """The highest rate served in full so far (``None``: none was)."""
+        return max((r for r, ok in self.tried if ok), default=None)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether a failed rate lies above the capacity: the search found the limit,
+        rather than stopping at its ceiling."""
+        best = self.capacity or 0.0
+        return any(not ok and r > best for r, ok in self.tried)
+
+    def record(self, rate: float, ok: bool) -> None:
+        self.tried.append((rate, ok))
+        if self._climbing and rate == self._climb:
+            self._missed = 0 if ok else self._missed + 1
+            self._climb = float(round(self._climb * self.step))
+            if self._missed >= self.misses or self._climb > self.ceiling:
+                self._climbing = False
+
+    def next(self) -> float | None:
+        """The next rate to offer, or ``None`` when the search is done."""
+        if self._queue:
+            return float(self._queue.pop(0))
+        if self._climbing:
+            return self._climb
+        if self._refined >= self.refine or not self.bounded:
+            return None
+        best = self.capacity or 0.0
+        above = min(r for r, ok in self.tried if not ok and r > best)
+        if best <= 0:
+            return None
+        middle = float(round(math.sqrt(best * above)))
+        if middle in (best, above) or any(r == middle for r, _ in self.tried):
+            return None
+        self._refined += 1
+        return middle

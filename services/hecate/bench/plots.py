@@ -91,7 +91,9 @@ def herd(
 SWEEP_LABELS = {
     "raw": ("raw NATS (echo)", "#4c72b0", "o"),
     "routed_1": ("routed, 1 stage", "#dd8452", "s"),
+    "routed_3": ("routed, 3 stages (hop)", "#8172b2", "v"),
     "routed_3_chain": ("routed, 3 stages (chain)", "#55a868", "^"),
+    "routed_1_secure": ("routed, 1 stage, locked-down bus", "#937860", "D"),
 }
 
 
@@ -100,7 +102,8 @@ def bus_load(
 ) -> None:
     """The open-loop sweep: achieved throughput and p99 latency against the offered
     rate, raw NATS beside the routed configurations. A p99 at the timeout (requests
-    failed or timed out) is drawn hollow: the real figure is at least that."""
+    failed or timed out) is drawn hollow: the real figure is at least that. Each
+    configuration's capacity (the highest rate served in full) is ringed."""
     plt = pyplot()
     sweep: dict[str, list[dict[str, Any]]] = report["sweep"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
@@ -111,6 +114,12 @@ def bus_load(
         top = max(top, *offered)
         left.plot(offered, [p["achieved_rps"] for p in points], f"-{marker}", color=colour)
         left.plot([], [], f"-{marker}", color=colour, label=name)
+        best = (report.get("capacity") or {}).get(label, {}).get("rps")
+        at = [p for p in points if p["offered_rps"] == best]
+        if at:
+            left.scatter(
+                [best], [at[0]["achieved_rps"]], s=140, facecolors="none", edgecolors="black"
+            )
         right.plot(offered, [p["p99_us"] / 1000 for p in points], f"-{marker}", color=colour)
         capped = [p for p in points if p["p99_capped"]]
         if capped:

@@ -83,13 +83,13 @@ def _run_suite(args: argparse.Namespace) -> object:
 
         return run_herd_bench(seeds=2 if args.quick else 5)
     if args.suite == "bus":
-        from hecate.bench.bus import QUICK_SWEEP_FRACTIONS, SWEEP_FRACTIONS, run_bus_bench
+        from hecate.bench.bus import QUICK_SWEEP, SWEEP, run_bus_bench
 
         return run_bus_bench(
             seconds=1.0 if args.quick else 3.0,
             rounds=1 if args.quick else 3,
             executor=args.executor,
-            sweep=QUICK_SWEEP_FRACTIONS if args.quick else SWEEP_FRACTIONS,
+            sweep=QUICK_SWEEP if args.quick else SWEEP,
             sweep_seconds=1.0 if args.quick else 3.0,
         )
     from hecate.bench.core import run_core_bench
