@@ -43,7 +43,10 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     doc = render(results())
     core = _section(doc, "Swarm core")
     assert "| 8 × 4 | 0.62 | 1.10 | 0.20 | 3.1 |" in core
-    assert "met (p50 0.62 µs, a margin of 8.0x)" in core
+    assert (
+        "met (p50 0.62 µs idle, 2.10 µs with requests in flight, a margin of 2.4x on the slower)"
+        in core
+    )
     bus = _section(doc, "The bus")
     assert "| routed, 1 stage (router calls the stage) | 10,920 | 2,400 | 4,800 |" in bus
     assert "as a ratio of capacities): **not met** (0.280× raw; raw NATS 39,000 req/s" in bus
@@ -63,9 +66,9 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     assert "went from 0.533 to 0.123" in chaos
     headline = _section(doc, "Headline")
     assert (
-        "| routed 1-stage capacity ≥ 0.4× raw NATS capacity (open loop) | 0.280× raw | **not met** |"
-        in headline
-    )
+        "| routed 1-stage capacity ≥ 0.4× raw NATS capacity (open loop) "
+        "| 0.280× raw | **not met** |"
+    ) in headline
     assert "| breaker: every router sees an OPEN ≤ 50 ms | max 61.20 ms | **not met** |" in (
         headline
     )
@@ -120,6 +123,18 @@ def test_a_generator_that_lagged_where_raw_failed_makes_raw_a_floor() -> None:
         "| raw NATS request/reply (echo) | ≥ 39,000 | 48,750 | 80.00 (generators lagging) | 1 |"
         in (bus)
     )
+
+
+def test_the_routing_decision_is_judged_loaded_as_well_as_idle() -> None:
+    headline = _section(render(results()), "Headline")
+    assert (
+        "| routing decision at 8 × 4 ≤ 5 µs, idle and loaded "
+        "| p50 0.62 µs idle, 2.10 µs with requests in flight | met |"
+    ) in headline
+    slow = results()
+    slow["core"]["report"]["route_inflight_us"]["8x4"] = {"p50": 6.5, "p99": 9.0}
+    headline = _section(render(slow), "Headline")
+    assert "| p50 0.62 µs idle, 6.50 µs with requests in flight | **not met** |" in headline
 
 
 def test_a_suite_that_did_not_run_says_so() -> None:

@@ -51,9 +51,20 @@ def section_core(env: Doc, img: str) -> tuple[str, list[Target]]:
         ],
     )
     p50 = route.get("8x4", {}).get("p50")
-    met_route = None if p50 is None else p50 <= CORE_TARGET_US
-    route_figure = "–" if p50 is None else f"p50 {num(p50, 2)} µs"
-    margin = "" if not p50 else f", a margin of {num(CORE_TARGET_US / p50, 1)}x"
+    loaded = r["route_inflight_us"].get("8x4", {}).get("p50")
+    # A router serving traffic has its own requests in flight: the target holds only if
+    # the decision stays within it then too, not just on an idle router.
+    met_route = None if p50 is None or loaded is None else max(p50, loaded) <= CORE_TARGET_US
+    route_figure = (
+        "–"
+        if p50 is None or loaded is None
+        else f"p50 {num(p50, 2)} µs idle, {num(loaded, 2)} µs with requests in flight"
+    )
+    margin = (
+        ""
+        if not p50 or not loaded
+        else f", a margin of {num(CORE_TARGET_US / max(p50, loaded), 1)}x on the slower"
+    )
     first, last = route[shapes[0]]["p50"], route[shapes[-1]]["p50"]
     growth = (
         "grows with the number of pipelines"
@@ -85,7 +96,9 @@ each batch's mean is one sample, {meta["samples"]:,} samples per shape.
 
 {decisions}
 
-Target (issue: ≤ {CORE_TARGET_US:g} µs at 8 × 4): {verdict(met_route)} ({route_figure}{margin}).
+Target (issue: ≤ {CORE_TARGET_US:g} µs at 8 × 4, idle and with this router's own requests
+in flight on every pipeline, the second table below): {verdict(met_route)}
+({route_figure}{margin}).
 The decision costs {span(list(over.values()), 1)} times the allocation of its own
 result, and {growth} (p50 {num(first, 2)} µs at
 {shape(shapes[0])}, {num(last, 2)} µs at {shape(shapes[-1])}).
@@ -118,7 +131,7 @@ Target (issue: a plan for 1,000 nodes ≤ {PLAN_TARGET_MS:g} ms): {verdict(met_p
 These figures involve no network; the bus figures follow.
 """
     targets = [
-        Target("routing decision at 8 × 4 ≤ 5 µs", route_figure, met_route),
+        Target("routing decision at 8 × 4 ≤ 5 µs, idle and loaded", route_figure, met_route),
         Target("a plan for 1,000 nodes ≤ 50 ms", plan_figure, met_plan),
     ]
     return text, targets
