@@ -12,7 +12,9 @@ import nats
 from nats.aio.client import Client
 
 from hecate.bus.server import NatsServer
+from hecate.chaos.acceptance import classify
 from hecate.client import HecateClient
+from hecate.client.sdk import Attempt
 from hecate.model import reference
 from hecate.resilience.backoff import SeedPolicy
 from hecate.wire.messages import InferReply, InferRequest
@@ -54,9 +56,11 @@ async def test_a_retried_request_is_not_executed_twice(
     start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, routers=1)
     await wait_until_serving(client, "ncm-base")
     sdk = HecateClient(client)
-    a = await sdk.infer("ncm-base", "exactly once", request_id="req-42")
+    sends: list[Attempt] = []
+    a = await sdk.infer("ncm-base", "exactly once", request_id="req-42", on_attempt=sends.append)
     b = await sdk.infer("ncm-base", "exactly once", request_id="req-42")  # a client retry
     assert a.ok
+    assert sends == [Attempt(1, replied=True, code="")]
     assert a == b
     assert a.output == reference("ncm-base", 12, "exactly once", 16)
     counters = await router_counters(client)
@@ -71,7 +75,11 @@ async def test_with_no_router_the_client_fails_fast_once_its_breaker_opens(
     sdk = HecateClient(
         nc, timeout_s=0.5, max_attempts=1, breaker_threshold=3, breaker_cooldown_s=30
     )
-    codes = [(await sdk.infer("ncm-base", f"anyone {i}")).error for i in range(5)]
+    sends: list[list[Attempt]] = [[] for _ in range(5)]
+    codes = [
+        (await sdk.infer("ncm-base", f"anyone {i}", on_attempt=sends[i].append)).error
+        for i in range(5)
+    ]
     await nc.close()
     assert [c.code if c else None for c in codes] == [
         "client_no_router",
@@ -80,6 +88,35 @@ async def test_with_no_router_the_client_fails_fast_once_its_breaker_opens(
         "client_breaker_open",
         "client_breaker_open",
     ]
+    # What went out on the wire: one unanswered send each, then nothing at all.
+    assert [[(a.replied, a.code) for a in s] for s in sends] == [
+        [(False, "client_no_router")],
+        [(False, "client_no_router")],
+        [(False, "client_no_router")],
+        [],
+        [],
+    ]
+
+
+async def test_a_call_the_client_breaker_cuts_short_after_silence_is_lost(
+    nats_server: NatsServer,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    sdk = HecateClient(
+        nc,
+        timeout_s=0.5,
+        max_attempts=4,
+        policy=SeedPolicy(1),
+        breaker_threshold=2,
+        breaker_cooldown_s=30,
+    )
+    sends: list[Attempt] = []
+    reply = await sdk.infer("ncm-base", "anyone?", on_attempt=sends.append)
+    await nc.close()
+    assert reply.error is not None
+    assert reply.error.code == "client_breaker_open"  # the client's last word...
+    assert [a.replied for a in sends] == [False, False]  # ...after two unanswered sends
+    assert classify(reply.ok, False, sends, reply.error.code) == ("lost", "client_breaker_open")
 
 
 async def test_a_retry_reaching_another_replica_is_answered_by_the_owner_not_run_again(

@@ -5,10 +5,14 @@ Each of ``workers`` callers sends one request at a time through :class:`HecateCl
 started and ended and what came back:
 
 * ``ok``: the answer equals the reference computation for the model that answered (the
-  toy network is deterministic; a degraded answer is checked against the reserve);
+  toy network is deterministic; a degraded answer is checked against the reserve, and
+  counted apart);
 * ``wrong``: any other answer;
-* ``error``: an explicit error reply from the swarm (or the client's own breaker);
-* ``lost``: no reply at all, after every attempt (``client_timeout``/``client_no_router``).
+* ``error``: the swarm's last word was an explicit error reply;
+* ``lost``: the last send got no reply at all, whatever the client decided afterwards
+  (its breaker refusing further sends does not make silence an error).
+
+See :mod:`hecate.chaos.acceptance` for how these figures are judged.
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ from typing import Any
 import numpy as np
 from nats.aio.client import Client
 
+from hecate.chaos.acceptance import answered_during, classify, degraded_while_intact
 from hecate.client import HecateClient
+from hecate.client.sdk import Attempt
 from hecate.wire.messages import InferReply
-
-NO_REPLY = {"client_timeout", "client_no_router"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Sample:
     status: str  # ok | wrong | error | lost
     code: str = ""
     nodes: tuple[str, ...] = ()  # the route that answered
+    degraded: bool = False  # answered by the reserve model
+    sends: int = 1  # attempts that went out on the wire
 
     @property
     def latency_ms(self) -> float:
@@ -47,6 +53,13 @@ class Record:
     faults: list[tuple[float, str]] = field(default_factory=list)  # (when, what)
     checks: dict[str, bool] = field(default_factory=dict)  # scenario-specific findings
     notes: dict[str, float] = field(default_factory=dict)  # and the figures behind them
+    # The base model's pipelines when the load began, and each node the scenario hurt
+    # (from when): an answer from the reserve beside an intact pipeline is a failure.
+    pipelines: list[tuple[str, ...]] = field(default_factory=list)
+    impaired: dict[str, float] = field(default_factory=dict)
+    # Parts off the request path taken down, (from, to): traffic must flow through them.
+    outages: list[tuple[float, float]] = field(default_factory=list)
+    failover_events: int = 0
 
     def share_via(self, node: str, start: float, end: float) -> float:
         """The fraction of answers started in [start, end) whose route used ``node``."""
@@ -57,6 +70,9 @@ class Record:
 
     def fault(self, what: str) -> None:
         self.faults.append((time.monotonic(), what))
+
+    def impair(self, node: str) -> None:
+        self.impaired.setdefault(node, time.monotonic())
 
 
 Check = Callable[[str, InferReply], bool]  # (prompt, reply) -> is the answer right?
@@ -90,17 +106,25 @@ async def run_load(
         while not stop.is_set():
             i += 1
             text = prompt(w, i)
+            sends: list[Attempt] = []
             started = time.monotonic()
-            reply = await client.infer(model, text, max_tokens=max_tokens)
+            reply = await client.infer(model, text, max_tokens=max_tokens, on_attempt=sends.append)
             ended = time.monotonic()
-            if reply.ok:
-                status = "ok" if check(text, reply) else "wrong"
-                nodes = tuple(s.node_id for s in reply.route.stages) if reply.route else ()
-                record.samples.append(Sample(started, ended, status, nodes=nodes))
-            else:
-                code = reply.error.code if reply.error else "?"
-                status = "lost" if code in NO_REPLY else "error"
-                record.samples.append(Sample(started, ended, status, code))
+            right = reply.ok and check(text, reply)
+            code = reply.error.code if reply.error else "?"
+            status, filed = classify(reply.ok, right, sends, code)
+            nodes = tuple(s.node_id for s in reply.route.stages) if reply.route else ()
+            record.samples.append(
+                Sample(
+                    started,
+                    ended,
+                    status,
+                    filed,
+                    nodes=nodes if reply.ok else (),
+                    degraded=reply.ok and reply.degraded,
+                    sends=len(sends),
+                )
+            )
 
     await asyncio.gather(*(worker(w) for w in range(workers)))
 
@@ -124,11 +148,22 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
     recover_s = max(bad_ends) - first_fault if bad_ends else 0.0
     window_end = first_fault + max(recover_s, 1.0)
     during = [s.latency_ms for s in samples if first_fault <= s.ended and s.started <= window_end]
-    codes: dict[str, int] = {}
+    codes: dict[str, dict[str, int]] = {"error": {}, "lost": {}}
     for s in samples:
-        if s.code:
-            codes[s.code] = codes.get(s.code, 0) + 1
+        if s.status in codes:
+            codes[s.status][s.code] = codes[s.status].get(s.code, 0) + 1
     count = {k: sum(1 for s in samples if s.status == k) for k in ("ok", "wrong", "error", "lost")}
+    degraded = [s.ended for s in samples if s.degraded]
+    evidence: dict[str, float] = {
+        "failover_events": float(record.failover_events),
+        "client_retries": float(sum(max(0, s.sends - 1) for s in samples)),
+        "recover_s": round(recover_s, 2),
+    }
+    outage = answered_during(
+        record.outages, ((s.started, s.ended) for s in samples if s.status == "ok")
+    )
+    if outage is not None:
+        evidence["answered_during_outages"] = float(outage)
     return {
         "scenario": scenario,
         "sent": len(samples),
@@ -136,11 +171,15 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
         "errors": count["error"],
         "lost": count["lost"],
         "wrong": count["wrong"],
+        "degraded": len(degraded),
+        "degraded_while_intact": degraded_while_intact(degraded, record.pipelines, record.impaired),
         "p99_ms": round(float(np.percentile(during, 99)), 1) if during else 0.0,
         "max_ms": round(max(during), 1) if during else 0.0,
         "recover_s": round(recover_s, 2),
         "baseline_p99_ms": round(baseline, 1),
-        "error_codes": codes,
+        "error_codes": codes["error"],
+        "lost_codes": codes["lost"],
+        "evidence": evidence,
         "faults": [what for _, what in record.faults],
         "checks": record.checks,
         "notes": record.notes,

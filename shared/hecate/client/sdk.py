@@ -13,7 +13,10 @@
   (``client_breaker_open``) instead of queueing more work on a struggling swarm.
 
 Every call returns an :class:`InferReply`; errors the client itself decides carry
-codes starting with ``client_``.
+codes starting with ``client_``. Those codes say why the client stopped, not what the
+swarm did: a call refused by the client's breaker after its sends went unanswered was
+never answered. ``on_attempt`` reports every send as it happened on the wire, for a
+caller that must tell the two apart (the chaos load counts such a call as lost).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 import nats
@@ -42,6 +46,18 @@ _reply = msgspec.json.Decoder(InferReply)
 _token = msgspec.json.Decoder(StreamToken)
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One send of a call. ``replied``: the swarm answered it (with an answer or an
+    explicit error); ``code``: that error's code, or the client's own
+    (``client_timeout``, ``client_no_router``) when nothing came back; "" for an
+    answer."""
+
+    number: int
+    replied: bool
+    code: str = ""
+
+
 def _error(code: str, message: str, request_id: str, model_id: str, attempts: int) -> InferReply:
     return InferReply(
         ok=False,
@@ -50,6 +66,10 @@ def _error(code: str, message: str, request_id: str, model_id: str, attempts: in
         model_id=model_id,
         attempts=attempts,
     )
+
+
+def _ignore(_attempt: Attempt) -> None:
+    pass
 
 
 class HecateClient:
@@ -110,11 +130,14 @@ class HecateClient:
         max_wait_ms: int = 0,
         temperature: float = 0.0,
         on_token: Callable[[StreamToken], None] | None = None,
+        on_attempt: Callable[[Attempt], None] | None = None,
     ) -> InferReply:
         """One answer or one explicit error, after at most ``max_attempts`` sends.
 
         With ``on_token``, a generative model's tokens are delivered as they are produced
-        (each index once, even across retries)."""
+        (each index once, even across retries). ``on_attempt`` is called once per send,
+        when its reply (or its absence) is known; never for a send the client's breaker
+        refused, since nothing went out."""
         request_id = request_id or uuid.uuid4().hex
         stream_to = ""
         sub = None
@@ -132,7 +155,15 @@ class HecateClient:
             sub = await self.nc.subscribe(stream_to, cb=deliver)
         try:
             return await self._infer(
-                model, prompt, max_tokens, tenant, request_id, max_wait_ms, temperature, stream_to
+                model,
+                prompt,
+                max_tokens,
+                tenant,
+                request_id,
+                max_wait_ms,
+                temperature,
+                stream_to,
+                on_attempt or _ignore,
             )
         finally:
             if sub is not None:
@@ -148,6 +179,7 @@ class HecateClient:
         max_wait_ms: int,
         temperature: float,
         stream_to: str,
+        on_attempt: Callable[[Attempt], None],
     ) -> InferReply:
         breaker = self._breaker(model)
         ticket: int | None = None
@@ -180,6 +212,7 @@ class HecateClient:
                     subjects.infer(model), body, timeout=self.timeout_s + max_wait_ms / 1000
                 )
             except NoRespondersError:
+                on_attempt(Attempt(attempt, replied=False, code="client_no_router"))
                 breaker.record_failure()
                 last = _error(
                     "client_no_router",
@@ -189,6 +222,7 @@ class HecateClient:
                     attempt,
                 )
             except NatsTimeout:
+                on_attempt(Attempt(attempt, replied=False, code="client_timeout"))
                 breaker.record_failure()
                 last = _error(
                     "client_timeout",
@@ -199,10 +233,11 @@ class HecateClient:
                 )
             else:
                 reply = _reply.decode(msg.data)
+                code = "" if reply.ok else reply.error.code if reply.error else "internal"
+                on_attempt(Attempt(attempt, replied=True, code=code))
                 if reply.ok:
                     breaker.record_success()
                     return reply
-                code = reply.error.code if reply.error else "internal"
                 if code not in RETRYABLE:
                     breaker.record_success()  # the swarm answered; the request was wrong
                     return reply
