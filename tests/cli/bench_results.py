@@ -3,6 +3,7 @@ rendering the report without running anything."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
@@ -16,7 +17,7 @@ def envelope(suite: str, report: dict[str, Any]) -> dict[str, Any]:
         "commit": "abc1234",
         "software": "nats-server 2.15.1, nats-py 2.16.0",
         "elapsed_s": 12.5,
-        "report": report,
+        "report": copy.deepcopy(report),  # a test may change its copy, never the next test's
     }
 
 

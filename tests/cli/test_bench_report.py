@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from hecate.bench.report import SUITES, render
+from hecate.bench.report import (
+    FIGURES_END,
+    FIGURES_START,
+    SUITES,
+    MarkersError,
+    figures,
+    render,
+    splice,
+)
 from hecate.cli.main import main
 from tests.cli.bench_results import results
 
@@ -213,3 +221,97 @@ def test_a_suite_that_failed_is_saved_and_reported_as_failed(
     assert "generation failed: unrecoverable" in herd
     assert "| the herd suite ran to the end | failed | **not met** |" in _section(doc, "Headline")
     assert "bench-herd.png" not in doc
+
+
+README = """# Project
+
+Some prose that must survive, with a table of its own:
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+## Figures
+
+Intro that stays.
+
+<!-- bench:figures:start -->
+An old table, with old figures.
+<!-- bench:figures:end -->
+
+Prose after the table stays too.
+"""
+
+
+def test_the_readme_figures_are_the_headline_with_its_runs() -> None:
+    block = figures(results(), doc="docs/BENCHMARKS.md")
+    lead = " ".join(block.split("\n\n")[0].split())
+    assert lead == (
+        "From the latest `make bench` run (x86_64 Test CPU, 2 cores, 2026-01-02, commit "
+        "`abc1234`); [the report](docs/BENCHMARKS.md) has the command of every figure and "
+        "how it was measured:"
+    )
+    headline = _section(render(results()), "Headline")
+    for row in block.splitlines():
+        if row.startswith("| ") and "target" not in row:
+            assert row in headline  # the same rows, figures and verdicts as the report
+    assert "| herd: `hecate-queue` ≤ 1.05 attempts per success | 1.00 attempts | met |" in block
+    assert figures(results(), doc="docs/BENCHMARKS.md") == block  # pure
+
+
+def test_the_readme_figures_say_which_suites_did_not_run() -> None:
+    block = figures(results(llm=False))
+    assert "| SmolLM2-135M: one process and across the swarm | not run (`hecate bench llm`)" in (
+        block
+    )
+    assert "No saved benchmark results" in figures({})
+
+
+def test_splicing_replaces_only_what_lies_between_the_markers() -> None:
+    out = splice(README, "| new | table |\n")
+    assert out.split(FIGURES_START)[0] == README.split(FIGURES_START)[0]
+    assert out.split(FIGURES_END)[1] == README.split(FIGURES_END)[1]
+    assert f"{FIGURES_START}\n| new | table |\n{FIGURES_END}" in out
+    assert splice(out, "| new | table |\n") == out  # idempotent
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        README.replace(FIGURES_START, ""),
+        README.replace(FIGURES_END, ""),
+        README + FIGURES_START + "\n",
+        README.replace(FIGURES_START, "@@")
+        .replace(FIGURES_END, FIGURES_START)
+        .replace("@@", FIGURES_END),
+    ],
+)
+def test_a_readme_without_sound_markers_is_refused(broken: str) -> None:
+    with pytest.raises(MarkersError):
+        splice(broken, "x")
+
+
+def test_the_report_command_rewrites_the_readme_only_between_its_markers(
+    tmp_path: Path,
+) -> None:
+    saved = tmp_path / "results"
+    saved.mkdir()
+    for suite, doc in results().items():
+        (saved / f"{suite}.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    out, img = tmp_path / "docs" / "BENCHMARKS.md", tmp_path / "docs" / "img"
+    argv = ["bench", "report", "--results", str(saved), "--doc", str(out), "--img", str(img)]
+    assert main([*argv, "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.split(FIGURES_START)[0] == README.split(FIGURES_START)[0]
+    assert text.split(FIGURES_END)[1] == README.split(FIGURES_END)[1]
+    between = text.split(FIGURES_START)[1].split(FIGURES_END)[0]
+    assert "An old table" not in between
+    assert between.strip() == figures(results(), doc="docs/BENCHMARKS.md").strip()
+    # Broken markers: the command fails with one line and writes nothing at all.
+    readme.write_text(README.replace(FIGURES_END, ""))
+    out.unlink()
+    assert main([*argv, "--readme", str(readme)]) == 2
+    assert readme.read_text() == README.replace(FIGURES_END, "")
+    assert not out.exists()

@@ -105,7 +105,8 @@ def _bench_report(args: argparse.Namespace) -> int:
     folder = Path(args.results)
     if not folder.is_dir():
         raise HecateError(f"bench report: no results folder {folder}")
-    for path in write(folder, Path(args.doc), Path(args.img)):
+    readme = Path(args.readme) if args.readme else None
+    for path in write(folder, Path(args.doc), Path(args.img), readme):
         print(path)
     return 0
 
@@ -180,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="docs/img",
         metavar="DIR",
         help="report: where the pictures go (default docs/img)",
+    )
+    bench.add_argument(
+        "--readme",
+        default=None,
+        metavar="MD",
+        help="report: also rewrite the figures table between this file's "
+        "<!-- bench:figures:start --> and <!-- bench:figures:end --> lines",
     )
     bench.set_defaults(run=_bench)
 

@@ -7,6 +7,10 @@ and is pure (results in, markdown out: every number in the prose is read from th
 :func:`write` is the I/O around it: it reads the folder, draws every picture the
 document links and writes the document. A suite with no saved result, or one that
 skipped itself (the model not pulled), gets a section that says so.
+
+The README's "Figures" table is the same headline: :func:`figures` renders it (pure)
+and :func:`splice` puts it between the README's markers (``FIGURES_START`` /
+``FIGURES_END``), leaving every other line of the README as it was.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hecate.bench.report.breaker import section_breaker
 from hecate.bench.report.bus import section_bus
@@ -24,6 +28,7 @@ from hecate.bench.report.core import section_core
 from hecate.bench.report.herd import section_herd
 from hecate.bench.report.llm import section_llm
 from hecate.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate.core import HecateError
 
 Section = Callable[[Doc, str], tuple[str, list[Target]]]
 
@@ -65,10 +70,18 @@ compared across sections.
 """
 
 
-def render(results: dict[str, Doc], img: str = "img", source: str = "build/bench") -> str:
-    """The whole document from ``results`` (suite name -> saved result); pictures are
-    linked under ``img`` (relative to the document), ``source`` names the folder the
-    results were read from."""
+FIGURES_START = "<!-- bench:figures:start -->"
+FIGURES_END = "<!-- bench:figures:end -->"
+
+
+class MarkersError(HecateError):
+    """The README has no (or broken) figures markers to write the table between."""
+
+    code: ClassVar[str] = "bench_readme_markers"
+
+
+def _sections(results: dict[str, Doc], img: str, source: str) -> tuple[list[str], list[Target]]:
+    """Every suite's section and the targets it judged, in the document's order."""
     sections: list[str] = []
     targets: list[Target] = []
     for suite, title, command, section in SUITES:
@@ -89,10 +102,22 @@ def render(results: dict[str, Doc], img: str = "img", source: str = "build/bench
         text, found = section(env, img)
         sections.append(text)
         targets += found
-    headline = table(
+    return sections, targets
+
+
+def _headline(targets: list[Target]) -> str:
+    return table(
         ["target", "this run", "verdict"],
         [[t.what, t.figure, verdict(t.met)] for t in targets],
     )
+
+
+def render(results: dict[str, Doc], img: str = "img", source: str = "build/bench") -> str:
+    """The whole document from ``results`` (suite name -> saved result); pictures are
+    linked under ``img`` (relative to the document), ``source`` names the folder the
+    results were read from."""
+    sections, targets = _sections(results, img, source)
+    headline = _headline(targets)
     summary = f"## Headline: every target against this run\n\n{headline}\n"
     if ("bench-bus-load.png", "bus") in pictures(results):
         summary += (
@@ -100,6 +125,56 @@ def render(results: dict[str, Doc], img: str = "img", source: str = "build/bench
             f"({img}/bench-bus-load.png)\n"
         )
     return reflow("\n".join([INTRO.format(source=source), summary, *sections]))
+
+
+def _runs(results: dict[str, Doc]) -> str:
+    """Machine, dates and commits of the runs, each named once, in the suites' order."""
+
+    def once(values: list[str]) -> str:
+        return ", ".join(dict.fromkeys(values))
+
+    envs = [results[suite] for suite, *_ in SUITES if suite in results]
+    machines = once([", ".join(env["machine"].split(", ")[:2]) for env in envs])
+    dates = once([env["date"] for env in envs])
+    commits = once([f"`{env['commit']}`" for env in envs])
+    plural = "s" if len(dict.fromkeys(env["commit"] for env in envs)) > 1 else ""
+    return f"{machines}, {dates}, commit{plural} {commits}"
+
+
+def figures(results: dict[str, Doc], doc: str = "docs/BENCHMARKS.md") -> str:
+    """The README's "Figures" block: every target of the report's headline against the
+    runs in ``results``, with the machine, date and commit they came from; ``doc`` is
+    the report's path as the README links it."""
+    _, targets = _sections(results, "img", "build/bench")
+    for suite, title, command, _ in SUITES:
+        if suite not in results:
+            targets.append(Target(title, f"not run (`{command}`)", None))
+    if not results:
+        return (
+            f"No saved benchmark results: `make bench` writes them, and this table and "
+            f"[the report]({doc}) from them.\n"
+        )
+    lead = reflow(
+        f"From the latest `make bench` run ({_runs(results)}); "
+        f"[the report]({doc}) has the command of every figure and how it was measured:"
+    )
+    return f"{lead}\n{_headline(targets)}\n"
+
+
+def splice(text: str, block: str) -> str:
+    """``text`` with everything between its figures markers replaced by ``block``;
+    raises :class:`MarkersError` unless each marker is there once, start before end."""
+    starts, ends = text.count(FIGURES_START), text.count(FIGURES_END)
+    if starts != 1 or ends != 1:
+        raise MarkersError(
+            f"the README needs one {FIGURES_START} line and one {FIGURES_END} line "
+            f"(found {starts} and {ends})"
+        )
+    head, rest = text.split(FIGURES_START)
+    if FIGURES_END not in rest:
+        raise MarkersError(f"{FIGURES_END} comes before {FIGURES_START} in the README")
+    _, tail = rest.split(FIGURES_END)
+    return f"{head}{FIGURES_START}\n{block.strip()}\n{FIGURES_END}{tail}"
 
 
 ALL_PICTURES = (
@@ -159,9 +234,11 @@ def draw(name: str, env: Doc, path: Path) -> None:
         timeline(record, summary, path, env["command"], env)
 
 
-def write(folder: Path, doc: Path, img: Path) -> list[Path]:
-    """Render the results in ``folder`` into ``doc`` and its pictures into ``img``;
-    returns every file written."""
+def write(folder: Path, doc: Path, img: Path, readme: Path | None = None) -> list[Path]:
+    """Render the results in ``folder`` into ``doc`` and its pictures into ``img``, and,
+    given ``readme``, its figures table between the markers; returns every file written.
+    The README is checked before anything is written, so broken markers change nothing."""
+    readme_text = None if readme is None else splice(readme.read_text(), "")
     results = load(folder)
     written = []
     drawn = pictures(results)
@@ -174,4 +251,8 @@ def write(folder: Path, doc: Path, img: Path) -> list[Path]:
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(render(results, link, source=folder.as_posix()))
     written.append(doc)
+    if readme is not None and readme_text is not None:
+        report = Path(os.path.relpath(doc.resolve(), readme.resolve().parent)).as_posix()
+        readme.write_text(splice(readme.read_text(), figures(results, report)))
+        written.append(readme)
     return written
