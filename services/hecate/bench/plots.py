@@ -138,6 +138,10 @@ def bus_load(
     left.set_xlabel("offered load (requests/s, log)")
     left.set_ylabel("achieved throughput (correct replies/s, log)")
     left.set_title("Throughput vs offered load", fontsize=10)
+    bound = (report.get("meta") or {}).get("served_in_full", {}).get("p99_bound_ms")
+    if bound:
+        right.axhline(bound, color="#c44e52", linewidth=0.8, linestyle=":")
+        right.text(low, bound, f" served in full: p99 ≤ {bound:g} ms", fontsize=7, va="bottom")
     right.set_yscale("log")
     right.set_xlabel("offered load (requests/s, log)")
     right.set_ylabel("p99 latency from scheduled send (ms, log)")
