@@ -43,11 +43,12 @@ unit: $(STAMP)
 ## Every benchmark, one after another, each saving its figures in build/bench/, then
 ## docs/BENCHMARKS.md and its pictures (docs/img/) written from them. The model suite runs
 ## only if SmolLM2 is pulled. BENCH_QUICK=1: short runs of everything (a smoke test; point
-## BENCH_DOC/BENCH_IMG elsewhere to keep the real report). A suite that fails, or a chaos
+## BENCH_DOC/BENCH_IMG/BENCH_README elsewhere to keep the real report). A suite that fails, or a chaos
 ## scenario that fails its acceptance, is reported as such; make fails after the report.
 BENCH_RESULTS ?= build/bench
 BENCH_DOC     ?= docs/BENCHMARKS.md
 BENCH_IMG     ?= docs/img
+BENCH_README  ?= README.md
 BENCH_QUICK   ?=
 BENCH_FAILED  := $(BENCH_RESULTS)/failed
 bench: $(STAMP)
@@ -64,7 +65,8 @@ bench: $(STAMP)
 		|| echo llm >> $(BENCH_FAILED)
 	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
 		|| echo chaos >> $(BENCH_FAILED)
-	$(BIN)/hecate bench report --results $(BENCH_RESULTS) --doc $(BENCH_DOC) --img $(BENCH_IMG)
+	$(BIN)/hecate bench report --results $(BENCH_RESULTS) --doc $(BENCH_DOC) --img $(BENCH_IMG) \
+		--readme $(BENCH_README)
 	@! test -e $(BENCH_FAILED) || \
 		{ echo "make bench: failed: $$(cat $(BENCH_FAILED) | xargs); see $(BENCH_DOC)"; exit 1; }
 
