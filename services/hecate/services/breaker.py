@@ -16,6 +16,12 @@ router whose request made the write; exactly one is granted whatever the number 
 routers (or of breaker replicas), and the probe's outcome comes back here as a report
 like any other. Nobody else writes breaker state (the NATS permissions in deploy/ say
 so too).
+
+A missing key is a fresh, closed circuit; any other KV failure is not taken for one. A
+report that cannot be applied now (the bucket unreachable, or five compare-and-set rounds
+lost) is held and retried in arrival order; one held past the failure window, or pushed
+out of a full backlog, is dropped, counted and logged. ``$SRV.STATS`` shows ``held``,
+``dropped`` and ``kv_errors`` beside ``trips``.
 """
 
 from __future__ import annotations
@@ -23,15 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping
 
 import msgspec
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
-from hecate.bus.service import Service, encode
+from hecate.bus.service import Service, ServiceError, encode
 from hecate.resilience.breaker import BreakerConfig, BreakerSnapshot, CircuitBreaker
 from hecate.services.quotas import QuotaConfig, QuotaDesk
 from hecate.wire import subjects
@@ -44,6 +51,62 @@ from hecate.wire.messages import (
 )
 
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
+CAS_ROUNDS = 5
+MAX_HELD = 10_000
+RETRY_MIN_S = 0.05
+RETRY_MAX_S = 1.0
+_STREAM_NOT_FOUND = 10059  # JetStream's error code when the bucket's stream is gone
+
+
+class StateUnavailable(Exception):
+    """The breaker bucket could not be read or written: neither a lost race nor a
+    missing key, so nothing may be concluded about the circuit."""
+
+
+class Held(msgspec.Struct, frozen=True):
+    report: OutcomeReport
+    received: float  # monotonic
+
+
+class Backlog:
+    """Reports waiting for the bucket, oldest first, at most ``max_len``, none older than
+    ``max_age_s`` (a failure held that long no longer belongs to the failure window)."""
+
+    def __init__(self, max_age_s: float, max_len: int = MAX_HELD) -> None:
+        self.max_age_s = max_age_s
+        self._held: deque[Held] = deque()
+        self.max_len = max_len
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, report: OutcomeReport, now: float) -> list[Held]:
+        """Keep ``report``; the reports pushed out to make room (oldest first)."""
+        self._held.append(Held(report, now))
+        out: list[Held] = []
+        while len(self._held) > self.max_len:
+            out.append(self._held.popleft())
+        return out
+
+    def expired(self, now: float) -> list[Held]:
+        """Take out the reports held longer than ``max_age_s``."""
+        out: list[Held] = []
+        while self._held and now - self._held[0].received > self.max_age_s:
+            out.append(self._held.popleft())
+        return out
+
+    def first(self) -> Held | None:
+        return self._held[0] if self._held else None
+
+    def pop(self) -> None:
+        self._held.popleft()
+
+
+def _bucket_missing(exc: KeyNotFoundError) -> bool:
+    """nats-py reports a vanished bucket as a missing key; the server's own error, kept
+    as the exception's context, tells the two apart."""
+    cause = exc.__context__  # a deleted key's KeyDeletedError carries no err_code at all
+    return isinstance(cause, APIError) and getattr(cause, "err_code", None) == _STREAM_NOT_FOUND
 
 
 class BreakerService:
@@ -77,6 +140,10 @@ class BreakerService:
         )
         self.trips = 0
         self.probes_granted = 0
+        self.dropped = 0
+        self.kv_errors = 0
+        self.backlog = Backlog(max_age_s=window_s)
+        self._retry = asyncio.Event()
         self.desk = QuotaDesk(quotas or QuotaConfig())
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
@@ -86,7 +153,12 @@ class BreakerService:
         reports = await svc.add_endpoint(
             "report", subjects.BREAKER_REPORT_ALL, OutcomeReport, self._on_report
         )
-        reports.status = lambda: {"trips": self.trips}
+        reports.status = lambda: {
+            "trips": self.trips,
+            "held": len(self.backlog),
+            "dropped": self.dropped,
+            "kv_errors": self.kv_errors,
+        }
         probes = await svc.add_endpoint(
             "probe", subjects.BREAKER_PROBE, ProbeRequest, self._on_probe, concurrency=16
         )
@@ -99,6 +171,7 @@ class BreakerService:
             "tenants": sorted(self.desk.config.tenants),
         }
         await svc.ready()
+        svc.spawn(self._retry_held())
         event(self.log, "breaker ready", logging.INFO, **msgspec.structs.asdict(self.config))
         await stop.wait()
         await svc.stop()
@@ -116,10 +189,16 @@ class BreakerService:
         )
 
     async def _read(self, target: str) -> tuple[BreakerSnapshot | None, int]:
+        """The stored snapshot and its revision; ``(None, 0)`` for a circuit never
+        written or deleted (closed). Raises :class:`StateUnavailable` otherwise."""
         try:
             entry = await self._kv.get(target)
-        except Exception:  # no such key yet: a closed circuit
-            return None, 0
+        except KeyNotFoundError as exc:
+            if _bucket_missing(exc):
+                raise StateUnavailable(f"bucket {subjects.BREAKER_BUCKET} is missing") from exc
+            return None, 0  # create() takes over a deleted key's tombstone
+        except Exception as exc:
+            raise StateUnavailable(f"reading {target}: {exc!r}") from exc
         try:
             return (_snapshot.decode(entry.value) if entry.value else None), int(
                 entry.revision or 0
@@ -128,7 +207,8 @@ class BreakerService:
             return None, int(entry.revision or 0)
 
     async def _write(self, target: str, snap: BreakerSnapshot, revision: int) -> bool:
-        """Compare-and-set ``snap`` on ``revision``: False when someone wrote first."""
+        """Compare-and-set ``snap`` on ``revision``: False when someone wrote first.
+        Raises :class:`StateUnavailable` when the write failed for any other reason."""
         try:
             if revision:
                 await self._kv.update(target, encode(snap), last=revision)
@@ -136,17 +216,23 @@ class BreakerService:
                 await self._kv.create(target, encode(snap))
         except KeyWrongLastSequenceError:  # lost a compare-and-set race
             return False
-        except Exception as exc:  # the server's words for the same race, or a real failure
-            text = str(exc).lower()
-            if "wrong last" not in text and "key exists" not in text:
-                event(self.log, "breaker write failed", logging.WARNING, error=repr(exc))
-            return False
+        except Exception as exc:
+            raise StateUnavailable(f"writing {target}: {exc!r}") from exc
         return True
 
     async def _on_probe(self, ask: ProbeRequest, _headers: Mapping[str, str]) -> ProbeGrant:
         """Grant the single probe of ``ask.target`` if its cooldown is over and nobody
-        holds it (or the holder's probe expired): a compare-and-set of ``probe_started``."""
-        for _ in range(5):  # another replica or a report wrote meanwhile: re-read
+        holds it (or the holder's probe expired): a compare-and-set of ``probe_started``.
+        With the circuit unreadable, the asker gets an error (no probe), never "closed"."""
+        try:
+            return await self._probe(ask)
+        except StateUnavailable as exc:
+            self.kv_errors += 1
+            event(self.log, "probe refused", logging.WARNING, target=ask.target, error=str(exc))
+            raise ServiceError("internal", f"breaker state unavailable: {exc}") from None
+
+    async def _probe(self, ask: ProbeRequest) -> ProbeGrant:
+        for _ in range(CAS_ROUNDS):  # another replica or a report wrote meanwhile: re-read
             before, revision = await self._read(ask.target)
             if before is None or before.state == "closed":
                 return ProbeGrant(target=ask.target, granted=False, state="closed")
@@ -165,7 +251,22 @@ class BreakerService:
         return ProbeGrant(target=ask.target, granted=False, state="open")
 
     async def _on_report(self, report: OutcomeReport, _headers: Mapping[str, str]) -> None:
-        for _ in range(5):  # a probe may have been granted meanwhile: re-read
+        if len(self.backlog):  # older reports wait: they go first
+            self._hold(report, "behind held reports")
+            return
+        try:
+            if await self._apply(report):
+                return
+            reason = f"lost {CAS_ROUNDS} compare-and-set rounds"
+        except StateUnavailable as exc:
+            self.kv_errors += 1
+            reason = str(exc)
+        self._hold(report, reason)
+
+    async def _apply(self, report: OutcomeReport) -> bool:
+        """Fold ``report`` into its circuit: False when every compare-and-set round was
+        lost. Raises :class:`StateUnavailable`."""
+        for _ in range(CAS_ROUNDS):  # a probe may have been granted meanwhile: re-read
             before, revision = await self._read(report.target)
             breaker = self.breaker(before)
             if report.ok:
@@ -174,7 +275,7 @@ class BreakerService:
                 breaker.record_failure(report.retry_after_s)
             after = breaker.snap
             if after == before or (before is None and after == BreakerSnapshot()):
-                return
+                return True
             if not await self._write(report.target, after, revision):
                 continue
             old_state = before.state if before else "closed"
@@ -183,7 +284,67 @@ class BreakerService:
                 await self._changed(
                     report.target, after, old_state, f"{outcome} from {report.router_id}"
                 )
-            return
+            return True
+        return False
+
+    # -- held reports ------------------------------------------------------------------
+
+    def _hold(self, report: OutcomeReport, reason: str) -> None:
+        if not len(self.backlog):  # the first of a spell; the counters carry the rest
+            event(
+                self.log,
+                "breaker reports held",
+                logging.WARNING,
+                target=report.target,
+                reason=reason,
+            )
+        for pushed_out in self.backlog.hold(report, time.monotonic()):
+            self._drop(pushed_out, f"backlog full ({self.backlog.max_len} reports)")
+        self._retry.set()
+
+    def _drop(self, held: Held, reason: str) -> None:
+        self.dropped += 1
+        r = held.report
+        event(
+            self.log,
+            "breaker report dropped",
+            logging.WARNING,
+            target=r.target,
+            ok=r.ok,
+            code=r.code,
+            router=r.router_id,
+            held_s=round(time.monotonic() - held.received, 3),
+            reason=reason,
+            dropped=self.dropped,
+        )
+
+    async def _retry_held(self) -> None:
+        """Apply held reports in arrival order, backing off while the bucket is away."""
+        delay = RETRY_MIN_S
+        while True:
+            await self._retry.wait()
+            applied = 0
+            while len(self.backlog):
+                for stale in self.backlog.expired(time.monotonic()):
+                    self._drop(stale, f"held past the {self.config.window_s:g} s failure window")
+                held = self.backlog.first()
+                if held is None:
+                    break
+                try:
+                    done = await self._apply(held.report)
+                except StateUnavailable:
+                    self.kv_errors += 1
+                    done = False
+                if done:
+                    self.backlog.pop()
+                    applied += 1
+                    delay = RETRY_MIN_S
+                    continue
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+            if applied:
+                event(self.log, "held breaker reports applied", applied=applied)
+            self._retry.clear()
 
     async def _changed(self, target: str, after: BreakerSnapshot, old: str, reason: str) -> None:
         if after.state == "open" and old == "closed":

@@ -1,0 +1,166 @@
+"""The breaker service against a real nats-server whose breaker bucket goes away: a
+missing key is a closed circuit, a missing bucket is not, and no report is lost without
+being counted and logged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError
+
+from hecate.bus import kv as kvs
+from hecate.resilience.breaker import BreakerSnapshot
+from hecate.wire import subjects
+from hecate.wire.messages import ErrorReply, OutcomeReport, ProbeRequest
+
+from .conftest import Processes
+
+WITHIN = 15.0
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = time.monotonic() + WITHIN
+    while not await check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def report_stats(client: Client) -> dict[str, Any] | None:
+    """The breaker's ``report`` endpoint statistics, None until it serves them."""
+    try:
+        msg = await client.request("$SRV.STATS.hecate-breaker", b"", timeout=1)
+    except Exception:
+        return None
+    doc = json.loads(msg.data)
+    return next((e["data"] for e in doc["endpoints"] if e["name"] == "report"), None)
+
+
+async def start_breaker(processes: Processes, client: Client, *args: str) -> None:
+    processes.start("breaker", "breaker", "--id", "breaker", *args)
+
+    async def serving() -> bool:
+        return await report_stats(client) is not None
+
+    await eventually(serving, "the breaker service never listed its report endpoint")
+
+
+async def fail(client: Client, target: str, times: int = 1) -> None:
+    for _ in range(times):
+        report = OutcomeReport(target=target, ok=False, code="internal", router_id="test")
+        await client.publish(subjects.breaker_report(target), msgspec.json.encode(report))
+    await client.flush()
+
+
+async def stored(client: Client, target: str) -> BreakerSnapshot | None:
+    kv = await kvs.bucket(client, subjects.BREAKER_BUCKET)
+    try:
+        entry = await kv.get(target)
+    except KeyNotFoundError:
+        return None
+    return msgspec.json.decode(entry.value or b"", type=BreakerSnapshot)
+
+
+async def stat_is(client: Client, name: str, value: int) -> bool:
+    data = await report_stats(client)
+    return data is not None and data.get(name) == value
+
+
+def warnings(processes: Processes, message: str) -> list[dict[str, Any]]:
+    lines = [
+        json.loads(line) for line in processes.log("breaker").splitlines() if line.startswith("{")
+    ]
+    return [r for r in lines if r.get("event") == message and r.get("level") == "warning"]
+
+
+async def test_a_target_never_written_or_deleted_is_a_closed_circuit(
+    processes: Processes, client: Client
+) -> None:
+    await start_breaker(processes, client)
+    await fail(client, "fresh")
+
+    async def written() -> bool:
+        snap = await stored(client, "fresh")
+        return snap is not None and len(snap.failures) == 1
+
+    await eventually(written, "a failure on a fresh target is counted on a closed circuit")
+    kv = await kvs.bucket(client, subjects.BREAKER_BUCKET)
+    await kv.delete("fresh")
+    await fail(client, "fresh")
+    await eventually(written, "a deleted circuit starts closed again, with one failure")
+    snap = await stored(client, "fresh")
+    assert snap is not None
+    assert snap.state == "closed"
+    assert await stat_is(client, "kv_errors", 0)
+
+
+async def test_reports_are_held_while_the_bucket_is_gone_and_applied_once_it_is_back(
+    processes: Processes, client: Client
+) -> None:
+    await start_breaker(processes, client, "--failure-threshold", "3")
+    await client.jetstream().delete_key_value(subjects.BREAKER_BUCKET)
+    await fail(client, "gpu", times=3)
+
+    async def all_held() -> bool:
+        return await stat_is(client, "held", 3)
+
+    await eventually(all_held, "the reports are held, not taken for a closed circuit")
+    data = await report_stats(client)
+    assert data is not None
+    assert data["kv_errors"] >= 1
+    assert data["dropped"] == 0
+    assert warnings(processes, "breaker reports held")
+    # Nothing is known of the circuit: the probe is refused with an error, not "closed".
+    ask = msgspec.json.encode(ProbeRequest(target="gpu", router_id="test"))
+    answer = await client.request(subjects.BREAKER_PROBE, ask, timeout=5)
+    assert answer.headers is not None
+    assert answer.headers.get("Hecate-Error") == "internal"
+    assert not msgspec.json.decode(answer.data, type=ErrorReply).ok
+
+    await kvs.bucket(client, subjects.BREAKER_BUCKET)  # the bucket is back
+
+    async def opened() -> bool:
+        snap = await stored(client, "gpu")
+        return snap is not None and snap.state == "open"
+
+    await eventually(opened, "the held failures open the circuit once the bucket is back")
+
+    async def none_held() -> bool:
+        return await stat_is(client, "held", 0)
+
+    await eventually(none_held, "the backlog empties")
+    assert await stat_is(client, "dropped", 0)
+
+
+async def test_a_report_held_past_the_failure_window_is_dropped_counted_and_logged(
+    processes: Processes, client: Client
+) -> None:
+    await start_breaker(processes, client, "--window-s", "0.5")
+    await client.jetstream().delete_key_value(subjects.BREAKER_BUCKET)
+    await fail(client, "gpu", times=2)
+
+    async def both_dropped() -> bool:
+        return await stat_is(client, "dropped", 2)
+
+    await eventually(both_dropped, "reports older than the failure window are dropped")
+    assert await stat_is(client, "held", 0)
+    dropped = warnings(processes, "breaker report dropped")
+    assert len(dropped) == 2, dropped  # every one logged
+    assert all(r["target"] == "gpu" and "window" in r["reason"] for r in dropped)
+
+    await kvs.bucket(client, subjects.BREAKER_BUCKET)
+    await fail(client, "gpu")
+
+    async def one_failure() -> bool:
+        snap = await stored(client, "gpu")
+        return snap is not None
+
+    await eventually(one_failure, "a report after the bucket came back is applied")
+    snap = await stored(client, "gpu")
+    assert snap is not None
+    assert len(snap.failures) == 1  # the dropped ones were not applied late
