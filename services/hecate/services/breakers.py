@@ -10,26 +10,76 @@ however many replicas there are.
 Outcomes go back to the breaker service as reports. Failures are always reported;
 successes only when they matter (a target with a failure streak, or the probe), so a
 healthy swarm sends no extra message per request.
+
+Core NATS keeps nothing for a subscriber that is not there. While this router is
+disconnected, and for a grace period after it reconnects (the breaker service may not
+have resubscribed yet), reports wait in a bounded :class:`ReportBacklog` and are
+delivered in batches whose delivery is checked: each is published with a reply subject
+of its own, so one nobody heard comes back as a no-responders status, and stays for the
+next try. A report that cannot be kept (the backlog is
+full, or it is older than the breaker's window) is counted in the router's
+``breaker_reports_dropped`` and logged at WARNING.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
-from hecate.bus.service import encode
+from hecate.bus.service import NO_RESPONDERS, encode
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport, ProbeGrant, ProbeRequest
 
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
 _grant = msgspec.json.Decoder(ProbeGrant)
+
+
+class ReportBacklog:
+    """Reports not yet heard by a breaker service, oldest first, at most ``limit``,
+    none older than ``max_age_s``: a failure older than the breaker's window would be
+    counted as a fresh one when it finally arrives. Pure: the caller passes ``now``."""
+
+    def __init__(self, limit: int = 1000, max_age_s: float = 30.0) -> None:
+        self.limit = limit
+        self.max_age_s = max_age_s
+        self._items: deque[OutcomeReport] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, report: OutcomeReport, now: float) -> list[OutcomeReport]:
+        """Keep ``report``; returns what had to go to make room (the oldest)."""
+        self._items.append(report)
+        return self._trim(now)
+
+    def put_back(self, reports: Iterable[OutcomeReport], now: float) -> list[OutcomeReport]:
+        """Reports of a batch nobody heard go back in front, in their order; returns
+        what had to go."""
+        self._items.extendleft(reversed(list(reports)))
+        return self._trim(now)
+
+    def take(self, now: float) -> tuple[list[OutcomeReport], list[OutcomeReport]]:
+        """Everything kept, to deliver now, and what was too old to deliver."""
+        dropped = self._trim(now)
+        batch = list(self._items)
+        self._items.clear()
+        return batch, dropped
+
+    def _trim(self, now: float) -> list[OutcomeReport]:
+        dropped: list[OutcomeReport] = []
+        while self._items and (
+            len(self._items) > self.limit or now - self._items[0].at > self.max_age_s
+        ):
+            dropped.append(self._items.popleft())
+        return dropped
 
 
 class BreakerView:
@@ -41,6 +91,9 @@ class BreakerView:
         probe_timeout_s: float,
         log: logging.Logger,
         on_change: Callable[[], None],
+        counters: Counter[str] | None = None,
+        backlog: ReportBacklog | None = None,
+        reconnect_grace_s: float = 3.0,
     ) -> None:
         self.nc = nc
         self.router_id = router_id
@@ -52,6 +105,15 @@ class BreakerView:
         self.probing: set[str] = set()  # the probe request is in flight
         self._tried: dict[str, int] = {}  # target -> revision a lease was attempted on
         self.leases_won = 0
+        self.counters: Counter[str] = Counter() if counters is None else counters
+        self.backlog = ReportBacklog() if backlog is None else backlog
+        self.reconnect_grace_s = reconnect_grace_s
+        self._reconnects = 0  # the connection's reconnect count when last looked at
+        self._unsure_until = 0.0  # monotonic: until then, reports go through the backlog
+        self._delivering = False
+        self._retry_at = 0.0  # monotonic: the next delivery attempt after one bounced
+        self._backoff_s = 0.0
+        self._dropped_since_delivery: Counter[str] = Counter()  # target -> reports
 
     async def follow(self) -> None:
         """Watch every target's state (latest first, then live updates), once the
@@ -128,13 +190,23 @@ class BreakerView:
         self.on_change()
         return True
 
-    def took(self, nodes: tuple[str, ...]) -> bool:
-        """A request was routed through ``nodes``: a leased target now has its probe."""
+    def took(self, nodes: tuple[str, ...]) -> set[str]:
+        """A request was routed through ``nodes``: a leased target now has its probe.
+        Returns those targets (the request carries their probe until it reports)."""
         used = self.leased.intersection(nodes)
         if used:
             self.leased -= used
             self.probing |= used
-        return bool(used)
+        return used
+
+    def abandon(self, targets: set[str]) -> None:
+        """The request carrying these targets' probe will not reach them (rerouted
+        around them, or answered otherwise): nothing will report, so stop waiting for
+        it. The breaker service grants the probe again once its probe timeout passes."""
+        dropped = self.probing & targets
+        if dropped:
+            self.probing -= dropped
+            event(self.log, "probe abandoned", targets=sorted(dropped))
 
     # -- reports -----------------------------------------------------------------------
 
@@ -158,7 +230,135 @@ class BreakerView:
             router_id=self.router_id,
             at=time.time(),
         )
+        if self._unsure() or len(self.backlog):  # behind the backlog: keep their order
+            self._keep(report)
+            return
         try:
             await self.nc.publish(subjects.breaker_report(target), encode(report))
-        except Exception as exc:  # disconnected: the next outcome reports again
-            event(self.log, "breaker report not sent", logging.DEBUG, error=repr(exc))
+        except Exception as exc:  # disconnected meanwhile: keep it for the reconnect
+            event(self.log, "breaker report kept", logging.DEBUG, error=repr(exc))
+            self._keep(report)
+
+    def _unsure(self) -> bool:
+        """Whether a plain publish might reach nobody: disconnected, or so recently
+        reconnected that the breaker service may not be subscribed again yet."""
+        reconnects = int(self.nc.stats.get("reconnects", 0))
+        if reconnects != self._reconnects:
+            self._reconnects = reconnects
+            self._unsure_until = time.monotonic() + self.reconnect_grace_s
+        return not self.nc.is_connected or time.monotonic() < self._unsure_until
+
+    def _keep(self, report: OutcomeReport) -> None:
+        self.counters["breaker_reports_kept"] += 1
+        self._dropped(self.backlog.add(report, time.time()), "backlog full")
+
+    def _dropped(self, reports: list[OutcomeReport], why: str) -> None:
+        if not reports:
+            return
+        self.counters["breaker_reports_dropped"] += len(reports)
+        first = not self._dropped_since_delivery
+        self._dropped_since_delivery.update(r.target for r in reports)
+        if first:  # once per outage here; the total when the backlog is delivered
+            event(
+                self.log,
+                "breaker reports dropped",
+                logging.WARNING,
+                why=why,
+                dropped=len(reports),
+                targets=sorted({r.target for r in reports}),
+                codes=sorted({r.code or ("ok" if r.ok else "failure") for r in reports}),
+            )
+
+    # -- delivery of kept reports --------------------------------------------------------
+
+    def redeliver(self, spawn: Callable[[Awaitable[None]], object]) -> None:
+        """Called on every tick of the router's sweep: start delivering the backlog when
+        connected (one delivery at a time, backing off while nobody hears it)."""
+        if (
+            len(self.backlog)
+            and not self._delivering
+            and self.nc.is_connected
+            and time.monotonic() >= self._retry_at
+        ):
+            self._delivering = True
+            spawn(self._deliver_in_background())
+
+    async def _deliver_in_background(self) -> None:
+        await self.deliver()
+
+    async def deliver(self) -> int:
+        """Publish the backlog, each report with a reply subject of its own: a report no
+        breaker service heard comes back as a no-responders status and goes back in the
+        backlog. Returns how many were heard.
+
+        A delivery cut short by a disconnect puts the whole batch back: some of it may
+        then reach the breaker twice (a failure counted twice), never zero times
+        unnoticed."""
+        try:
+            batch, stale = self.backlog.take(time.time())
+            self._dropped(stale, "older than the breaker window")
+            if not batch:
+                return 0
+            try:
+                bounced = await self._publish_checked(batch)
+            except Exception as exc:
+                event(self.log, "breaker reports not delivered", logging.DEBUG, error=repr(exc))
+                bounced = set(range(len(batch)))
+            back = [r for i, r in enumerate(batch) if i in bounced]
+            self._dropped(self.backlog.put_back(back, time.time()), "backlog full")
+            heard = len(batch) - len(back)
+            self.counters["breaker_reports_redelivered"] += heard
+            if back:
+                self._backoff_s = min(max(2 * self._backoff_s, 0.05), 2.0)
+                self._retry_at = time.monotonic() + self._backoff_s
+            else:
+                self._backoff_s = 0.0
+                self._retry_done()
+            if heard:
+                event(self.log, "breaker reports delivered", delivered=heard, waiting=len(back))
+            return heard
+        finally:
+            self._delivering = False
+
+    def _retry_done(self) -> None:
+        if self._dropped_since_delivery:
+            event(
+                self.log,
+                "breaker reports dropped",
+                logging.WARNING,
+                why="summary of the outage",
+                dropped=sum(self._dropped_since_delivery.values()),
+                targets=dict(self._dropped_since_delivery),
+            )
+            self._dropped_since_delivery.clear()
+
+    async def _publish_checked(self, batch: list[OutcomeReport]) -> set[int]:
+        """The indexes of the reports in ``batch`` that no subscriber heard."""
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(f"{inbox}.*")
+        try:
+            for i, report in enumerate(batch):
+                await self.nc.publish(
+                    subjects.breaker_report(report.target), encode(report), reply=f"{inbox}.{i}"
+                )
+            # The server sends no-responders statuses in the order of the publishes, but
+            # not before its PONG (a flush proves nothing): a last publish to a subject
+            # nobody can hear bounces after every earlier bounce, so once its own status
+            # is back, a report with none was heard.
+            await self.nc.publish(f"{inbox}.unheard.end", b"", reply=f"{inbox}.end")
+            bounced: set[int] = set()
+            while True:
+                msg = await sub.next_msg(timeout=2.0)
+                token = msg.subject.rsplit(".", 1)[-1]
+                if token == "end":
+                    return bounced
+                if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+                    bounced.add(int(token))
+        finally:
+            await sub.unsubscribe()
+
+    def close(self) -> None:
+        """The router is stopping: whatever is still kept will never be delivered."""
+        batch, stale = self.backlog.take(time.time())
+        self._dropped([*stale, *batch], "router stopped")
+        self._retry_done()

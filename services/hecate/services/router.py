@@ -5,7 +5,8 @@ and its own reply inbox for stage replies.
 Holds: a :class:`SwarmView` (swarmview.py): the latest plan and telemetry snapshots,
 the shared circuit breakers and its own suspicions, folded into a core
 :class:`SwarmState` and a core :class:`Router` that counts this replica's in-flight work.
-Calls: ``Router.route`` to choose a pipeline, ``failover_in_swarm`` when a stage fails.
+Calls: ``Router.route`` to choose a pipeline, ``failover_in_swarm`` when a stage fails
+(both through the SwarmView, which spends a probe lease on whichever route takes it).
 Publishes: stage requests on ``hecate.node.<id>.run`` (it calls each stage in turn and
 keeps the activation between stages), ``hecate.events.failover``, and the reply.
 
@@ -16,6 +17,12 @@ is detected by NATS' no-responders status (a 503 on the reply subject, within a
 millisecond or two), an error reply, or the timeout, and the flight fails over: the
 rescue route resumes from the last layer boundary whose activation the router holds,
 so work already done on live nodes is not redone.
+
+Those outcomes race (the reply, the node-down event and the sweep's timeout of the same
+stage come by different paths), so every one of them goes through one rule,
+:func:`flights.claim`: the first outcome of a send takes it and the others find
+nothing to act on; and a flight is answered only by whoever lands it. A flight that has
+answered is never failed over, and no caller gets two answers.
 """
 
 from __future__ import annotations
@@ -24,14 +31,12 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
 from nats.aio.msg import Msg
 from opentelemetry.trace import (
     INVALID_SPAN,
-    Span,
     SpanKind,
     Status,
     StatusCode,
@@ -45,12 +50,11 @@ from hecate.bus.service import NO_RESPONDERS, Service, error_headers
 from hecate.core import (
     FailoverOptions,
     Recovered,
-    Route,
     RoutingError,
     RoutingRequest,
-    failover_in_swarm,
 )
 from hecate.services.breakers import BreakerView
+from hecate.services.flights import Flight, claim, expired, land, live, waiting_on
 from hecate.services.quotagate import Admission, QuotaGate
 from hecate.services.retries import RetryLedger
 from hecate.services.swarmview import SwarmView
@@ -71,38 +75,6 @@ _node_event = msgspec.json.Decoder(NodeEvent)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
-
-
-@dataclass(slots=True, eq=False)
-class Flight:
-    """One inference request on its way through the pipeline."""
-
-    key: int
-    request_id: str
-    model_id: str
-    reply_to: str
-    request: InferRequest
-    route: Route
-    span: Span
-    started: float
-    stage: int = 0
-    attempts: int = 1
-    deadline: float = 0.0
-    degraded: bool = False
-    dispatch: str = ""  # reply-token of the stage in flight; stale replies do not match
-    acts: dict[int, bytes] = field(default_factory=dict)  # activation entering layer L
-    stage_span: Span | None = None
-    also_reply_to: list[str] = field(default_factory=list)  # retries of the same request
-    # Generation (a model whose last stage samples tokens): the per-attempt session, how
-    # many positions the route's caches hold, the prompt's ids and what was generated.
-    session: str = ""
-    position: int = 0
-    step_tokens: list[int] | None = None  # what the first stage gets this step
-    prompt_tokens: list[int] | None = None
-    generated: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    replays: int = 0  # migrations of this generation's state onto a rescue route
-    idempotency: tuple[str, str] | None = None  # (tenant, client request_id)
 
 
 class RouterService:
@@ -179,6 +151,8 @@ class RouterService:
             probe_timeout_s=self.breaker_probe_timeout_s,
             log=self.log,
             on_change=view.rebuild,
+            counters=self.counters,
+            reconnect_grace_s=self.reconnect_grace_s,
         )
         # Each bucket's owner creates it; the router follows whatever exists, and the
         # rest as soon as it appears (it serves nothing without a plan anyway).
@@ -203,6 +177,10 @@ class RouterService:
             await asyncio.sleep(0.01)
         for flight in list(self.flights.values()):
             await self._finish_error(flight, "draining", "router stopped before the answer")
+        if view.breakers is not None:
+            if view.breakers.backlog and svc.nc.is_connected:
+                await view.breakers.deliver()  # a last try for reports kept meanwhile
+            view.breakers.close()
         await svc.stop(grace)
 
     # -- snapshots ---------------------------------------------------------------------
@@ -291,7 +269,7 @@ class RouterService:
         """Admitted: choose a route and send the first stage."""
         assert self.view.router is not None
         try:
-            route, degraded = self.view.choose(
+            route, degraded, probes = self.view.choose(
                 a.model_id, RoutingRequest(tokens=a.request.max_tokens)
             )
         except RoutingError as exc:
@@ -309,6 +287,7 @@ class RouterService:
             started=time.monotonic(),
         )
         flight.degraded = degraded
+        flight.probes = probes
         flight.session = f"{a.request_id}.1"
         flight.acts[0] = b""  # layer 0's input is the prompt itself
         if a.request.request_id:
@@ -318,8 +297,6 @@ class RouterService:
         self.view.router.begin(route)
         await self._dispatch(flight)
         return None
-
-    # -- tenant quotas -------------------------------------------------------------------
 
     async def _reject(
         self, reply_to: str, code: str, message: str, model_id: str, request_id: str = ""
@@ -340,16 +317,22 @@ class RouterService:
                 reply_to, _json.encode(body), headers=error_headers(code, message)
             )
 
+    # -- stages --------------------------------------------------------------------------
+
     async def _dispatch(self, flight: Flight) -> None:
         """Send the flight's current stage. In ``chain`` mode that request carries the
         rest of the route and the nodes forward to each other; in ``hop`` mode the
-        router sends each stage itself and keeps every activation in between."""
+        router sends each stage itself and keeps every activation in between.
+
+        Called only by whoever holds the flight's last outcome (see flights.py), or for
+        its first send; a flight answered meanwhile (the drain) is not sent again."""
+        if not live(self.flights, flight):
+            return
         route = flight.route
         stage = route.stages[flight.stage]
         chain = route.stages[flight.stage + 1 :] if self.dispatch_mode == "chain" else ()
         last = flight.stage == len(route.stages) - 1
-        base = f"{flight.key}-{flight.attempts}"
-        flight.dispatch = base
+        base = flight.next_send()
         flight.deadline = time.monotonic() + self.stage_timeout_s * (1 + len(chain))
         if self.tracing:
             flight.stage_span = self.tracer.start_span(
@@ -398,10 +381,10 @@ class RouterService:
                 headers=headers,
             )
         except Exception as exc:  # disconnected: fail over like any stage failure
-            await self._stage_failed(flight, stage.node_id, f"publish failed: {exc!r}")
+            await self._stage_failed(flight, base, stage.node_id, f"publish failed: {exc!r}")
 
     async def _on_stage_reply(self, msg: Msg) -> None:
-        # Reply tokens are "<flight>-<attempt>-<stage>": the stage says who answered (or,
+        # Reply tokens are "<flight>-<send>-<stage>": the stage says who answered (or,
         # for a no-responders status, who is missing), even for chained stages.
         token = msg.subject.rsplit(".", 1)[-1]
         if token[:1] == "q" and token[1:].isdigit():
@@ -412,40 +395,41 @@ class RouterService:
         base, _, index = token.rpartition("-")
         key = int(base.split("-", 1)[0]) if token[:1].isdigit() else -1
         flight = self.flights.get(key)
-        if flight is None or base != flight.dispatch or not index.isdigit():
-            self.counters["late_replies"] += 1  # an answer to an attempt we gave up on
+        if (
+            flight is None
+            or not index.isdigit()
+            or not flight.stage <= int(index) < len(flight.route.stages)
+            or not claim(self.flights, flight, base)
+        ):
+            self.counters["late_replies"] += 1  # an answer to a send we gave up on
             return None
         at = int(index)
-        if not flight.stage <= at < len(flight.route.stages):
-            self.counters["late_replies"] += 1
-            return None
         flight.stage = at
         node_id = flight.route.stages[at].node_id
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
-            return await self._stage_failed(flight, node_id, "no responders")
+            return await self._fail_over(flight, node_id, "no responders")
         try:
             reply = _stage_reply.decode(msg.data)
         except msgspec.DecodeError as exc:
-            return await self._stage_failed(flight, node_id, f"unreadable reply: {exc}")
+            return await self._fail_over(flight, node_id, f"unreadable reply: {exc}")
         if not reply.ok:
             err = reply.error or ErrorBody(code="internal", message="no error body")
             if err.code == "no_responders":  # relayed by the node that chained to it
-                return await self._stage_failed(flight, node_id, "no responders")
-            return await self._stage_failed(
+                return await self._fail_over(flight, node_id, "no responders")
+            return await self._fail_over(
                 flight, node_id, f"{err.code}: {err.message}", err.retry_after_s
             )
         if flight.stage_span is not None:
             flight.stage_span.end()
             flight.stage_span = None
         stage = flight.route.stages[flight.stage]
-        if self.view.breakers is not None:
-            done = (
-                flight.route.stages[: flight.stage + 1]
-                if at == len(flight.route.stages) - 1 and self.dispatch_mode == "chain"
-                else (stage,)
-            )
-            for s in done:
-                await self.view.breakers.report(s.node_id, ok=True)
+        done = (
+            flight.route.stages[: flight.stage + 1]
+            if at == len(flight.route.stages) - 1 and self.dispatch_mode == "chain"
+            else (stage,)
+        )
+        for s in done:
+            await self._report(flight, s.node_id, ok=True)
         if reply.prompt_tokens is not None:
             flight.prompt_tokens = reply.prompt_tokens
         if flight.stage == len(flight.route.stages) - 1:
@@ -469,17 +453,41 @@ class RouterService:
                 await self.quotas.sweep(now)
             if self.retries.pending:
                 await self.retries.sweep(now)
-            for flight in [f for f in self.flights.values() if f.deadline < now]:
+            if self.view.breakers is not None:
+                self.view.breakers.redeliver(self.service.spawn)
+            for flight, send in expired(self.flights, now):
                 node_id = flight.route.stages[flight.stage].node_id
                 await self._stage_failed(
-                    flight, node_id, f"no reply within {self.stage_timeout_s:.1f} s"
+                    flight, send, node_id, f"no reply within {self.stage_timeout_s:.1f} s"
                 )
 
     # -- failure and failover ------------------------------------------------------------
 
     async def _stage_failed(
-        self, flight: Flight, node_id: str, reason: str, retry_after_s: float | None = None
+        self,
+        flight: Flight,
+        send: str,
+        node_id: str,
+        reason: str,
+        retry_after_s: float | None = None,
     ) -> None:
+        """A failure of ``send`` seen by the sweep, the node-down event or a failed
+        publish: acted on only if it is the first outcome of that send (claim), so a
+        flight that has answered, moved on or failed over already is left alone."""
+        if not claim(self.flights, flight, send):
+            self.counters["stale_failures"] += 1
+            return
+        await self._fail_over(flight, node_id, reason, retry_after_s)
+
+    async def _fail_over(
+        self,
+        flight: Flight,
+        node_id: str,
+        reason: str,
+        retry_after_s: float | None = None,
+    ) -> None:
+        """The claimed outcome of the flight's last send is a failure on ``node_id``:
+        resend, reroute or answer with an error. Only the holder of the claim gets here."""
         assert self.view.router is not None
         if (
             reason == "no responders"
@@ -490,28 +498,28 @@ class RouterService:
             # Send the same stage again shortly, without blaming anyone (in a chain, only
             # when its first stage was the one missing: later ones already ran).
             self.counters["resent_after_reconnect"] += 1
-            self.service.spawn(self._resend(flight, flight.dispatch))
+            self.service.spawn(self._resend(flight))
             return None
         if flight.stage_span is not None:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
             flight.stage_span.end()
             flight.stage_span = None
-        if self.view.breakers is not None and reason != "no responders":
+        if reason != "no responders":
             # Liveness is telemetry's business; errors and slowness are the breaker's.
-            await self.view.breakers.report(
-                node_id, ok=False, code=reason.split(":", 1)[0][:40], retry_after_s=retry_after_s
+            await self._report(
+                flight,
+                node_id,
+                ok=False,
+                code=reason.split(":", 1)[0][:40],
+                retry_after_s=retry_after_s,
             )
         self.view.suspect(node_id)
         old = flight.route
-        result = failover_in_swarm(
-            old,
-            node_id,
-            self.view.router.state,
-            self.failover,
-            request=RoutingRequest(tokens=flight.request.max_tokens),
-        )
+        result = self.view.rescue(old, node_id, RoutingRequest(tokens=flight.request.max_tokens))
         kind = result.kind if isinstance(result, Recovered) else "unrecoverable"
         new = result.route if isinstance(result, Recovered) else None
+        if not live(self.flights, flight):  # answered meanwhile (the drain): nothing to do
+            return None
         self.counters["failovers"] += 1
         self.counters[f"failover_{kind}"] += 1
         flight.span.add_event(
@@ -562,8 +570,16 @@ class RouterService:
         if result.route.model_id != old.model_id:  # a reserve model starts from its prompt
             flight.acts = {0: b""}
         flight.degraded = flight.degraded or result.degraded
+        if not live(self.flights, flight):  # answered meanwhile (the drain): nothing to do
+            return None
         self.view.router.end(old)  # the rescue route carries this request's load from now on
         flight.route = result.route
+        # The rescue route spends any probe lease held for a target on it, as a first
+        # route does: one probe, tracked, never a second one sent on the side. A probe
+        # this flight carried for a target the rescue route leaves out is given back.
+        kept = {t for t in flight.probes if t in result.route.node_ids}
+        self._give_back(flight.probes - kept)
+        flight.probes = kept | self.view.take(result.route)
         # A fresh session per attempt: caches a dead route left half-built are never mixed.
         flight.session = f"{flight.request_id}.{flight.attempts}"
         if flight.prompt_tokens is not None:
@@ -582,10 +598,31 @@ class RouterService:
         await self._dispatch(flight)
         return None
 
-    async def _resend(self, flight: Flight, dispatch: str) -> None:
+    async def _resend(self, flight: Flight) -> None:
+        """The same stage again, shortly; this task holds the claim of the send that
+        met no responders, so nothing else acts on the flight meanwhile."""
         await asyncio.sleep(0.1)
-        if self.flights.get(flight.key) is flight and flight.dispatch == dispatch:
-            await self._dispatch(flight)
+        await self._dispatch(flight)
+
+    async def _report(
+        self,
+        flight: Flight,
+        node_id: str,
+        *,
+        ok: bool,
+        code: str = "",
+        retry_after_s: float | None = None,
+    ) -> None:
+        """A stage's outcome to the shared breaker; a probe this flight carried for
+        ``node_id`` is delivered with it."""
+        flight.probes.discard(node_id)
+        if self.view.breakers is not None:
+            await self.view.breakers.report(node_id, ok=ok, code=code, retry_after_s=retry_after_s)
+
+    def _give_back(self, probes: set[str]) -> None:
+        if probes and self.view.breakers is not None:
+            self.view.breakers.abandon(probes)
+            self.view.rebuild()
 
     # -- answers -----------------------------------------------------------------------
 
@@ -625,7 +662,8 @@ class RouterService:
         return None
 
     async def _finish(self, flight: Flight, output: str) -> None:
-        self._land(flight)
+        if not self._land(flight):
+            return
         if flight.degraded:
             self.counters["degraded"] += 1
             flight.span.set_attribute("hecate.degraded", True)
@@ -645,7 +683,8 @@ class RouterService:
     async def _finish_error(
         self, flight: Flight, code: str, message: str, retry_after_s: float | None = None
     ) -> None:
-        self._land(flight)
+        if not self._land(flight):
+            return
         self.counters[f"error_{code}"] += 1
         self.stats.num_errors += 1
         self.stats.last_error = f"{code}: {message}"[:256]
@@ -680,14 +719,9 @@ class RouterService:
             down = _node_event.decode(msg.data)
         except msgspec.DecodeError:
             return
-        for flight in list(self.flights.values()):
-            pending = (
-                flight.route.stages[flight.stage :]
-                if self.dispatch_mode == "chain"
-                else (flight.route.stages[flight.stage],)
-            )
-            if any(s.node_id == down.node_id for s in pending):
-                await self._stage_failed(flight, down.node_id, f"node down: {down.reason}")
+        chained = self.dispatch_mode == "chain"
+        for flight, send in waiting_on(self.flights, down.node_id, chained=chained):
+            await self._stage_failed(flight, send, down.node_id, f"node down: {down.reason}")
 
     def _join(self, key: int, reply_to: str) -> bool:
         """A retry of a request in flight here gets the same answer when it lands."""
@@ -703,9 +737,16 @@ class RouterService:
         model_id = subjects.model_from_infer_subject(msg.subject) or ""
         await self._admit(msg, model_id, _infer.decode(msg.data), msg.reply or "")
 
-    def _land(self, flight: Flight) -> None:
-        if self.flights.pop(flight.key, None) is not None and self.view.router is not None:
+    def _land(self, flight: Flight) -> bool:
+        """Out of the table, once: True for the caller that answers the flight."""
+        if not land(self.flights, flight):
+            self.counters["answers_suppressed"] += 1
+            return False
+        if self.view.router is not None:
             self.view.router.end(flight.route)
         if flight.stage_span is not None:
             flight.stage_span.end()
             flight.stage_span = None
+        self._give_back(flight.probes)
+        flight.probes = set()
+        return True

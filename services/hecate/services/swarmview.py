@@ -27,6 +27,7 @@ from hecate.core import (
     RoutingRequest,
     SwarmPlan,
     SwarmState,
+    Unrecoverable,
     failover_in_swarm,
     route_request,
 )
@@ -156,8 +157,9 @@ class SwarmView:
         else:
             self.router.update(snapshot)
 
-    def choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
-        """The route for a new request and whether it is degraded.
+    def choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool, set[str]]:
+        """The route for a new request, whether it is degraded, and the half-open
+        targets whose probe it carries (see :meth:`take`).
 
         The cheapest intact pipeline (counting this router's in-flight work); when none
         is intact, the best rescue the core finds for a broken one (a per-layer splice,
@@ -166,9 +168,28 @@ class SwarmView:
         """
         assert self.router is not None
         route, degraded = self._choose_route(model_id, request)
-        if self.breakers is not None and self.breakers.took(route.node_ids):
+        return route, degraded, self.take(route)
+
+    def rescue(
+        self, route: Route, lost_node: str, request: RoutingRequest
+    ) -> Recovered | Unrecoverable:
+        """The failover of a request in flight after ``lost_node`` failed it. Whoever
+        sends the request along the rescue route passes it to :meth:`take` first."""
+        assert self.router is not None
+        return failover_in_swarm(
+            route, lost_node, self.router.state, self.failover, request=request
+        )
+
+    def take(self, route: Route) -> set[str]:
+        """A request is about to be sent along ``route``: the probe lease this router
+        holds for any target on it is spent. Every route a request is sent along, first
+        or rescue, goes through here, so a half-open target gets exactly one probe."""
+        if self.breakers is None:
+            return set()
+        taken = self.breakers.took(route.node_ids)
+        if taken:
             self.rebuild()  # the probe is out: block the target again until it reports
-        return route, degraded
+        return taken
 
     def _choose_route(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
         assert self.router is not None
