@@ -4,19 +4,29 @@ Listens: ``hecate.node.join`` / ``hecate.node.leave``.
 Holds: the membership and a core :class:`Swarm` built with the chosen strategy.
 Decides: the first plan once nodes stop arriving for ``settle_s``; after that, a joiner
 goes through the core's growth policy (no reshuffle) and a leaver through retirement.
-Publishes: the plan in KV (compare-and-set on the revision it last saw, so two planners
-never overwrite each other blindly) and ``hecate.events.plan``. A (re)started planner
-sends a roll-call so running nodes re-join, then plans with *its* strategy: swapping the
+Publishes: the plan in KV and ``hecate.events.plan``. A (re)started planner sends a
+roll-call so running nodes re-join, then plans with *its* strategy: swapping the
 strategy is stopping one planner and starting another.
+
+Two planners at once never overwrite each other blindly. Every write is a compare-and-set
+on the revision this planner last read, and it follows the key: a plan another planner
+writes becomes the one it carries on from (its own membership applied through growth and
+retirement, no reshuffle), and a lost compare-and-set is answered the same way, re-read
+and re-planned. A plan identical to the stored one is not written again; after
+``CAS_ROUNDS`` lost rounds the planner steps down for that change and waits for the
+next. Only a plan written before this planner started is replaced by a fresh one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
 
+import msgspec
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
@@ -28,9 +38,24 @@ from hecate.core import (
     Planner,
     Swarm,
     SwarmConfig,
+    SwarmPlan,
 )
 from hecate.wire import subjects
 from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
+
+CAS_ROUNDS = 5
+_plan = msgspec.json.Decoder(SwarmPlan)
+
+
+def plan_digest(plan: SwarmPlan) -> str:
+    """What a plan assigns, whatever its epoch: equal digests, the same plan."""
+    return hashlib.sha256(encode(msgspec.structs.replace(plan, epoch=0))).hexdigest()[:16]
+
+
+def _same(a: SwarmPlan, b: SwarmPlan | None) -> bool:
+    return b is not None and msgspec.structs.replace(a, epoch=0) == msgspec.structs.replace(
+        b, epoch=0
+    )
 
 
 class PlannerService:
@@ -59,24 +84,36 @@ class PlannerService:
             metadata={"strategy": planner.name},
         )
         self.members: dict[str, NodeProfile] = {}
+        self.gone: set[str] = set()  # heard leaving (until they join again)
         self.swarm: Swarm | None = None
-        self.revision = 0
+        self.revision = 0  # of the stored plan this planner last read or wrote
+        self.stored: SwarmPlan | None = None  # the plan at that revision
+        self._start_revision = 0
+        self._lock = asyncio.Lock()  # one reader-writer of the key at a time
         self._changed = asyncio.Event()
         self._last_join = 0.0
+        self.conflicts = 0
+        self.adopted = 0
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
         self._kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
-        try:
-            entry = await self._kv.get(subjects.PLAN_KEY)
-            self.revision = int(entry.revision or 0)
-        except Exception:
-            self.revision = 0
-        await svc.add_endpoint("join", subjects.NODE_JOIN, NodeJoin, self._on_join)
+        self.stored, self.revision = await self._read()
+        self._start_revision = self.revision
+        joins = await svc.add_endpoint("join", subjects.NODE_JOIN, NodeJoin, self._on_join)
+        joins.status = lambda: {
+            "epoch": self.revision,
+            "plan": plan_digest(self.stored) if self.stored is not None else "",
+            "members": len(self.members),
+            "pending": self._changed.is_set() or self._lock.locked(),
+            "conflicts": self.conflicts,
+            "adopted": self.adopted,
+        }
         await svc.add_endpoint("leave", subjects.NODE_LEAVE, NodeLeave, self._on_leave)
         await svc.ready()
         await svc.nc.publish(subjects.NODE_ROLL_CALL, b"{}")
+        svc.spawn(self._follow())
         svc.spawn(self._planning())
         event(self.log, "planner ready", strategy=self.planner.name, revision=self.revision)
         await stop.wait()
@@ -84,6 +121,7 @@ class PlannerService:
 
     async def _on_join(self, join: NodeJoin, _headers: Mapping[str, str]) -> None:
         profile = join.profile
+        self.gone.discard(profile.node_id)
         if self.members.get(profile.node_id) == profile:
             return  # a re-join (roll-call): nothing new
         self.members[profile.node_id] = profile
@@ -105,6 +143,7 @@ class PlannerService:
             self._changed.set()
 
     async def _on_leave(self, leave: NodeLeave, _headers: Mapping[str, str]) -> None:
+        self.gone.add(leave.node_id)
         if self.members.pop(leave.node_id, None) is None:
             return
         if self.swarm is not None and leave.node_id in self.swarm.state.nodes:
@@ -125,31 +164,138 @@ class PlannerService:
                 # Let a burst of joins settle so the first plan sees the whole swarm.
                 while time.monotonic() - self._last_join < self.settle_s:
                     await asyncio.sleep(self.settle_s / 4)
-                try:
-                    self.swarm = Swarm(self.members.values(), self.config, planner=self.planner)
-                except InsufficientCapacity as exc:
-                    event(self.log, "waiting for capacity", logging.WARNING, reason=exc.message)
-                    self._changed.clear()
-                    continue
+                async with self._lock:
+                    if self.stored is not None and self.revision > self._start_revision:
+                        # Another planner published since we started: carry on from it.
+                        self._resume(self.stored, self.revision)
+                    else:
+                        try:
+                            self.swarm = Swarm(
+                                self.members.values(), self.config, planner=self.planner
+                            )
+                        except InsufficientCapacity as exc:
+                            event(
+                                self.log,
+                                "waiting for capacity",
+                                logging.WARNING,
+                                reason=exc.message,
+                            )
+                            self._changed.clear()
+                            continue
             self._changed.clear()
-            await self._publish("membership changed")
+            try:
+                await self._publish("membership changed")
+            except Exception as exc:  # the server away: try again, never write blind
+                event(self.log, "plan not published", logging.WARNING, error=repr(exc))
+                await asyncio.sleep(self.settle_s)
+                self._changed.set()
+
+    # -- the plan in KV ------------------------------------------------------------------
+
+    async def _read(self) -> tuple[SwarmPlan | None, int]:
+        """The stored plan and its revision (``None`` when there is none, or it is
+        deleted: a tombstone's revision is still the one to compare-and-set on)."""
+        try:
+            entry = await self._kv.get(subjects.PLAN_KEY)
+        except KeyNotFoundError as exc:
+            return None, int(getattr(exc.entry, "revision", 0) or 0)
+        try:
+            return _plan.decode(entry.value or b""), int(entry.revision or 0)
+        except msgspec.DecodeError:
+            return None, int(entry.revision or 0)
+
+    async def _follow(self) -> None:
+        """Another planner's write becomes the plan this one carries on from."""
+        async for value, revision in kvs.watch(self._kv, subjects.PLAN_KEY):
+            async with self._lock:
+                if revision <= self.revision:
+                    continue  # our own write, or one already taken
+                try:
+                    theirs = _plan.decode(value) if value is not None else None
+                except msgspec.DecodeError:
+                    theirs = None
+                self._take(theirs, revision)
+
+    def _take(self, theirs: SwarmPlan | None, revision: int) -> None:
+        """Record the stored plan at ``revision`` and, once planning, carry on from it."""
+        self.stored, self.revision = theirs, revision
+        if self.swarm is None or theirs is None or theirs.validate():
+            return  # nothing to carry on from: our next write replaces it, knowingly
+        self._resume(theirs, revision)
+
+    def _resume(self, theirs: SwarmPlan, revision: int) -> None:
+        """Carry on from ``theirs``, then apply what this planner knows of the
+        membership through growth and retirement; publish if that changed it."""
+        self.adopted += 1
+        swarm = Swarm.resume(theirs, self.config, planner=self.planner)
+        for profile in theirs.nodes:
+            known = self.members.get(profile.node_id)
+            if known is None and profile.node_id in self.gone:
+                swarm.remove_node(profile.node_id)
+            elif known is None:
+                self.members[profile.node_id] = profile  # joined while we were not listening
+            elif known != profile:
+                swarm.remove_node(profile.node_id)
+                swarm.add_node(known)
+        planned = {n.node_id for n in swarm.plan.nodes}
+        for node_id, profile in self.members.items():
+            if node_id not in planned:
+                swarm.add_node(profile)
+        self.swarm = swarm
+        mine = swarm.plan.pipelines != theirs.pipelines
+        event(
+            self.log,
+            "plan adopted",
+            epoch=revision,
+            pipelines=len(theirs.pipelines),
+            replanned=mine,
+        )
+        if mine:
+            self._changed.set()
 
     async def _publish(self, reason: str) -> None:
-        assert self.swarm is not None
-        plan = self.swarm.plan
-        problems = plan.validate()
-        if problems:  # never publish an invalid plan
-            event(self.log, "plan rejected", logging.ERROR, problems=[str(p) for p in problems])
-            return
-        try:
-            self.revision = await self._kv.update(
-                subjects.PLAN_KEY, encode(plan), last=self.revision
+        async with self._lock:
+            for _ in range(CAS_ROUNDS):
+                assert self.swarm is not None
+                plan = self.swarm.plan
+                problems = plan.validate()
+                if problems:  # never publish an invalid plan
+                    event(
+                        self.log,
+                        "plan rejected",
+                        logging.ERROR,
+                        problems=[str(p) for p in problems],
+                    )
+                    return
+                if _same(plan, self.stored):
+                    return  # stored already, by us or by another planner
+                on = self.revision
+                try:
+                    self.revision = await self._kv.update(subjects.PLAN_KEY, encode(plan), last=on)
+                except KeyWrongLastSequenceError:
+                    # Someone wrote since we last read: re-read, re-plan on top of theirs.
+                    self.conflicts += 1
+                    theirs, revision = await self._read()
+                    event(
+                        self.log,
+                        "plan revision moved",
+                        logging.WARNING,
+                        expected=on,
+                        found=revision,
+                    )
+                    self._take(theirs, revision)
+                    continue
+                self.stored = plan
+                await self._announce(plan, on, reason)
+                return
+            event(
+                self.log,
+                "plan not published",
+                logging.WARNING,
+                reason=f"lost {CAS_ROUNDS} compare-and-set rounds: another planner is writing",
             )
-        except Exception as exc:
-            # Someone else wrote the plan since we last looked: take their revision and
-            # overwrite with ours (we are the planner now), but say so.
-            event(self.log, "plan revision moved", logging.WARNING, error=repr(exc))
-            self.revision = await self._kv.put(subjects.PLAN_KEY, encode(plan))
+
+    async def _announce(self, plan: SwarmPlan, on: int, reason: str) -> None:
         change = PlanChanged(
             epoch=self.revision,
             strategy=self.planner.name,
@@ -163,6 +309,7 @@ class PlannerService:
             self.log,
             "plan published",
             epoch=self.revision,
+            on=on,
             pipelines=len(plan.pipelines),
             nodes=len(plan.nodes),
         )

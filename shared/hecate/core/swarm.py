@@ -112,6 +112,20 @@ class Swarm:
         self._rescues: dict[str, Route] = {}
         self._stopped = False
 
+    @classmethod
+    def resume(
+        cls, plan: SwarmPlan, config: SwarmConfig, *, planner: Planner | str = "greedy"
+    ) -> Swarm:
+        """Carry on from a published plan (another planner's) instead of planning afresh:
+        growth and retirement then change it without reshuffling what already serves."""
+        swarm = cls.__new__(cls)
+        swarm.config = config
+        swarm.planner = get_planner(planner) if isinstance(planner, str) else planner
+        swarm.state = SwarmState.from_profiles(plan)
+        swarm._rescues = {}
+        swarm._stopped = False
+        return swarm
+
     @property
     def plan(self) -> SwarmPlan:
         return self.state.plan
