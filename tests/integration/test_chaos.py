@@ -1,6 +1,9 @@
 """The chaos scenarios, short: real processes and a real nats-server, a steady load,
-and a fault in the middle. Nothing may be lost or wrong, and none of these faults is
-one where the spec allows an explicit error. ``make chaos`` runs the long versions."""
+and a fault in the middle. Each must pass its acceptance: nothing lost or wrong (a
+request is lost by what happened on the wire), no explicit error (none of these faults
+is one where the spec allows one: no scenario names an allowed code), no answer from
+the reserve model beside an intact pipeline, its checks true, and the evidence it names
+that the fault hit live traffic. ``make chaos`` runs the long versions."""
 
 from __future__ import annotations
 
@@ -13,7 +16,11 @@ from hecate.chaos.scenarios import SCENARIOS, run
 
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if n != "llm-kill"])
 async def test_the_swarm_loses_nothing_and_answers_right(name: str, tmp_path: Path) -> None:
+    assert not SCENARIOS[name].expect.allowed_errors
+    assert SCENARIOS[name].expect.evidence  # every scenario must prove its fault bit
     result = await run(name, short=True, workdir=tmp_path)
     assert result["sent"] > 100, result  # the load really ran
     assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), result
-    assert all(result["checks"].values()), result
+    assert result["degraded"] == 0, result  # an intact pipeline was always up
+    failed = [k for k, ok in result["acceptance"].items() if not ok]
+    assert not failed, (failed, result)

@@ -110,11 +110,14 @@ class Swarm:
             start_new_session=True,
         )
 
-    def kill(self, label: str, sig: int = signal.SIGKILL) -> None:
+    def kill(self, label: str, sig: int = signal.SIGKILL, *, wait: bool = True) -> None:
+        """Send ``sig`` to a service; ``wait``: until it has exited (not for a signal
+        that only freezes it, such as SIGSTOP)."""
         proc = self.procs[label]
         if proc.poll() is None:
             proc.send_signal(sig)
-        proc.wait(15)
+        if wait:
+            proc.wait(15)
 
     def restart(self, label: str) -> None:
         if self.procs[label].poll() is None:

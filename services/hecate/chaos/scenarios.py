@@ -1,28 +1,36 @@
 """The chaos scenarios. Each runs a fresh swarm of real processes on loopback
-(``examples/chaos.json``: a 12-layer toy model on two 3-stage pipelines, a spare node
-and a 4-layer reserve; two routers), waits until it serves, starts the load, lets it
-run ``warm`` seconds, injects its fault, heals it, and keeps the load on ``settle``
-seconds more. Acceptance, for every scenario: nothing lost, nothing wrong.
+(``topologies/chaos.json``, shipped with this package: a 12-layer toy model on two
+3-stage pipelines, a spare node and a 4-layer reserve; two routers), waits until it
+serves, starts the load, lets it run ``warm`` seconds, injects its fault, heals it, and
+keeps the load on ``settle`` seconds more. Acceptance, for every scenario (see
+:mod:`hecate.chaos.acceptance`): nothing lost, nothing wrong, no explicit error unless
+the scenario names its code and why, no reserve answer beside an intact pipeline, and
+the evidence its :class:`Expect` names that the fault hit live traffic.
 
-* ``node-kill``: SIGKILL the middle node of the serving pipeline; restart it later.
-* ``router-kill``: SIGKILL one of the two routers; restart it later.
+* ``node-kill``: SIGKILL the middle node of the busiest pipeline; restart it later.
+* ``router-kill``: freeze one of the two routers (SIGSTOP) long enough that requests are
+  certainly waiting on it, then SIGKILL it; restart it later.
 * ``control-plane``: SIGKILL the planner, then telemetry, then the breaker service, one
   at a time, each restarted before the next: routers serve from their last snapshots.
 * ``nats-restart``: SIGKILL the nats-server and start it again on the same port and
   JetStream store: every service reconnects, the plan survives, service resumes.
-* ``sick-node``: a node stays up but answers 10x slower, then with errors, then heals
-  (injected over ``hecate.node.<id>.fault``; chaos swarms start nodes with
-  ``--accept-faults``): load moves off it, its circuit opens, and closes again.
+* ``sick-node``: a node stays up but each stage takes ten times its declared latency,
+  then fails with an error, then heals (injected over ``hecate.node.<id>.fault``; chaos
+  swarms start nodes with ``--accept-faults``): telemetry sees it slow, load moves off
+  it, its circuit opens, and closes again.
+* ``nats-cluster``: three routed nats-servers; SIGKILL the one the callers are on.
 * ``llm-kill``: ``node-kill`` on SmolLM2 (two 3-stage pipelines), mid-generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +40,30 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
+from hecate.chaos.acceptance import Expect, judge
 from hecate.chaos.harness import BREAKER_COOLDOWN_S, Swarm
 from hecate.chaos.load import Record, prompts, run_load, summarize
 from hecate.client import HecateClient
+from hecate.core.plan import SwarmPlan
 from hecate.model import reference
 from hecate.wire import subjects
-from hecate.wire.messages import BreakerChanged, FailoverEvent, InferReply, NodeFault
+from hecate.wire.messages import (
+    BreakerChanged,
+    FailoverEvent,
+    Heartbeat,
+    InferReply,
+    NodeFault,
+    TelemetrySnapshot,
+)
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-TOPOLOGY = EXAMPLES / "chaos.json"
 MODEL = "ncm-base"
 LLM = "smollm2-135m"
+
+
+def topology(name: str) -> bytes:
+    """A topology the scenarios run (``topologies/NAME``): package data, so that an
+    installed hecate runs its scenarios without a source checkout."""
+    return (resources.files("hecate.chaos") / "topologies" / name).read_bytes()
 
 
 @dataclass(frozen=True)
@@ -56,7 +77,7 @@ class Timing:
         return cls(1.0, 1.5, 2.0) if short else cls(3.0, 4.0, 5.0)
 
 
-Scenario = Callable[[Swarm, Client, Record, Timing], Awaitable[None]]
+Fault = Callable[[Swarm, Client, Record, Timing], Awaitable[None]]
 
 
 async def _serving_route(nc: Client, model: str = MODEL) -> list[str]:
@@ -65,10 +86,33 @@ async def _serving_route(nc: Client, model: str = MODEL) -> list[str]:
     return [s.node_id for s in reply.route.stages]
 
 
+async def _busiest_middle(nc: Client, pipelines: list[tuple[str, ...]]) -> str | None:
+    """The middle node, among the pipelines', that was busiest over the last few
+    heartbeats (None if none reported any work): killing a node that is working on
+    requests right now is what makes a kill bite. A probe request would not do, since
+    routers steer it away from the pipelines their own requests already occupy."""
+    middles = {p[len(p) // 2] for p in pipelines}
+    busy: dict[str, float] = dict.fromkeys(middles, 0.0)
+
+    async def on_beat(msg: Msg) -> None:
+        beat = msgspec.json.decode(msg.data, type=Heartbeat)
+        if beat.node_id in busy:
+            busy[beat.node_id] += beat.load + beat.in_flight
+
+    sub = await nc.subscribe(subjects.HEARTBEAT_ALL, cb=on_beat)
+    await asyncio.sleep(0.5)  # five heartbeats of each node
+    await sub.unsubscribe()
+    best = max(sorted(busy), key=lambda n: busy[n], default=None)
+    return best if best is not None and busy[best] > 0 else None
+
+
 async def node_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
-    route = await _serving_route(nc, swarm.topology.base.id)
-    victim = route[len(route) // 2]
+    victim = await _busiest_middle(nc, record.pipelines)
+    if victim is None:
+        route = await _serving_route(nc, swarm.topology.base.id)
+        victim = route[len(route) // 2]
     record.fault(f"SIGKILL node {victim}")
+    record.impair(victim)
     await asyncio.to_thread(swarm.kill, f"node-{victim}")
     await asyncio.sleep(t.fault)
     record.fault(f"restart node {victim}")
@@ -77,6 +121,11 @@ async def node_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None
 
 async def router_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
     del nc
+    # Frozen first: the requests the queue group hands it meanwhile are certainly in
+    # flight on it when it dies (a bare SIGKILL may find it idle between requests).
+    record.fault("SIGSTOP router-1")
+    await asyncio.to_thread(swarm.kill, "router-1", signal.SIGSTOP, wait=False)
+    await asyncio.sleep(0.3)
     record.fault("SIGKILL router-1")
     await asyncio.to_thread(swarm.kill, "router-1")
     await asyncio.sleep(t.fault)
@@ -88,8 +137,10 @@ async def control_plane(swarm: Swarm, nc: Client, record: Record, t: Timing) -> 
     del nc
     for label in ("planner", "telemetry", "breaker"):
         record.fault(f"SIGKILL {label}")
+        down = time.monotonic()
         await asyncio.to_thread(swarm.kill, label)
         await asyncio.sleep(t.fault)
+        record.outages.append((down, time.monotonic()))
         record.fault(f"restart {label}")
         await asyncio.to_thread(swarm.restart, label)
         await asyncio.sleep(t.fault / 2)
@@ -115,12 +166,16 @@ async def nats_restart(swarm: Swarm, nc: Client, record: Record, t: Timing) -> N
 
 
 async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
-    """Three routed nats-servers with every KV bucket replicated 3 times; SIGKILL one
-    under load (the processes connected to it reconnect to the others), then restart it."""
+    """Three routed nats-servers with every KV bucket replicated 3 times; SIGKILL the one
+    the callers are connected to (so that their requests in flight are certainly cut
+    off) under load: the processes connected to it reconnect to the others. Then
+    restart it."""
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     before = await kv.get(subjects.PLAN_KEY)
-    record.fault("SIGKILL nats-server 0 of 3")
-    await asyncio.to_thread(swarm.kill_server, 0)
+    ours = nc.connected_url.port if nc.connected_url else None
+    index = next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), 0)
+    record.fault(f"SIGKILL nats-server {index} of 3 (the callers')")
+    await asyncio.to_thread(swarm.kill_server, index)
     await asyncio.sleep(t.fault)
     after = None
     for _ in range(100):  # from the surviving two (our own connection may be moving)
@@ -132,8 +187,8 @@ async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timin
     record.checks["plan_readable_with_a_server_down"] = (
         after is not None and after.value == before.value
     )
-    record.fault("restart nats-server 0")
-    await asyncio.to_thread(swarm.start_server, 0)
+    record.fault(f"restart nats-server {index}")
+    await asyncio.to_thread(swarm.start_server, index)
 
 
 async def _replicated_buckets(url: str, replicas: int) -> None:
@@ -158,13 +213,28 @@ async def _fault(nc: Client, node: str, fault: NodeFault) -> None:
     await nc.request(subjects.node_fault(node), msgspec.json.encode(fault), timeout=5)
 
 
+async def _telemetry_latency(nc: Client, node: str) -> float | None:
+    """The latency telemetry's snapshot in KV gives ``node`` now (None: none yet)."""
+    try:
+        kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
+        entry = await kv.get(subjects.TELEMETRY_KEY)
+    except Exception:  # not written yet, or the bus is busy: no reading this time
+        return None
+    if not entry.value:
+        return None
+    state = msgspec.json.decode(entry.value, type=TelemetrySnapshot).nodes.get(node)
+    return state.latency_ms if state is not None else None
+
+
 async def sick_node(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
-    """The middle node of the serving pipeline stays up but turns 10x slower, then
-    answers every stage with an error, then heals. Load must move off it while slow;
+    """The middle node of the serving pipeline stays up but each of its stages takes ten
+    times its declared latency, then fails with an error, then heals. Telemetry must see
+    the slowness as it would a slow machine's; load must move off the node while slow;
     its circuit must open while it fails and close again once it is healthy."""
     route = await _serving_route(nc, swarm.topology.base.id)
     victim = route[len(route) // 2]
     declared = next(n.latency_ms for n in swarm.topology.nodes if n.id == victim)
+    delay_ms = 10 * max(declared, 1.0)
     changes: list[tuple[float, str]] = []
 
     async def on_breaker(msg: Msg) -> None:
@@ -175,12 +245,31 @@ async def sick_node(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None
     sub = await nc.subscribe(subjects.EVENT_BREAKER, cb=on_breaker)
     loop = asyncio.get_running_loop()
     began = loop.time() - t.warm
-    record.fault(f"node {victim} 10x slower")
+    seen_before = await _telemetry_latency(nc, victim)
+    record.fault(f"node {victim} {delay_ms:g} ms per stage (10x its declared latency)")
+    record.impair(victim)
     slow_at = loop.time()
-    await _fault(nc, victim, NodeFault(delay_ms=10 * max(declared, 1.0)))
-    await asyncio.sleep(t.fault)
+    await _fault(nc, victim, NodeFault(delay_ms=delay_ms))
+    peak: float | None = None
+    while loop.time() < slow_at + t.fault:  # what telemetry publishes while it is slow
+        await asyncio.sleep(0.1)
+        seen = await _telemetry_latency(nc, victim)
+        if seen is not None:
+            peak = seen if peak is None else max(peak, seen)
+    # The node times its stage with the delay inside, as a slow machine's would be, so
+    # the slowness reaches telemetry with the next heartbeats. A quarter of the delay
+    # leaves room for the two EWMAs (the node's per stage, telemetry's per heartbeat)
+    # that a node served only a few slow stages before load moved off it has not climbed.
+    record.notes["injected_delay_ms"] = delay_ms
+    record.notes["telemetry_latency_ms_before"] = round(seen_before or 0.0, 3)
+    record.notes["telemetry_latency_ms_while_slow"] = round(peak or 0.0, 3)
+    record.checks["telemetry_saw_the_node_slow"] = peak is not None and peak >= max(
+        delay_ms / 4, 2 * (seen_before or 0.0)
+    )
     before = record.share_via(victim, began, slow_at)
-    # Telemetry needs a few heartbeats to see the slowness: judge the second half.
+    # Judge the second half: the routers move load off at once for the requests of
+    # their own that pile up on the node (their cost counts them), and through
+    # telemetry's latency for it only once a few heartbeats have carried the slowness.
     during = record.share_via(victim, slow_at + t.fault / 2, loop.time())
     record.notes["share_via_node_before"] = round(before, 3)
     record.notes["share_via_node_while_slow"] = round(during, 3)
@@ -207,9 +296,10 @@ async def sick_node(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None
 
 @dataclass(frozen=True)
 class Setup:
-    """The swarm and the load a scenario runs with."""
+    """The swarm and the load a scenario runs with (``topology``: a file of
+    ``topologies/``)."""
 
-    topology: Path = TOPOLOGY
+    topology: str = "chaos.json"
     dispatch: str = "hop"
     max_tokens: int = 6
     workers: int = 4
@@ -218,24 +308,77 @@ class Setup:
 
 
 LLM_SETUP = Setup(
-    topology=EXAMPLES / "smollm2.json", dispatch="chain", max_tokens=16, workers=2, timeout_s=20.0
+    topology="smollm2.json", dispatch="chain", max_tokens=16, workers=2, timeout_s=20.0
 )
 
-SCENARIOS: dict[str, tuple[Setup, Scenario]] = {
-    "node-kill": (Setup(), node_kill),
-    "router-kill": (Setup(), router_kill),
-    "control-plane": (Setup(), control_plane),
-    "nats-restart": (Setup(), nats_restart),
-    "sick-node": (Setup(), sick_node),
-    "nats-cluster": (Setup(cluster=3), cluster_member_kill),
+
+@dataclass(frozen=True)
+class Scenario:
+    """A fault, the swarm it runs on, and what its run must show."""
+
+    fault: Fault
+    expect: Expect
+    setup: Setup = field(default_factory=Setup)
+
+
+_KILLED_NODE = Expect(
+    ("failover_events",),
+    "requests in flight on the killed node, and those routed to it before telemetry "
+    "calls it down, fail over; the node killed is the busiest middle one",
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    "node-kill": Scenario(node_kill, _KILLED_NODE),
+    "router-kill": Scenario(
+        router_kill,
+        Expect(
+            ("client_retries", "recover_s"),
+            "the requests the frozen router holds get no reply: their callers time out "
+            "and retry on the other router",
+        ),
+    ),
+    "control-plane": Scenario(
+        control_plane,
+        Expect(
+            ("answered_during_outages",),
+            "none of the three is on the request path: what must show is requests "
+            "answered from start to end while each one was down",
+        ),
+    ),
+    "nats-restart": Scenario(
+        nats_restart,
+        Expect(
+            ("recover_s",),
+            "nothing is answered while the only server is down (about a second), so "
+            "every request in flight then takes far longer than 3x the pre-fault p99 "
+            "(the routers resend what they hold once reconnected, so callers need not "
+            "retry)",
+        ),
+    ),
+    "sick-node": Scenario(
+        sick_node,
+        Expect(
+            ("failover_events",),
+            "stages the node refuses with an error fail over to the replica (and open its circuit)",
+        ),
+    ),
+    "nats-cluster": Scenario(
+        cluster_member_kill,
+        Expect(
+            ("recover_s",),
+            "the killed server is the callers' own: no request they have in flight can "
+            "be answered before their connection has moved to another server",
+        ),
+        Setup(cluster=3),
+    ),
     # The real model, mid-generation (``hecate model pull smollm2-135m`` first).
-    "llm-kill": (LLM_SETUP, node_kill),
+    "llm-kill": Scenario(node_kill, _KILLED_NODE, LLM_SETUP),
 }
 
 
 def available(name: str) -> bool:
     """False for a scenario whose model is not in the local cache."""
-    if SCENARIOS[name][0] is LLM_SETUP:
+    if SCENARIOS[name].setup is LLM_SETUP:
         from hecate.llm.store import present
 
         return present(LLM)
@@ -272,6 +415,14 @@ async def _quiet(_exc: Exception) -> None:
     """Disconnections are the point here; the figures say what they cost."""
 
 
+async def _pipelines(nc: Client, model: str) -> list[tuple[str, ...]]:
+    """The nodes of each pipeline of ``model`` in the current plan."""
+    entry = await (await kvs.bucket(nc, subjects.PLAN_BUCKET)).get(subjects.PLAN_KEY)
+    assert entry.value, "the swarm serves, so a plan exists"
+    plan = msgspec.json.decode(entry.value, type=SwarmPlan)
+    return [tuple(s.node_id for s in p.stages) for p in plan.pipelines_of(model)]
+
+
 async def _wait_serving(nc: Client, model: str, timeout: float = 60.0) -> None:
     client = HecateClient(nc, timeout_s=5.0, max_attempts=1)
     loop = asyncio.get_running_loop()
@@ -295,12 +446,15 @@ async def run(
     """Run one scenario on a fresh swarm; returns its line of figures (and draws its
     latency timeline into ``plot``, a PNG, when given; with ``keep_timeline``, the figures
     carry every request under ``"timeline"``, enough to draw it later)."""
-    setup, scenario = SCENARIOS[name]
+    scenario = SCENARIOS[name]
+    setup = scenario.setup
     timing = Timing.of(short)
     with tempfile.TemporaryDirectory(prefix=f"hecate-chaos-{name}-") as tmp:
-        swarm = Swarm(
-            workdir or Path(tmp), setup.topology, dispatch=setup.dispatch, cluster=setup.cluster
-        )
+        where = workdir or Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / "topology.json"  # what the planner and the routers are given
+        path.write_bytes(topology(setup.topology))
+        swarm = Swarm(where, path, dispatch=setup.dispatch, cluster=setup.cluster)
         model = swarm.topology.base.id
         layers = {m.id: m.layers for m in swarm.topology.models}
         ref = _Reference(setup, layers)
@@ -321,11 +475,12 @@ async def run(
             )
             try:
                 await _wait_serving(nc, model)
-                record = Record()
-                failovers: list[str] = []
+                record = Record(pipelines=await _pipelines(nc, model))
+                failovers: list[float] = []
 
                 async def on_failover(msg: Msg) -> None:
-                    failovers.append(msgspec.json.decode(msg.data, type=FailoverEvent).kind)
+                    msgspec.json.decode(msg.data, type=FailoverEvent)
+                    failovers.append(time.monotonic())
 
                 await nc.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
                 stop = asyncio.Event()
@@ -342,17 +497,19 @@ async def run(
                     )
                 )
                 await asyncio.sleep(timing.warm)
-                await scenario(swarm, nc, record, timing)
+                await scenario.fault(swarm, nc, record, timing)
                 await asyncio.sleep(timing.settle)
                 stop.set()
                 await load
-                # Evidence that the fault hit requests in flight, not an idle corner.
-                record.notes["failover_events"] = float(len(failovers))
+                first = record.faults[0][0] if record.faults else float("inf")
+                record.failover_events = sum(1 for at in failovers if at >= first)
             finally:
                 await nc.close()
         finally:
             await asyncio.to_thread(swarm.stop_all)
     result = summarize(name, record)
+    result["expect"] = scenario.expect.doc()
+    result["acceptance"] = judge(result, scenario.expect)
     if keep_timeline:
         from hecate.chaos.plot import timeline_doc
 

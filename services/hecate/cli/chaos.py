@@ -2,9 +2,11 @@
 of a swarm under load.
 
 Prints one line per scenario (one JSON object per line with ``--json``): requests sent,
-answered correctly, answered with an explicit error, lost, wrong, the p99 latency
-while the fault lasted and the time to recover. Exit status 1 if any request was lost
-or wrong, so ``make chaos`` fails loudly. ``--results DIR`` also saves every
+answered correctly, answered with an explicit error, lost, wrong, answered by the
+reserve model (degraded), the p99 latency while the fault lasted, the time to recover,
+the evidence that the fault hit live traffic, and what the scenario expects. Exit
+status 1 if any scenario fails its acceptance (see :mod:`hecate.chaos.acceptance`), so
+``make chaos`` fails loudly. ``--results DIR`` also saves every
 scenario's figures, and every request of it (for the latency timelines), in
 ``DIR/chaos.json``, from which ``hecate bench report`` writes its chaos section.
 """
@@ -20,18 +22,32 @@ from pathlib import Path
 from typing import Any
 
 
+def _pairs(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
 def _line(result: dict[str, Any]) -> str:
-    codes = ", ".join(f"{k}={v}" for k, v in sorted(result["error_codes"].items()))
-    checks = ", ".join(f"{k}={v}" for k, v in sorted(result["checks"].items()))
-    notes = ", ".join(f"{k}={v}" for k, v in sorted(result["notes"].items()))
+    codes = _pairs(result["error_codes"])
+    lost = _pairs(result["lost_codes"])
+    checks = _pairs(result["checks"])
+    notes = _pairs(result["notes"])
+    expect = result["expect"]
+    allowed = _pairs(expect["allowed_errors"]) or "none"
+    failed = [k for k, ok in result["acceptance"].items() if not ok]
     return (
         f"{result['scenario']:<14} sent={result['sent']:<6} ok={result['ok']:<6} "
         f"errors={result['errors']:<4} lost={result['lost']:<3} wrong={result['wrong']:<3} "
+        f"degraded={result['degraded']:<3} "
         f"p99_ms={result['p99_ms']:<8} max_ms={result['max_ms']:<8} "
         f"recover_s={result['recover_s']}"
+        + f"  evidence: {_pairs(result['evidence'])}"
         + (f"  errors: {codes}" if codes else "")
+        + (f"  lost: {lost}" if lost else "")
         + (f"  checks: {checks}" if checks else "")
         + (f"  ({notes})" if notes else "")
+        + f"  expects: {', '.join(expect['evidence'])} ({expect['because']});"
+        + f" errors allowed: {allowed}"
+        + (f"  FAILED: {', '.join(failed)}" if failed else "  accepted")
     )
 
 
@@ -75,8 +91,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         save(result)
         shown = {k: v for k, v in result.items() if k != "timeline"}
         print(json.dumps(shown) if args.json else _line(shown), flush=True)
-        failed = failed or bool(result["lost"]) or bool(result["wrong"])
-        failed = failed or not all(result["checks"].values())
+        failed = failed or not all(result["acceptance"].values())
     return 1 if failed else 0
 
 
