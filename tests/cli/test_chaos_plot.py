@@ -1,4 +1,5 @@
-"""The chaos timeline is drawn from a scenario's record alone (no swarm needed)."""
+"""The chaos timeline and line of figures come from a scenario's record alone (no swarm
+needed)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 from hecate.chaos.load import Record, Sample, summarize
 from hecate.chaos.plot import record_of, timeline, timeline_doc
+from hecate.chaos.scenarios import figures
+from hecate.cli.chaos import _line
 
 
 def test_the_timeline_is_a_png_with_every_outcome(tmp_path: Path) -> None:
@@ -37,3 +40,25 @@ def test_a_saved_timeline_draws_the_same_points(tmp_path: Path) -> None:
     out = tmp_path / "timeline.png"
     timeline(again, result, out, "hecate chaos node-kill --results build/bench")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_line_of_figures_names_degraded_answers_and_each_failed_criterion() -> None:
+    record = Record(pipelines=[("a0", "a1", "a2"), ("b0", "b1", "b2")])
+    record.faults = [(1.0, "SIGKILL node a1"), (2.0, "restart node a1")]
+    record.impaired = {"a1": 1.0}
+    record.samples = [Sample(i * 0.01, i * 0.01 + 0.004, "ok", nodes=("a1",)) for i in range(300)]
+    record.samples += [
+        Sample(1.01, 1.02, "ok", nodes=("spare",), degraded=True),  # b0-b2 were intact
+        Sample(1.02, 3.0, "lost", "client_breaker_open", sends=2),
+    ]
+    result = figures("node-kill", record)  # no failover event was seen
+    line = _line(result)
+    assert "degraded=1" in line
+    assert "lost: client_breaker_open=1" in line
+    assert "expects: failover_events" in line
+    assert line.endswith(
+        "FAILED: nothing_lost, no_degraded_answer_beside_an_intact_pipeline, shows_failover_events"
+    )
+    shown = json.loads(json.dumps(result))  # what --json prints and --results saves
+    assert shown["degraded_while_intact"] == 1
+    assert shown["acceptance"]["shows_failover_events"] is False

@@ -57,7 +57,16 @@ from hecate.model import reference
 from hecate.wire import subjects
 from hecate.wire.messages import FailoverEvent, InferReply
 
-__all__ = ["SCENARIOS", "Scenario", "Setup", "Timing", "available", "run", "topology"]
+__all__ = [
+    "SCENARIOS",
+    "Scenario",
+    "Setup",
+    "Timing",
+    "available",
+    "figures",
+    "run",
+    "topology",
+]
 
 MODEL = "ncm-base"
 LLM = "smollm2-135m"
@@ -228,6 +237,16 @@ async def _wait_serving(nc: Client, model: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"the swarm did not serve {model} within {timeout} s")
 
 
+def figures(name: str, record: Record) -> dict[str, Any]:
+    """A scenario's line of figures from its record, with what it must show and every
+    criterion of its acceptance judged."""
+    expect = SCENARIOS[name].expect
+    result = summarize(name, record)
+    result["expect"] = expect.doc()
+    result["acceptance"] = judge(result, expect)
+    return result
+
+
 async def run(
     name: str,
     *,
@@ -300,9 +319,7 @@ async def run(
                 await nc.close()
         finally:
             await asyncio.to_thread(swarm.stop_all)
-    result = summarize(name, record)
-    result["expect"] = scenario.expect.doc()
-    result["acceptance"] = judge(result, scenario.expect)
+    result = figures(name, record)
     if keep_timeline:
         from hecate.chaos.plot import timeline_doc
 
