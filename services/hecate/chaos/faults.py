@@ -207,15 +207,14 @@ async def sick_node(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None
         if seen is not None:
             peak = seen if peak is None else max(peak, seen)
     # The node times its stage with the delay inside, as a slow machine's would be, so
-    # the slowness reaches telemetry with the next heartbeats. A quarter of the delay
-    # leaves room for the two EWMAs (the node's per stage, telemetry's per heartbeat)
-    # that a node served only a few slow stages before load moved off it has not climbed.
+    # the slowness reaches telemetry with the next heartbeats. Half the delay, not all
+    # of it: two EWMAs stand between (the node's per stage, telemetry's per heartbeat),
+    # and the node may serve only a few slow stages before load moves off it.
+    rise = (peak or 0.0) - (seen_before or 0.0)
     record.notes["injected_delay_ms"] = delay_ms
     record.notes["telemetry_latency_ms_before"] = round(seen_before or 0.0, 3)
     record.notes["telemetry_latency_ms_while_slow"] = round(peak or 0.0, 3)
-    record.checks["telemetry_saw_the_node_slow"] = peak is not None and peak >= max(
-        delay_ms / 4, 2 * (seen_before or 0.0)
-    )
+    record.checks["telemetry_saw_the_node_slow"] = peak is not None and rise >= delay_ms / 2
     before = record.share_via(victim, began, slow_at)
     # Judge the second half: the routers move load off at once for the requests of
     # their own that pile up on the node (their cost counts them), and through
