@@ -21,7 +21,17 @@ One run measures, greedy, the same prompt and token count:
   router). ``kill_stall_ms`` is the longest gap between two streamed tokens (detection
   and the replay of the prompt and the tokens so far); ``failover_reason`` says which
   of the two it was;
-* ``llama_cpp``: the same GGUF under llama-cpp-python (2 threads), only if installed.
+* ``llama_cpp``: the same GGUF under llama.cpp (llama-cpp-python, 2 threads, the
+  optional ``bench`` extra: ``pip install '.[bench]'``), fed the same prompt token ids
+  and decoded greedy for the same number of tokens, timed in the same rounds as
+  ``single`` (``ratio_single_llama_cpp_rounds``); its version and build flags are
+  recorded beside it. Without the extra it says it was skipped and why.
+
+Every timed generation is checked against the single-process greedy text
+(:func:`hecate.llm.reference.greedy_text`): a run whose text differs carries
+``text_ok: false`` and is listed in ``failed_checks``, which fails the command after the
+result is saved: a fast wrong answer is not a figure. llama.cpp's text is only compared
+(``matches_numpy_text``): it multiplies with 8-bit activations, so near-ties may flip.
 
 Time to first token (TTFT) includes the prompt's prefill; tokens/s counts the tokens
 after the first; ``gap_ms`` is the median time between two tokens.
@@ -53,6 +63,7 @@ from hecate.cli.up import BLAS_THREAD_TIMEOUT, hecate_command, node_env
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
+from hecate.llm.reference import EOS, greedy_text
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
@@ -60,9 +71,23 @@ from hecate.wire.messages import FailoverEvent, InferReply, InferRequest, Stream
 
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
+LLAMA_CPP_THREADS = 2
+LLAMA_CPP_EXTRA = "pip install '.[bench]'"
 
 
-def single(path: Path, tokens: int) -> dict[str, float]:
+def _text(path: Path, tokens: list[int]) -> str:
+    """The text of greedy ``tokens`` as the router streams it: each token decoded on its
+    own, up to the end-of-turn token."""
+    tok = load_tokenizer(path)
+    out = []
+    for token in tokens:
+        if token == EOS:
+            break
+        out.append(tok.decode([token]))
+    return "".join(out)
+
+
+def single(path: Path, tokens: int) -> dict[str, Any]:
     stage = LlamaStage(load_stage(path, 0, 30))
     ids = load_tokenizer(path).encode(PROMPT).ids
     cache = stage.new_cache()
@@ -70,13 +95,16 @@ def single(path: Path, tokens: int) -> dict[str, float]:
     hidden = stage.forward(stage.embed(ids), cache)
     token = int(np.argmax(stage.logits(hidden)))
     ttft = time.perf_counter() - t0
+    generated = [token]
     for _ in range(tokens - 1):
         hidden = stage.forward(stage.embed([token]), cache)
         token = int(np.argmax(stage.logits(hidden)))
+        generated.append(token)
     total = time.perf_counter() - t0
     return {
         "ttft_ms": round(ttft * 1000, 1),
         "tokens_per_s": round((tokens - 1) / (total - ttft), 1),
+        "text": _text(path, generated),
     }
 
 
@@ -99,12 +127,14 @@ def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
 
 async def _generate(
     url: str, tokens: int, on_token: Any = None
-) -> tuple[float, float, list[float], list[str], InferReply]:
-    """One streamed generation: its start, token arrival times, failover reasons, reply."""
+) -> tuple[float, float, list[float], list[str], InferReply, str]:
+    """One streamed generation: its start, token arrival times, failover reasons, reply
+    and the text as streamed."""
     nc = await nats.connect(url)
     inbox = nc.new_inbox()
     stamps: list[float] = []
     reasons: list[str] = []
+    streamed: list[StreamToken] = []
 
     async def failover(msg: Any) -> None:
         reasons.append(msgspec.json.decode(msg.data, type=FailoverEvent).reason)
@@ -113,8 +143,10 @@ async def _generate(
 
     async def got(msg: Any) -> None:
         stamps.append(time.perf_counter())
+        token = msgspec.json.decode(msg.data, type=StreamToken)
+        streamed.append(token)
         if on_token is not None:
-            on_token(msgspec.json.decode(msg.data, type=StreamToken))
+            on_token(token)
 
     sub = await nc.subscribe(inbox, cb=got)
     body = InferRequest(prompt=PROMPT, max_tokens=tokens, stream_to=inbox)
@@ -125,7 +157,8 @@ async def _generate(
     reply = msgspec.json.decode(msg.data, type=InferReply)
     if not reply.ok or not stamps:
         raise RuntimeError(f"generation failed: {reply.error}")
-    return t0, stamps[0], stamps, reasons, reply
+    text = "".join(t.text for t in sorted(streamed, key=lambda t: t.index))
+    return t0, stamps[0], stamps, reasons, reply, text
 
 
 async def _ready(url: str) -> None:
@@ -216,7 +249,7 @@ def swarm(
                     else:
                         procs[victim].kill()
 
-            t0, first, stamps, reasons, _reply = asyncio.run(
+            t0, first, stamps, reasons, reply, streamed = asyncio.run(
                 _generate(server.url, tokens, maybe_kill)
             )
         finally:
@@ -235,25 +268,66 @@ def swarm(
     if kill_after is not None:
         out["kill_stall_ms"] = round(max(gaps) * 1000, 1)
         out["failover_reason"] = reasons[0] if reasons else "none"
+    out["text"] = reply.output or ""
+    out["streamed_text"] = streamed
     return out
 
 
-def llama_cpp(path: Path, tokens: int) -> dict[str, float] | None:
-    """llama.cpp on the same GGUF, streamed and timed like the rest (not a dependency)."""
+def llama_cpp_build() -> dict[str, Any]:
+    """The installed llama-cpp-python: its version and the flags its llama.cpp was built
+    with (the extra builds it from source with this machine's compiler, so they vary),
+    or why it is not there."""
     try:
         llama = importlib.import_module("llama_cpp")
-    except ImportError:
-        return None
-    llm = llama.Llama(model_path=str(path), n_threads=2, verbose=False)
-    t0 = time.perf_counter()
-    stamps = [
-        time.perf_counter()
-        for _chunk in llm(PROMPT, max_tokens=tokens, temperature=0.0, stream=True)
-    ]
+    except ImportError as exc:
+        return {"skipped": f"llama-cpp-python not installed ({LLAMA_CPP_EXTRA}): {exc}"}
+    info = llama.llama_print_system_info()
     return {
-        "ttft_ms": round((stamps[0] - t0) * 1000, 1),
-        "tokens_per_s": round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 1),
+        "version": str(llama.__version__),
+        "system_info": (info.decode() if isinstance(info, bytes) else str(info)).strip(),
+        "threads": LLAMA_CPP_THREADS,
     }
+
+
+class LlamaCpp:
+    """llama.cpp on the same GGUF, loaded once, decoded greedy like :func:`single`: the
+    same prompt token ids, an argmax over the last position's logits per step, and no
+    stop at the end-of-turn token (the same number of steps)."""
+
+    def __init__(self, path: Path) -> None:
+        llama = importlib.import_module("llama_cpp")
+        self.path = path
+        # logits_all: llama-cpp-python keeps a step's logits (``scores``) only then; the
+        # extra rows are the prompt's, computed once in the prefill.
+        self.llm = llama.Llama(
+            model_path=str(path),
+            n_threads=LLAMA_CPP_THREADS,
+            n_threads_batch=LLAMA_CPP_THREADS,
+            n_ctx=256,
+            logits_all=True,
+            verbose=False,
+        )
+
+    def _step(self, ids: list[int]) -> int:
+        self.llm.eval(ids)
+        return int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+
+    def run(self, tokens: int) -> dict[str, Any]:
+        ids = load_tokenizer(self.path).encode(PROMPT).ids
+        self.llm.reset()
+        t0 = time.perf_counter()
+        token = self._step(ids)
+        ttft = time.perf_counter() - t0
+        generated = [token]
+        for _ in range(tokens - 1):
+            token = self._step([token])
+            generated.append(token)
+        total = time.perf_counter() - t0
+        return {
+            "ttft_ms": round(ttft * 1000, 1),
+            "tokens_per_s": round((tokens - 1) / (total - ttft), 1),
+            "text": _text(self.path, generated),
+        }
 
 
 def stage_steps(path: Path, steps: int = 40, pause_s: float = 0.025) -> dict[str, float]:
@@ -294,9 +368,9 @@ def _in_process(call: str, env: dict[str, str]) -> Any:
     return msgspec.json.decode(out.stdout.strip().splitlines()[-1])
 
 
-def single_one_thread(tokens: int) -> dict[str, float]:
+def single_one_thread(tokens: int) -> dict[str, Any]:
     """The single-process model with BLAS pinned to one thread."""
-    result: dict[str, float] = _in_process(f"single(path, {tokens})", {"OPENBLAS_NUM_THREADS": "1"})
+    result: dict[str, Any] = _in_process(f"single(path, {tokens})", {"OPENBLAS_NUM_THREADS": "1"})
     return result
 
 
@@ -304,34 +378,83 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return sorted(runs, key=lambda r: float(r["tokens_per_s"]))[len(runs) // 2]
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def _settle() -> None:
+    """Between two in-process configurations: the one before leaves its BLAS or OpenMP
+    threads spinning for a while, and they would take the cores the next one is timed on."""
+    time.sleep(0.5)
+
+
+def check_text(run: dict[str, Any], expected: str) -> dict[str, Any]:
+    """``run`` with its text replaced by ``text_ok``: whether what it produced (and, for
+    the swarm, what it streamed) is ``expected``. A wrong text is kept, to be read."""
+    texts = [run.pop("text")]
+    if "streamed_text" in run:
+        texts.append(run.pop("streamed_text"))
+    run["text_ok"] = all(t == expected for t in texts)
+    if not run["text_ok"]:
+        run["text"] = texts[0]
+        if len(texts) > 1:
+            run["streamed_text"] = texts[1]
+    return run
+
+
+def failed_checks(result: dict[str, Any]) -> list[str]:
+    """Every timed generation of ``result`` whose text was wrong, by name."""
+    rounds = result.get("rounds", [])
+    # The median round's runs are listed at the top as well: named once, by round.
+    first = rounds[0] if rounds else {}
+    runs = [(k, v) for k, v in result.items() if isinstance(v, dict) and k not in first]
+    for i, rnd in enumerate(rounds):
+        runs += [(f"{k} (round {i + 1})", v) for k, v in rnd.items()]
+    return sorted({f"{k}: wrong text" for k, v in runs if v.get("text_ok") is False})
+
+
 def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2, rounds: int = 3) -> dict[str, Any]:
     path = pull(MODEL, progress=lambda line: print(line, file=sys.stderr))
+    expected = greedy_text(path, PROMPT, tokens)
     three = [("s0", 0, 10), ("s1", 10, 20), ("s2", 20, 30)]
     two_pipelines = [
         [("a0", 0, 10), ("a1", 10, 20), ("a2", 20, 30)],
         [("b0", 0, 10), ("b1", 10, 20), ("b2", 20, 30)],
     ]
-    # The headline ratio, in interleaved rounds (single, 3 stages, single, ...): this
-    # machine's speed drifts by 10-20 % over minutes, and a ratio within one round
-    # cancels most of it. The median round is reported, every round is listed.
-    singles, stages = [], []
+    build = llama_cpp_build()
+    reference = None if "skipped" in build else LlamaCpp(path)
+    # The headline ratios, in interleaved rounds (single, llama.cpp, 3 stages, single,
+    # ...): this machine's speed drifts by 10-20 % over minutes, and a ratio within one
+    # round cancels most of it. The median round is reported, every round is listed.
+    per_round: list[dict[str, dict[str, Any]]] = []
     for _ in range(rounds):
-        singles.append(single(path, tokens))
-        stages.append(swarm([three], tokens, blas_threads=blas_threads))
-    per_round = [
-        round(t["tokens_per_s"] / s["tokens_per_s"], 3)
-        for s, t in zip(singles, stages, strict=True)
-    ]
-    one = _median_run(singles)
+        rnd = {"single": check_text(single(path, tokens), expected)}
+        if reference is not None:
+            _settle()
+            run = reference.run(tokens)
+            run["matches_numpy_text"] = run.pop("text") == expected
+            rnd["llama_cpp"] = run
+        rnd["stages_3"] = check_text(swarm([three], tokens, blas_threads=blas_threads), expected)
+        per_round.append(rnd)
+    del reference  # its threads and weights stay out of the remaining runs
+    singles = [r["single"] for r in per_round]
+
+    def ratios(over: str, under: str) -> list[float]:
+        return [round(r[over]["tokens_per_s"] / r[under]["tokens_per_s"], 3) for r in per_round]
+
+    def swarm_run(pipelines: list[list[tuple[str, int, int]]], **kwargs: Any) -> dict[str, Any]:
+        return check_text(swarm(pipelines, tokens, **kwargs), expected)
+
+    stages_rounds = ratios("stages_3", "single")
     result: dict[str, Any] = {
-        "single": one,
-        "stages_3": _median_run(stages),
-        "ratio_3_stages_rounds": per_round,
-        "single_1_thread": single_one_thread(tokens),
-        "stages_1": swarm([[("s0", 0, 30)]], tokens, blas_threads=blas_threads),
-        "stages_2": swarm([[("s0", 0, 15), ("s1", 15, 30)]], tokens, blas_threads=blas_threads),
-        "stages_3_hop": swarm([three], tokens, dispatch="hop", blas_threads=blas_threads),
-        "stages_3_1_thread": swarm([three], tokens, blas_threads=1),
+        "single": _median_run(singles),
+        "stages_3": _median_run([r["stages_3"] for r in per_round]),
+        "ratio_3_stages_rounds": stages_rounds,
+        "single_1_thread": check_text(single_one_thread(tokens), expected),
+        "stages_1": swarm_run([[("s0", 0, 30)]], blas_threads=blas_threads),
+        "stages_2": swarm_run([[("s0", 0, 15), ("s1", 15, 30)]], blas_threads=blas_threads),
+        "stages_3_hop": swarm_run([three], dispatch="hop", blas_threads=blas_threads),
+        "stages_3_1_thread": swarm_run([three], blas_threads=1),
         "stage_steps_1_thread": _in_process("stage_steps(path)", {"OPENBLAS_NUM_THREADS": "1"}),
         "stage_steps_2_threads_sleep_at_once": _in_process(
             "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "4"}
@@ -349,31 +472,33 @@ def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2, rounds: int = 3) -
     # later: no-responders). Killed ~40 % into the next step, it is computing its share
     # (the first stage takes about a third of a step): the step is lost with it and
     # only telemetry's node-down tells the router.
-    result["kill_between_steps"] = swarm(
-        two_pipelines, tokens, kill_after=tokens // 3, blas_threads=blas_threads
+    result["kill_between_steps"] = swarm_run(
+        two_pipelines, kill_after=tokens // 3, blas_threads=blas_threads
     )
-    result["kill_mid_step"] = swarm(
+    result["kill_mid_step"] = swarm_run(
         two_pipelines,
-        tokens,
         kill_after=tokens // 3,
         kill_delay_s=0.4 * gap_s,
         blas_threads=blas_threads,
     )
-    result["llama_cpp"] = llama_cpp(path, tokens)
-    result["ratio_3_stages"] = sorted(per_round)[len(per_round) // 2]
+    result["llama_cpp"] = build
+    if "skipped" not in build:
+        result["llama_cpp"] = {**build, **_median_run([r["llama_cpp"] for r in per_round])}
+        result["ratio_single_llama_cpp_rounds"] = ratios("single", "llama_cpp")
+        result["ratio_single_llama_cpp"] = _median(result["ratio_single_llama_cpp_rounds"])
+    result["ratio_3_stages"] = _median(stages_rounds)
     result["ratio_3_stages_1_thread"] = round(
         result["stages_3_1_thread"]["tokens_per_s"] / result["single_1_thread"]["tokens_per_s"], 3
     )
-    if result["llama_cpp"] is not None:
-        result["ratio_single_llama_cpp"] = round(
-            one["tokens_per_s"] / result["llama_cpp"]["tokens_per_s"], 3
-        )
+    result["rounds"] = per_round
+    result["failed_checks"] = failed_checks(result)
     result["meta"] = {
         "tokens": tokens,
         "node_blas_threads": blas_threads,
         "rounds": rounds,
         "prompt": PROMPT,
         "greedy": True,
+        "text": expected,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),

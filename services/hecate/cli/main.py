@@ -63,7 +63,9 @@ def _bench(args: argparse.Namespace) -> int:
         if args.suite == "bus" and not doc.get("sweep"):
             raise HecateError("--plot: the bus picture needs the offered-load sweep")
         draw(doc, Path(args.plot), command)
-    return 0
+    # Figures that came with a failed check (the model suite's wrong text) are saved and
+    # reported as failed, and fail the command.
+    return 1 if isinstance(doc, dict) and doc.get("failed_checks") else 0
 
 
 def _run_suite(args: argparse.Namespace) -> object:
