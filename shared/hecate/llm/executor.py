@@ -3,10 +3,10 @@
 It loads only the layer ranges the plan gives its node (first stage: also the
 embedding and the tokenizer; last stage: the final norm and the tied head), keeps one
 KV cache per session per range, and answers generation steps. The node decides where
-each call runs, not this module: loading (``prepare``) and prefills or replays (a whole
-prompt) go to a worker thread so heartbeats keep flowing; a decode step (one new token,
-a few milliseconds) runs on the node's event loop, where a thread hand-off cost more
-than it saved.
+each call runs, not this module: loading (``prepare``), the warm-up pass that follows
+it (``warm_up``) and prefills or replays (a whole prompt) go to a worker thread so
+heartbeats keep flowing; a decode step (one new token, a few milliseconds) runs on the
+node's event loop, where a thread hand-off cost more than it saved.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from hecate.llm.gguf_model import load_stage
@@ -25,6 +26,9 @@ from hecate.model.executor import ExecutorError
 from hecate.wire.messages import StageReply, StageRequest
 
 EOS = 2  # <|im_end|>
+#: What ``warm_up`` runs: five tokens on the first stage, as many positions elsewhere.
+WARM_UP_PROMPT = "The capital of France is"
+WARM_UP_POSITIONS = 5
 
 
 class LlmExecutor:
@@ -54,12 +58,35 @@ class LlmExecutor:
                 if r not in self._ranges:
                     self._ranges[r] = Sessions(LlamaStage(load_stage(self._gguf(), *r)))
 
-    def step(self, req: StageRequest) -> StageReply:
+    def _sessions(self, layer_start: int, layer_end: int) -> Sessions:
+        """The range's stage and sessions, loaded now if the plan's ``prepare`` has not."""
         with self._lock:
-            sessions = self._ranges.get((req.layer_start, req.layer_end))
+            sessions = self._ranges.get((layer_start, layer_end))
         if sessions is None:
-            self.prepare([*self._ranges, (req.layer_start, req.layer_end)])
-            sessions = self._ranges[(req.layer_start, req.layer_end)]
+            self.prepare([*self._ranges, (layer_start, layer_end)])
+            sessions = self._ranges[(layer_start, layer_end)]
+        return sessions
+
+    def warm_up(self, model_id: str, layer_start: int, layer_end: int) -> None:
+        """A short prefill of the range: a few tokens of a fixed prompt on the first
+        stage, a made-up hidden state of the same length on the others, the head too on
+        the last. It runs on a KV cache of its own that is never registered as a session
+        and is dropped on return, so no cache is left behind and no live session is
+        evicted for it; on the way it pages the memory-mapped weights in, which the
+        first real request would otherwise pay for."""
+        del model_id  # this executor serves the one model it was built with
+        stage = self._sessions(layer_start, layer_end).stage
+        if stage.first:
+            x = stage.embed(self.tokenizer().encode(WARM_UP_PROMPT).ids)
+        else:
+            rng = np.random.default_rng(0)
+            x = rng.standard_normal((WARM_UP_POSITIONS, stage.config.hidden), dtype=np.float32)
+        hidden = stage.forward(x, stage.new_cache())
+        if stage.last:
+            stage.logits(hidden)
+
+    def step(self, req: StageRequest) -> StageReply:
+        sessions = self._sessions(req.layer_start, req.layer_end)
         stage = sessions.stage
         prompt_tokens = None
         if stage.first:

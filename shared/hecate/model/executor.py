@@ -13,6 +13,12 @@ session; a *whole-model* executor (``whole_model = True``, an upstream HTTP prov
 answers a whole request (``complete``). Both still carry the three methods above only to
 satisfy the registry's type, and raise if called.
 
+An executor that computes on the node itself also offers ``warm_up`` (:class:`WarmsUp`):
+one pass of a range on made-up input, which the node times when it adopts new holdings,
+so that it announces a latency it measured instead of carrying the cost model's cold
+penalty until traffic happens to reach it. A whole-model executor does not: its pass
+would be a paid call to a provider.
+
 Executors are looked up by name (``get_executor``) so a node's configuration can pick
 the built-in deterministic ``toy`` model in tests and a real engine in production
 without the service code changing.
@@ -63,6 +69,19 @@ class Executor(Protocol):
 
     def decode(self, model_id: str, layers: int, activation: bytes, max_tokens: int) -> str:
         """Text from the activation leaving layer ``layers - 1`` (the model's last)."""
+        ...
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """An executor that can run one of its ranges without a request."""
+
+    def warm_up(self, model_id: str, layer_start: int, layer_end: int) -> None:
+        """Run layers ``[layer_start, layer_end)`` once on a valid made-up input of the
+        right shape, as a stage of that range would, and leave no state behind.
+
+        Raises :class:`ExecutorError` (or anything the range's loading raises) if the
+        range cannot run here."""
         ...
 
 

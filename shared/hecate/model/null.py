@@ -32,3 +32,6 @@ class NullModel:
         if not 0 <= max_tokens <= MAX_TOKENS:
             raise ExecutorError("bad_max_tokens", f"max_tokens must be in [0, {MAX_TOKENS}]")
         return " ".join(["null"] * max_tokens)
+
+    def warm_up(self, model_id: str, layer_start: int, layer_end: int) -> None:
+        self.run(model_id, layer_start, layer_end, ACTIVATION)

@@ -49,6 +49,9 @@ _RIMES_MORE = ("as", "os")
 #: exactly 256 so one digest byte picks a word uniformly.
 VOCABULARY: tuple[str, ...] = tuple(o + r for o in _ONSETS for r in _RIMES + _RIMES_MORE)
 
+#: What ``warm_up`` embeds: the input is made up, only its shape has to be right.
+WARM_UP_PROMPT = "warm-up"
+
 
 def _digest_words(data: bytes) -> list[int]:
     """SHA-256 of ``data`` as 8 uint32 words: a process-independent, fixed-width seed part.
@@ -160,6 +163,11 @@ class ToyModel:
             h.update(step.to_bytes(4, "little"))
             words.append(VOCABULARY[h.digest()[0]])
         return " ".join(words)
+
+    def warm_up(self, model_id: str, layer_start: int, layer_end: int) -> None:
+        """The range once on a fixed prompt's embedding (any layer takes that shape),
+        which also puts the range's weights in the cache."""
+        self.run(model_id, layer_start, layer_end, self.embed(model_id, WARM_UP_PROMPT))
 
     # -- internals -------------------------------------------------------------------
 
