@@ -1,9 +1,11 @@
-"""What a node says of its own speed, heard on the bus: nothing before its first stage,
-then what it measured, injected slowness included."""
+"""What a node says of its own speed, heard on the bus: nothing before it has run
+anything, then what it measured (its warm-up pass on adopting a plan, then its stages),
+injected slowness included."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -13,10 +15,14 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from hecate.bus import kv as kvs
-from hecate.core import SwarmPlan
+from hecate.core import NodeProfile, SwarmPlan
+from hecate.model import Executor
+from hecate.services.node import Node
+from hecate.services.upstream import UpstreamModel
 from hecate.wire import subjects
 from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, StageReply, StageRequest
 
+from ..support.provider import FakeProvider, provider
 from .conftest import EXAMPLES, Processes
 from .test_faults import telemetry
 
@@ -119,12 +125,12 @@ async def run_stage(client: Client, within: float = 15.0) -> StageReply:
     raise AssertionError(f"the node ran no stage within {within}s: {last!r}")
 
 
-async def test_a_node_reports_no_latency_until_it_has_run_a_stage(
+async def test_a_node_reports_no_latency_until_it_has_run_its_range(
     processes: Processes, client: Client, heartbeats: Subscription
 ) -> None:
     processes.start("telemetry", "telemetry", "--id", "telemetry")
     start_node(processes)
-    for _ in range(3):  # its declared 40 ms is not a measurement
+    for _ in range(3):  # no plan, nothing run: its declared 40 ms is not a measurement
         assert (await next_beat(heartbeats)).latency_ms is None
 
     async def listed() -> bool:
@@ -142,9 +148,9 @@ async def test_a_node_reports_no_latency_until_it_has_run_a_stage(
     assert seen.latency_ms is None  # unmeasured: the cost model's cold penalty applies
 
     start_planner(processes)
-    await run_stage(client)
+    # No stage is sent: adopting the plan, the node runs its range once and reports that.
     measured_ms = await latency_at_least(heartbeats, 0.0)
-    assert measured_ms != DECLARED_MS  # what the toy stage took, not what was declared
+    assert measured_ms != DECLARED_MS  # what the toy range took, not what was declared
 
     async def measured() -> bool:
         return (await telemetry(client)).nodes[NODE].latency_ms is not None
@@ -183,3 +189,50 @@ async def test_an_injected_slowdown_shows_in_the_latency_a_node_reports(
     while not await telemetry_sees_it():
         assert time.monotonic() < deadline, "telemetry never saw the node slow down"
         await asyncio.sleep(0.05)
+
+
+async def test_the_latency_a_node_reports_on_adopting_a_plan_is_its_warm_up_pass(
+    processes: Processes, client: Client, heartbeats: Subscription
+) -> None:
+    start_node(processes, "--accept-faults")
+    assert (await next_beat(heartbeats)).latency_ms is None
+    # Slowed down before it holds anything, and far above what a toy range takes: a
+    # latency this high can only come from a pass run on the node's own stage timer.
+    delay_ms = 200.0
+    fault = msgspec.json.encode(NodeFault(delay_ms=delay_ms))
+    ack = await client.request(subjects.node_fault(NODE), fault, timeout=5)
+    assert msgspec.json.decode(ack.data, type=FaultAck).ok
+    start_planner(processes)  # no stage is ever sent to the node in this test
+    assert await latency_at_least(heartbeats, delay_ms) >= delay_ms
+
+
+def solo(executor: str | Executor) -> Node:
+    """A node in this process, not connected: enough to drive its warm-up directly."""
+    profile = NodeProfile(node_id=NODE, capacity_layers=12, latency_ms=DECLARED_MS)
+    return Node(profile, executor=executor, log=logging.getLogger("test.node"))
+
+
+async def test_a_failed_warm_up_is_a_warning_and_leaves_the_node_unmeasured(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    node = solo("toy")
+    node.holdings = [("ncm-base", 0, 5000)]  # past MAX_LAYERS: the toy model refuses it
+    with caplog.at_level(logging.WARNING, logger="test.node"):
+        await node.warm_up(node.holdings)
+    assert [r.getMessage() for r in caplog.records] == ["warm-up failed"]
+    assert node.latency_ms is None
+    node.holdings.append(("ncm-base", 0, 4))  # a range that runs is measured
+    await node.warm_up(node.holdings[1:])
+    assert node.latency_ms is not None
+
+
+async def test_a_whole_model_executor_is_not_warmed_up() -> None:
+    """Its pass would be a paid call to the provider: it stays unmeasured until traffic."""
+    with provider("ok") as url:
+        model = UpstreamModel(url, "gpt-test")
+        node = solo(model)
+        node.holdings = [("gpt", 0, 1)]
+        await node.warm_up(node.holdings)
+        await model.close()
+    assert FakeProvider.requests == []
+    assert node.latency_ms is None

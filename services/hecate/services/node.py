@@ -1,9 +1,11 @@
 """node: hosts the layer ranges the plan gives it and executes them.
 
 Listens: ``hecate.node.<id>.run`` (StageRequest, msgpack), ``hecate.node.roll-call``.
-Holds: the latest plan (KV watch) → the ranges it hosts, pre-loaded in its executor.
+Holds: the latest plan (KV watch) → the ranges it hosts, pre-loaded in its executor and
+each run once on adoption (a timed warm-up pass).
 Publishes: ``hecate.node.join`` on start and on roll-call, a heartbeat every interval
-(stage latency as measured, none before its first stage; busy fraction, in-flight),
+(stage latency as measured: none before the node has run anything, then its warm-up
+passes refined by real stages; busy fraction, in-flight),
 ``hecate.node.leave`` when draining.
 On SIGTERM it drains: no new work, in-flight work finishes, then it leaves.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 from nats.aio.msg import Msg
@@ -27,6 +29,7 @@ from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
 from hecate.core.plan import NodeProfile, SwarmPlan
 from hecate.core.telemetry import ewma
 from hecate.model import Executor, ExecutorError, get_executor
+from hecate.model.executor import WarmsUp
 from hecate.wire import subjects
 from hecate.wire.messages import (
     FaultAck,
@@ -39,6 +42,16 @@ from hecate.wire.messages import (
 )
 
 _plan = msgspec.json.Decoder(SwarmPlan)
+
+Holding = tuple[str, int, int]  # (model, start, end) from the plan
+
+
+def _timed(run: Callable[[str, int, int], None], holding: Holding) -> int:
+    """Nanoseconds ``run`` takes on ``holding``, timed in the worker thread that runs it,
+    so that the hand-off to the thread is not counted as compute."""
+    started = time.perf_counter_ns()
+    run(*holding)
+    return time.perf_counter_ns() - started
 
 
 class Node:
@@ -72,7 +85,9 @@ class Node:
             },
         )
         self.epoch = 0
-        self.holdings: list[tuple[str, int, int]] = []  # (model, start, end) from the plan
+        self.holdings: list[Holding] = []
+        self._warmed: set[Holding] = set()  # holdings whose warm-up has been started
+        self._preparing = asyncio.Lock()  # one plan's loading and warm-up at a time, in order
         self.draining = False
         self.in_flight = 0
         self._busy_ns = 0
@@ -80,6 +95,11 @@ class Node:
         self._seq = 0
         self._relay_prefix = ""
         self._kv: KeyValue | None = None  # the plan bucket, once it exists
+
+    @property
+    def latency_ms(self) -> float | None:
+        """The stage latency the next heartbeat reports: ``None`` until a range has run."""
+        return self._latency_ms
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -148,10 +168,64 @@ class Node:
             if s.node_id == me
         ]
         event(self.log, "plan adopted", epoch=revision, holdings=self.holdings)
-        prepare = getattr(self.executor, "prepare", None)
-        if callable(prepare):  # load the ranges now, off the event loop, not at first use
-            ranges = [(a, b) for _m, a, b in self.holdings]
-            self.service.spawn(asyncio.to_thread(prepare, ranges))
+        fresh = [h for h in dict.fromkeys(self.holdings) if h not in self._warmed]
+        self._warmed = {h for h in self._warmed if h in self.holdings} | set(fresh)
+        self.service.spawn(self._prepare(fresh))
+
+    async def _prepare(self, fresh: list[Holding]) -> None:
+        """Load the held ranges now, off the event loop, not at first use; then warm up
+        the ones this plan newly gives the node. Requests are served meanwhile."""
+        async with self._preparing:
+            prepare = getattr(self.executor, "prepare", None)
+            if callable(prepare):
+                try:
+                    await asyncio.to_thread(prepare, [(a, b) for _m, a, b in self.holdings])
+                except Exception as exc:  # a stage loads its range itself, or says why not
+                    event(self.log, "prepare failed", logging.WARNING, error=repr(exc))
+                    return
+            await self.warm_up(fresh)
+
+    async def warm_up(self, holdings: Iterable[Holding]) -> None:
+        """Run each of ``holdings`` the node still holds once on its executor, in a
+        worker thread, and take the time as a stage's (the injected delay included), so
+        the node announces a latency it measured here. An idle replica would otherwise
+        keep the cost model's cold penalty for good: the routers never send it traffic,
+        so it is never measured, and load cannot move to it when the serving copy slows
+        down. A whole-model executor is not warmed up: its pass would be a paid call to
+        a provider. A pass that fails is logged at WARNING and leaves the node's
+        latency as it was; it never raises."""
+        if getattr(self.executor, "whole_model", False) or not isinstance(self.executor, WarmsUp):
+            return
+        for holding in holdings:
+            if self.draining or holding not in self.holdings:
+                continue  # a newer plan took it away
+            model_id, start, end = holding
+            started = time.perf_counter_ns()
+            try:
+                await self._injected_delay()
+                delayed = time.perf_counter_ns() - started
+                spent = delayed + await asyncio.to_thread(_timed, self.executor.warm_up, holding)
+            except Exception as exc:  # unmeasured, as before; never fatal to the node
+                event(
+                    self.log,
+                    "warm-up failed",
+                    logging.WARNING,
+                    model_id=model_id,
+                    layer_start=start,
+                    layer_end=end,
+                    error=repr(exc),
+                )
+                continue
+            self._busy_ns += spent
+            self._latency_ms = ewma(self._latency_ms, spent / 1e6, 0.3)
+            event(
+                self.log,
+                "warmed up",
+                model_id=model_id,
+                layer_start=start,
+                layer_end=end,
+                ms=round(spent / 1e6, 3),
+            )
 
     def _hosts(self, model_id: str, start: int, end: int) -> bool:
         return any(m == model_id and a <= start and end <= b for m, a, b in self.holdings)
@@ -168,7 +242,12 @@ class Node:
         node exactly as it would see one whose hardware is that slow (measured latency,
         busy time and work in flight all rise), or load would never move off it."""
         if self.fault.delay_ms:
-            await asyncio.sleep(self.fault.delay_ms / 1000)
+            # uvloop's timers run on a millisecond clock read once per loop turn, so a
+            # single sleep can end up to a millisecond early; the fault promises at least
+            # the delay, as the stage timer measures it.
+            deadline = time.perf_counter() + self.fault.delay_ms / 1000
+            while (left := deadline - time.perf_counter()) > 0:
+                await asyncio.sleep(left)
 
     async def execute(self, req: StageRequest, headers: Mapping[str, str]) -> StageReply | None:
         if self.fault.error:
@@ -348,9 +427,10 @@ class Node:
             seq=self._seq,
             sent_at=time.time(),
             interval_ms=self.heartbeat_s * 1000,
-            # Nothing until a stage has really run: the declared figure sent as if
-            # measured would lift the cost model's penalty on an unmeasured node.
-            latency_ms=self._latency_ms,
+            # Nothing until a range has really run here (a warm-up pass or a stage):
+            # the declared figure sent as if measured would lift the cost model's
+            # penalty on an unmeasured node.
+            latency_ms=self.latency_ms,
             load=min(1.0, busy / (self.heartbeat_s * 1e9)),
             in_flight=self.in_flight,
             score=self.profile.score,
