@@ -23,6 +23,7 @@ def test_a_warm_up_runs_each_range_and_leaves_no_session_behind(gguf: Path) -> N
     llm = LlmExecutor(path=gguf)
     assert isinstance(llm, WarmsUp)
     llm.prepare(RANGES[:2])  # the last range is loaded by its warm-up, as a stage would
+    assert llm._tokenizer is not None  # loaded with the first stage, not on the timed pass
     first = llm._ranges[RANGES[0]]
     ids = llm.tokenizer().encode("Gravity is").ids
     held = first.step("live", 0, tokens=ids)  # a generation in progress on this node

@@ -49,7 +49,9 @@ class LlmExecutor:
         return self.path
 
     def prepare(self, ranges: list[tuple[int, int]]) -> None:
-        """Load the ranges the plan gives this node (and drop the others)."""
+        """Load the ranges the plan gives this node (and drop the others), and the
+        tokenizer with a first or last stage: loading is paid here, not by the timed
+        warm-up pass nor by the first request."""
         with self._lock:
             for r in list(self._ranges):
                 if r not in ranges:
@@ -57,6 +59,9 @@ class LlmExecutor:
             for r in ranges:
                 if r not in self._ranges:
                     self._ranges[r] = Sessions(LlamaStage(load_stage(self._gguf(), *r)))
+            ends = any(s.stage.first or s.stage.last for s in self._ranges.values())
+        if ends:  # the first stage encodes prompts, the last decodes tokens: load it now too
+            self.tokenizer()
 
     def _sessions(self, layer_start: int, layer_end: int) -> Sessions:
         """The range's stage and sessions, loaded now if the plan's ``prepare`` has not."""
