@@ -186,22 +186,26 @@ class Node:
             await self.warm_up(fresh)
 
     async def warm_up(self, holdings: Iterable[Holding]) -> None:
-        """Run each of ``holdings`` the node still holds once on its executor, in a
-        worker thread, and take the time as a stage's (the injected delay included), so
-        the node announces a latency it measured here. An idle replica would otherwise
-        keep the cost model's cold penalty for good: the routers never send it traffic,
-        so it is never measured, and load cannot move to it when the serving copy slows
-        down. A whole-model executor is not warmed up: its pass would be a paid call to
-        a provider. A pass that fails is logged at WARNING and leaves the node's
-        latency as it was; it never raises."""
+        """Run each of ``holdings`` the node still holds on its executor, in a worker
+        thread, twice, and take the second (warm) pass's time as a stage's (the injected
+        delay included), so the node announces a latency it measured here. An idle
+        replica would otherwise keep the cost model's cold penalty for good: the routers
+        never send it traffic, so it is never measured, and load cannot move to it when
+        the serving copy slows down. A whole-model executor is not warmed up: its pass
+        would be a paid call to a provider. A pass that fails is logged at WARNING and
+        leaves the node's latency as it was; it never raises."""
         if getattr(self.executor, "whole_model", False) or not isinstance(self.executor, WarmsUp):
             return
         for holding in holdings:
             if self.draining or holding not in self.holdings:
                 continue  # a newer plan took it away
             model_id, start, end = holding
-            started = time.perf_counter_ns()
             try:
+                # The first pass pays what only a first request would (weights paged in,
+                # buffers allocated); the second is the one timed, so the figure is a warm
+                # stage's, comparable with what real traffic measures afterwards.
+                await asyncio.to_thread(_timed, self.executor.warm_up, holding)
+                started = time.perf_counter_ns()
                 await self._injected_delay()
                 delayed = time.perf_counter_ns() - started
                 spent = delayed + await asyncio.to_thread(_timed, self.executor.warm_up, holding)

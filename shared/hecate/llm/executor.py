@@ -26,9 +26,9 @@ from hecate.model.executor import ExecutorError
 from hecate.wire.messages import StageReply, StageRequest
 
 EOS = 2  # <|im_end|>
-#: What ``warm_up`` runs: five tokens on the first stage, as many positions elsewhere.
+#: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
-WARM_UP_POSITIONS = 5
+WARM_UP_POSITIONS = 1  # the size of a decode step, what most stage requests are
 
 
 class LlmExecutor:
@@ -73,16 +73,16 @@ class LlmExecutor:
         return sessions
 
     def warm_up(self, model_id: str, layer_start: int, layer_end: int) -> None:
-        """A short prefill of the range: a few tokens of a fixed prompt on the first
-        stage, a made-up hidden state of the same length on the others, the head too on
-        the last. It runs on a KV cache of its own that is never registered as a session
-        and is dropped on return, so no cache is left behind and no live session is
+        """One position through the range, the size of a decode step: the first token of
+        a fixed prompt on the first stage, a made-up hidden state on the others, the head
+        too on the last. It runs on a KV cache of its own that is never registered as a
+        session and is dropped on return, so no cache is left behind and no live session is
         evicted for it; on the way it pages the memory-mapped weights in, which the
         first real request would otherwise pay for."""
         del model_id  # this executor serves the one model it was built with
         stage = self._sessions(layer_start, layer_end).stage
         if stage.first:
-            x = stage.embed(self.tokenizer().encode(WARM_UP_PROMPT).ids)
+            x = stage.embed(self.tokenizer().encode(WARM_UP_PROMPT).ids[:WARM_UP_POSITIONS])
         else:
             rng = np.random.default_rng(0)
             x = rng.standard_normal((WARM_UP_POSITIONS, stage.config.hidden), dtype=np.float32)
