@@ -16,12 +16,14 @@ from hecate.wire.messages import OutcomeReport
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
 
 
-async def router_data(client: Client, routers: int) -> list[dict[str, Any]]:
+async def _stats(client: Client, routers: int, within: float) -> list[dict[str, Any]]:
+    """The infer statistics of the routers that answer within ``within`` s (it returns
+    as soon as ``routers`` have)."""
     inbox = client.new_inbox()
     sub = await client.subscribe(inbox)
     await client.publish("$SRV.STATS.hecate-router", b"", reply=inbox)
     out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + within
     while len(out) < routers and time.monotonic() < deadline:
         try:
             msg = await sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
@@ -31,6 +33,41 @@ async def router_data(client: Client, routers: int) -> list[dict[str, Any]]:
         out.append(next(e["data"] for e in doc["endpoints"] if e["name"] == "infer"))
     await sub.unsubscribe()
     return out
+
+
+async def routers_up(client: Client, routers: int) -> None:
+    """Until every replica answers: serving says only that one of them does, and a
+    replica still starting on a busy machine would be missing from a sum below."""
+    deadline = time.monotonic() + 30.0
+    while len(up := await _stats(client, routers, 1.0)) < routers:
+        assert time.monotonic() < deadline, f"{len(up)} of {routers} routers started"
+
+
+async def router_data(client: Client, routers: int) -> list[dict[str, Any]]:
+    """Every router's infer statistics. All of them: a sum or an ``all()`` over the
+    replicas that happened to answer first would miss the one that matters."""
+    out = await _stats(client, routers, 10.0)  # a bound on a busy machine, not a wait
+    assert len(out) == routers, f"{len(out)} of {routers} routers answered $SRV.STATS"
+    return out
+
+
+async def breaker_listening(client: Client) -> None:
+    """Until the breaker service lists its report endpoint. It answers $SRV on the
+    connection that subscribed, after subscribing, so a report sent from here on is
+    heard (a report nobody hears is gone: core NATS keeps nothing)."""
+    deadline = time.monotonic() + 10.0
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            msg = await client.request("$SRV.STATS.hecate-breaker", b"", timeout=1)
+        except Exception as exc:  # not connected yet: no responders
+            last = exc
+        else:
+            last = [e["name"] for e in json.loads(msg.data)["endpoints"]]
+            if "report" in last:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the breaker service never listened for reports: {last!r}")
 
 
 async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_admitted(
@@ -43,7 +80,8 @@ async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_adm
     first = await wait_until_serving(client, "ncm-base")
     assert first.route is not None
     target = first.route.stages[0].node_id
-    await asyncio.sleep(0.5)  # the breaker service is subscribed
+    await routers_up(client, 3)
+    await breaker_listening(client)
 
     for _ in range(5):  # what routers report when a node answers 429 five times
         report = OutcomeReport(target=target, ok=False, code="rate_limited", router_id="test")
@@ -55,7 +93,7 @@ async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_adm
         data = await router_data(client, 3)
         if len(data) == 3 and all(target in d["breakers_open"] for d in data):
             break
-        assert time.monotonic() - seen < 3, data
+        assert time.monotonic() - seen < 10, data  # a bound, not a latency figure
         await asyncio.sleep(0.01)
     for i in range(6):  # no request goes to the open target
         reply = await infer(client, "ncm-base", f"avoid the open circuit {i}")
@@ -63,21 +101,22 @@ async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_adm
         assert reply.route is not None
         assert target not in [s.node_id for s in reply.route.stages]
 
-    await asyncio.sleep(1.6)  # cooldown over: all three routers race for the probe lease
-    for i in range(20):  # traffic, so that the winner sends its probe
-        reply = await infer(client, "ncm-base", f"after the cooldown {i}")
-        assert reply.ok, reply.error
-        await asyncio.sleep(0.02)
-    data = await router_data(client, 3)
-    assert sum(int(d["probe_leases_won"]) for d in data) == 1, data
-
     async def closed_everywhere() -> bool:
         return all(target not in d["breakers_open"] for d in await router_data(client, 3))
 
-    deadline = time.monotonic() + 5
+    # Once the cooldown is over all three routers race for the probe lease; the winner
+    # spends it on a later request of its own through the target. So traffic goes on
+    # until the circuit is closed everywhere: a fixed number of requests could all end
+    # before the lease is even granted on a busy machine, and then nothing probes.
+    deadline = time.monotonic() + 30  # cooldown 1.5 s; a bound, not a wait
+    i = 0
     while not await closed_everywhere():
         assert time.monotonic() < deadline, "the successful probe closes the circuit"
-        await asyncio.sleep(0.05)
+        reply = await infer(client, "ncm-base", f"after the cooldown {i}")
+        assert reply.ok, reply.error
+        i += 1
+    data = await router_data(client, 3)
+    assert sum(int(d["probe_leases_won"]) for d in data) == 1, data
     served = False
     for i in range(20):
         reply = await infer(client, "ncm-base", f"closed again {i}")
@@ -98,12 +137,12 @@ async def test_when_every_copy_of_the_base_is_behind_an_open_circuit_the_reserve
     )
     processes.start("breaker", "breaker", "--id", "breaker", "--cooldown-s", "30")
     await wait_until_serving(client, "ncm-base")
-    await asyncio.sleep(0.5)
+    await breaker_listening(client)
     for _ in range(5):
         report = OutcomeReport(target="gpu", ok=False, code="rate_limited", router_id="test")
         await client.publish(subjects.breaker_report("gpu"), msgspec.json.encode(report))
     await client.flush()
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 10  # a bound on a busy machine
     while True:
         reply = await infer(client, "ncm-base", "the base is unavailable", 4)
         if reply.degraded or time.monotonic() > deadline:
