@@ -174,3 +174,13 @@ def test_the_line_of_figures_counts_what_happened_on_the_wire() -> None:
         "no_error_but_the_allowed",
         "no_degraded_answer_beside_an_intact_pipeline",
     ]
+
+
+def test_a_node_is_known_by_the_names_of_its_connections() -> None:
+    from hecate.chaos.faults import node_of_connection
+
+    assert node_of_connection("hecate-node-a1-in") == "a1"
+    assert node_of_connection("hecate-node-gpu-2-out") == "gpu-2"
+    assert node_of_connection("hecate-router-r1-in") is None
+    assert node_of_connection("hecate-node--in") is None
+    assert node_of_connection("hecate-cli") is None

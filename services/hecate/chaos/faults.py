@@ -7,8 +7,10 @@ parts off the request path), injects them, and returns once the last one is heal
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -132,6 +134,10 @@ async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timin
     before = await kv.get(subjects.PLAN_KEY)
     ours = nc.connected_url.port if nc.connected_url else None
     index = next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), 0)
+    # A node whose connection is on the killed server is cut off until it reconnects:
+    # for that while, its pipelines are not intact, and a reserve answer is right.
+    for node in await asyncio.to_thread(nodes_connected_to, swarm.servers[index].monitor_port):
+        record.impair(node)
     record.fault(f"SIGKILL nats-server {index} of 3 (the callers')")
     await asyncio.to_thread(swarm.kill_server, index)
     await asyncio.sleep(t.fault)
@@ -147,6 +153,27 @@ async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timin
     )
     record.fault(f"restart nats-server {index}")
     await asyncio.to_thread(swarm.start_server, index)
+
+
+def nodes_connected_to(monitor_port: int) -> set[str]:
+    """The node ids with a connection on the server whose monitoring port this is, read
+    from its ``/connz`` (a node's connections are named ``<service>-<node id>-in|out``)."""
+    url = f"http://127.0.0.1:{monitor_port}/connz?limit=4096"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        connz = json.load(answer)
+    return {
+        node
+        for c in connz.get("connections", [])
+        if (node := node_of_connection(str(c.get("name", "")))) is not None
+    }
+
+
+def node_of_connection(name: str) -> str | None:
+    prefix = f"{subjects.SERVICE_NAMES['node']}-"
+    for suffix in ("-in", "-out"):
+        if name.startswith(prefix) and name.endswith(suffix):
+            return name[len(prefix) : -len(suffix)] or None
+    return None
 
 
 async def _fault(nc: Client, node: str, fault: NodeFault) -> None:
