@@ -122,14 +122,21 @@ async def ask(client: Client, request: InferRequest) -> InferReply:
     return msgspec.json.decode(msg.data, type=InferReply)
 
 
-async def _serving_with(client: Client, node: str) -> None:
-    """Until a generation's route includes ``node`` again (restarted and re-planned)."""
-    for _ in range(300):
-        reply = await generate(client, "Hi", 1)
-        if reply.ok and reply.route and node in [s.node_id for s in reply.route.stages]:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{node} never served again")
+async def middle_stages(client: Client) -> list[str]:
+    """The nodes that receive a middle stage (layers 10-20 of 30) from now on, in order.
+    Every stage request, routed or chained, travels on its node's run subject, which a
+    plain subscriber hears too: so a test kills the node a generation really runs on,
+    not one an earlier request happened to take."""
+    seen: list[str] = []
+
+    async def on_stage(msg: Msg) -> None:
+        stage = msgspec.msgpack.decode(msg.data)
+        if stage["layer_start"] > 0 and stage["layer_end"] < 30:
+            seen.append(msg.subject.split(".")[2])
+
+    await client.subscribe(subjects.node_run("*"), cb=on_stage)
+    await client.flush()
+    return seen
 
 
 async def ready(client: Client) -> None:
@@ -199,34 +206,25 @@ async def test_a_node_killed_mid_generation_is_replayed_and_the_text_is_unchange
         events.append(msgspec.json.decode(msg.data, type=FailoverEvent))
 
     await client.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
-    # The route a generation takes is not known before its first token (the router
-    # weighs measured stage times), so the victim is the middle node of the route an
-    # idle swarm just took; should the generation take the other replica after all,
-    # the victim is restarted and the whole run repeated (at most three times).
-    for _ in range(3):
-        probe = await generate(client, "Hi", 1)
-        assert probe.route is not None
-        victim = probe.route.stages[1].node_id
-        events.clear()
-        stream: list[StreamToken] = []
-        task = asyncio.create_task(generate(client, prompt, n, stream))
-        while len(stream) < kill_after:
-            await asyncio.sleep(0.002)
-        processes.kill(f"node-{victim}", signal.SIGKILL)
-        reply = await task
-        assert reply.ok, reply.error
-        assert reply.output == expected  # greedy with a kill == greedy without one
-        assert "".join(t.text for t in stream) == expected  # one uninterrupted stream
-        assert reply.route is not None
-        assert victim not in [s.node_id for s in reply.route.stages]
-        if any(e.lost_node == victim and e.kind == "replica" for e in events):
-            return  # the kill hit this generation and it was replayed onto the replica
-        processes.start(
-            f"node-{victim}", "node", "--id", victim, "--capacity-layers", "10",
-            "--executor", "smollm2",
-        )  # fmt: skip
-        await _serving_with(client, victim)
-    raise AssertionError(f"three generations in a row avoided the killed node: {events}")
+    # The route a generation takes is not known before it starts (the router weighs
+    # measured stage times), so the victim is the middle node its own stage requests
+    # went to: killed once ``kill_after`` tokens have streamed and the middle stage has
+    # had the generation's work, so the kill always hits it.
+    middles = await middle_stages(client)
+    stream: list[StreamToken] = []
+    task = asyncio.create_task(generate(client, prompt, n, stream))
+    while (len(stream) < kill_after or not middles) and not task.done():
+        await asyncio.sleep(0.002)  # polling what the bus has carried so far
+    assert middles, "the generation ended before its middle stage was seen"
+    victim = middles[-1]
+    processes.kill(f"node-{victim}", signal.SIGKILL)
+    reply = await task
+    assert reply.ok, reply.error
+    assert reply.output == expected  # greedy with a kill == greedy without one
+    assert "".join(t.text for t in stream) == expected  # one uninterrupted stream
+    assert reply.route is not None
+    assert victim not in [s.node_id for s in reply.route.stages]
+    assert any(e.lost_node == victim and e.kind == "replica" for e in events), events
 
 
 async def test_past_the_migration_limit_the_error_carries_the_text_so_far(
@@ -238,13 +236,13 @@ async def test_past_the_migration_limit_the_error_carries_the_text_so_far(
     await ready(client)
     prompt, n = "Once upon a time, in a small village,", 24
     expected = reference(prompt, n)
-    probe = await generate(client, "Hi", 1)
-    assert probe.route is not None
-    victim = probe.route.stages[1].node_id
+    middles = await middle_stages(client)  # the node this generation really runs on
     stream: list[StreamToken] = []
     task = asyncio.create_task(generate(client, prompt, n, stream))
-    while len(stream) < 3:
-        await asyncio.sleep(0.002)
+    while (len(stream) < 3 or not middles) and not task.done():
+        await asyncio.sleep(0.002)  # polling what the bus has carried so far
+    assert middles, "the generation ended before its middle stage was seen"
+    victim = middles[-1]
     processes.kill(f"node-{victim}", signal.SIGKILL)
     reply = await task
     assert not reply.ok
