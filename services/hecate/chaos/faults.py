@@ -109,6 +109,10 @@ async def control_plane(swarm: Swarm, nc: Client, record: Record, t: Timing) -> 
 async def nats_restart(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     before = await kv.get(subjects.PLAN_KEY)
+    # Every node is cut off until it has reconnected and subscribed again: no pipeline is
+    # intact meanwhile, so a reserve answer then is the right one, not a needless one.
+    for node in await asyncio.to_thread(nodes_connected_to, swarm.servers[0].monitor_port):
+        record.impair(node)
     record.fault("SIGKILL nats-server")
     await asyncio.to_thread(swarm.kill_server)
     await asyncio.sleep(min(1.0, t.fault))
