@@ -170,3 +170,16 @@ def test_a_ratio_says_which_side_is_only_a_floor() -> None:
     assert ratio(routed, floor) == (0.276, "at_most")
     assert ratio({**routed, "exact": False}, exact) == (0.404, "at_least")
     assert ratio({"rps": None, "exact": False}, exact) == (None, "unknown")
+
+
+def test_bisection_stops_once_the_bracket_is_within_the_resolution() -> None:
+    search = CapacitySearch(start=1_000, step=2.0, misses=1, refine=10, resolution=1.08)
+    limit = 2_900.0
+    while (rate := search.next()) is not None:
+        search.record(rate, rate <= limit)
+    best = search.capacity
+    assert best is not None
+    assert best <= limit
+    above = min(r for r, ok in search.tried if not ok and r > best)
+    assert above <= best * 1.08  # within the resolution: the capacity is within 8 % of 2,900
+    assert best >= limit / 1.08

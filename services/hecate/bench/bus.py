@@ -186,7 +186,8 @@ class Sweep:
     start: float = 0.8
     step: float = 1.25
     misses: int = 2
-    refine: int = 2
+    refine: int = 6  # at most; bisection stops once the bracket is within resolution
+    resolution: float = 1.08
     ceiling: float = 20.0
 
     def search(self, closed_rps: float) -> CapacitySearch:
@@ -196,6 +197,7 @@ class Sweep:
             step=self.step,
             misses=self.misses,
             refine=self.refine,
+            resolution=self.resolution,
             low=tuple(base * f for f in self.low),
             ceiling=base * self.ceiling,
         )

@@ -205,14 +205,18 @@ class CapacitySearch:
 
     First the ``low`` rates (for the latency curve), then a climb from ``start`` by
     ``step`` until ``misses`` rates in a row fail (or ``ceiling`` is passed), then
-    ``refine`` geometric bisections between the best rate served and the lowest failed
-    rate above it. A failure below a later success (a hiccup of a shared machine) does
-    not end the climb by itself; the capacity is the highest rate served."""
+    geometric bisections between the best rate served and the lowest failed rate above
+    it, until they are within ``resolution`` of each other (at most ``refine`` of them):
+    a coarse bracket would understate a capacity by up to its width, and by a different
+    amount per configuration, which skews their ratio. A failure below a later success
+    (a hiccup of a shared machine) does not end the climb by itself; the capacity is the
+    highest rate served."""
 
     start: float
     step: float = 1.25
     misses: int = 2
     refine: int = 2
+    resolution: float = 1.0
     low: tuple[float, ...] = ()
     ceiling: float = 1e6
     tried: list[tuple[float, bool]] = field(default_factory=list)
@@ -256,7 +260,7 @@ class CapacitySearch:
             return None
         best = self.capacity or 0.0
         above = min(r for r, ok in self.tried if not ok and r > best)
-        if best <= 0:
+        if best <= 0 or above <= best * self.resolution:
             return None
         middle = float(round(math.sqrt(best * above)))
         if middle in (best, above) or any(r == middle for r, _ in self.tried):

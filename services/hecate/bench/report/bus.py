@@ -164,8 +164,10 @@ with the excess, so that bound also caps how far past the true capacity a served
 be. The search (`services/hecate/bench/openloop.py`, `CapacitySearch`) offers
 {", ".join(f"{f:.0%}" for f in sweep["low"])} of the configuration's closed-loop figure
 for the latency curve, then climbs from {sweep["start"]:.0%} of it by ×{sweep["step"]} until
-{sweep["misses"]} rate(s) in a row fail, then bisects {sweep["refine"]} time(s) between the
-best rate served and the failure above it; the configurations take turns rate by rate.
+{sweep["misses"]} rate(s) in a row fail, then bisects (geometrically, at most {sweep["refine"]}
+times) between the best rate served and the failure above it until they are within
+{(sweep.get("resolution", 1.0) - 1):.0%} of each other; the configurations take turns rate
+by rate.
 A capacity marked ≥ is only a floor: the search reached its ceiling, or the generators
 were more than {num(meta["lagging_us"] / 1000, 0)} ms late (half the p99 bound) at the
 rate that failed, so the failure may be theirs. A ratio whose divisor is such a floor is
