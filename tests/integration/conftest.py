@@ -177,6 +177,7 @@ def start_swarm(
     strategy: str = "greedy",
     pipelines: int = 2,
     dispatch: str = "hop",
+    stage_timeout_ms: float = 1500,
 ) -> None:
     procs.start("telemetry", "telemetry", "--id", "telemetry")
     procs.start(
@@ -202,7 +203,7 @@ def start_swarm(
             "--topology",
             str(topology),
             "--stage-timeout-ms",
-            "1500",
+            str(stage_timeout_ms),
             "--dispatch",
             dispatch,
             "--stale-ms",

@@ -14,6 +14,8 @@ from hecate.model import reference
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
+from .waits import until
+
 _reply = msgspec.json.Decoder(InferReply)
 
 
@@ -44,11 +46,13 @@ async def run_load(
     workers: int = 4,
     timeout: float = 3.0,
     client_attempts: int = 2,
+    tally: Tally | None = None,
 ) -> Tally:
     """Each worker sends one request at a time until ``stop``. A request with no reply
     within ``timeout`` is re-sent (as any NATS client would) up to ``client_attempts``
-    times; only then is it counted lost."""
-    tally = Tally()
+    times; only then is it counted lost. ``tally``: count into this one (it can be read
+    while the load runs)."""
+    tally = Tally() if tally is None else tally
     expected: dict[str, str] = {}
 
     async def worker(w: int) -> None:
@@ -85,3 +89,57 @@ async def run_load(
 
     await asyncio.gather(*(worker(w) for w in range(workers)))
     return tally
+
+
+@dataclass
+class Load:
+    """:func:`run_load` in the background, its tally readable while it runs."""
+
+    tally: Tally
+    stop: asyncio.Event
+    task: asyncio.Task[Tally]
+
+    async def answered(self, more: int, what: str) -> None:
+        """Until ``more`` requests beyond those answered so far have been answered
+        correctly. This is what a test waits for before or after a fault, instead of
+        a length of time that a busy machine may fill with nothing."""
+        goal = self.tally.ok + more
+
+        def reached() -> bool:
+            if self.task.done():
+                self.task.result()  # a worker's exception, rather than a silent stall
+                raise AssertionError(f"the load ended early: {self.tally}")
+            return self.tally.ok >= goal
+
+        await until(reached, f"{more} more answers ({what}); so far {self.tally}")
+
+    async def finish(self) -> Tally:
+        """Stop sending; every request already sent is seen through (retries included)."""
+        self.stop.set()
+        return await self.task
+
+
+def start_load(
+    nc: Client,
+    model: str,
+    layers: int,
+    *,
+    workers: int = 4,
+    timeout: float = 3.0,
+    client_attempts: int = 2,
+) -> Load:
+    """:func:`run_load` as a task, until :meth:`Load.finish`."""
+    tally, stop = Tally(), asyncio.Event()
+    task = asyncio.create_task(
+        run_load(
+            nc,
+            model,
+            layers,
+            stop,
+            workers=workers,
+            timeout=timeout,
+            client_attempts=client_attempts,
+            tally=tally,
+        )
+    )
+    return Load(tally=tally, stop=stop, task=task)

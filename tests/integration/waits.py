@@ -1,0 +1,94 @@
+"""Waiting for what a test needs, never for a length of time.
+
+The suite runs on a loaded two-core machine: a fixed sleep is too short there and wasted
+everywhere else. Each helper polls the condition itself, within a deadline generous
+enough that only a broken swarm reaches it (a bound, not a figure anyone asserts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client
+
+from hecate.wire import subjects
+
+GENEROUS_S = 30.0
+
+
+async def until(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    what: str,
+    timeout: float = GENEROUS_S,
+    poll_s: float = 0.02,
+) -> None:
+    """Until ``predicate()`` (plain or async) holds; an AssertionError naming ``what``
+    if it still does not after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = predicate()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        await asyncio.sleep(poll_s)
+
+
+async def stats(client: Client, service: str, instance: str) -> dict[str, Any] | None:
+    """One instance's ``$SRV.STATS`` document; None while it does not answer."""
+    name = subjects.SERVICE_NAMES[service]
+    try:
+        msg = await client.request(f"$SRV.STATS.{name}.{instance}", b"", timeout=2)
+    except Exception:  # not started yet (no responders) or too busy to answer in time
+        return None
+    doc: dict[str, Any] = json.loads(msg.data)
+    return doc
+
+
+def endpoint_data(doc: dict[str, Any] | None, endpoint: str) -> dict[str, Any] | None:
+    """The ``data`` of ``endpoint`` in a STATS document; None while it is not listed."""
+    if doc is None:
+        return None
+    for e in doc["endpoints"]:
+        if e["name"] == endpoint:
+            data: dict[str, Any] = e["data"]
+            return data
+    return None
+
+
+async def listening(client: Client, service: str, instance: str, endpoint: str) -> None:
+    """Until the instance lists ``endpoint``. A service lists an endpoint once it has
+    subscribed, and answers $SRV on that same connection, so whatever is sent from here
+    on is heard (core NATS keeps nothing for a subscriber that is not there yet)."""
+
+    async def listed() -> bool:
+        return endpoint_data(await stats(client, service, instance), endpoint) is not None
+
+    await until(listed, f"{service} {instance} listening on {endpoint}")
+
+
+async def router_status(client: Client, router_id: str) -> dict[str, Any] | None:
+    """A router's status (freshness, in flight, counters); None while it does not answer."""
+    return endpoint_data(await stats(client, "router", router_id), "infer")
+
+
+async def routers_ready(client: Client, *router_ids: str) -> None:
+    """Until every named router holds a plan and fresh telemetry. A swarm that serves
+    says only that one replica does: another one still starting rejects with no_plan."""
+    for router_id in router_ids:
+
+        async def ready(router_id: str = router_id) -> bool:
+            status = await router_status(client, router_id)
+            return (
+                status is not None
+                and status["snapshot"] == "fresh"
+                and int(status["plan_epoch"]) >= 1
+            )
+
+        await until(ready, f"router {router_id} holding a plan and fresh telemetry")
