@@ -175,6 +175,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             stale_s=args.stale_ms / 1000,
             breaker_probe_timeout_s=args.breaker_probe_timeout_s,
             enforce_quotas=args.enforce_quotas,
+            quota_timeout_s=args.quota_timeout_ms / 1000,
         ),
     )
 
@@ -274,6 +275,12 @@ def add_parsers(sub: Any) -> None:
         "--enforce-quotas",
         action="store_true",
         help="admit each request through the shared tenant quota desk (breaker service)",
+    )
+    router.add_argument(
+        "--quota-timeout-ms",
+        type=float,
+        default=1000.0,
+        help="a request the quota desk has not answered by then is served, and counted",
     )
     router.add_argument(
         "--breaker-probe-timeout-s",
