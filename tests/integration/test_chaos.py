@@ -21,6 +21,8 @@ async def test_the_swarm_loses_nothing_and_answers_right(name: str, tmp_path: Pa
     result = await run(name, short=True, workdir=tmp_path)
     assert result["sent"] > 100, result  # the load really ran
     assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), result
-    assert result["degraded"] == 0, result  # an intact pipeline was always up
+    # A reserve answer is a failure only beside an intact pipeline: a server's death cuts
+    # off the nodes connected to it, and then the reserve is the right answer.
+    assert result["degraded_while_intact"] == 0, result
     failed = [k for k, ok in result["acceptance"].items() if not ok]
     assert not failed, (failed, result)
