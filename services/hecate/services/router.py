@@ -12,9 +12,11 @@ keeps the activation between stages), ``hecate.events.failover``, and the reply.
 
 No task or future per request: a request is a :class:`Flight` in a table keyed by a
 counter; stage replies arrive on one subscription and are correlated by the last token
-of their reply subject; a sweep expires stages that outlive their timeout. A dead node
-is detected by NATS' no-responders status (a 503 on the reply subject, within a
-millisecond or two), an error reply, or the timeout, and the flight fails over: the
+of their reply subject; a sweep expires stages that outlive their timeout. A stage sent
+to a dead node is refused by NATS' no-responders status (a 503 on the reply subject,
+within a millisecond or two); one the node held when it died gets no status and waits
+for telemetry's node-down event (0.3-0.4 s) or the timeout; an error reply counts too.
+Then the flight fails over: the
 rescue route resumes from the last layer boundary whose activation the router holds,
 so work already done on live nodes is not redone.
 
