@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
 from nats.js.kv import KeyValue
 from opentelemetry.trace import TracerProvider
 
@@ -404,13 +405,21 @@ class Node:
             messages=None,
         )
         headers = tracing.inject({}) if self.service.tracing else None
+        body = encode(forward, "msgpack")
         try:
             await self.service.nc.publish(
                 subjects.node_run(nxt.node_id),
-                encode(forward, "msgpack"),
+                body,
                 reply=f"{self._relay_prefix}.{req.reply_base}-{req.stage_index + 1}",
                 headers=headers,
             )
+        except MaxPayloadError:  # the activation outgrew the bus: no node is at fault
+            raise ServiceError(
+                "payload_too_large",
+                f"the activation for {nxt.node_id} is {len(body):,} bytes, over the bus's "
+                f"max_payload of {self.service.nc.max_payload:,}: the prompt is too long for "
+                "this swarm",
+            ) from None
         except Exception as exc:
             raise ServiceError(
                 "forward_failed", f"could not forward to {nxt.node_id}: {exc!r}"

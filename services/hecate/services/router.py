@@ -37,6 +37,7 @@ from typing import Literal
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
 from opentelemetry.trace import (
     INVALID_SPAN,
     SpanKind,
@@ -77,6 +78,11 @@ _node_event = msgspec.json.Decoder(NodeEvent)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
+
+# Stage errors that are the request's own doing: no node failed, and no other route would
+# do better, so the caller gets the error itself rather than a failover that ends in
+# "node lost".
+REQUEST_FAULTS = frozenset({"payload_too_large", "bad_request"})
 
 
 class RouterService:
@@ -375,13 +381,23 @@ class RouterService:
             if flight.stage_span is not None
             else None
         )
+        body = _msgpack.encode(request)
         try:
             await self.service.nc.publish(
                 subjects.node_run(stage.node_id),
-                _msgpack.encode(request),
+                body,
                 reply=f"{self.inbox}.{base}-{flight.stage}",
                 headers=headers,
             )
+        except MaxPayloadError:  # the request outgrew the bus: nobody failed
+            if claim(self.flights, flight, base):
+                await self._finish_error(
+                    flight,
+                    "payload_too_large",
+                    f"stage {flight.stage} of the route needs {len(body):,} bytes, over the "
+                    f"bus's max_payload of {self.service.nc.max_payload:,}: the prompt is too "
+                    "long for this swarm",
+                )
         except Exception as exc:  # disconnected: fail over like any stage failure
             await self._stage_failed(flight, base, stage.node_id, f"publish failed: {exc!r}")
 
@@ -418,6 +434,8 @@ class RouterService:
             err = reply.error or ErrorBody(code="internal", message="no error body")
             if err.code == "no_responders":  # relayed by the node that chained to it
                 return await self._fail_over(flight, node_id, "no responders")
+            if err.code in REQUEST_FAULTS:
+                return await self._finish_error(flight, err.code, err.message)
             return await self._fail_over(
                 flight, node_id, f"{err.code}: {err.message}", err.retry_after_s
             )

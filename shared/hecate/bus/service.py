@@ -27,6 +27,7 @@ import msgspec
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, TracerProvider
 
@@ -275,7 +276,15 @@ class Service:
                         raise ServiceError("bad_request", f"{name}: {exc}") from None
                     reply = await handler(request, headers)
                     if msg.reply and reply is not None:
-                        await self.nc.publish(msg.reply, encode(reply, codec))
+                        body = encode(reply, codec)
+                        try:
+                            await self.nc.publish(msg.reply, body)
+                        except MaxPayloadError:
+                            raise ServiceError(
+                                "payload_too_large",
+                                f"{name}: the reply is {len(body):,} bytes, over the bus's "
+                                f"max_payload of {self.nc.max_payload:,}",
+                            ) from None
                 except ServiceError as exc:
                     span.set_attribute("error.code", exc.code)
                     self._count_error(stats, exc.code, exc.message)

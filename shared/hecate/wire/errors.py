@@ -45,7 +45,8 @@ STATUS: Final[Mapping[str, int]] = {
 
 INFER_CODES: Final[Mapping[str, str]] = {
     "bad_request": "the request is not a valid InferRequest, or asks for nothing",
-    "payload_too_large": "the request is larger than the router accepts",
+    "payload_too_large": "the request, or a stage's activations for its prompt, is larger "
+    "than the bus carries (NATS max_payload)",
     "no_plan": "the planner has not published a plan yet",
     "no_such_model": "the plan has no pipeline for this model (never served by another)",
     "no_healthy_pipeline": "every pipeline of the model has a node down",
