@@ -4,10 +4,7 @@ being counted and logged."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -20,15 +17,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import ErrorReply, OutcomeReport, ProbeRequest
 
 from .conftest import Processes
-
-WITHIN = 15.0
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WITHIN
-    while not await check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
+from .waits import until
 
 
 async def report_stats(client: Client) -> dict[str, Any] | None:
@@ -47,7 +36,7 @@ async def start_breaker(processes: Processes, client: Client, *args: str) -> Non
     async def serving() -> bool:
         return await report_stats(client) is not None
 
-    await eventually(serving, "the breaker service never listed its report endpoint")
+    await until(serving, "the breaker service never listed its report endpoint")
 
 
 async def fail(client: Client, target: str, times: int = 1) -> None:
@@ -88,11 +77,11 @@ async def test_a_target_never_written_or_deleted_is_a_closed_circuit(
         snap = await stored(client, "fresh")
         return snap is not None and len(snap.failures) == 1
 
-    await eventually(written, "a failure on a fresh target is counted on a closed circuit")
+    await until(written, "a failure on a fresh target is counted on a closed circuit")
     kv = await kvs.bucket(client, subjects.BREAKER_BUCKET)
     await kv.delete("fresh")
     await fail(client, "fresh")
-    await eventually(written, "a deleted circuit starts closed again, with one failure")
+    await until(written, "a deleted circuit starts closed again, with one failure")
     snap = await stored(client, "fresh")
     assert snap is not None
     assert snap.state == "closed"
@@ -109,7 +98,7 @@ async def test_reports_are_held_while_the_bucket_is_gone_and_applied_once_it_is_
     async def all_held() -> bool:
         return await stat_is(client, "held", 3)
 
-    await eventually(all_held, "the reports are held, not taken for a closed circuit")
+    await until(all_held, "the reports are held, not taken for a closed circuit")
     data = await report_stats(client)
     assert data is not None
     assert data["kv_errors"] >= 1
@@ -128,12 +117,12 @@ async def test_reports_are_held_while_the_bucket_is_gone_and_applied_once_it_is_
         snap = await stored(client, "gpu")
         return snap is not None and snap.state == "open"
 
-    await eventually(opened, "the held failures open the circuit once the bucket is back")
+    await until(opened, "the held failures open the circuit once the bucket is back")
 
     async def none_held() -> bool:
         return await stat_is(client, "held", 0)
 
-    await eventually(none_held, "the backlog empties")
+    await until(none_held, "the backlog empties")
     assert await stat_is(client, "dropped", 0)
 
 
@@ -147,7 +136,7 @@ async def test_a_report_held_past_the_failure_window_is_dropped_counted_and_logg
     async def both_dropped() -> bool:
         return await stat_is(client, "dropped", 2)
 
-    await eventually(both_dropped, "reports older than the failure window are dropped")
+    await until(both_dropped, "reports older than the failure window are dropped")
     assert await stat_is(client, "held", 0)
     dropped = warnings(processes, "breaker report dropped")
     assert len(dropped) == 2, dropped  # every one logged
@@ -160,7 +149,7 @@ async def test_a_report_held_past_the_failure_window_is_dropped_counted_and_logg
         snap = await stored(client, "gpu")
         return snap is not None
 
-    await eventually(one_failure, "a report after the bucket came back is applied")
+    await until(one_failure, "a report after the bucket came back is applied")
     snap = await stored(client, "gpu")
     assert snap is not None
     assert len(snap.failures) == 1  # the dropped ones were not applied late

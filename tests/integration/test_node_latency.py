@@ -25,6 +25,7 @@ from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, StageReply, Sta
 from ..support.provider import FakeProvider, provider
 from .conftest import EXAMPLES, Processes
 from .test_faults import telemetry
+from .waits import until
 
 _beat = msgspec.json.Decoder(Heartbeat)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
@@ -139,10 +140,7 @@ async def test_a_node_reports_no_latency_until_it_has_run_its_range(
         except Exception:
             return False
 
-    deadline = time.monotonic() + 10
-    while not await listed():
-        assert time.monotonic() < deadline, "telemetry never listed the node"
-        await asyncio.sleep(0.05)
+    await until(listed, "telemetry lists the node")
     seen = (await telemetry(client)).nodes[NODE]
     assert seen.alive
     assert seen.latency_ms is None  # unmeasured: the cost model's cold penalty applies
@@ -155,10 +153,7 @@ async def test_a_node_reports_no_latency_until_it_has_run_its_range(
     async def measured() -> bool:
         return (await telemetry(client)).nodes[NODE].latency_ms is not None
 
-    deadline = time.monotonic() + 10
-    while not await measured():
-        assert time.monotonic() < deadline, "the snapshot never showed the measured latency"
-        await asyncio.sleep(0.05)
+    await until(measured, "the snapshot shows the measured latency")
 
 
 async def test_an_injected_slowdown_shows_in_the_latency_a_node_reports(
@@ -185,10 +180,7 @@ async def test_an_injected_slowdown_shows_in_the_latency_a_node_reports(
         latency = (await telemetry(client)).nodes[NODE].latency_ms
         return latency is not None and latency >= delay_ms / 2
 
-    deadline = time.monotonic() + 10
-    while not await telemetry_sees_it():
-        assert time.monotonic() < deadline, "telemetry never saw the node slow down"
-        await asyncio.sleep(0.05)
+    await until(telemetry_sees_it, "telemetry sees the node slow down")
 
 
 async def test_the_latency_a_node_reports_on_adopting_a_plan_is_its_warm_up_pass(

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import msgspec
@@ -44,6 +44,7 @@ from hecate.wire.messages import (
 )
 
 from .conftest import Processes
+from .waits import until
 
 _reply = msgspec.json.Decoder(InferReply)
 _log = logging.getLogger("hecate.test.router")
@@ -71,23 +72,6 @@ def plan_of(nodes: list[str]) -> SwarmPlan:
     )
 
 
-async def until(check: Callable[[], bool], what: str, within: float = 10.0) -> None:
-    """Wait for a condition of the in-process router (it changes on the event loop)."""
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await asyncio.sleep(0.005)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], what: str, last: object = None, within: float = 20
-) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"not within {within} s: {what} (last: {last})"
-        await asyncio.sleep(0.05)
-
-
 async def serving(nc: Client, router: RouterService) -> bool:
     """The router takes requests (a model it cannot route gets its error) with a plan."""
     try:
@@ -110,7 +94,7 @@ async def router_on(
     stop = asyncio.Event()
     task = asyncio.create_task(router.run(server.url, stop, grace=2.0))
     try:
-        await eventually(lambda: serving(nc, router), "the router serves")
+        await until(lambda: serving(nc, router), "the router serves")
         yield router
     finally:
         stop.set()
@@ -355,7 +339,7 @@ async def test_failure_reports_made_while_disconnected_reach_the_breaker_after_r
             heard.append(await view.deliver())
             return not view.backlog
 
-        await eventually(all_heard, "the breaker service heard the kept reports")
+        await until(all_heard, "the breaker service heard the kept reports")
         assert sum(heard) == 3, heard
         assert counters["breaker_reports_redelivered"] == 3
 
@@ -372,7 +356,7 @@ async def test_failure_reports_made_while_disconnected_reach_the_breaker_after_r
             stats[:] = [taken]
             return bool(taken == 3)
 
-        await eventually(three_reports_taken, "the breaker service took the three", stats)
+        await until(three_reports_taken, "the breaker service took the three", last=stats)
     finally:
         await nc.close()
         await observer.close()

@@ -26,9 +26,11 @@ async def until(
     what: str,
     timeout: float = GENEROUS_S,
     poll_s: float = 0.02,
+    last: object = None,
 ) -> None:
     """Until ``predicate()`` (plain or async) holds; an AssertionError naming ``what``
-    if it still does not after ``timeout`` seconds."""
+    (and ``last``, what the predicate last saw, if it keeps one) if it still does not
+    after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         held = predicate()
@@ -36,7 +38,9 @@ async def until(
             held = await held
         if held:
             return
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}" + (
+            "" if last is None else f" (last: {last})"
+        )
         await asyncio.sleep(poll_s)
 
 
