@@ -30,7 +30,8 @@ from hecate.bus.server import NatsServer
 from hecate.bus.service import connect
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.resilience.breaker import BreakerSnapshot
-from hecate.services.breakers import BreakerView, ReportBacklog
+from hecate.services.backlog import Backlog
+from hecate.services.breakers import BreakerView
 from hecate.services.flights import expired, waiting_on
 from hecate.services.router import RouterService
 from hecate.wire import subjects
@@ -315,7 +316,7 @@ async def test_failure_reports_made_while_disconnected_reach_the_breaker_after_r
         log=_log,
         on_change=lambda: None,
         counters=counters,
-        backlog=ReportBacklog(limit=3),
+        backlog=Backlog(max_age_s=30.0, max_len=3),
     )
     try:
         await nats_server_down(nats_server, nc)

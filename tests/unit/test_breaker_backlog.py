@@ -1,12 +1,13 @@
-"""The breaker service's backlog of reports waiting for the bucket, on an injected clock:
-oldest first, bounded in length and age, and every report leaves it exactly once."""
+"""The backlog of breaker reports waiting for a later try (the breaker service's, when the
+bucket cannot take them; a router's, when no breaker service hears it), on an injected
+clock: oldest first, bounded in length and age, and every report leaves it exactly once."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.services.breaker import Backlog
+from hecate.services.backlog import Backlog
 from hecate.wire.messages import OutcomeReport
 
 
@@ -15,7 +16,7 @@ def report(n: int) -> OutcomeReport:
 
 
 def test_reports_wait_oldest_first() -> None:
-    backlog = Backlog(max_age_s=30.0)
+    backlog = Backlog(max_age_s=30.0, max_len=100)
     for n in range(3):
         assert backlog.hold(report(n), now=float(n)) == []
     seen = []
@@ -35,7 +36,7 @@ def test_a_full_backlog_pushes_out_its_oldest_report() -> None:
 
 
 def test_reports_held_longer_than_the_window_expire() -> None:
-    backlog = Backlog(max_age_s=1.0)
+    backlog = Backlog(max_age_s=1.0, max_len=100)
     backlog.hold(report(0), now=0.0)
     backlog.hold(report(1), now=0.8)
     assert backlog.expired(now=1.0) == []  # exactly the window: still in it

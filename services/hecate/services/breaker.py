@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping
 
 import msgspec
@@ -40,6 +39,7 @@ from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, ServiceError, encode
 from hecate.resilience.breaker import BreakerConfig, BreakerSnapshot, CircuitBreaker
+from hecate.services.backlog import Backlog, Held
 from hecate.services.quotas import QuotaConfig, QuotaDesk
 from hecate.wire import subjects
 from hecate.wire.messages import (
@@ -61,45 +61,6 @@ _STREAM_NOT_FOUND = 10059  # JetStream's error code when the bucket's stream is 
 class StateUnavailable(Exception):
     """The breaker bucket could not be read or written: neither a lost race nor a
     missing key, so nothing may be concluded about the circuit."""
-
-
-class Held(msgspec.Struct, frozen=True):
-    report: OutcomeReport
-    received: float  # monotonic
-
-
-class Backlog:
-    """Reports waiting for the bucket, oldest first, at most ``max_len``, none older than
-    ``max_age_s`` (a failure held that long no longer belongs to the failure window)."""
-
-    def __init__(self, max_age_s: float, max_len: int = MAX_HELD) -> None:
-        self.max_age_s = max_age_s
-        self._held: deque[Held] = deque()
-        self.max_len = max_len
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-    def hold(self, report: OutcomeReport, now: float) -> list[Held]:
-        """Keep ``report``; the reports pushed out to make room (oldest first)."""
-        self._held.append(Held(report, now))
-        out: list[Held] = []
-        while len(self._held) > self.max_len:
-            out.append(self._held.popleft())
-        return out
-
-    def expired(self, now: float) -> list[Held]:
-        """Take out the reports held longer than ``max_age_s``."""
-        out: list[Held] = []
-        while self._held and now - self._held[0].received > self.max_age_s:
-            out.append(self._held.popleft())
-        return out
-
-    def first(self) -> Held | None:
-        return self._held[0] if self._held else None
-
-    def pop(self) -> None:
-        self._held.popleft()
 
 
 def _bucket_missing(exc: KeyNotFoundError) -> bool:
@@ -142,7 +103,7 @@ class BreakerService:
         self.probes_granted = 0
         self.dropped = 0
         self.kv_errors = 0
-        self.backlog = Backlog(max_age_s=window_s)
+        self.backlog = Backlog(max_age_s=window_s, max_len=MAX_HELD)
         self._retry = asyncio.Event()
         self.desk = QuotaDesk(quotas or QuotaConfig())
 

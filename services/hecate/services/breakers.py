@@ -13,7 +13,7 @@ healthy swarm sends no extra message per request.
 
 Core NATS keeps nothing for a subscriber that is not there. While this router is
 disconnected, and for a grace period after it reconnects (the breaker service may not
-have resubscribed yet), reports wait in a bounded :class:`ReportBacklog` and are
+have resubscribed yet), reports wait in a bounded :class:`~hecate.services.backlog.Backlog` and are
 delivered in batches whose delivery is checked: each is published with a reply subject
 of its own, so one nobody heard comes back as a no-responders status, and stays for the
 next try. A report that cannot be kept (the backlog is
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.client import Client
@@ -35,51 +35,12 @@ from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import NO_RESPONDERS, encode
 from hecate.resilience.breaker import BreakerSnapshot
+from hecate.services.backlog import Backlog, Held
 from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport, ProbeGrant, ProbeRequest
 
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
 _grant = msgspec.json.Decoder(ProbeGrant)
-
-
-class ReportBacklog:
-    """Reports not yet heard by a breaker service, oldest first, at most ``limit``,
-    none older than ``max_age_s``: a failure older than the breaker's window would be
-    counted as a fresh one when it finally arrives. Pure: the caller passes ``now``."""
-
-    def __init__(self, limit: int = 1000, max_age_s: float = 30.0) -> None:
-        self.limit = limit
-        self.max_age_s = max_age_s
-        self._items: deque[OutcomeReport] = deque()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def add(self, report: OutcomeReport, now: float) -> list[OutcomeReport]:
-        """Keep ``report``; returns what had to go to make room (the oldest)."""
-        self._items.append(report)
-        return self._trim(now)
-
-    def put_back(self, reports: Iterable[OutcomeReport], now: float) -> list[OutcomeReport]:
-        """Reports of a batch nobody heard go back in front, in their order; returns
-        what had to go."""
-        self._items.extendleft(reversed(list(reports)))
-        return self._trim(now)
-
-    def take(self, now: float) -> tuple[list[OutcomeReport], list[OutcomeReport]]:
-        """Everything kept, to deliver now, and what was too old to deliver."""
-        dropped = self._trim(now)
-        batch = list(self._items)
-        self._items.clear()
-        return batch, dropped
-
-    def _trim(self, now: float) -> list[OutcomeReport]:
-        dropped: list[OutcomeReport] = []
-        while self._items and (
-            len(self._items) > self.limit or now - self._items[0].at > self.max_age_s
-        ):
-            dropped.append(self._items.popleft())
-        return dropped
 
 
 class BreakerView:
@@ -92,7 +53,7 @@ class BreakerView:
         log: logging.Logger,
         on_change: Callable[[], None],
         counters: Counter[str] | None = None,
-        backlog: ReportBacklog | None = None,
+        backlog: Backlog | None = None,
         reconnect_grace_s: float = 3.0,
     ) -> None:
         self.nc = nc
@@ -106,7 +67,7 @@ class BreakerView:
         self._tried: dict[str, int] = {}  # target -> revision a lease was attempted on
         self.leases_won = 0
         self.counters: Counter[str] = Counter() if counters is None else counters
-        self.backlog = ReportBacklog() if backlog is None else backlog
+        self.backlog = Backlog(max_age_s=30.0, max_len=1000) if backlog is None else backlog
         self.reconnect_grace_s = reconnect_grace_s
         self._reconnects = 0  # the connection's reconnect count when last looked at
         self._unsure_until = 0.0  # monotonic: until then, reports go through the backlog
@@ -250,11 +211,12 @@ class BreakerView:
 
     def _keep(self, report: OutcomeReport) -> None:
         self.counters["breaker_reports_kept"] += 1
-        self._dropped(self.backlog.add(report, time.time()), "backlog full")
+        self._dropped(self.backlog.hold(report, time.monotonic()), "backlog full")
 
-    def _dropped(self, reports: list[OutcomeReport], why: str) -> None:
-        if not reports:
+    def _dropped(self, held: list[Held], why: str) -> None:
+        if not held:
             return
+        reports = [h.report for h in held]
         self.counters["breaker_reports_dropped"] += len(reports)
         first = not self._dropped_since_delivery
         self._dropped_since_delivery.update(r.target for r in reports)
@@ -295,17 +257,17 @@ class BreakerView:
         then reach the breaker twice (a failure counted twice), never zero times
         unnoticed."""
         try:
-            batch, stale = self.backlog.take(time.time())
-            self._dropped(stale, "older than the breaker window")
+            self._dropped(self.backlog.expired(time.monotonic()), "older than the breaker window")
+            batch = self.backlog.take()
             if not batch:
                 return 0
             try:
-                bounced = await self._publish_checked(batch)
+                bounced = await self._publish_checked([h.report for h in batch])
             except Exception as exc:
                 event(self.log, "breaker reports not delivered", logging.DEBUG, error=repr(exc))
                 bounced = set(range(len(batch)))
-            back = [r for i, r in enumerate(batch) if i in bounced]
-            self._dropped(self.backlog.put_back(back, time.time()), "backlog full")
+            back = [h for i, h in enumerate(batch) if i in bounced]
+            self._dropped(self.backlog.put_back(back), "backlog full")
             heard = len(batch) - len(back)
             self.counters["breaker_reports_redelivered"] += heard
             if back:
@@ -359,6 +321,5 @@ class BreakerView:
 
     def close(self) -> None:
         """The router is stopping: whatever is still kept will never be delivered."""
-        batch, stale = self.backlog.take(time.time())
-        self._dropped([*stale, *batch], "router stopped")
+        self._dropped(self.backlog.take(), "router stopped")
         self._retry_done()
