@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -39,9 +40,27 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 3)
 
 
+async def _serving(nc: nats.NATS, within_s: float = 30.0) -> None:
+    """Until the breaker service lists its report endpoint in $SRV.INFO (it is then
+    subscribed): reports sent earlier would be lost."""
+    subject = f"$SRV.INFO.{subjects.SERVICE_NAMES['breaker']}"
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            info = json.loads((await nc.request(subject, b"", timeout=0.5)).data)
+            if any(e.get("name") == "report" for e in info.get("endpoints", [])):
+                return
+        except Exception:  # not up yet
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the breaker service never listed its report endpoint")
+        await asyncio.sleep(0.05)
+
+
 async def _propagation(url: str, watchers: int, trips: int) -> list[float]:
     seen: dict[tuple[int, str], float] = {}
     connections = [await nats.connect(url) for _ in range(watchers)]
+    await _serving(connections[0])
     tasks = []
 
     async def watch(w: int, nc: nats.NATS) -> None:
@@ -93,7 +112,6 @@ def run_breaker_bench(*, watchers: int = 3, trips: int = 50) -> dict[str, Any]:
             stderr=subprocess.DEVNULL,
         )
         try:
-            time.sleep(1.0)  # the breaker service connects and subscribes
             delays = asyncio.run(_propagation(server.url, watchers, trips))
         finally:
             proc.terminate()
