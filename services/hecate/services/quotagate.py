@@ -29,6 +29,12 @@ _quota_reply = msgspec.json.Decoder(QuotaReply)
 _json = msgspec.json.Encoder()
 
 
+def holds(wait_s: float, max_wait_ms: int) -> bool:
+    """A tenant that prefers holding is held when its booked slot is within what the
+    caller will wait (``max_wait_ms``), and refused with its ticket otherwise."""
+    return wait_s * 1000 <= max_wait_ms
+
+
 @dataclass(slots=True, eq=False)
 class Admission:
     """A request waiting for the quota desk (or held until its booked slot)."""
@@ -92,7 +98,7 @@ class QuotaGate:
             del self.admissions[key]
             return await self._start(a)
         wait = reply.retry_after_s
-        if reply.hold and wait * 1000 <= a.request.max_wait_ms:
+        if reply.hold and holds(wait, a.request.max_wait_ms):
             # Held, not refused: ask again with the ticket when the booked slot comes.
             self.counters["quota_held"] += 1
             a.ticket = reply.ticket
