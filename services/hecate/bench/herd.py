@@ -30,16 +30,16 @@ import heapq
 import math
 from typing import Any
 
+from hecate.client.sdk import MAX_ATTEMPTS
 from hecate.resilience.backoff import DecorrelatedJitter, FullJitter, SeedPolicy, WaitPolicy
 from hecate.resilience.bucket import Quota, TokenBucket
 from hecate.services.quotagate import holds
+from hecate.services.router import SWEEP_S
 
 CLIENTS = 1000
 RATE = 100.0
 BURST = 100.0
 HORIZON_S = 10_000.0
-SWEEP_TICK_S = 0.02  # the router's sweep, which wakes held requests (router._sweep)
-SDK_ATTEMPTS = 3  # HecateClient's default max_attempts
 QUEUE_WAITS_MS = {"hecate-queue": 10_000, "hecate-queue-5s": 5_000}  # callers' max_wait_ms
 
 
@@ -99,7 +99,7 @@ def simulate_held(
     burst: float = BURST,
     seed: int = 7,
     max_wait_ms: int = 10_000,
-    attempts_allowed: int = SDK_ATTEMPTS,
+    attempts_allowed: int = MAX_ATTEMPTS,
 ) -> dict[str, float]:
     """A herd of callers whose tenant prefers holding, each sending with ``max_wait_ms``.
 
@@ -134,7 +134,7 @@ def simulate_held(
         if holds(wait, max_wait_ms):  # the router's own rule
             held += kind == "send"
             # The sweep notices a due hold on its next tick, never before the slot.
-            wake = math.ceil((now + wait) / SWEEP_TICK_S - 1e-9) * SWEEP_TICK_S
+            wake = math.ceil((now + wait) / SWEEP_S - 1e-9) * SWEEP_S
             heapq.heappush(events, (wake, order, "wake", client, attempt, admission.ticket))
             continue
         refused += 1

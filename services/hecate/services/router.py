@@ -83,6 +83,8 @@ _json = msgspec.json.Encoder()
 # do better, so the caller gets the error itself rather than a failover that ends in
 # "node lost".
 REQUEST_FAULTS = frozenset({"payload_too_large", "bad_request"})
+# How often the sweep runs: stage timeouts, held quota admissions, probe leases due.
+SWEEP_S = 0.02
 
 
 class RouterService:
@@ -463,7 +465,7 @@ class RouterService:
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(SWEEP_S)
             self.view.expire_suspicions()
             if self.view.breakers is not None:
                 for target in self.view.breakers.due(time.time()):

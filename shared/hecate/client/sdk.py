@@ -41,6 +41,7 @@ from hecate.resilience.hints import parse_retry_after
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorBody, InferReply, InferRequest, StreamToken
 
+MAX_ATTEMPTS = 3  # sends per call unless the caller says otherwise
 RETRYABLE = frozenset({"rate_limited", "no_plan", "draining", "timeout", "internal"})
 _reply = msgspec.json.Decoder(InferReply)
 _token = msgspec.json.Decoder(StreamToken)
@@ -78,7 +79,7 @@ class HecateClient:
         nc: Client,
         *,
         timeout_s: float = 10.0,
-        max_attempts: int = 3,
+        max_attempts: int = MAX_ATTEMPTS,
         policy: WaitPolicy | None = None,
         breaker_threshold: int = 5,
         breaker_cooldown_s: float = 5.0,
