@@ -119,3 +119,16 @@ def test_the_decision_is_the_minimum_effective_cost_ties_by_id(
         )
         got = router.route("m", REQ)
         assert (got.cost, got.pipeline_id) == pytest.approx(expected)
+
+
+def test_full_pipelines_are_passed_over_and_all_full_is_saturated_not_broken() -> None:
+    from hecate.core.errors import NoHealthyPipeline, Saturated
+
+    router = replicas(3)
+    best = router.route("m", REQ).pipeline_id
+    other = router.route("m", REQ, full={best})
+    assert other.pipeline_id != best
+    with pytest.raises(Saturated) as refused:
+        router.route("m", REQ, full={"m-r0", "m-r1", "m-r2"})
+    assert refused.value.code == "rate_limited"
+    assert not isinstance(refused.value, NoHealthyPipeline)  # load is not a failure

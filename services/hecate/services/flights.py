@@ -58,6 +58,7 @@ class Flight:
     generated: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     replays: int = 0  # migrations of this generation's state onto a rescue route
+    step_at: float = 0.0  # when the current step's first stage was sent (monotonic)
     idempotency: tuple[str, str] | None = None  # (tenant, client request_id)
     # Half-open targets whose single probe this flight carries, until their outcome is
     # reported: a probe the flight never delivers must be given back, not kept forever.

@@ -56,6 +56,9 @@ from hecate.core import (
     RoutingError,
     RoutingRequest,
 )
+from hecate.core.admission import LimitOptions
+from hecate.core.errors import Saturated
+from hecate.services.admission import AdmissionDesk
 from hecate.services.breakers import BreakerView
 from hecate.services.flights import Flight, claim, expired, land, live, waiting_on
 from hecate.services.quotagate import Admission, QuotaGate
@@ -106,6 +109,9 @@ class RouterService:
         enforce_quotas: bool = False,
         quota_timeout_s: float = 1.0,
         remember_answers: int = 10_000,
+        limits: LimitOptions = LimitOptions(),  # noqa: B008 (frozen)
+        queue_limit: int = 64,
+        queue_timeout_s: float = 5.0,
     ) -> None:
         self.instance_id = instance_id
         self.failover = failover
@@ -142,6 +148,11 @@ class RouterService:
         )
         self.quotas = QuotaGate(
             self.service, start=self._start, counters=self.counters, timeout_s=quota_timeout_s
+        )
+        # Requests in flight per pipeline, bounded by what each pipeline measurably
+        # serves; the rest wait in line per tenant, then are refused as rate_limited.
+        self.admission: AdmissionDesk[Admission] = AdmissionDesk(
+            limits=limits, queue_limit=queue_limit, max_wait_s=queue_timeout_s
         )
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -182,6 +193,15 @@ class RouterService:
         await stop.wait()
         # Drain: stop taking requests (inbound), let flights land, then close outbound.
         await svc.drain_inbound(grace)
+        for waiting in list(self.admission.drain()):
+            waiting.span.end()
+            await self._reject(
+                waiting.reply_to,
+                "draining",
+                "router stopped before the request found room",
+                waiting.model_id,
+                waiting.request_id,
+            )
         deadline = time.monotonic() + grace
         while self.flights and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -206,6 +226,7 @@ class RouterService:
                 if snap.state != "closed"
             ),
             "probe_leases_won": breakers.leases_won if breakers else 0,
+            "admission": self.admission.status(),
             "counters": dict(self.counters),
         }
 
@@ -276,12 +297,15 @@ class RouterService:
         return await self._start(admission)
 
     async def _start(self, a: Admission) -> None:
-        """Admitted: choose a route and send the first stage."""
+        """Admitted: choose a route and send the first stage; or, when every healthy
+        pipeline is at its limit, wait in line for room."""
         assert self.view.router is not None
         try:
             route, degraded, probes = self.view.choose(
-                a.model_id, RoutingRequest(tokens=a.request.max_tokens)
+                a.model_id, RoutingRequest(tokens=a.request.max_tokens), self.admission.full()
             )
+        except Saturated:
+            return await self._wait_for_room(a)
         except RoutingError as exc:
             a.span.set_status(Status(StatusCode.ERROR, exc.code))
             a.span.end()
@@ -305,11 +329,52 @@ class RouterService:
             self.retries.started(flight.idempotency, a.key)
         self.flights[a.key] = flight
         self.view.router.begin(route)
+        self.admission.began(route.pipeline_id)
         await self._dispatch(flight)
         return None
 
+    async def _wait_for_room(self, a: Admission) -> None:
+        now = time.monotonic()
+        if self.admission.wait(a.model_id, a.request.tenant, a, now):
+            self.counters["queued"] += 1
+            return None
+        return await self._refuse_busy(a, "the line for room is full", now)
+
+    async def _refuse_busy(self, a: Admission, why: str, now: float) -> None:
+        """Overload's honest answer: not now, and when to come back."""
+        retry = self.admission.retry_after_s(a.model_id, now)
+        a.span.set_status(Status(StatusCode.ERROR, "rate_limited"))
+        a.span.end()
+        self.counters["rate_limited_load"] += 1
+        await self._reject(
+            a.reply_to,
+            "rate_limited",
+            f"every healthy pipeline of {a.model_id!r} is busy and {why}; retry in {retry:.1f} s",
+            a.model_id,
+            a.request_id,
+            retry,
+        )
+
+    async def _admit_waiting(self, model_id: str) -> None:
+        """Room may have opened on ``model_id``: start who is next in line, in turn per
+        tenant, while some pipeline has room. (With no healthy pipeline left at all they
+        start too: the route choice then finds a rescue, or the error that says why.)"""
+        while self.view.router is not None and not self.view.saturated(
+            model_id, self.admission.full()
+        ):
+            a = self.admission.next(model_id)
+            if a is None:
+                return
+            await self._start(a)
+
     async def _reject(
-        self, reply_to: str, code: str, message: str, model_id: str, request_id: str = ""
+        self,
+        reply_to: str,
+        code: str,
+        message: str,
+        model_id: str,
+        request_id: str = "",
+        retry_after_s: float | None = None,
     ) -> None:
         self.stats.num_errors += 1
         self.stats.last_error = f"{code}: {message}"[:256]
@@ -319,12 +384,15 @@ class RouterService:
         if reply_to:
             body = InferReply(
                 ok=False,
-                error=ErrorBody(code=code, message=message),
+                error=ErrorBody(code=code, message=message, retry_after_s=retry_after_s),
                 model_id=model_id,
                 request_id=request_id,
+                retry_after_s=retry_after_s,
             )
             await self.service.nc.publish(
-                reply_to, _json.encode(body), headers=error_headers(code, message)
+                reply_to,
+                _json.encode(body),
+                headers=error_headers(code, message, retry_after_s),
             )
 
     # -- stages --------------------------------------------------------------------------
@@ -343,6 +411,8 @@ class RouterService:
         chain = route.stages[flight.stage + 1 :] if self.dispatch_mode == "chain" else ()
         last = flight.stage == len(route.stages) - 1
         base = flight.next_send()
+        if flight.stage == 0:
+            flight.step_at = time.monotonic()
         flight.deadline = time.monotonic() + self.stage_timeout_s * (1 + len(chain))
         if self.tracing:
             flight.stage_span = self.tracer.start_span(
@@ -475,6 +545,12 @@ class RouterService:
                 await self.quotas.sweep(now)
             if self.retries.pending:
                 await self.retries.sweep(now)
+            for _model_id, waited in list(self.admission.expired(now)):
+                await self._refuse_busy(
+                    waited, f"it waited {self.admission.max_wait_s:.1f} s in line", now
+                )
+            for model_id in self.admission.models_waiting():
+                await self._admit_waiting(model_id)  # pipelines may have come back
             if self.view.breakers is not None:
                 self.view.breakers.redeliver(self.service.spawn)
             for flight, send in expired(self.flights, now):
@@ -526,8 +602,10 @@ class RouterService:
             flight.stage_span.set_status(Status(StatusCode.ERROR, reason))
             flight.stage_span.end()
             flight.stage_span = None
-        if reason != "no responders":
-            # Liveness is telemetry's business; errors and slowness are the breaker's.
+        if reason != "no responders" and not reason.startswith("node down"):
+            # Liveness is telemetry's business (a node it declares down is routed
+            # around, and usable again at its next heartbeat); errors and slowness are
+            # the breaker's.
             await self._report(
                 flight,
                 node_id,
@@ -595,6 +673,7 @@ class RouterService:
         if not live(self.flights, flight):  # answered meanwhile (the drain): nothing to do
             return None
         self.view.router.end(old)  # the rescue route carries this request's load from now on
+        self.admission.moved(old.pipeline_id, result.route.pipeline_id)
         flight.route = result.route
         # The rescue route spends any probe lease held for a target on it, as a first
         # route does: one probe, tracked, never a second one sent on the side. A probe
@@ -652,6 +731,9 @@ class RouterService:
         """The last stage sampled a token: stream it, then the next step or the end."""
         assert reply.token is not None
         steps = len(flight.step_tokens) if flight.step_tokens else len(flight.prompt_tokens or [])
+        if steps == 1 and flight.attempts == 1:  # a decode step: what admission is fitted to
+            now = time.monotonic()
+            self.admission.sample(flight.route.pipeline_id, now - flight.step_at, now)
         flight.position += steps
         flight.generated.append(reply.token)
         done = reply.eos or len(flight.generated) >= flight.request.max_tokens
@@ -684,6 +766,9 @@ class RouterService:
         return None
 
     async def _finish(self, flight: Flight, output: str) -> None:
+        if flight.prompt_tokens is None and flight.attempts == 1:  # one pass, not generation
+            now = time.monotonic()
+            self.admission.sample(flight.route.pipeline_id, now - flight.started, now)
         if not self._land(flight):
             return
         if flight.degraded:
@@ -701,6 +786,7 @@ class RouterService:
         )
         flight.span.end()
         await self._answer(flight, _json.encode(reply), None)
+        await self._admit_waiting(flight.model_id)
 
     async def _finish_error(
         self, flight: Flight, code: str, message: str, retry_after_s: float | None = None
@@ -724,6 +810,7 @@ class RouterService:
             retry_after_s=retry_after_s,
         )
         await self._answer(flight, _json.encode(reply), error_headers(code, message, retry_after_s))
+        await self._admit_waiting(flight.model_id)
 
     async def _answer(self, flight: Flight, body: bytes, headers: dict[str, str] | None) -> None:
         """Reply to the request and to every retry of it that joined while it ran."""
@@ -766,6 +853,7 @@ class RouterService:
             return False
         if self.view.router is not None:
             self.view.router.end(flight.route)
+        self.admission.ended(flight.route.pipeline_id, flight.model_id, time.monotonic())
         if flight.stage_span is not None:
             flight.stage_span.end()
             flight.stage_span = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 
 import msgspec
 from nats.aio.client import Client
@@ -157,18 +158,30 @@ class SwarmView:
         else:
             self.router.update(snapshot)
 
-    def choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool, set[str]]:
+    def choose(
+        self, model_id: str, request: RoutingRequest, full: Collection[str] = ()
+    ) -> tuple[Route, bool, set[str]]:
         """The route for a new request, whether it is degraded, and the half-open
         targets whose probe it carries (see :meth:`take`).
 
         The cheapest intact pipeline (counting this router's in-flight work); when none
         is intact, the best rescue the core finds for a broken one (a per-layer splice,
         else the reserve model if allowed); when nothing is found and the only obstacle
-        is this router's own suspicion, what telemetry alone says.
+        is this router's own suspicion, what telemetry alone says. Pipelines in ``full``
+        are at their admission limit: when only those are healthy, :class:`Saturated`
+        is raised (load is a reason to wait, never to splice or degrade).
         """
         assert self.router is not None
-        route, degraded = self._choose_route(model_id, request)
+        route, degraded = self._choose_route(model_id, request, full)
         return route, degraded, self.take(route)
+
+    def saturated(self, model_id: str, full: Collection[str]) -> bool:
+        """Every healthy pipeline of ``model_id`` is in ``full`` (and there is one): a
+        request for it now would wait for room."""
+        assert self.router is not None
+        r = self.router
+        table = r.state.cost_table(model_id, r.weights, r.penalty)
+        return bool(table) and all(pid in full for _cost, pid, _p in table)
 
     def rescue(
         self, route: Route, lost_node: str, request: RoutingRequest
@@ -191,10 +204,12 @@ class SwarmView:
             self.rebuild()  # the probe is out: block the target again until it reports
         return taken
 
-    def _choose_route(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]:
+    def _choose_route(
+        self, model_id: str, request: RoutingRequest, full: Collection[str]
+    ) -> tuple[Route, bool]:
         assert self.router is not None
         try:
-            return self.router.route(model_id, request), False
+            return self.router.route(model_id, request, full), False
         except NoHealthyPipeline:
             rescue = self._rescue(model_id, request)
             if rescue is not None:

@@ -36,6 +36,7 @@ class RoutingError(HecateError):
     Unrecoverable: ClassVar[type[Unrecoverable]]
     UnknownNode: ClassVar[type[UnknownNode]]
     SwarmStopped: ClassVar[type[SwarmStopped]]
+    Saturated: ClassVar[type[Saturated]]
 
 
 class NoSuchModel(RoutingError):
@@ -48,6 +49,14 @@ class NoHealthyPipeline(RoutingError):
     """Every pipeline of the model has at least one node down."""
 
     code = "no_healthy_pipeline"
+
+
+class Saturated(RoutingError):
+    """Every healthy pipeline of the model already carries as many requests as it can
+    take: the request waits for room, or is refused as ``rate_limited``. Load, never a
+    reason to fail over or degrade."""
+
+    code = "rate_limited"
 
 
 class Unrecoverable(RoutingError):
@@ -81,6 +90,7 @@ class SwarmStopped(RoutingError):
 RoutingError.NoSuchModel = NoSuchModel
 RoutingError.NoHealthyPipeline = NoHealthyPipeline
 RoutingError.Unrecoverable = Unrecoverable
+RoutingError.Saturated = Saturated
 RoutingError.UnknownNode = UnknownNode
 RoutingError.SwarmStopped = SwarmStopped
 

@@ -15,6 +15,7 @@ the cost table stops as soon as no later (cheaper-based) entry can win.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
 from hecate.core.cost import (
     DEFAULT_PENALTY,
@@ -24,6 +25,7 @@ from hecate.core.cost import (
     inflight_cost,
     token_cost,
 )
+from hecate.core.errors import Saturated
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, no_route_error
 from hecate.core.state import SwarmState
 
@@ -68,11 +70,24 @@ class Router:
             return self._total_in_flight
         return self._node_in_flight.get(node_id, 0)
 
-    def route(self, model_id: str, request: RoutingRequest = DEFAULT_REQUEST) -> Route:
-        """Like :func:`route_request`, with this router's in-flight work counted as load."""
+    def route(
+        self,
+        model_id: str,
+        request: RoutingRequest = DEFAULT_REQUEST,
+        full: Collection[str] = (),
+    ) -> Route:
+        """Like :func:`route_request`, with this router's in-flight work counted as load.
+
+        Pipelines named in ``full`` (at their admission limit) are passed over; when
+        that leaves none of the healthy ones, :class:`Saturated` is raised: the request
+        should wait, not be rescued."""
         table = self.state.cost_table(model_id, self.weights, self.penalty)
         if not table:
             raise no_route_error(model_id, self.state)
+        if full:
+            table = tuple(entry for entry in table if entry[1] not in full)
+            if not table:
+                raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
         if self._total_in_flight == 0:
             best_cost, best_id, best = table[0]
         else:

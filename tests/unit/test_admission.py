@@ -1,0 +1,232 @@
+"""Admission control: the adaptive per-pipeline limit, the fair line, the Retry-After."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hecate.core.admission import (
+    AdaptiveLimit,
+    FairQueue,
+    LimitOptions,
+    Throughput,
+    retry_after_s,
+)
+from hecate.services.admission import AdmissionDesk
+
+
+def drive(limit: AdaptiveLimit, *, base_s: float, knee: int, steps: int = 2000) -> None:
+    """A pipeline that serves ``knee`` requests at once in ``base_s`` a step and queues
+    the rest (throughput ``knee / base_s`` at most), always offered more than its limit."""
+    now = 0.0
+    for _ in range(steps):
+        carried = limit.capacity
+        rtt = base_s * max(1.0, carried / knee)
+        now += rtt
+        limit.sample(rtt, carried, now)
+
+
+@pytest.mark.parametrize("knee", [1, 4, 8, 16])
+def test_the_limit_settles_where_steps_take_the_tolerated_time(knee: int) -> None:
+    """Little's law: at the limit L a step takes base·L/knee; the tolerated time is
+    2·base, so L settles near 2·knee (within the sqrt probing above it)."""
+    options = LimitOptions(tolerance=2.0, slack_s=0.0, ceiling=256)
+    limit = AdaptiveLimit(options)
+    drive(limit, base_s=0.07, knee=knee)
+    assert 2 * knee * 0.75 <= limit.limit <= 2 * knee * 1.5, limit.limit
+
+
+def test_a_toy_stage_is_not_throttled_by_scheduling_noise() -> None:
+    """Sub-millisecond steps: the slack, not the tolerance, decides the target."""
+    limit = AdaptiveLimit(LimitOptions(slack_s=0.05, ceiling=64))
+    now = 0.0
+    for i in range(500):
+        rtt = 0.0004 if i % 2 else 0.003  # jitter of several times the best step
+        now += rtt
+        limit.sample(rtt, limit.capacity, now)
+    assert limit.capacity == 64
+
+
+def test_the_limit_falls_when_steps_slow_down_and_recovers() -> None:
+    limit = AdaptiveLimit(LimitOptions(initial=16, ceiling=64, slack_s=0.0))
+    now = 0.0
+    for _ in range(50):
+        now += 0.1
+        limit.sample(0.1, 16, now)
+    high = limit.limit
+    for _ in range(50):  # ten times slower: someone else's work on the same cores
+        now += 1.0
+        limit.sample(1.0, limit.capacity, now)
+    assert limit.limit < high / 2
+    for _ in range(200):
+        now += 0.1
+        limit.sample(0.1, limit.capacity, now)
+    assert limit.limit >= high
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(1e-4, 10.0), st.integers(0, 100)),
+        min_size=1,
+        max_size=200,
+    )
+)
+def test_the_limit_stays_within_its_bounds(samples: list[tuple[float, int]]) -> None:
+    options = LimitOptions(floor=2, initial=4, ceiling=32)
+    limit = AdaptiveLimit(options)
+    now = 0.0
+    for rtt, carried in samples:
+        before = limit.limit
+        now += rtt
+        limit.sample(rtt, carried, now)
+        assert options.floor <= limit.limit <= options.ceiling
+        if carried < int(before):  # the limit held nothing back: no reason to raise it
+            assert limit.limit <= before + 1e-9
+
+
+@given(st.floats(1e-3, 1.0), st.integers(1, 64))
+def test_steps_slower_than_the_target_never_raise_the_limit(base: float, carried: int) -> None:
+    limit = AdaptiveLimit(LimitOptions(initial=8, ceiling=64, slack_s=0.0))
+    limit.sample(base, 1, 0.0)
+    target = limit.target_s()
+    assert target is not None
+    for i in range(30):
+        before, was_slow = limit.limit, (limit.rtt_s or 0) > target
+        limit.sample(target * 3, carried, 1.0 + i)
+        if was_slow or (limit.rtt_s or 0) > target:
+            assert limit.limit <= before
+    assert limit.limit < 8
+
+
+def test_invalid_samples_are_ignored() -> None:
+    limit = AdaptiveLimit()
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        limit.sample(bad, 4, 0.0)
+    assert limit.min_rtt_s is None
+    assert limit.limit == limit.options.initial
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="floor <= initial"):
+        LimitOptions(floor=4, initial=2)
+    with pytest.raises(ValueError, match="tolerance >= 1"):
+        LimitOptions(tolerance=0.5)
+
+
+def test_the_best_step_is_relearned_within_two_windows() -> None:
+    limit = AdaptiveLimit(LimitOptions(window_s=10.0))
+    limit.sample(0.01, 1, 0.0)
+    for t in range(1, 25):
+        limit.sample(0.05, 1, float(t))  # the swarm got slower for good
+    assert limit.min_rtt_s == 0.05
+
+
+def test_steps_under_load_do_not_raise_the_best_time() -> None:
+    limit = AdaptiveLimit(LimitOptions(window_s=10.0, ceiling=64))
+    limit.sample(0.01, 1, 0.0)
+    for t in range(1, 60):
+        limit.sample(0.5, 32, float(t))  # slow because loaded: not a slower swarm
+    assert limit.min_rtt_s == 0.01
+
+
+# -- the line ------------------------------------------------------------------------
+
+
+def test_one_request_of_a_quiet_tenant_is_not_stuck_behind_a_burst() -> None:
+    q: FairQueue[str] = FairQueue(limit=100)
+    for i in range(20):
+        assert q.push("loud", f"loud-{i}", 0.0)
+    assert q.push("quiet", "quiet-0", 1.0)
+    served = [q.pop() for _ in range(3)]
+    assert "quiet-0" in served[:2]
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers()), max_size=60))
+def test_the_line_is_fifo_per_tenant_and_round_robin(pushes: list[tuple[str, int]]) -> None:
+    q: FairQueue[tuple[str, int]] = FairQueue(limit=1000)
+    for n, (tenant, value) in enumerate(pushes):
+        assert q.push(tenant, (tenant, n), float(value))
+    assert len(q) == len(pushes)
+    out = []
+    while (item := q.pop()) is not None:
+        out.append(item)
+    assert sorted(out) == sorted((t, n) for n, (t, _) in enumerate(pushes))
+    for tenant in "abcd":
+        mine = [n for t, n in out if t == tenant]
+        assert mine == sorted(mine)  # first in, first out within a tenant
+    # Round robin: while k tenants still wait, no tenant is served twice in k pops.
+    waiting = {t: sum(1 for p, _ in pushes if p == t) for t in "abcd"}
+    for i, (tenant, _n) in enumerate(out):
+        active = [t for t, c in waiting.items() if c > 0]
+        window = out[i + 1 : i + len(active)]
+        assert tenant not in [t for t, _ in window] or (waiting[tenant] > 1 and len(active) == 1)
+        waiting[tenant] -= 1
+
+
+def test_the_line_is_bounded_in_total_and_per_tenant() -> None:
+    q: FairQueue[int] = FairQueue(limit=4, tenant_limit=3)
+    assert all(q.push("a", i, 0.0) for i in range(3))
+    assert not q.push("a", 3, 0.0)  # a's share is full
+    assert q.push("b", 4, 0.0)
+    assert not q.push("c", 5, 0.0)  # the line is full
+    assert len(q) == 4
+    assert q.waiting("a") == 3
+
+
+def test_waiting_too_long_takes_a_request_out_of_line() -> None:
+    q: FairQueue[str] = FairQueue()
+    q.push("a", "old", 0.0)
+    q.push("a", "new", 4.0)
+    q.push("b", "b-old", 1.0)
+    assert sorted(q.expire(6.0, max_wait_s=3.0)) == ["b-old", "old"]
+    assert list(q) == ["new"]
+    assert len(q) == 1
+
+
+def test_throughput_measures_a_steady_rate() -> None:
+    rate = Throughput(tau_s=2.0)
+    now = 0.0
+    for _ in range(400):
+        now += 0.05  # 20 a second
+        rate.finished(now)
+    assert 18 < rate.at(now) < 22
+    assert rate.at(now + 20) < 0.1  # and forgets it when nothing finishes
+
+
+def test_retry_after_follows_the_line_and_the_rate() -> None:
+    assert retry_after_s(0, 0.0) == 1.0  # nothing measured yet: the floor
+    assert retry_after_s(9, 2.0) == 5.0  # ten to serve at two a second
+    assert retry_after_s(0, 100.0) == 1.0
+
+
+# -- the router's desk ---------------------------------------------------------------
+
+
+def test_the_desk_counts_pipelines_full_at_their_limit() -> None:
+    desk: AdmissionDesk[str] = AdmissionDesk(limits=LimitOptions(initial=2, floor=1))
+    desk.began("p1")
+    assert desk.full() == set()
+    desk.began("p1")
+    assert desk.full() == {"p1"}
+    desk.moved("p1", "p2")  # failed over: the load moves with it
+    assert desk.in_flight["p1"] == 1
+    assert desk.in_flight["p2"] == 1
+    desk.ended("p2", "m", 1.0)
+    desk.ended("p2", "m", 1.0)  # never below zero
+    assert desk.in_flight["p2"] == 0
+    assert desk.full() == set()
+
+
+def test_the_desk_lines_up_per_model_and_expires() -> None:
+    desk: AdmissionDesk[str] = AdmissionDesk(queue_limit=2, max_wait_s=1.0)
+    assert desk.wait("m", "t", "r1", 0.0)
+    assert desk.wait("m", "u", "r2", 0.5)
+    assert not desk.wait("m", "v", "r3", 0.5)  # the line is full
+    assert desk.waiting("m") == 2
+    assert desk.models_waiting() == ["m"]
+    assert list(desk.expired(1.2)) == [("m", "r1")]
+    assert desk.next("m") == "r2"
+    assert desk.next("m") is None
+    assert desk.retry_after_s("m", 2.0) >= 1.0
+    assert desk.status()["waiting"] == {}
