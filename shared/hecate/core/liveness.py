@@ -1,0 +1,182 @@
+"""Is a node silent, or only slow? A phi-accrual failure detector (Hayashibara et al.).
+
+A fixed rule ("down after 3 missed 100 ms heartbeats") cannot tell a dead node from a
+busy one: under load a live node's heartbeats come 200-400 ms apart, and the rule
+declares it dead. The detector instead learns, per node, how its heartbeats have been
+arriving (a bounded window of inter-arrival times) and asks how unlikely the current
+silence is under that history:
+
+    phi(now) = -log10(1 - CDF(now - last heartbeat))
+
+with CDF the normal distribution of the window's mean (plus ``acceptable_pause_s``) and
+standard deviation (never below ``min_std_s``). ``phi = 8`` means "a live node with this
+history would stay this silent once in 10^8 times". A node is suspected when phi reaches
+``threshold``; so a node that has been jittery is given more rope than a regular one,
+and one that is regular again is held to its regular pace as the window forgets.
+
+Rules, and why:
+
+* **The std has a floor**: a perfectly regular node would otherwise be suspected for
+  being a millisecond late.
+* **An acceptable pause** is added to the mean: a garbage collection or a page fault is
+  not a death, whatever the history says.
+* **Never before ``min_missed`` declared intervals**: an operator's "at least N missed
+  heartbeats" still holds (the telemetry service's ``--missed``).
+* **Always by ``max_silence_s``**: however jittery a node has been, a silence this long
+  is a death; no history buys a node more.
+* **Too few samples**: until a node has ``min_samples`` intervals, its declared heartbeat
+  interval stands in for the window's mean (a new node is judged as a regular one).
+* **Silence nobody watched is nobody's**: :meth:`FailureDetector.blind` moves every
+  node's last heartbeat forward by a span the observer itself was not running (its
+  event loop stalled), so that span counts neither as silence nor as a gap.
+
+Pure: the clock is passed in (``now``, monotonic seconds); nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import msgspec
+
+
+class LivenessConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The defaults declare a SIGKILLed node that heartbeated every 100 ms like clockwork
+    down 0.48 s after its last heartbeat (0.1 + 0.1 + 5.61 x 0.05), while a node whose
+    heartbeats have come 200-400 ms apart keeps its place for 0.58-0.83 s of silence
+    (tests/unit/test_liveness.py computes both)."""
+
+    threshold: float = 8.0  # phi at which a node is suspected (Akka's and Cassandra's 8)
+    window: int = 100  # inter-arrival times kept per node (10 s of 100 ms heartbeats)
+    min_samples: int = 5  # below this, the declared interval stands in for the mean
+    min_std_s: float = 0.05
+    acceptable_pause_s: float = 0.1
+    min_missed: float = 0.0  # declared heartbeat intervals of silence always allowed
+    max_silence_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        # phi <= log10(2) while the silence is below the mean: a threshold above that
+        # keeps a node heard just now from ever being suspected.
+        if not self.threshold > math.log10(2):
+            raise ValueError(f"threshold must exceed log10(2), got {self.threshold}")
+        if self.window < 1 or self.min_samples < 1:
+            raise ValueError("window and min_samples must be at least 1")
+        if not (self.min_std_s > 0 and self.acceptable_pause_s >= 0):
+            raise ValueError("min_std_s must be positive and acceptable_pause_s not negative")
+        if not (self.min_missed >= 0 and self.max_silence_s > 0):
+            raise ValueError("min_missed must not be negative and max_silence_s must be positive")
+
+
+def phi(elapsed: float, mean: float, std: float) -> float:
+    """``-log10`` of the chance that a heartbeat due after a normal(mean, std) gap is
+    still to come ``elapsed`` seconds after the last one; ``inf`` once that chance
+    underflows."""
+    later = 0.5 * math.erfc((elapsed - mean) / (std * math.sqrt(2)))
+    return -math.log10(later) if later > 0 else math.inf
+
+
+class Arrivals:
+    """One node's heartbeat history: the last arrival and a window of gaps."""
+
+    __slots__ = ("gaps", "interval_s", "last", "mean", "std")
+
+    def __init__(self, now: float, interval_s: float, window: int) -> None:
+        self.last = now
+        self.interval_s = interval_s
+        self.gaps: deque[float] = deque(maxlen=window)
+        self.mean = interval_s
+        self.std = 0.0
+
+    def add(self, now: float, interval_s: float) -> None:
+        self.gaps.append(max(0.0, now - self.last))
+        self.last = max(self.last, now)
+        self.interval_s = interval_s
+        n = len(self.gaps)
+        self.mean = sum(self.gaps) / n
+        self.std = math.sqrt(sum((g - self.mean) ** 2 for g in self.gaps) / n)
+
+
+class FailureDetector:
+    """Phi accrual per node. Feed it heartbeats; ask it who is suspected."""
+
+    def __init__(self, config: LivenessConfig | None = None) -> None:
+        self.config = config or LivenessConfig()
+        self.nodes: dict[str, Arrivals] = {}
+
+    def heartbeat(self, node_id: str, now: float, interval_s: float) -> None:
+        """A heartbeat from ``node_id`` arrived at ``now``; it declares ``interval_s``."""
+        seen = self.nodes.get(node_id)
+        if seen is None:
+            self.nodes[node_id] = Arrivals(now, interval_s, self.config.window)
+        else:
+            seen.add(now, interval_s)
+
+    def forget(self, node_id: str) -> None:
+        """The node left: a newcomer by the same name starts with no history."""
+        self.nodes.pop(node_id, None)
+
+    def blind(self, now: float, seconds: float) -> None:
+        """The observer did not run for ``seconds`` before ``now``: that span counts
+        against nobody (never past ``now``)."""
+        if seconds <= 0:
+            return
+        for seen in self.nodes.values():
+            seen.last = min(seen.last + seconds, max(seen.last, now))
+
+    def deaf_until(self, when: float) -> None:
+        """The observer could hear nobody before ``when`` (it was cut off from the bus):
+        silence before then counts against nobody."""
+        for seen in self.nodes.values():
+            seen.last = max(seen.last, when)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def silence(self, node_id: str, now: float) -> float:
+        """Seconds since the last heartbeat of ``node_id`` (``inf``: never heard)."""
+        seen = self.nodes.get(node_id)
+        return math.inf if seen is None else max(0.0, now - seen.last)
+
+    def expected(self, node_id: str) -> tuple[float, float]:
+        """The ``(mean, std)`` gap the node is judged by, pause and floor included."""
+        c = self.config
+        seen = self.nodes[node_id]
+        if len(seen.gaps) < c.min_samples:
+            return seen.interval_s + c.acceptable_pause_s, c.min_std_s
+        return seen.mean + c.acceptable_pause_s, max(seen.std, c.min_std_s)
+
+    def phi(self, node_id: str, now: float) -> float:
+        """How unlikely the node's current silence is, given its history (0: not at all)."""
+        if node_id not in self.nodes:
+            return math.inf
+        mean, std = self.expected(node_id)
+        return max(0.0, phi(self.silence(node_id, now), mean, std))
+
+    def min_silence(self, node_id: str) -> float:
+        """The silence always allowed: ``min_missed`` declared intervals, at most
+        ``max_silence_s``."""
+        c = self.config
+        return min(c.min_missed * self.nodes[node_id].interval_s, c.max_silence_s)
+
+    def suspected(self, node_id: str, now: float) -> bool:
+        if node_id not in self.nodes:
+            return True
+        silent = self.silence(node_id, now)
+        if silent >= self.config.max_silence_s:
+            return True
+        return silent >= self.min_silence(node_id) and self.phi(node_id, now) >= (
+            self.config.threshold
+        )
+
+    def patience(self, node_id: str) -> float:
+        """The silence, in seconds, at which the node would be suspected now: what its
+        history buys it (never more than ``max_silence_s``)."""
+        c = self.config
+        mean, std = self.expected(node_id)
+        if phi(c.max_silence_s, mean, std) < c.threshold:
+            return c.max_silence_s
+        low, high = 0.0, c.max_silence_s
+        for _ in range(60):  # phi is monotone in the silence: bisect to below a microsecond
+            mid = (low + high) / 2
+            low, high = (mid, high) if phi(mid, mean, std) < c.threshold else (low, mid)
+        return max(high, self.min_silence(node_id))
