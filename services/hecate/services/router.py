@@ -85,7 +85,7 @@ _json = msgspec.json.Encoder()
 # Stage errors that are the request's own doing: no node failed, and no other route would
 # do better, so the caller gets the error itself rather than a failover that ends in
 # "node lost".
-REQUEST_FAULTS = frozenset({"payload_too_large", "bad_request"})
+REQUEST_FAULTS = frozenset({"payload_too_large", "prompt_too_long", "bad_request"})
 # How often the sweep runs: stage timeouts, held quota admissions, probe leases due.
 SWEEP_S = 0.02
 

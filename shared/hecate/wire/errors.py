@@ -28,6 +28,7 @@ STATUS: Final[Mapping[str, int]] = {
     "session_lost": 410,
     "unknown_executor": 400,
     "payload_too_large": 413,
+    "prompt_too_long": 413,
     "rate_limited": 429,
     "internal": 500,
     "forward_failed": 502,
@@ -47,13 +48,15 @@ INFER_CODES: Final[Mapping[str, str]] = {
     "bad_request": "the request is not a valid InferRequest, or asks for nothing",
     "payload_too_large": "the request, or a stage's activations for its prompt, is larger "
     "than the bus carries (NATS max_payload)",
+    "prompt_too_long": "the prompt and the tokens asked for exceed the model's context length",
     "no_plan": "the planner has not published a plan yet",
     "no_such_model": "the plan has no pipeline for this model (never served by another)",
     "no_healthy_pipeline": "every pipeline of the model has a node down",
     "unknown_node": "the route named a node the plan no longer has",
     "swarm_stopped": "the swarm was stopped",
     "unrecoverable": "a node was lost and no replica, splice or reserve could take over",
-    "rate_limited": "the tenant's quota or an upstream said to slow down; see retry_after_s",
+    "rate_limited": "the tenant's quota, an upstream, or a swarm with every pipeline busy "
+    "and its line full said to slow down; see retry_after_s",
     "draining": "the router stopped before the answer",
     "internal": "a fault in HECATE itself, not in the request; the message says where",
 }
