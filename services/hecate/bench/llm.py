@@ -21,6 +21,11 @@ One run measures, greedy, the same prompt and token count:
   router). ``kill_stall_ms`` is the longest gap between two streamed tokens (detection
   and the replay of the prompt and the tokens so far); ``failover_reason`` says which
   of the two it was;
+* ``concurrency``: many users at once on the swarm ``make run`` starts (two 3-stage
+  pipelines), at each level of ``--concurrency`` (default 1,2,4,8,16), in the same
+  number of rounds, each user with its own prompt: answered, errors, lost, aggregate
+  and per-user tokens/s, TTFT p50/p99, the text check and the verdicts
+  (:mod:`hecate.bench.llm_concurrency`, :mod:`hecate.bench.concurrency`);
 * ``llama_cpp``: the same GGUF under llama.cpp (llama-cpp-python, 2 threads, the
   optional ``bench`` extra: ``pip install '.[bench]'``), fed the same prompt token ids
   and decoded greedy for the same number of tokens, timed in the same rounds as
@@ -50,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +63,13 @@ import msgspec
 import nats
 import numpy as np
 
+from hecate.bench.concurrency import DEFAULT_LEVELS
+from hecate.bench.llm_concurrency import run_concurrency
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
 from hecate.cli.up import BLAS_THREAD_TIMEOUT, hecate_command, node_env
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
-from hecate.llm.gguf_model import load_stage
+from hecate.llm.gguf_model import load_stage, prepare
 from hecate.llm.llama import LlamaStage
 from hecate.llm.reference import EOS, greedy_text
 from hecate.llm.store import pull
@@ -413,8 +421,26 @@ def failed_checks(result: dict[str, Any]) -> list[str]:
     return sorted({f"{k}: wrong text" for k, v in runs if v.get("text_ok") is False})
 
 
-def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2, rounds: int = 3) -> dict[str, Any]:
+def run_llm_bench(
+    *,
+    tokens: int = 48,
+    blas_threads: int = 2,
+    rounds: int = 3,
+    concurrency: Sequence[int] = DEFAULT_LEVELS,
+    only_concurrency: bool = False,
+) -> dict[str, Any]:
+    """Every part of the suite, then the many users at once at each of ``concurrency``'s
+    levels (:mod:`hecate.bench.llm_concurrency`; ``only_concurrency``: that part alone,
+    under ``"concurrency"``). A wrong text anywhere is listed in ``failed_checks``."""
     path = pull(MODEL, progress=lambda line: print(line, file=sys.stderr))
+    prepare(path)  # once, before six node processes would each build it
+    if only_concurrency:
+        users = run_concurrency(path, concurrency, tokens, rounds)
+        return {
+            "concurrency": users,
+            "failed_checks": users["failed_checks"],
+            "meta": {**_meta(tokens, blas_threads, rounds), "only_concurrency": True},
+        }
     expected = greedy_text(path, PROMPT, tokens)
     three = [("s0", 0, 10), ("s1", 10, 20), ("s2", 20, 30)]
     two_pipelines = [
@@ -492,15 +518,21 @@ def run_llm_bench(*, tokens: int = 48, blas_threads: int = 2, rounds: int = 3) -
     )
     result["rounds"] = per_round
     result["failed_checks"] = failed_checks(result)
-    result["meta"] = {
+    result["meta"] = {**_meta(tokens, blas_threads, rounds), "text": expected}
+    if concurrency:
+        result["concurrency"] = run_concurrency(path, concurrency, tokens, rounds)
+        result["failed_checks"] += result["concurrency"]["failed_checks"]
+    return result
+
+
+def _meta(tokens: int, blas_threads: int, rounds: int) -> dict[str, Any]:
+    return {
         "tokens": tokens,
         "node_blas_threads": blas_threads,
         "rounds": rounds,
         "prompt": PROMPT,
         "greedy": True,
-        "text": expected,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
-    return result

@@ -12,7 +12,7 @@ from typing import Any
 
 from hecate.bench.provenance import footer
 
-__all__ = ["bus_load", "core", "footer", "herd", "pyplot"]
+__all__ = ["bus_load", "core", "footer", "herd", "llm_concurrency", "pyplot"]
 
 
 def pyplot() -> Any:
@@ -158,6 +158,66 @@ def bus_load(
         axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(plain)
         axis.set_minor_formatter(NullFormatter())
+    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def llm_concurrency(
+    report: dict[str, Any], path: Path, command: str, run: dict[str, Any] | None = None
+) -> None:
+    """Many users at once on the SmolLM2 swarm (``hecate bench llm``): aggregate and
+    per-user tokens/s, and TTFT p50 and p99, against the number of users, each target
+    marked where it applies. A level where not every request was answered is labelled
+    with answered/sent in red."""
+    from hecate.bench.concurrency import TARGET_AT, TARGET_SPEEDUP, TARGET_TTFT
+
+    plt = pyplot()
+    levels: dict[str, dict[str, Any]] = report["concurrency"]["levels"]
+    users = [int(k) for k in levels]
+    figures = list(levels.values())
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    for key, label, style in (
+        ("aggregate_tokens_per_s", "aggregate", "-o"),
+        ("per_user_tokens_per_s", "per user (median)", "--s"),
+    ):
+        left.plot(users, [f[key] for f in figures], style, label=label)
+    for key, label, style in (("ttft_p50_ms", "p50", "-o"), ("ttft_p99_ms", "p99", "--v")):
+        points = [(n, f[key] / 1000) for n, f in zip(users, figures, strict=True) if f[key]]
+        right.plot([n for n, _ in points], [y for _, y in points], style, label=label)
+    one = levels.get("1")
+    if one is not None and TARGET_AT in users:
+        target = TARGET_SPEEDUP * one["aggregate_tokens_per_s"]
+        left.scatter([TARGET_AT], [target], marker="_", s=400, color="#c44e52")
+        left.text(TARGET_AT, target, f" target ≥ {TARGET_SPEEDUP:g}x 1 user", fontsize=7)
+        if one["ttft_p50_ms"]:
+            target = TARGET_TTFT * one["ttft_p50_ms"] / 1000
+            right.scatter([TARGET_AT], [target], marker="_", s=400, color="#c44e52")
+            right.text(TARGET_AT, target, f" target p99 ≤ {TARGET_TTFT:g}x 1 user", fontsize=7)
+    for n, f in zip(users, figures, strict=True):
+        if f["answered"] < f["sent"]:
+            left.annotate(
+                f"{f['answered']}/{f['sent']}",
+                (n, f["aggregate_tokens_per_s"]),
+                textcoords="offset points",
+                xytext=(0, 8),
+                fontsize=7,
+                color="#c44e52",
+                ha="center",
+            )
+    left.set_ylabel("tokens/s")
+    left.set_title("Throughput (red: answered/sent where not all were)", fontsize=10)
+    right.set_ylabel("time to first token (s)")
+    right.set_title("Time to first token", fontsize=10)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(users, [str(n) for n in users])
+        ax.set_xlabel("users generating at once")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,14 @@ def _run_suite(args: argparse.Namespace) -> object:
 
         if args.if_present and not present(MODEL):
             return {"skipped": f"{MODEL} is not pulled (hecate model pull {MODEL})"}
-        return run_llm_bench(tokens=16 if args.quick else 48, rounds=1 if args.quick else 3)
+        from hecate.bench.concurrency import DEFAULT_LEVELS
+
+        return run_llm_bench(
+            tokens=args.tokens or (16 if args.quick else 48),
+            rounds=args.rounds or (1 if args.quick else 3),
+            concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
+            only_concurrency=args.only_concurrency,
+        )
     if args.suite == "breaker":
         from hecate.bench.breaker import run_breaker_bench
 
@@ -173,6 +180,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="llm: if the model is not pulled, record the suite as skipped instead of pulling",
     )
     bench.add_argument(
+        "--concurrency",
+        type=_levels,
+        default=None,
+        metavar="N,N,...",
+        help="llm: how many users generate at once, one level after another "
+        "(default 1,2,4,8,16; --quick 1,2)",
+    )
+    bench.add_argument(
+        "--only-concurrency",
+        action="store_true",
+        help="llm: run only the many-users part (the make run swarm at each --concurrency)",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=_positive,
+        default=None,
+        help="llm: interleaved rounds (default 3; --quick 1)",
+    )
+    bench.add_argument(
+        "--tokens",
+        type=_positive,
+        default=None,
+        help="llm: tokens per generation (default 48; --quick 16)",
+    )
+    bench.add_argument(
         "--doc",
         default="docs/BENCHMARKS.md",
         metavar="MD",
@@ -213,6 +245,15 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
     return value
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    from hecate.bench.concurrency import parse_levels
+
+    try:
+        return parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hecate.bench.report import concurrency as users
 from hecate.bench.report.breaker import section_breaker
 from hecate.bench.report.bus import section_bus
 from hecate.bench.report.chaos import TIMELINES, section_chaos
@@ -181,6 +182,7 @@ ALL_PICTURES = (
     "bench-core.png",
     "bench-bus-load.png",
     "bench-herd.png",
+    users.PICTURE,
     *(f"chaos-{name}.png" for name in TIMELINES),
 )
 
@@ -195,6 +197,8 @@ def pictures(results: dict[str, Doc]) -> list[tuple[str, str]]:
         out.append(("bench-bus-load.png", "bus"))
     if "herd" in results:
         out.append(("bench-herd.png", "herd"))
+    if "llm" in results and users.has_picture(results["llm"]["report"]):
+        out.append((users.PICTURE, "llm"))
     if "chaos" in results:
         for s in results["chaos"]["report"]["scenarios"]:
             if s["scenario"] in TIMELINES and "timeline" in s:
@@ -225,6 +229,8 @@ def draw(name: str, env: Doc, path: Path) -> None:
         plots.bus_load(report, path, env["command"], env)
     elif name == "bench-herd.png":
         plots.herd(report, path, env["command"], env)
+    elif name == users.PICTURE:
+        plots.llm_concurrency(report, path, env["command"], env)
     else:
         scenario = name.removeprefix("chaos-").removesuffix(".png")
         result = next(s for s in report["scenarios"] if s["scenario"] == scenario)

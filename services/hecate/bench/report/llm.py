@@ -1,4 +1,5 @@
-"""The SmolLM2 section: one process and across the swarm (``hecate bench llm``)."""
+"""The SmolLM2 section: one process and across the swarm, and many users at once
+(``hecate bench llm``)."""
 
 # Prose for people: its dashes and multiplication signs are meant.
 # ruff: noqa: RUF001
@@ -8,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hecate.bench.report import concurrency as users
 from hecate.bench.report.markdown import Doc, Target, num, provenance, span, table, verdict
 
 LLM_TARGET_STAGES = 0.8  # 3 stages / single process, tokens/s
@@ -54,17 +56,44 @@ def _built_with(llama: Doc) -> str:
     return ", ".join(dict.fromkeys(enabled)) or "not recorded"
 
 
+def _users(r: Doc, img: str) -> tuple[str, list[Target]]:
+    """The many-users part, or why it is not in this result."""
+    if "concurrency" not in r:
+        return "", users.not_run("not run (a result saved before it existed)")
+    text, targets = users.section(r["concurrency"], img)
+    return f"\n{text}", targets
+
+
+def _text_check(r: Doc) -> tuple[str, bool | None]:
+    failed = r.get("failed_checks")
+    if failed is None:
+        return "not checked in this run", None
+    return ("; ".join(failed) if failed else "all equal"), not failed
+
+
 def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
-    del img  # no picture for this suite
     r = env["report"]
     title = "## SmolLM2-135M: one process and across the swarm\n\n"
+    single_user_not_run = [
+        Target("3 stages ≥ 0.8× single process (tokens/s)", "not run", None),
+        Target("single process ≥ 0.35× llama.cpp", "not run", None),
+        Target("a kill stalls the stream < 1.5 s", "not run", None),
+    ]
     if "skipped" in r:
         text = f"{title}{provenance(env)}\nNot measured in this run: {r['skipped']}.\n"
-        return text, [
-            Target("3 stages ≥ 0.8× single process (tokens/s)", "not run", None),
-            Target("single process ≥ 0.35× llama.cpp", "not run", None),
-            Target("a kill stalls the stream < 1.5 s", "not run", None),
-        ]
+        return text, [*single_user_not_run, *users.not_run()]
+    if "ratio_3_stages_rounds" not in r:  # --only-concurrency
+        text_figure, met_text = _text_check(r)
+        part, targets = _users(r, img)
+        text = (
+            f"{title}{provenance(env)}\nOnly the many-users part ran "
+            f"(`--only-concurrency`); every answer's text against its single-user greedy "
+            f"text: {text_figure}.\n{part}"
+        )
+        every = Target(
+            "every timed generation gives the single-process text", text_figure, met_text
+        )
+        return text, [every, *single_user_not_run, *targets]
     meta = r["meta"]
     rounds = r["ratio_3_stages_rounds"]
     llama, why_not = _llama(r)
@@ -140,11 +169,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     wrong_kill = any(_wrong(k) for k in kills)
     met_stall = stall < LLM_TARGET_STALL_MS and not wrong_kill
     stall_figure = WRONG if wrong_kill else f"{num(stall / 1000, 2)} s"
-    failed = r.get("failed_checks")
-    met_text = None if failed is None else not failed
-    text_figure = "not checked in this run"
-    if failed is not None:
-        text_figure = "; ".join(failed) if failed else "all equal"
+    text_figure, met_text = _text_check(r)
     sleep = r["stage_steps_2_threads_sleep_at_once"]
     n = meta["rounds"]
     rounds_text = "one round" if n == 1 else f"{n} interleaved rounds"
@@ -201,11 +226,13 @@ Against the issue's targets:
   tokens so far. Whether the "as a token arrives" kill finds the node idle depends on
   timing; the reported reason says which path was taken.
 """
-    return text, [
+    part, many = _users(r, img)
+    return text + part, [
         Target("every timed generation gives the single-process text", text_figure, met_text),
         Target("3 stages ≥ 0.8× single process (tokens/s)", stages_figure, met_stages),
         Target("single process ≥ 0.35× llama.cpp", llama_figure, met_llama),
         Target("a kill stalls the stream < 1.5 s", stall_figure, met_stall),
+        *many,
     ]
 
 

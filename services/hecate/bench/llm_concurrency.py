@@ -1,0 +1,248 @@
+"""The many-users part of ``hecate bench llm`` (``--concurrency 1,2,4,8,16``): the swarm
+``make run`` starts, N users generating at once, in rounds.
+
+The swarm is ``hecate up --topology examples/smollm2.json``'s, process for process
+(:func:`hecate.cli.up.plan_commands`: telemetry, the planner, the breaker service, two
+routers with ``--dispatch chain``, six nodes making two 3-stage pipelines of SmolLM2),
+each started with the command ``hecate up`` gives it on an embedded nats-server with
+its ``max_payload``; nothing is tuned for the benchmark. Logs go to files in the run's
+temporary folder.
+
+At each level N, N users each open a token stream (``stream_to``, an inbox of their
+own, subscribed before anyone sends), then all send at once through plain nats-py and
+wait for their reply up to :func:`hecate.bench.concurrency.deadline_s`. Each user has
+its own prompt (:data:`hecate.bench.concurrency.PROMPTS`) and asks for the same number
+of tokens. The right text for each prompt is computed once, before the swarm starts,
+in this process with the numpy model (:func:`hecate.llm.reference.greedy_text`, one
+request at a time by construction); an answer whose text as replied or as streamed
+differs is counted wrong. Levels run in every round, their order rotated each round;
+the figures are :mod:`hecate.bench.concurrency`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from hecate.bench.concurrency import (
+    PROMPTS,
+    Generation,
+    deadline_s,
+    failed_checks,
+    level_figures,
+    order,
+    over_rounds,
+    prompts_for,
+    verdicts,
+)
+from hecate.bus.server import NatsServer
+from hecate.cli.up import hecate_command, node_env, plan_commands, stop_processes
+from hecate.wire import subjects
+from hecate.wire.messages import InferReply, InferRequest, StreamToken
+
+MODEL = "smollm2-135m"
+TOPOLOGY = "smollm2.json"  # examples/smollm2.json, shipped beside the chaos scenarios
+REFERENCE = "in this process with the numpy model, before the swarm starts"
+_reply = msgspec.json.Decoder(InferReply)
+_token = msgspec.json.Decoder(StreamToken)
+
+
+@contextlib.contextmanager
+def make_run_swarm(workdir: Path) -> Iterator[str]:
+    """The swarm of ``make run`` (see the module's docstring), started in ``workdir``;
+    yields its NATS URL, and stops every process (SIGTERM, then SIGKILL) and the server
+    on the way out."""
+    from hecate.chaos.scenarios import topology
+
+    path = workdir / TOPOLOGY
+    path.write_bytes(topology(TOPOLOGY))
+    env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING", HECATE_STATE=str(workdir)))
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    server = NatsServer(workdir / "nats", max_payload=1024 * 1024).start()
+    procs: list[subprocess.Popen[bytes]] = []
+    with contextlib.ExitStack() as logs:
+        try:
+            shape = argparse.Namespace(
+                topology=str(path), strategy="greedy", pipelines=2, routers=2
+            )
+            for label, argv in plan_commands(shape, server.url):
+                log = logs.enter_context((workdir / f"{label.replace(' ', '-')}.log").open("ab"))
+                procs.append(
+                    subprocess.Popen(
+                        [*hecate_command(), *argv],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            yield server.url
+        finally:
+            stop_processes(procs)
+            server.stop()
+
+
+class _Stream:
+    """One user's token stream: when its first token came, and each index's text once
+    (a generation replayed after a failover streams its indices again)."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.texts: dict[int, str] = {}
+
+    async def got(self, msg: Msg) -> None:
+        now = time.perf_counter()
+        token = _token.decode(msg.data)
+        if self.first is None:
+            self.first = now
+        self.texts.setdefault(token.index, token.text)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts[i] for i in sorted(self.texts))
+
+
+async def _send(
+    nc: Client, prompt: str, inbox: str, tokens: int, wait_s: float
+) -> tuple[float, float | None, InferReply | str]:
+    """One request: when it was sent, when its reply came (None: not by ``wait_s``) and
+    the reply, or the bus's own error code when there was nobody to answer."""
+    body = InferRequest(
+        prompt=prompt, max_tokens=tokens, request_id=uuid.uuid4().hex, stream_to=inbox
+    )
+    sent = time.perf_counter()
+    try:
+        msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=wait_s)
+    except NatsTimeout:
+        return sent, None, "lost"
+    except NoRespondersError:
+        return sent, time.perf_counter(), "no_responders"
+    return sent, time.perf_counter(), _reply.decode(msg.data)
+
+
+async def run_level(
+    nc: Client, prompts: Sequence[str], tokens: int, expected: dict[str, str], wait_s: float
+) -> list[Generation]:
+    """``len(prompts)`` users at once, one prompt each; what each one saw."""
+    streams = [_Stream() for _ in prompts]
+    inboxes = [nc.new_inbox() for _ in prompts]
+    subs = [await nc.subscribe(i, cb=s.got) for i, s in zip(inboxes, streams, strict=True)]
+    await nc.flush()  # every stream listens before anyone sends
+    try:
+        results = await asyncio.gather(
+            *(_send(nc, p, i, tokens, wait_s) for p, i in zip(prompts, inboxes, strict=True))
+        )
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+    out = []
+    for prompt, stream, (sent, replied, reply) in zip(prompts, streams, results, strict=True):
+        if isinstance(reply, str):
+            code = "" if replied is None else reply
+            out.append(Generation(sent, replied, stream.first, len(stream.texts), code))
+            continue
+        if not reply.ok:
+            code = reply.error.code if reply.error else "internal"
+            out.append(Generation(sent, replied, stream.first, len(stream.texts), code))
+            continue
+        right = reply.output == expected[prompt] and stream.text == expected[prompt]
+        out.append(Generation(sent, replied, stream.first, len(stream.texts), "", right))
+    return out
+
+
+async def _warm(nc: Client, pipelines: int = 2, timeout_s: float = 600.0) -> list[str]:
+    """Until the swarm answers, and each pipeline has answered once (its nodes have run
+    a step: nothing is cold when timing starts): the pipelines seen."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    seen: set[str] = set()
+    while len(seen) < pipelines and loop.time() < deadline:
+        gens = await asyncio.gather(
+            *(
+                _send(nc, PROMPTS[i], nc.new_inbox(), 2, 30.0)
+                for i in range(pipelines)  # at once: the routers spread them
+            )
+        )
+        answered = [r for _, _, r in gens if isinstance(r, InferReply) and r.ok]
+        seen |= {r.route.pipeline_id for r in answered if r.route is not None}
+        if not answered:
+            await asyncio.sleep(0.2)  # still starting: nobody to wait for but time
+    if not seen:
+        raise RuntimeError(f"the swarm did not answer within {timeout_s:.0f} s")
+    return sorted(seen)
+
+
+def _say(line: str) -> None:
+    print(f"hecate bench llm: {line}", file=sys.stderr, flush=True)
+
+
+def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int) -> dict[str, Any]:
+    """Every level in every round on a fresh ``make run`` swarm; the figures, verdicts
+    and failed text checks (see :mod:`hecate.bench.concurrency`)."""
+    from hecate.llm.reference import greedy_text
+
+    needed = sorted({p for r in range(rounds) for n in levels for p in prompts_for(n, r)})
+    expected = {p: greedy_text(path, p, tokens) for p in needed}
+    saved: list[dict[str, Any]] = []
+
+    async def measure(url: str) -> list[str]:
+        nc = await nats.connect(url, name="hecate-bench-users")
+        try:
+            warm = await _warm(nc)
+            for r in range(rounds):
+                turn = order(levels, r)
+                rnd: dict[str, Any] = {"order": turn, "levels": {}}
+                for n in turn:
+                    gens = await run_level(
+                        nc, prompts_for(n, r), tokens, expected, deadline_s(n, tokens)
+                    )
+                    figures = level_figures(gens)
+                    rnd["levels"][str(n)] = figures
+                    _say(
+                        f"round {r + 1}, {n} at once: {figures['answered']}/{n} answered, "
+                        f"{figures['aggregate_tokens_per_s']} tokens/s, "
+                        f"TTFT p99 {figures['ttft_p99_ms']} ms"
+                    )
+                saved.append(rnd)
+            return warm
+        finally:
+            await nc.close()
+
+    with (
+        tempfile.TemporaryDirectory(prefix="hecate-bench-users-") as tmp,
+        make_run_swarm(Path(tmp)) as url,
+    ):
+        warm = asyncio.run(measure(url))
+    return {
+        "levels": over_rounds(saved),
+        "verdicts": verdicts(saved),
+        "failed_checks": failed_checks(saved),
+        "rounds": saved,
+        "meta": {
+            "levels": list(levels),
+            "tokens": tokens,
+            "rounds": rounds,
+            "prompts": len(PROMPTS),
+            "reference": REFERENCE,
+            "deadline_s": {str(n): deadline_s(n, tokens) for n in levels},
+            "swarm": "hecate up --topology examples/smollm2.json",
+            "warmed_pipelines": warm,
+        },
+    }
