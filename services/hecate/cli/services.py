@@ -241,7 +241,11 @@ def add_parsers(sub: Any) -> None:
     tel = service("telemetry", "run the telemetry service: heartbeats -> liveness, snapshot")
     tel.add_argument("--id", default=None)
     tel.add_argument(
-        "--missed", type=int, default=3, help="heartbeat intervals of silence before a node is down"
+        "--missed",
+        type=int,
+        default=3,
+        help="heartbeat intervals of silence always allowed; past them a node is down once "
+        "its silence is unlikely given its own heartbeat history (phi accrual, at most 5 s)",
     )
     tel.add_argument("--publish-ms", type=float, default=100.0)
     tel.set_defaults(run=_cmd_telemetry)

@@ -1,13 +1,24 @@
 """telemetry: heartbeats in, EWMA state and liveness out.
 
 Listens: ``hecate.telemetry.heartbeat.*`` (Heartbeat), ``hecate.node.leave``.
-Holds: per node, the core's :class:`NodeState` (EWMA of latency, load, score) and when it
-was last heard from (monotonic clock).
-Decides: a node is down after ``missed`` heartbeat intervals of silence (default 3 x 100
-ms, so a SIGKILLed node is declared down in ~0.3-0.35 s), up again at its next beat.
+Holds: per node, the core's :class:`NodeState` (EWMA of latency, load, score) and its
+heartbeat history in a :class:`FailureDetector` (monotonic clock).
+Decides: a node is down when the detector suspects it: when its silence is unlikely
+given how its own heartbeats have been arriving (phi accrual). A node that heartbeated
+like clockwork every 100 ms is down 0.48 s after its last heartbeat (plus at most half an
+interval until the next sweep); one whose heartbeats came 200-400 ms apart under load
+is given 0.58-0.78 s; none is given more than 5 s. ``missed`` intervals of silence are
+always allowed. A node is up again at its next beat, with a fresh history.
 Publishes: ``hecate.events.node.down`` / ``.up`` and the snapshot in KV
 ``hecate-telemetry/snapshot`` (on every liveness change at once, otherwise at most once
-per ``publish_s``).
+per ``publish_s``). ``$SRV.STATS`` shows, on the heartbeat endpoint, each node's
+``patience_ms`` (the silence it would be declared down after) and this service's own
+``stalls``.
+
+Silence this service did not watch is not held against anyone: when its sweep wakes
+more than a period late (its own event loop was descheduled or blocked), the lateness
+is taken out of every node's silence, and nobody is declared down on that pass, so the
+heartbeats that queued meanwhile are read first.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from opentelemetry.trace import TracerProvider
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
+from hecate.core.liveness import FailureDetector, LivenessConfig
 from hecate.core.telemetry import DEFAULT_ALPHA, NodeState, Sample, observe
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
@@ -38,10 +50,17 @@ class Telemetry:
         missed: int = 3,
         publish_s: float = 0.1,
         alpha: float = DEFAULT_ALPHA,
+        liveness: LivenessConfig | None = None,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.missed = missed
+        self.detector = FailureDetector(
+            msgspec.structs.replace(liveness or LivenessConfig(), min_missed=float(missed))
+        )
+        self.sweeps = 0  # passes that judged every node
+        self.stalls = 0  # sweeps that woke so late that this service was not watching
+        self.blind_s = 0.0
         self.publish_s = publish_s
         self.alpha = alpha
         self.log = log
@@ -54,7 +73,6 @@ class Telemetry:
             tracer_provider=tracer_provider,
         )
         self.nodes: dict[str, NodeState] = {}
-        self.heard: dict[str, float] = {}  # monotonic time of the last heartbeat
         self.interval: dict[str, float] = {}  # declared heartbeat interval, seconds
         self.draining: dict[str, bool] = {}
         self.wall: dict[str, float] = {}  # wall time of the last heartbeat, for the snapshot
@@ -69,14 +87,15 @@ class Telemetry:
         await svc.start(url)
         self._kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
         # Fire-and-forget subjects: the shell decodes, counts and logs bad messages once.
-        await svc.add_endpoint(
+        beats = await svc.add_endpoint(
             "heartbeat", subjects.HEARTBEAT_ALL, Heartbeat, self._on_heartbeat, traced=False
         )
+        beats.status = self.figures
         await svc.add_endpoint("leave", subjects.NODE_LEAVE, NodeLeave, self._on_leave)
         await svc.ready()
         svc.spawn(self._sweep())
         svc.spawn(self._writer())
-        event(self.log, "telemetry ready", missed=self.missed)
+        event(self.log, "telemetry ready", **msgspec.structs.asdict(self.detector.config))
         await stop.wait()
         await svc.stop()
 
@@ -97,9 +116,10 @@ class Telemetry:
             alpha=self.alpha,
         )
         self.nodes[node_id] = state
-        self.heard[node_id] = time.monotonic()
+        interval = max(beat.interval_ms, 1.0) / 1000
+        self.detector.heartbeat(node_id, time.monotonic(), interval)
         self.wall[node_id] = time.time()
-        self.interval[node_id] = max(beat.interval_ms, 1.0) / 1000
+        self.interval[node_id] = interval
         self.draining[node_id] = beat.draining
         if was is None or not was.alive:
             await self._liveness(node_id, up=True, reason="heartbeat")
@@ -110,25 +130,67 @@ class Telemetry:
             self.nodes[leave.node_id] = msgspec.structs.replace(
                 self.nodes[leave.node_id], alive=False, in_flight=0
             )
+            self.detector.forget(leave.node_id)
             await self._liveness(leave.node_id, up=False, reason=f"left: {leave.reason}")
 
     # -- liveness ----------------------------------------------------------------------
 
     async def _sweep(self) -> None:
+        skipped = False
+        back = 0.0
         while True:
-            await asyncio.sleep(min(self.interval.values(), default=0.1) / 2)
+            period = min(self.interval.values(), default=0.1) / 2
+            due = time.monotonic() + period
+            await asyncio.sleep(period)
             inbound = self.service.inbound
             if inbound is None or not inbound.is_connected:
                 continue  # we hear nobody while we are cut off: that says nothing of them
             now = time.monotonic()
-            back = self.service.reconnected_at  # silence before we were back is not theirs
+            if self.service.reconnected_at > back:  # silence before we were back is not theirs
+                back = self.service.reconnected_at
+                self.detector.deaf_until(back)
+            late = now - due
+            if late > period:  # our own loop stalled: we were not watching, they were not silent
+                self.detector.blind(now, late)
+                self.stalls += 1
+                self.blind_s += late
+                if not skipped:  # the heartbeats that queued meanwhile are read first
+                    skipped = True
+                    continue
+            skipped = False
+            self.sweeps += 1
             for node_id, state in list(self.nodes.items()):
-                silent = now - max(self.heard.get(node_id, now), back)
-                if state.alive and silent > self.missed * self.interval.get(node_id, 0.1):
+                if state.alive and self.detector.suspected(node_id, now):
+                    reason = self._silence(node_id, now)
                     self.nodes[node_id] = msgspec.structs.replace(state, alive=False, in_flight=0)
-                    await self._liveness(
-                        node_id, up=False, reason=f"silent for {silent * 1000:.0f} ms"
-                    )
+                    # If it comes back it starts afresh: the silence that made it dead (a
+                    # restart, say) is not a gap it is entitled to repeat.
+                    self.detector.forget(node_id)
+                    await self._liveness(node_id, up=False, reason=reason)
+
+    def _silence(self, node_id: str, now: float) -> str:
+        """Why a node is down, in the detector's figures."""
+        d = self.detector
+        mean, std = d.expected(node_id)
+        phi, patience = d.phi(node_id, now), d.patience(node_id)
+        return (
+            f"silent for {d.silence(node_id, now) * 1000:.0f} ms "
+            f"(phi {phi:.1f} >= {d.config.threshold:g}; gaps expected "
+            f"{mean * 1000:.0f} +- {std * 1000:.0f} ms; patience {patience * 1000:.0f} ms)"
+        )
+
+    def figures(self) -> dict[str, object]:
+        """The detector's view, for ``$SRV.STATS``: what each live node's history buys it."""
+        return {
+            "patience_ms": {
+                i: round(self.detector.patience(i) * 1000, 1)
+                for i in sorted(self.detector.nodes)
+                if self.nodes.get(i, NodeState()).alive
+            },
+            "sweeps": self.sweeps,
+            "stalls": self.stalls,
+            "blind_s": round(self.blind_s, 3),
+        }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:
         state: Literal["up", "down"] = "up" if up else "down"

@@ -1,0 +1,134 @@
+"""Telemetry's failure detector on a real nats-server: a node whose heartbeats come with
+big gaps keeps its place, a silent one is declared down, and a stall of telemetry itself
+counts against nobody.
+
+The heartbeaters are the test's own connection: what is under test is how telemetry
+reads the gaps between beats, so the beats' pacing is the input (those sleeps set the
+gaps; nothing waits on them to synchronise)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from hecate.wire import subjects
+from hecate.wire.messages import Heartbeat, NodeEvent
+
+from .conftest import Processes
+from .waits import endpoint_data, listening, stats, until
+
+_event = msgspec.json.Decoder(NodeEvent)
+
+
+class Beats:
+    """Heartbeats of one node from this test, at gaps it chooses; declares 100 ms as a
+    real node does, whatever the gaps really are."""
+
+    def __init__(self, client: Client, node_id: str) -> None:
+        self.client = client
+        self.node_id = node_id
+        self.sent = 0
+
+    async def beat(self) -> None:
+        beat = Heartbeat(node_id=self.node_id, seq=self.sent, sent_at=0.0, interval_ms=100.0)
+        await self.client.publish(subjects.heartbeat(self.node_id), msgspec.json.encode(beat))
+        await self.client.flush()
+        self.sent += 1
+
+    async def every(self, gaps: list[float]) -> None:
+        for gap in gaps:
+            await self.beat()
+            await asyncio.sleep(gap)
+
+    async def forever(self, gap: float) -> None:
+        while True:
+            await self.beat()
+            await asyncio.sleep(gap)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[NodeEvent] = []
+
+    async def heard(self, msg: Msg) -> None:
+        self.seen.append(_event.decode(msg.data))
+
+    def of(self, node_id: str, state: str) -> list[NodeEvent]:
+        return [e for e in self.seen if e.node_id == node_id and e.state == state]
+
+
+async def telemetry(processes: Processes, client: Client) -> Events:
+    events = Events()
+    await client.subscribe(subjects.EVENT_NODE_DOWN, cb=events.heard)
+    await client.subscribe(subjects.EVENT_NODE_UP, cb=events.heard)
+    processes.start("telemetry", "telemetry", "--id", "telemetry")
+    await listening(client, "telemetry", "telemetry", "heartbeat")
+    return events
+
+
+async def figures(client: Client) -> dict[str, Any]:
+    return endpoint_data(await stats(client, "telemetry", "telemetry"), "heartbeat") or {}
+
+
+async def test_a_jittery_node_keeps_its_place_and_a_silent_one_is_declared_down(
+    processes: Processes, client: Client
+) -> None:
+    events = await telemetry(processes, client)
+    rng = random.Random(12)
+    # 200-400 ms between beats, as under load: the old rule (3 x the declared 100 ms)
+    # declared such a node down at its first 300 ms gap.
+    jittery = Beats(client, "jittery")
+    gaps = [0.2] * 5 + [rng.uniform(0.2, 0.4) for _ in range(25)]
+    jitter = asyncio.create_task(jittery.every(gaps))
+    silent = Beats(client, "silent")
+    await silent.every([0.1] * 10)  # then nothing, as after a SIGKILL
+
+    await until(lambda: bool(events.of("silent", "down")), "the silent node declared down")
+    await jitter
+    assert events.of("silent", "down")[0].reason.startswith("silent for")
+    assert events.of("jittery", "up"), events.seen
+    assert not events.of("jittery", "down"), "a node that only heartbeats late is not dead"
+    # What its history bought it: more than the regular silent node's 0.48 s.
+    data = await figures(client)
+    assert data["patience_ms"]["jittery"] > 500, data
+
+
+async def test_silence_telemetry_did_not_watch_counts_against_nobody(
+    processes: Processes, client: Client
+) -> None:
+    events = await telemetry(processes, client)
+    nodes = [Beats(client, f"n{i}") for i in range(3)]
+    beating = [asyncio.create_task(n.forever(0.1)) for n in nodes]
+    try:
+        await until(lambda: all(events.of(n.node_id, "up") for n in nodes), "all nodes up")
+        before = await figures(client)
+        # Telemetry's own process does not run for far longer than any node's patience,
+        # as when it is descheduled on a loaded machine; the nodes beat on meanwhile.
+        pid = processes.procs["telemetry"].pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(1.5)  # the length of the stall: the input, not a wait
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        async def judged_since() -> bool:
+            data = await figures(client)
+            return (
+                data.get("stalls", 0) > before["stalls"]
+                and data.get("sweeps", 0) > before["sweeps"] + 2
+            )
+
+        await until(judged_since, "telemetry noticed its stall and judged the nodes again")
+    finally:
+        for task in beating:
+            task.cancel()
+    assert not [e for e in events.seen if e.state == "down"], events.seen
+    data = await figures(client)
+    assert data["blind_s"] >= 1.0, data
