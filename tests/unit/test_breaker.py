@@ -108,6 +108,15 @@ def drive(row: tuple[State, Event], clock: Clock) -> Recording:
             assert b.allow()
             clock.advance(30.0)
             assert b.state == "open"
+        case ("half_open", "late"):
+            trip(b)
+            clock.advance(60.0)
+            assert b.state == "half_open"
+            b.record_failure()
+        case ("open", "revived"):
+            trip(b)
+            clock.advance(1.0)
+            assert b.revive()
         case _:
             pytest.fail(f"no scenario for the row {row}: add one")
     return b
@@ -128,8 +137,10 @@ def test_the_table_has_exactly_the_rows_these_tests_know() -> None:
         ("open", "reject"),
         ("open", "late"),
         ("open", "cooldown_over"),
+        ("open", "revived"),
         ("half_open", "probe"),
         ("half_open", "reject"),
+        ("half_open", "late"),
         ("half_open", "success"),
         ("half_open", "failure"),
         ("half_open", "probe_expired"),
@@ -154,6 +165,78 @@ def test_the_history_records_each_state_change_in_order() -> None:
         ("open", "cooldown_over", "half_open"),
         ("half_open", "success", "closed"),
     ]
+
+
+# -- a target known to be back --------------------------------------------------------
+
+
+def test_a_revived_circuit_skips_its_cooldown_and_admits_exactly_one_probe() -> None:
+    clock = Clock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(1.0)
+    assert not b.allow()
+    assert b.revive()
+    assert b.state == "half_open"
+    assert b.retry_in() == 0.0
+    assert b.allow()  # the probe
+    assert not b.allow()
+    b.record_success()
+    assert b.state == "closed"
+
+
+def test_a_revived_circuit_whose_probe_fails_opens_for_a_fresh_cooldown() -> None:
+    clock = Clock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(1.0)
+    b.revive()
+    assert b.allow()
+    b.record_failure(code="internal")
+    assert b.state == "open"
+    assert b.retry_in() == 60.0
+    assert b.snap.cause == "internal"
+
+
+def test_a_failure_while_no_probe_is_out_does_not_restart_the_cooldown() -> None:
+    clock = Clock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(1.0)
+    b.revive()
+    b.record_failure(code="no reply within 2.0 s")  # sent to the node before it died
+    assert b.state == "half_open"
+    assert b.allow()  # the probe still decides
+
+
+def test_revive_leaves_a_closed_circuit_and_a_probe_in_flight_alone() -> None:
+    clock = Clock()
+    b = breaker(clock)
+    b.record_failure()
+    assert not b.revive()
+    assert b.snap.failures  # the streak is not forgiven: it is not the breaker's news
+    trip(b)
+    clock.advance(60.0)
+    assert b.allow()  # the probe is out
+    assert not b.revive()
+    assert not b.allow()  # still only the one probe
+
+
+def test_the_snapshot_keeps_the_cause_of_the_opening() -> None:
+    clock = Clock()
+    b = breaker(clock)
+    for _ in range(5):
+        b.record_failure(code="no reply within 2.0 s")
+    assert b.snap.cause == "no reply within 2.0 s"
+    b.record_failure(code="internal")  # late, and asks for nothing longer
+    assert b.snap.cause == "no reply within 2.0 s"
+    b.record_failure(120.0, code="rate_limited")  # late, and holds it open longer
+    assert b.snap.cause == "rate_limited"
+    clock.advance(120.0)
+    assert b.allow()
+    clock.advance(30.0)  # the probe never reports
+    assert b.state == "open"
+    assert b.snap.cause == "probe expired"
 
 
 # -- the seed's defaults ---------------------------------------------------------------

@@ -19,6 +19,12 @@ Rules, and why:
   failed after ``probe_timeout_s`` and the circuit re-opens with a fresh cooldown
   (resilience4j users saw breakers stuck in HALF_OPEN when a permit was never
   released).
+* **The cause is kept**: the code of the failure that opened the circuit (or held it
+  open longer) is in the snapshot, so whoever learns that the cause is gone can act.
+* **A target known to be back skips the rest of its cooldown** (``revive``): the circuit
+  turns HALF_OPEN at once, so one probe still tests it. The cooldown guesses how long a
+  fault lasts; news that the target is back is better than a guess. Which news is good
+  enough for which cause is the caller's rule, not the table's.
 * An open circuit rejects with one comparison: microseconds.
 """
 
@@ -32,7 +38,15 @@ import msgspec
 
 State = Literal["closed", "open", "half_open"]
 Event = Literal[
-    "success", "failure", "trip", "reject", "cooldown_over", "probe", "probe_expired", "late"
+    "success",
+    "failure",
+    "trip",
+    "reject",
+    "cooldown_over",
+    "probe",
+    "probe_expired",
+    "late",
+    "revived",
 ]
 
 TRANSITIONS: dict[tuple[State, Event], State] = {
@@ -43,8 +57,10 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     ("open", "reject"): "open",  # still cooling down
     ("open", "late"): "open",  # a result from before the trip; a longer hint extends
     ("open", "cooldown_over"): "half_open",  # time passed: ready for one probe
+    ("open", "revived"): "half_open",  # the target is back: ready for one probe now
     ("half_open", "probe"): "half_open",  # the one probe is admitted
     ("half_open", "reject"): "half_open",  # a probe is already out
+    ("half_open", "late"): "half_open",  # a failure while no probe is out: from before
     ("half_open", "success"): "closed",  # the probe succeeded: reset everything
     ("half_open", "failure"): "open",  # the probe failed: fresh cooldown
     ("half_open", "probe_expired"): "open",  # the probe never reported: fresh cooldown
@@ -67,6 +83,7 @@ class BreakerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     open_until: float = 0.0
     probe_started: float | None = None
     trips: int = 0
+    cause: str = ""  # the code of the failure that opened the circuit or held it open
 
 
 class CircuitBreaker:
@@ -116,13 +133,18 @@ class CircuitBreaker:
         ):
             # The cooldown runs from when the probe expired, not from when we noticed.
             expired = s.probe_started + self.config.probe_timeout_s
-            self._open(expired, hint=None, event="probe_expired")
+            self._open(expired, hint=None, event="probe_expired", cause="probe expired")
             self._advance(now)  # that cooldown may itself be over already
 
-    def _open(self, now: float, hint: float | None, event: Event) -> None:
+    def _open(self, now: float, hint: float | None, event: Event, cause: str) -> None:
         hold = max(self.config.cooldown_s, min(hint or 0.0, self.config.max_open_s))
         self._apply(
-            event, open_until=now + hold, failures=(), probe_started=None, trips=self.snap.trips + 1
+            event,
+            open_until=now + hold,
+            failures=(),
+            probe_started=None,
+            trips=self.snap.trips + 1,
+            cause=cause,
         )
 
     # -- the interface -----------------------------------------------------------------
@@ -155,21 +177,40 @@ class CircuitBreaker:
         else:
             self._apply("success", failures=(), probe_started=None)
 
-    def record_failure(self, retry_after_s: float | None = None) -> None:
+    def record_failure(self, retry_after_s: float | None = None, code: str = "") -> None:
+        """A call failed; ``code`` says how (kept as the cause if this opens the circuit)."""
         now = self.clock()
         self._advance(now)
         s = self.snap
         if s.state == "open":
             longer = now + min(retry_after_s or 0.0, self.config.max_open_s)
-            self._apply("late", open_until=max(s.open_until, longer))
+            if longer > s.open_until:  # the hold is now this failure's doing
+                self._apply("late", open_until=longer, cause=code)
+            else:
+                self._apply("late")
+        elif s.state == "half_open" and s.probe_started is None:
+            # Nothing was admitted since the circuit opened, so this is an old call's
+            # failure (one that timed out after its node came back, say), not the probe's.
+            self._apply("late")
         elif s.state == "half_open":
-            self._open(now, retry_after_s, "failure")
+            self._open(now, retry_after_s, "failure", code)
         else:
             streak = (*(t for t in s.failures if now - t <= self.config.window_s), now)
             if len(streak) >= self.config.failure_threshold:
-                self._open(now, retry_after_s, "trip")
+                self._open(now, retry_after_s, "trip", code)
             else:
                 self._apply("failure", failures=streak)
+
+    def revive(self) -> bool:
+        """The target is known to be back: an open circuit skips the rest of its
+        cooldown and turns half-open, ready for one probe. True if it did (a closed or
+        half-open circuit is left as it is: the probe, if out, decides)."""
+        now = self.clock()
+        self._advance(now)
+        if self.snap.state != "open":
+            return False
+        self._apply("revived", open_until=now, probe_started=None)
+        return True
 
     def retry_in(self) -> float:
         """Seconds until a request could be admitted (0 when ``allow()`` would say yes).
