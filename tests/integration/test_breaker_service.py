@@ -5,6 +5,7 @@ being counted and logged."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import msgspec
@@ -14,10 +15,10 @@ from nats.js.errors import KeyNotFoundError
 from hecate.bus import kv as kvs
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
-from hecate.wire.messages import ErrorReply, OutcomeReport, ProbeRequest
+from hecate.wire.messages import ErrorReply, NodeEvent, OutcomeReport, ProbeGrant, ProbeRequest
 
 from .conftest import Processes
-from .waits import until
+from .waits import endpoint_data, listening, stats, until
 
 
 async def report_stats(client: Client) -> dict[str, Any] | None:
@@ -153,3 +154,93 @@ async def test_a_report_held_past_the_failure_window_is_dropped_counted_and_logg
     snap = await stored(client, "gpu")
     assert snap is not None
     assert len(snap.failures) == 1  # the dropped ones were not applied late
+
+
+# -- a node heard again ------------------------------------------------------------------
+
+
+async def report(client: Client, target: str, code: str, times: int) -> None:
+    for _ in range(times):
+        failure = OutcomeReport(target=target, ok=False, code=code, router_id="test")
+        await client.publish(subjects.breaker_report(target), msgspec.json.encode(failure))
+    await client.flush()
+
+
+async def node_up(client: Client, node_id: str) -> None:
+    up = NodeEvent(node_id=node_id, state="up", reason="heartbeat", at=time.time())
+    await client.publish(subjects.EVENT_NODE_UP, msgspec.json.encode(up))
+    await client.flush()
+
+
+async def state_is(client: Client, target: str, state: str) -> bool:
+    snap = await stored(client, target)
+    return snap is not None and snap.state == state
+
+
+async def test_a_circuit_its_nodes_silence_opened_is_probed_as_soon_as_the_node_is_back(
+    processes: Processes, client: Client
+) -> None:
+    await start_breaker(processes, client, "--failure-threshold", "2", "--cooldown-s", "600")
+    await listening(client, "breaker", "breaker", "node-up")
+    await report(client, "alpha-0", "no reply within 2.0 s", times=2)
+    await report(client, "beta-0", "internal", times=2)
+    for target in ("alpha-0", "beta-0"):
+
+        async def opened(target: str = target) -> bool:
+            return await state_is(client, target, "open")
+
+        await until(opened, f"{target}'s circuit opens")
+
+    await node_up(client, "beta-0")  # it answered errors: hearing it again is no news
+    await node_up(client, "alpha-0")  # it did not answer: hearing it again is
+    await until(lambda: state_is(client, "alpha-0", "half_open"), "alpha-0 half-open at once")
+    assert await state_is(client, "beta-0", "open")  # its node-up was handled first
+    assert await stat_is(client, "revived", 1)
+
+    # The next router to ask gets the probe without waiting out the 600 s cooldown, and
+    # its success closes the circuit.
+    ask = msgspec.json.encode(ProbeRequest(target="alpha-0", router_id="test"))
+    grant = msgspec.json.decode(
+        (await client.request(subjects.BREAKER_PROBE, ask, timeout=5)).data, type=ProbeGrant
+    )
+    assert grant.granted
+    ok = OutcomeReport(target="alpha-0", ok=True, router_id="test")
+    await client.publish(subjects.breaker_report("alpha-0"), msgspec.json.encode(ok))
+    await until(lambda: state_is(client, "alpha-0", "closed"), "the probe's success closes it")
+    changes = [
+        json.loads(line)
+        for line in processes.log("breaker").splitlines()
+        if line.startswith("{") and "node back" in line
+    ]
+    assert [(c["target"], c["event"]) for c in changes] == [("alpha-0", "breaker half_open")]
+
+
+async def test_with_two_replicas_one_revives_the_circuit(
+    processes: Processes, client: Client
+) -> None:
+    for replica in ("b1", "b2"):
+        processes.start(replica, "breaker", "--id", replica, "--cooldown-s", "600")
+        await listening(client, "breaker", replica, "node-up")
+    await report(client, "alpha-0", "no reply within 2.0 s", times=5)
+    await until(lambda: state_is(client, "alpha-0", "open"), "alpha-0's circuit opens")
+
+    await node_up(client, "alpha-0")  # both replicas hear it
+
+    async def both_handled() -> bool:
+        handled = 0
+        for replica in ("b1", "b2"):
+            doc = await stats(client, "breaker", replica)
+            handled += sum(
+                e["num_requests"]
+                for e in (doc or {}).get("endpoints", [])
+                if e["name"] == "node-up"
+            )
+        return handled == 2
+
+    await until(both_handled, "both replicas handled the node-up")
+    assert await state_is(client, "alpha-0", "half_open")
+    revived = [
+        int((endpoint_data(await stats(client, "breaker", r), "report") or {})["revived"])
+        for r in ("b1", "b2")
+    ]
+    assert sorted(revived) == [0, 1], revived

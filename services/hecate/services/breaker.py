@@ -1,7 +1,8 @@
 """breaker: one circuit breaker per target, shared by every router.
 
-Listens: ``hecate.breaker.report.<target>`` (OutcomeReport from routers) and
-``hecate.breaker.probe`` (ProbeRequest: a router asks for the single probe).
+Listens: ``hecate.breaker.report.<target>`` (OutcomeReport from routers),
+``hecate.breaker.probe`` (ProbeRequest: a router asks for the single probe) and
+``hecate.events.node.up`` (NodeEvent: telemetry hears a node again).
 Holds: the resilience core's :class:`CircuitBreaker` per target, on the wall clock (the
 deadlines it writes are read by every router).
 Answers: ``hecate.quota.acquire``, the shared per-tenant quota desk (see quotas.py).
@@ -16,6 +17,20 @@ router whose request made the write; exactly one is granted whatever the number 
 routers (or of breaker replicas), and the probe's outcome comes back here as a report
 like any other. Nobody else writes breaker state (the NATS permissions in deploy/ say
 so too).
+
+A node that comes back is usable again at once, not after the cooldown, when what
+opened its circuit was its silence: a trip whose cause (the code of the failure that
+opened it, see :data:`SILENCE_CAUSES`) says the node did not answer, or could not be
+reached, is revived by the node's next ``node.up``: the circuit turns half-open, so the
+next router that asks gets the probe within its sweep. Half-open and not closed, because
+a heartbeat proves the process is back, not that it serves (heartbeats are sent apart
+from the compute that answers): one request tests it, and a failed probe re-opens the
+circuit for a full cooldown. A circuit opened by errors the node itself answered
+(``internal``, ``rate_limited`` with its Retry-After...) waits its cooldown out: the node
+was alive when it failed, so hearing it again says nothing new. The revival is a
+compare-and-set on the revision read, like every write here, so with several replicas
+(each hears every ``node.up``) exactly one makes it; ``$SRV.STATS`` counts it as
+``revived`` and the log says ``breaker half_open`` with the reason.
 
 A missing key is a fresh, closed circuit; any other KV failure is not taken for one. A
 report that cannot be applied now (the bucket unreachable, or five compare-and-set rounds
@@ -44,6 +59,7 @@ from hecate.services.quotas import QuotaConfig, QuotaDesk
 from hecate.wire import subjects
 from hecate.wire.messages import (
     BreakerChanged,
+    NodeEvent,
     OutcomeReport,
     ProbeGrant,
     ProbeRequest,
@@ -56,6 +72,19 @@ MAX_HELD = 10_000
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 1.0
 _STREAM_NOT_FOUND = 10059  # JetStream's error code when the bucket's stream is gone
+SILENCE_CAUSES = (
+    "node down",  # telemetry declared it dead while a call waited on it
+    "no reply within",  # the router's stage timeout
+    "no responders",  # nobody subscribed on its subject
+    "publish failed",  # the call never left the router
+    "probe expired",  # the probe never reported: it went nowhere, or nowhere answered
+)
+"""Causes of an opening (router reasons, ``reason.split(":")[0]``) that say the target
+did not answer at all: news that it is back undoes them."""
+
+
+def opened_by_silence(snap: BreakerSnapshot) -> bool:
+    return snap.state == "open" and snap.cause.startswith(SILENCE_CAUSES)
 
 
 class StateUnavailable(Exception):
@@ -100,6 +129,7 @@ class BreakerService:
             metadata={k: str(v) for k, v in msgspec.structs.asdict(self.config).items()},
         )
         self.trips = 0
+        self.revived = 0
         self.probes_granted = 0
         self.dropped = 0
         self.kv_errors = 0
@@ -116,6 +146,7 @@ class BreakerService:
         )
         reports.status = lambda: {
             "trips": self.trips,
+            "revived": self.revived,
             "held": len(self.backlog),
             "dropped": self.dropped,
             "kv_errors": self.kv_errors,
@@ -124,6 +155,9 @@ class BreakerService:
             "probe", subjects.BREAKER_PROBE, ProbeRequest, self._on_probe, concurrency=16
         )
         probes.status = lambda: {"granted": self.probes_granted}
+        # No queue group: every replica hears every node.up; the compare-and-set lets
+        # one of them write.
+        await svc.add_endpoint("node-up", subjects.EVENT_NODE_UP, NodeEvent, self._on_node_up)
         quota = await svc.add_endpoint(
             "quota", subjects.QUOTA_ACQUIRE, QuotaRequest, self.desk.acquire
         )
@@ -233,7 +267,7 @@ class BreakerService:
             if report.ok:
                 breaker.record_success()
             else:
-                breaker.record_failure(report.retry_after_s)
+                breaker.record_failure(report.retry_after_s, report.code)
             after = breaker.snap
             if after == before or (before is None and after == BreakerSnapshot()):
                 return True
@@ -245,6 +279,34 @@ class BreakerService:
                 await self._changed(
                     report.target, after, old_state, f"{outcome} from {report.router_id}"
                 )
+            return True
+        return False
+
+    async def _on_node_up(self, up: NodeEvent, _headers: Mapping[str, str]) -> None:
+        """A node is heard again: its circuit, if its silence opened it, is half-open now.
+        With the bucket unreadable nothing is changed: the cooldown then runs its course."""
+        try:
+            await self._revive(up.node_id, up.reason)
+        except StateUnavailable as exc:
+            self.kv_errors += 1
+            event(
+                self.log, "revival not applied", logging.WARNING, target=up.node_id, error=str(exc)
+            )
+
+    async def _revive(self, target: str, why: str) -> bool:
+        for _ in range(CAS_ROUNDS):  # a report or another replica wrote meanwhile: re-read
+            before, revision = await self._read(target)
+            if before is None or not opened_by_silence(before):
+                return False
+            breaker = self.breaker(before)
+            if not breaker.revive():  # its cooldown is over already: the probe is due anyway
+                return False
+            if not await self._write(target, breaker.snap, revision):
+                continue
+            self.revived += 1
+            await self._changed(
+                target, breaker.snap, before.state, f"node back ({why}); opened by {before.cause}"
+            )
             return True
         return False
 

@@ -722,6 +722,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     Operation("telemetry.sendNodeUp", "telemetry", "send", EVENT_NODE_UP, "Announce a node up."),
     Operation("observer.receiveNodeUp", "observer", "receive", EVENT_NODE_UP, "Follow recoveries."),
     Operation(
+        "breaker.receiveNodeUp",
+        "breaker",
+        "receive",
+        EVENT_NODE_UP,
+        "A node heard again: a circuit its silence opened turns half-open, for one probe.",
+    ),
+    Operation(
         "planner.putPlan",
         "planner",
         "send",
