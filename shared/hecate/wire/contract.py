@@ -786,6 +786,13 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "Follow every circuit (KV watch); skip targets that are not closed.",
     ),
     Operation(
+        "observer.getBreakers",
+        "observer",
+        "receive",
+        KV_BREAKERS,
+        "Read every circuit (KV watch to the end of the latest values), as hecate status does.",
+    ),
+    Operation(
         "router.askProbe",
         "router",
         "send",
