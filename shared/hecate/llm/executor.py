@@ -2,11 +2,17 @@
 
 It loads only the layer ranges the plan gives its node (first stage: also the
 embedding and the tokenizer; last stage: the final norm and the tied head), keeps one
-KV cache per session per range, and answers generation steps. The node decides where
-each call runs, not this module: loading (``prepare``), the warm-up pass that follows
-it (``warm_up``) and prefills or replays (a whole prompt) go to a worker thread so
-heartbeats keep flowing; a decode step (one new token, a few milliseconds) runs on the
-node's event loop, where a thread hand-off cost more than it saved.
+KV cache per session per range, and answers generation steps, several sessions' at
+once (``step_batch``: one forward pass per range for all of them). The node decides
+where each call runs, not this module: it keeps every step off its event loop so that
+heartbeats keep flowing.
+
+A prompt is run in chunks on the first stage: at most ``chunk`` positions a step, so
+that no activation outgrows the bus (``max_payload``) and no prompt holds a batch for
+its whole length. Every reply says how many positions the step ran (``positions``); the
+caller sends the rest of the sequence from there, and ignores the token sampled after
+a chunk that was not the sequence's last. A sequence that could not fit the model's
+context with the tokens it asks for is refused up front (``prompt_too_long``).
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from hecate.llm.gguf_model import load_stage
-from hecate.llm.llama import LlamaStage
-from hecate.llm.sessions import Sessions, sample
+from hecate.llm.gguf_model import LlamaConfig, load_stage
+from hecate.llm.llama import Array, LlamaStage
+from hecate.llm.sessions import Sessions, Step, sample
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 from hecate.model.executor import ExecutorError
@@ -29,6 +35,38 @@ EOS = 2  # <|im_end|>
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
 WARM_UP_POSITIONS = 1  # the size of a decode step, what most stage requests are
+#: The most prompt positions the first stage runs in one step (unless the bus is smaller).
+PREFILL_CHUNK = 256
+#: The share of the bus's max_payload a chunk's activation may fill: the rest is for the
+#: request around it (the prompt's token ids down a chain, the route, headers).
+PAYLOAD_SHARE = 0.9
+
+
+def prefill_chunk(hidden: int, max_payload: int | None, limit: int = PREFILL_CHUNK) -> int:
+    """Positions per first-stage step: at most ``limit``, and no more than the rows of
+    ``hidden`` float32 values that fit :data:`PAYLOAD_SHARE` of ``max_payload``."""
+    if max_payload is None:
+        return max(1, limit)
+    return max(1, min(limit, int(max_payload * PAYLOAD_SHARE) // (4 * hidden)))
+
+
+def check_context(config: LlamaConfig, req: StageRequest, rows: int) -> None:
+    """Refuse (``prompt_too_long``) a step that cannot fit the model's context: the
+    positions held, the ones this step brings, and, when the request says how many
+    tokens the generation may produce (``decode_tokens``), the ones still to come. A
+    step of a chunk that is not its prompt's last counts short, never over: the check
+    that matters is the one on the prompt's last chunk (or, with the whole prompt in
+    hand, the first stage's)."""
+    ahead = max(0, (req.decode_tokens or 0) - req.step)
+    needed = req.position + rows + ahead
+    if needed > config.context:
+        prompt = req.position + rows - req.step  # the generated tokens replayed are not
+        asks = f" asking for up to {req.decode_tokens:,} tokens" if req.decode_tokens else ""
+        raise ExecutorError(
+            "prompt_too_long",
+            f"a prompt of {prompt:,} tokens{asks} needs {needed:,} positions, over the "
+            f"model's context of {config.context:,}",
+        )
 
 
 class LlmExecutor:
@@ -36,9 +74,17 @@ class LlmExecutor:
     generative = True
     whole_model = False
 
-    def __init__(self, model: str = "smollm2-135m", path: Path | None = None) -> None:
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        path: Path | None = None,
+        *,
+        prefill_chunk: int = PREFILL_CHUNK,
+    ) -> None:
         self.model = model
         self.path = path
+        self.prefill_chunk = prefill_chunk
+        self.max_payload: int | None = None  # the bus's, once the node has connected
         self._ranges: dict[tuple[int, int], Sessions] = {}
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
@@ -90,40 +136,117 @@ class LlmExecutor:
         if stage.last:
             stage.logits(hidden)
 
+    def limit_payload(self, max_payload: int) -> None:
+        """The largest message the bus carries: first-stage chunks are sized to fit it."""
+        self.max_payload = max_payload
+
+    def chunk(self, hidden: int) -> int:
+        return prefill_chunk(hidden, self.max_payload, self.prefill_chunk)
+
+    def rows(self, req: StageRequest) -> int | None:
+        """How many positions ``req`` would run here, when that is known without loading
+        a range or tokenizing a prompt (``None`` otherwise): the node's batching uses it
+        to keep prefill rows out of decode batches."""
+        with self._lock:
+            sessions = self._ranges.get((req.layer_start, req.layer_end))
+        if sessions is None:
+            return None
+        hidden = sessions.stage.config.hidden
+        if sessions.stage.first:
+            return None if req.tokens is None else min(len(req.tokens), self.chunk(hidden))
+        return len(req.activation) // (4 * hidden)
+
     def step(self, req: StageRequest) -> StageReply:
-        sessions = self._sessions(req.layer_start, req.layer_end)
-        stage = sessions.stage
+        """One generation step. Raises :class:`ExecutorError`."""
+        reply = self.step_batch([req])[0]
+        if isinstance(reply, ExecutorError):
+            raise reply
+        return reply
+
+    def step_batch(self, reqs: list[StageRequest]) -> list[StageReply | ExecutorError]:
+        """Several sessions' steps at once: one forward pass per layer range for all the
+        steps of that range, one head matmul for the ones that end on the last stage.
+        Each step is checked on its own before (range, prompt, context, session
+        position), and answered on its own: one refused step (``bad_request``,
+        ``prompt_too_long``, ``session_lost``, ...) fails only itself. Anything else
+        raised (out of memory) fails the batch."""
+        results: list[StageReply | ExecutorError | None] = [None] * len(reqs)
+        groups: dict[int, tuple[Sessions, list[tuple[int, Step, list[int] | None]]]] = {}
+        for i, req in enumerate(reqs):
+            try:
+                sessions = self._load(req.layer_start, req.layer_end)
+                step, prompt_tokens = self._step_of(sessions.stage, req)
+            except ExecutorError as exc:
+                results[i] = exc
+                continue
+            groups.setdefault(id(sessions), (sessions, []))[1].append((i, step, prompt_tokens))
+        for sessions, items in groups.values():
+            stage = sessions.stage
+            outs = sessions.step_batch([step for _, step, _ in items])
+            done: list[tuple[int, Array, list[int] | None]] = []
+            for (i, _, prompt_tokens), out in zip(items, outs, strict=True):
+                if isinstance(out, ExecutorError):
+                    results[i] = out
+                else:
+                    done.append((i, out, prompt_tokens))
+            if not done:
+                continue
+            if not stage.last:
+                for i, hidden, prompt_tokens in done:
+                    results[i] = StageReply(
+                        ok=True,
+                        activation=hidden.astype("<f4").tobytes(),
+                        prompt_tokens=prompt_tokens,
+                        positions=hidden.shape[0],
+                    )
+                continue
+            logits = stage.logits_batch([hidden for _, hidden, _ in done])
+            for row, (i, hidden, prompt_tokens) in enumerate(done):
+                req = reqs[i]
+                token = sample(
+                    logits[row],
+                    temperature=req.temperature,
+                    top_p=req.top_p,
+                    seed=req.seed,
+                    step=req.step,
+                )
+                results[i] = StageReply(
+                    ok=True,
+                    token=token,
+                    text=self.tokenizer().decode([token]),
+                    eos=token == EOS,
+                    prompt_tokens=prompt_tokens,
+                    positions=hidden.shape[0],
+                )
+        return [r if r is not None else ExecutorError("internal", "step not run") for r in results]
+
+    def _load(self, layer_start: int, layer_end: int) -> Sessions:
+        try:
+            return self._sessions(layer_start, layer_end)
+        except ValueError as exc:  # a range outside the model
+            raise ExecutorError("bad_range", str(exc)) from None
+
+    def _step_of(self, stage: LlamaStage, req: StageRequest) -> tuple[Step, list[int] | None]:
+        """What ``req`` runs on ``stage``, and the prompt's token ids when tokenized here.
+        The first stage takes the next chunk of the tokens; a later stage the rows it is
+        sent."""
+        config = stage.config
+        if not stage.first:
+            rows = len(req.activation) // (4 * config.hidden)
+            check_context(config, req, rows)
+            return Step(req.session, req.position, hidden=req.activation), None
         prompt_tokens = None
-        if stage.first:
-            tokens = req.tokens
-            if tokens is None:
-                text = req.prompt
-                if req.messages:
-                    text = chat_prompt([(m.role, m.content) for m in req.messages])
-                tokens = prompt_tokens = self.tokenizer().encode(text).ids
-            if not tokens:
-                raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
-            hidden = sessions.step(req.session, req.position, tokens=list(tokens))
-        else:
-            hidden = sessions.step(req.session, req.position, hidden=req.activation)
-        if not stage.last:
-            return StageReply(
-                ok=True, activation=hidden.astype("<f4").tobytes(), prompt_tokens=prompt_tokens
-            )
-        token = sample(
-            stage.logits(hidden),
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            step=req.step,
-        )
-        return StageReply(
-            ok=True,
-            token=token,
-            text=self.tokenizer().decode([token]),
-            eos=token == EOS,
-            prompt_tokens=prompt_tokens,
-        )
+        tokens = req.tokens
+        if tokens is None:
+            text = req.prompt
+            if req.messages:
+                text = chat_prompt([(m.role, m.content) for m in req.messages])
+            tokens = prompt_tokens = self.tokenizer().encode(text).ids
+        if not tokens:
+            raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
+        check_context(config, req, len(tokens))
+        chunk = list(tokens[: self.chunk(config.hidden)])
+        return Step(req.session, req.position, tokens=chunk), prompt_tokens
 
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:

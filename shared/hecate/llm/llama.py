@@ -54,13 +54,17 @@ class KVCache:
         self.v = np.zeros_like(self.k)
         self.length = 0
 
-    def reserve(self, length: int) -> None:
-        """Make room for ``length`` positions (doubling, so appends cost amortised O(1))."""
+    def reserve(self, length: int, limit: int | None = None) -> None:
+        """Make room for ``length`` positions (doubling, so appends cost amortised O(1)),
+        never past ``limit`` (the model's context) unless ``length`` itself is: a cache
+        near the context would otherwise double into memory it can never use."""
         capacity = self.k.shape[2]
         if length <= capacity:
             return
         while capacity < length:
             capacity *= 2
+        if limit is not None:
+            capacity = max(length, min(capacity, limit))
         for name in ("k", "v"):
             old = getattr(self, name)
             new = np.zeros((*old.shape[:2], capacity, old.shape[3]), dtype=np.float32)
@@ -90,50 +94,84 @@ class LlamaStage:
 
     def forward(self, hidden: Array, cache: KVCache) -> Array:
         """Run this stage's blocks on ``hidden`` [T, hidden] (the next T positions)."""
+        return self.forward_batch([hidden], [cache])[0]
+
+    def forward_batch(self, xs: list[Array], caches: list[KVCache]) -> list[Array]:
+        """Run this stage's blocks for several sessions at once: ``xs[j]`` [T_j, hidden]
+        are the next T_j positions of the session whose cache is ``caches[j]`` (each
+        session once). Every row of every session goes through one matmul per weight
+        (decode is memory-bandwidth bound: a weight read once serves the whole batch);
+        RoPE rotates each row by its own position; attention is per session, over its
+        own cache, with its own causal mask. Sessions with different row counts (decode
+        steps and a prefill chunk) share a batch."""
         c = self.config
-        t = hidden.shape[0]
-        start = cache.length
-        end = start + t
-        cache.reserve(end)
+        sizes = [x.shape[0] for x in xs]
+        starts = [cache.length for cache in caches]
+        bounds = np.cumsum([0, *sizes])
+        n = int(bounds[-1])
+        for cache, start, t in zip(caches, starts, sizes, strict=True):
+            cache.reserve(start + t, limit=c.context)
         heads, kv_heads, d = c.heads, c.kv_heads, c.head_dim
         group = heads // kv_heads
         qk_heads = heads + kv_heads
         q_dim = heads * d
-        cos, sin = rope_tables(np.arange(start, end, dtype=np.int64), d, c.rope_base)
+        positions = np.concatenate(
+            [np.arange(s, s + t, dtype=np.int64) for s, t in zip(starts, sizes, strict=True)]
+        )
+        cos, sin = rope_tables(positions, d, c.rope_base)
         scale = np.float32(1.0 / np.sqrt(d))
-        # Causal mask of the new queries over every cached and new key, for each query
-        # row of a group ([group·T, S], rows ordered (group member, position)). A single
-        # new position sees every key: no mask.
-        mask = None
-        if t > 1:
-            causal = np.triu(np.full((t, end), -np.inf, dtype=np.float32), k=start + 1)
-            mask = np.tile(causal, (group, 1))
-        x = hidden
+        # Causal mask of a session's new queries over every cached and new key, for each
+        # query row of a group ([group·T, S], rows ordered (group member, position)). A
+        # single new position sees every key: no mask.
+        masks: list[Array | None] = []
+        for start, t in zip(starts, sizes, strict=True):
+            if t > 1:
+                causal = np.triu(np.full((t, start + t), -np.inf, dtype=np.float32), k=start + 1)
+                masks.append(np.tile(causal, (group, 1)))
+            else:
+                masks.append(None)
+        x = xs[0] if len(xs) == 1 else np.concatenate(xs)
+        attn = np.empty((n, q_dim), dtype=np.float32)
         for i, b in enumerate(self.w.blocks):
             qkv = rms_norm(x, b.attn_norm, c.eps) @ b.wqkv
-            qk = rope(qkv[:, : qk_heads * d].reshape(t, qk_heads, d), cos, sin)
-            cache.k[i, :, start:end] = qk[:, heads:].transpose(1, 0, 2)
-            v = qkv[:, qk_heads * d :].reshape(t, kv_heads, d)
-            cache.v[i, :, start:end] = v.transpose(1, 0, 2)
-            keys, values = cache.k[i, :, :end], cache.v[i, :, :end]  # [KV, S, d]
-            # Query head h reads KV head h // group: [KV, group·T, d] against [KV, S, d].
-            q = qk[:, :heads].reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3)
-            scores = (q.reshape(kv_heads, group * t, d) @ keys.transpose(0, 2, 1)) * scale
-            if mask is not None:
-                scores += mask
-            scores -= scores.max(axis=-1, keepdims=True)
-            probs = np.exp(scores)
-            probs /= probs.sum(axis=-1, keepdims=True)
-            attn = (probs @ values).reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3)
-            x = x + attn.reshape(t, q_dim) @ b.wo
+            qk = rope(qkv[:, : qk_heads * d].reshape(n, qk_heads, d), cos, sin)
+            v = qkv[:, qk_heads * d :].reshape(n, kv_heads, d)
+            for j, cache in enumerate(caches):
+                lo, hi, t = int(bounds[j]), int(bounds[j + 1]), sizes[j]
+                start, end = starts[j], starts[j] + t
+                cache.k[i, :, start:end] = qk[lo:hi, heads:].transpose(1, 0, 2)
+                cache.v[i, :, start:end] = v[lo:hi].transpose(1, 0, 2)
+                keys, values = cache.k[i, :, :end], cache.v[i, :, :end]  # [KV, S, d]
+                # Query head h reads KV head h // group: [KV, group·T, d] against [KV, S, d].
+                q = qk[lo:hi, :heads].reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3)
+                scores = (q.reshape(kv_heads, group * t, d) @ keys.transpose(0, 2, 1)) * scale
+                mask = masks[j]
+                if mask is not None:
+                    scores += mask
+                scores -= scores.max(axis=-1, keepdims=True)
+                probs = np.exp(scores)
+                probs /= probs.sum(axis=-1, keepdims=True)
+                out = (probs @ values).reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3)
+                attn[lo:hi] = out.reshape(t, q_dim)
+            x = x + attn @ b.wo
             gate, up = np.split(rms_norm(x, b.ffn_norm, c.eps) @ b.w_gate_up, 2, axis=1)
             x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ b.w_down
-        cache.length = end
-        return x
+        for cache, start, t in zip(caches, starts, sizes, strict=True):
+            cache.length = start + t
+        if len(xs) == 1:
+            return [x]
+        return [x[int(bounds[j]) : int(bounds[j + 1])] for j in range(len(xs))]
 
     def logits(self, hidden: Array) -> Array:
         """The last position's logits (last stage only): final norm, tied head."""
+        return self.logits_batch([hidden])[0]
+
+    def logits_batch(self, hiddens: list[Array]) -> Array:
+        """Each session's last-position logits [B, vocab], in one head matmul (the head
+        is the largest matrix of the model: read once for the batch)."""
         assert self.w.output_norm is not None
         assert self.w.embedding is not None
-        h = rms_norm(hidden[-1:], self.w.output_norm, self.config.eps)
-        return (h @ self.w.embedding.T)[0]
+        last = np.concatenate([h[-1:] for h in hiddens])
+        h = rms_norm(last, self.w.output_norm, self.config.eps)
+        logits: Array = h @ self.w.embedding.T
+        return logits

@@ -5,19 +5,51 @@ positions: token ids on the first stage, the previous stage's hidden state on th
 others. ``position`` says how many positions the caller believes this stage already
 holds; a mismatch (a cache evicted, a node restarted) is an explicit ``session_lost``,
 never a silently wrong continuation: the router then replays the whole sequence.
-Caches are bounded in total bytes and dropped after ``idle_s`` without a step.
+Steps of several sessions run as one batch (``step_batch``): each is checked on its own
+first, so one lost session fails only its own step. Caches are bounded in total bytes
+and dropped after ``idle_s`` without a step.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 import numpy as np
 
+from hecate.llm.gguf_model import LlamaConfig
 from hecate.llm.llama import Array, KVCache, LlamaStage
 from hecate.model.executor import ExecutorError
+
+#: How many full-context sessions a stage's caches may hold before the least recently
+#: used is dropped: a few long prompts at once must fit, or each would evict the other
+#: mid-prefill and replay forever.
+FULL_CONTEXT_SESSIONS = 4
+
+
+def kv_bytes_per_position(config: LlamaConfig, blocks: int) -> int:
+    """Keys and values of one position over ``blocks`` blocks, float32."""
+    return 2 * blocks * config.kv_heads * config.head_dim * 4
+
+
+def default_max_bytes(stage: LlamaStage) -> int:
+    """Room for :data:`FULL_CONTEXT_SESSIONS` sessions of the whole context on this stage
+    (SmolLM2, 10 blocks: 15,360 bytes a position, 126 MB a full session, 503 MB in all;
+    shorter sessions, the usual case, take only what they use)."""
+    per_position = kv_bytes_per_position(stage.config, len(stage.w.blocks))
+    return FULL_CONTEXT_SESSIONS * stage.config.context * per_position
+
+
+@dataclass(frozen=True)
+class Step:
+    """The next positions of one session: token ids (first stage) or hidden bytes."""
+
+    session: str
+    position: int
+    tokens: list[int] | None = None
+    hidden: bytes = b""
 
 
 class Sessions:
@@ -25,12 +57,12 @@ class Sessions:
         self,
         stage: LlamaStage,
         *,
-        max_bytes: int = 256 * 1024 * 1024,
+        max_bytes: int | None = None,
         idle_s: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stage = stage
-        self.max_bytes = max_bytes
+        self.max_bytes = default_max_bytes(stage) if max_bytes is None else max_bytes
         self.idle_s = idle_s
         self.clock = clock
         self.caches: OrderedDict[str, tuple[KVCache, float]] = OrderedDict()
@@ -43,40 +75,98 @@ class Sessions:
         tokens: list[int] | None = None,
         hidden: bytes = b"",
     ) -> Array:
-        """Run the next positions of ``session``; returns this stage's output hidden."""
+        """Run the next positions of ``session``; returns this stage's output hidden.
+
+        Raises :class:`ExecutorError` (``session_lost``, ``bad_activation``)."""
+        out = self.step_batch([Step(session, position, tokens, hidden)])[0]
+        if isinstance(out, ExecutorError):
+            raise out
+        return out
+
+    def step_batch(self, steps: list[Step]) -> list[Array | ExecutorError]:
+        """Run the next positions of several sessions in one forward pass per round;
+        returns, per step and in order, this stage's output hidden or why that step was
+        refused. A session named twice runs its steps in order, one round each (its
+        second step expects the positions its first adds)."""
+        results: list[Array | ExecutorError | None] = [None] * len(steps)
+        todo = list(range(len(steps)))
+        while todo:
+            seen: set[str] = set()
+            now: list[int] = []
+            later: list[int] = []
+            for i in todo:
+                (later if steps[i].session in seen else now).append(i)
+                seen.add(steps[i].session)
+            self._round([(i, steps[i]) for i in now], results)
+            todo = later
+        return [r if r is not None else ExecutorError("internal", "step not run") for r in results]
+
+    def _round(
+        self, steps: list[tuple[int, Step]], results: list[Array | ExecutorError | None]
+    ) -> None:
         now = self.clock()
-        self._evict(now)
+        self._evict(now, keep={s.session for _, s in steps})
+        ready: list[tuple[int, str, KVCache, Array]] = []
+        for i, step in steps:
+            try:
+                cache = self._cache(step.session, step.position)
+                ready.append((i, step.session, cache, self._input(step)))
+            except ExecutorError as exc:
+                results[i] = exc
+        if not ready:
+            return
+        outs = self.stage.forward_batch([x for *_, x in ready], [c for _, _, c, _ in ready])
+        for (i, session, cache, _), out in zip(ready, outs, strict=True):
+            self.caches[session] = (cache, now)
+            self.caches.move_to_end(session)
+            results[i] = out
+
+    def _cache(self, session: str, position: int) -> KVCache:
         held = self.caches.get(session)
         if held is None and position == 0:
-            cache = self.stage.new_cache()
-        elif held is not None and held[0].length == position:
-            cache = held[0]
-        else:
-            have = held[0].length if held else 0
-            self.caches.pop(session, None)
+            return self.stage.new_cache()
+        if held is not None and held[0].length == position:
+            return held[0]
+        have = held[0].length if held else 0
+        self.caches.pop(session, None)
+        raise ExecutorError(
+            "session_lost",
+            f"session {session!r} holds {have} positions here, the step expects {position}: "
+            "replay it",
+        )
+
+    def _input(self, step: Step) -> Array:
+        if step.tokens is not None:
+            vocab = self.stage.config.vocab
+            if not step.tokens or not all(0 <= t < vocab for t in step.tokens):
+                raise ExecutorError(
+                    "bad_request", f"token ids must be a non-empty list within 0..{vocab - 1}"
+                )
+            return self.stage.embed(step.tokens)
+        width = self.stage.config.hidden
+        if not step.hidden or len(step.hidden) % (4 * width):
             raise ExecutorError(
-                "session_lost",
-                f"session {session!r} holds {have} positions "
-                f"here, the step expects {position}: replay it",
+                "bad_activation",
+                f"an activation of {len(step.hidden):,} bytes is not whole float32 rows of "
+                f"{width} values",
             )
-        if tokens is not None:
-            x = self.stage.embed(tokens)
-        else:
-            x = np.frombuffer(hidden, dtype="<f4").reshape(-1, self.stage.config.hidden)
-        out = self.stage.forward(x.astype(np.float32), cache)
-        self.caches[session] = (cache, now)
-        self.caches.move_to_end(session)
-        return out
+        x: Array = np.frombuffer(step.hidden, dtype="<f4").reshape(-1, width).astype(np.float32)
+        return x
 
     def close(self, session: str) -> None:
         self.caches.pop(session, None)
 
-    def _evict(self, now: float) -> None:
+    def _evict(self, now: float, keep: Collection[str] = ()) -> None:
+        """Drop idle caches, then the least recently used past ``max_bytes``; never one
+        of ``keep`` (the sessions about to step: evicting one would only make it replay)."""
         for key in [k for k, (_, seen) in self.caches.items() if now - seen > self.idle_s]:
-            del self.caches[key]
+            if key not in keep:
+                del self.caches[key]
         total = sum(c.nbytes() for c, _ in self.caches.values())
-        while total > self.max_bytes and self.caches:
-            _, (cache, _) = self.caches.popitem(last=False)  # least recently used
+        for key in [k for k in self.caches if k not in keep]:
+            if total <= self.max_bytes:
+                break
+            cache, _ = self.caches.pop(key)  # oldest first: least recently used
             total -= cache.nbytes()
 
 

@@ -262,7 +262,11 @@ STAGE_REPLY = Message(
     m.StageReply,
     MSGPACK,
     "The stage's result (`ok` true): the activation leaving it, or the decoded output.",
-    _MSGPACK_BYTES,
+    _MSGPACK_BYTES
+    + " A generative step says how many positions it ran (`positions`): a first stage "
+    "runs at most a chunk of the tokens it is sent, so that no activation outgrows the "
+    "bus; while `position + positions` is short of the sequence the sampled `token` is "
+    "not the next one, and the caller sends `tokens` from the new position on.",
     narrow={"ok": {"const": True}},
 )
 STAGE_ERROR = Message(
@@ -272,7 +276,9 @@ STAGE_ERROR = Message(
     "A refused or failed stage (`ok` false), msgpack like the request.",
     "Shaped so that it also decodes as a StageReply. Codes: `bad_request`, "
     "`payload_too_large`, `draining`, `not_hosted`, `internal` and the executor's "
-    "(`bad_activation`, `bad_range`, `bad_max_tokens`). A node that is gone shows as NATS "
+    "(`bad_activation`, `bad_range`, `bad_max_tokens`; a generative one's `session_lost` "
+    "and `prompt_too_long`, a sequence and the tokens it asks for beyond the model's "
+    "context). A node that is gone shows as NATS "
     "no-responders (status 503, empty body) instead.",
     narrow={"ok": {"const": False}},
     headers="ErrorHeaders",

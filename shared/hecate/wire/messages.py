@@ -94,6 +94,9 @@ class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
     its range, then sends the next request itself, with reply subject
     ``{reply_base}-{stage_index + 1}``, so that the router hears the final answer, or
     which stage failed, without touching the stages in between.
+
+    A generative first stage may be sent more ``tokens`` than it runs in one step: it
+    runs the first chunk and says how many in its reply (``StageReply.positions``).
     """
 
     request_id: str
@@ -136,6 +139,12 @@ class StageReply(msgspec.Struct, frozen=True, kw_only=True):
     token: int | None = None
     text: str = ""
     eos: bool = False
+    # How many positions this step ran (the last stage: as many as it was sent). The
+    # first stage runs at most a chunk of a long sequence: while ``position + positions``
+    # is short of the sequence (prompt, or prompt and generated tokens on a replay), the
+    # token is not the next one; the caller sends ``tokens`` from there on. None from a
+    # node that ran everything it was sent.
+    positions: int | None = None
 
 
 # -- nodes -> planner / telemetry (JSON) -----------------------------------------------
