@@ -1,11 +1,13 @@
-"""The real-model chaos scenario, short: SmolLM2 on two 3-stage pipelines, two callers
-generating greedily, the middle node of the busiest pipeline SIGKILLed mid-generation
-and restarted. Every text must equal the single-process greedy text, and the kill must
-have hit a generation (failovers)."""
+"""The real-model chaos scenarios, short: SmolLM2 on two 3-stage pipelines, callers
+generating greedily (two, or eight at once for ``llm-overload``), the middle node of the
+busiest pipeline SIGKILLed mid-generation and restarted. Every text must equal the
+single-process greedy text, and the kill must have hit a generation (failovers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from hecate.chaos.scenarios import SCENARIOS, available, run
 
@@ -20,3 +22,24 @@ async def test_a_mid_generation_kill_loses_nothing_and_changes_no_text(tmp_path:
     assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), result
     failed = [k for k, ok in result["acceptance"].items() if not ok]
     assert not failed, (failed, result)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="a stage killed under eight generations at once still ends several in "
+    "unrecoverable, and full rate came back 5.3 s after the node's heartbeat: batched "
+    "decoding, admission control and circuits revived by node.up are meant to fix it",
+)
+async def test_many_users_and_a_stage_killed_lose_nothing_and_the_swarm_comes_back(
+    tmp_path: Path,
+) -> None:
+    """``llm-overload``, short: eight callers streaming 16-token generations at once, the
+    busiest middle node SIGKILLed among them and restarted. Nothing lost or wrong, no
+    explicit error, no node but the killed one declared down, and full rate (80 % of the
+    tokens/s before the kill, in a 1 s window) within 2 s of its first heartbeat."""
+    assert available("llm-overload")
+    result = await run("llm-overload", short=True, workdir=tmp_path)
+    assert result["ok"] >= SCENARIOS["llm-overload"].setup.of(short=True).workers, result
+    assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), result
+    failed = [k for k, ok in result["acceptance"].items() if not ok]
+    assert not failed, (failed, result["checks"], result["notes"], result)

@@ -29,7 +29,7 @@ from nats.aio.client import Client
 from hecate.chaos.acceptance import answered_during, classify, degraded_while_intact
 from hecate.client import HecateClient
 from hecate.client.sdk import Attempt
-from hecate.wire.messages import InferReply
+from hecate.wire.messages import InferReply, StreamToken
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,10 @@ class Record:
     # Parts off the request path taken down, (from, to): traffic must flow through them.
     outages: list[tuple[float, float]] = field(default_factory=list)
     failover_events: int = 0
+    # With a streaming load: when each token arrived (monotonic), across all callers.
+    tokens: list[float] = field(default_factory=list)
+    # Telemetry's verdicts while the load ran: (when, node id, "down" | "up").
+    node_events: list[tuple[float, str, str]] = field(default_factory=list)
 
     def share_via(self, node: str, start: float, end: float) -> float:
         """The fraction of answers started in [start, end) whose route used ``node``."""
@@ -98,19 +102,39 @@ async def run_load(
     max_tokens: int = 6,
     timeout_s: float = 2.0,
     max_attempts: int = 4,
+    stream: bool = False,
+    prompt_of: Callable[[int, int], str] = prompt,
 ) -> None:
+    """``workers`` callers until ``stop`` is set, each finishing the request it has in
+    flight. ``stream``: each request streams its tokens, their arrival times go to
+    ``record.tokens``, and an answer is right only if what streamed is what it says.
+    ``prompt_of(worker, i)``: the prompt of a worker's i-th request."""
     client = HecateClient(nc, timeout_s=timeout_s, max_attempts=max_attempts)
 
     async def worker(w: int) -> None:
         i = 0
         while not stop.is_set():
             i += 1
-            text = prompt(w, i)
+            text = prompt_of(w, i)
             sends: list[Attempt] = []
+            streamed: dict[int, str] = {}
+
+            def on_token(token: StreamToken, streamed: dict[int, str] = streamed) -> None:
+                record.tokens.append(time.monotonic())
+                streamed[token.index] = token.text
+
             started = time.monotonic()
-            reply = await client.infer(model, text, max_tokens=max_tokens, on_attempt=sends.append)
+            reply = await client.infer(
+                model,
+                text,
+                max_tokens=max_tokens,
+                on_attempt=sends.append,
+                on_token=on_token if stream else None,
+            )
             ended = time.monotonic()
             right = reply.ok and check(text, reply)
+            if stream and right:
+                right = "".join(streamed[k] for k in sorted(streamed)) == reply.output
             code = reply.error.code if reply.error else "?"
             status, filed = classify(reply.ok, right, sends, code)
             nodes = tuple(s.node_id for s in reply.route.stages) if reply.route else ()

@@ -20,13 +20,20 @@ the evidence its :class:`Expect` names that the fault hit live traffic.
   it, its circuit opens, and closes again.
 * ``nats-cluster``: three routed nats-servers; SIGKILL the one the callers are on.
 * ``llm-kill``: ``node-kill`` on SmolLM2 (two 3-stage pipelines), mid-generation.
+* ``llm-overload``: 16 callers streaming SmolLM2 generations at once (8 with
+  ``--short``), each with its own prompt of ``hecate bench llm``'s set; ``node-kill``
+  mid-way, the restart, and the wait for its first heartbeat. Beyond the acceptance
+  above: no node declared down but the killed one, and full rate again within 2 s of
+  its return (:mod:`hecate.chaos.overload`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -37,7 +44,9 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bench.concurrency import PROMPTS
 from hecate.bus import kv as kvs
+from hecate.chaos import overload
 from hecate.chaos.acceptance import Expect, judge
 from hecate.chaos.faults import (
     Fault,
@@ -50,12 +59,12 @@ from hecate.chaos.faults import (
     sick_node,
 )
 from hecate.chaos.harness import Swarm
-from hecate.chaos.load import Record, prompts, run_load, summarize
+from hecate.chaos.load import Record, prompt, prompts, run_load, summarize
 from hecate.client import HecateClient
 from hecate.core.plan import SwarmPlan
 from hecate.model import reference
 from hecate.wire import subjects
-from hecate.wire.messages import FailoverEvent, InferReply
+from hecate.wire.messages import FailoverEvent, Heartbeat, InferReply, NodeEvent
 
 __all__ = [
     "SCENARIOS",
@@ -107,10 +116,48 @@ class Setup:
     workers: int = 4
     timeout_s: float = 2.0
     cluster: int = 1
+    stream: bool = False  # callers stream their tokens (their arrival times are kept)
+    prompt_set: tuple[str, ...] = ()  # worker w's i-th prompt: [(w + i) % workers]
+    short_workers: int | None = None  # with --short, when it differs
+    short_max_tokens: int | None = None
+
+    def of(self, short: bool) -> Setup:
+        """The setup a run uses (``short``: the tests' size, where it differs)."""
+        if not short:
+            return self
+        return dataclasses.replace(
+            self,
+            workers=self.short_workers or self.workers,
+            max_tokens=self.short_max_tokens or self.max_tokens,
+        )
+
+    def prompt(self, worker: int, i: int) -> str:
+        if not self.prompt_set:
+            return prompt(worker, i)
+        return self.prompt_set[(worker + i) % min(self.workers, len(self.prompt_set))]
+
+    def prompts(self) -> list[str]:
+        """Every prompt the load sends."""
+        if not self.prompt_set:
+            return prompts(self.workers)
+        return sorted(set(self.prompt_set[: self.workers]))
 
 
 LLM_SETUP = Setup(
     topology="smollm2.json", dispatch="chain", max_tokens=16, workers=2, timeout_s=20.0
+)
+# Sixteen users at once: a generation can take minutes on two cores when they all wait
+# their turn, and silence until then is what "lost" must mean.
+LLM_OVERLOAD_SETUP = Setup(
+    topology="smollm2.json",
+    dispatch="chain",
+    max_tokens=32,
+    workers=16,
+    timeout_s=240.0,
+    stream=True,
+    prompt_set=PROMPTS,
+    short_workers=8,
+    short_max_tokens=16,
 )
 
 
@@ -121,6 +168,15 @@ class Scenario:
     fault: Fault
     expect: Expect
     setup: Setup = field(default_factory=Setup)
+    # (short, long) timings where the default ones do not fit the load.
+    timing: tuple[Timing, Timing] | None = None
+    # The scenario's own checks and notes, from the whole record once the load is over.
+    findings: Callable[[Record], None] | None = None
+
+    def timing_of(self, short: bool) -> Timing:
+        if self.timing is None:
+            return Timing.of(short)
+        return self.timing[0] if short else self.timing[1]
 
 
 _KILLED_NODE = Expect(
@@ -128,6 +184,44 @@ _KILLED_NODE = Expect(
     "requests in flight on the killed node, and those routed to it before telemetry "
     "calls it down, fail over; the node killed is the busiest middle one",
 )
+
+
+async def overload_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
+    """``node-kill`` (the busiest middle node, restarted ``t.fault`` later), then the wait
+    for the restarted node's first heartbeat, marked on the record: what "back" means
+    for :mod:`hecate.chaos.overload`."""
+    beats: list[tuple[float, str]] = []
+
+    async def on_beat(msg: Msg) -> None:
+        beats.append((time.monotonic(), msgspec.json.decode(msg.data, type=Heartbeat).node_id))
+
+    sub = await nc.subscribe(subjects.HEARTBEAT_ALL, cb=on_beat)
+    try:
+        await node_kill(swarm, nc, record, t)
+        restarted = record.faults[-1][0]
+        victim = next(iter(record.impaired))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 120  # a node process loads its weights before it beats
+        while loop.time() < deadline:
+            back = [at for at, node in beats if node == victim and at > restarted]
+            if back:
+                record.faults.append((back[0], f"node {victim} heartbeats again"))
+                record.notes["restart_to_heartbeat_s"] = round(back[0] - restarted, 2)
+                return
+            await asyncio.sleep(0.1)  # polling what the subscription collects
+    finally:
+        await sub.unsubscribe()
+
+
+def overload_findings(record: Record) -> None:
+    """:func:`hecate.chaos.overload.findings` on a finished ``llm-overload`` record."""
+    killed = next(at for at, what in record.faults if what.startswith("SIGKILL"))
+    back = next((at for at, what in record.faults if what.endswith("heartbeats again")), None)
+    victim = next(iter(record.impaired))
+    checks, notes = overload.findings(record.tokens, killed, back, victim, record.node_events)
+    record.checks.update(checks)
+    record.notes.update(notes)
+
 
 SCENARIOS: dict[str, Scenario] = {
     "node-kill": Scenario(node_kill, _KILLED_NODE),
@@ -175,12 +269,24 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # The real model, mid-generation (``hecate model pull smollm2-135m`` first).
     "llm-kill": Scenario(node_kill, _KILLED_NODE, LLM_SETUP),
+    # Many users at once on SmolLM2, a stage killed among them (the model pulled first).
+    "llm-overload": Scenario(
+        overload_kill,
+        Expect(
+            ("failover_events",),
+            "every node is working on some of the generations in flight when one of "
+            "them is killed: those fail over to the replica",
+        ),
+        LLM_OVERLOAD_SETUP,
+        timing=(Timing(6.0, 1.5, 4.0), Timing(10.0, 4.0, 8.0)),
+        findings=overload_findings,
+    ),
 }
 
 
 def available(name: str) -> bool:
     """False for a scenario whose model is not in the local cache."""
-    if SCENARIOS[name].setup is LLM_SETUP:
+    if SCENARIOS[name].setup.topology == LLM_SETUP.topology:
         from hecate.llm.store import present
 
         return present(LLM)
@@ -259,8 +365,8 @@ async def run(
     latency timeline into ``plot``, a PNG, when given; with ``keep_timeline``, the figures
     carry every request under ``"timeline"``, enough to draw it later)."""
     scenario = SCENARIOS[name]
-    setup = scenario.setup
-    timing = Timing.of(short)
+    setup = scenario.setup.of(short)
+    timing = scenario.timing_of(short)
     with tempfile.TemporaryDirectory(prefix=f"hecate-chaos-{name}-") as tmp:
         where = workdir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
@@ -270,7 +376,7 @@ async def run(
         model = swarm.topology.base.id
         layers = {m.id: m.layers for m in swarm.topology.models}
         ref = _Reference(setup, layers)
-        for text in prompts(setup.workers):
+        for text in setup.prompts():
             await asyncio.to_thread(ref.answer, model, text)
         try:
             await asyncio.to_thread(swarm.start_servers)
@@ -295,6 +401,13 @@ async def run(
                     failovers.append(time.monotonic())
 
                 await nc.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
+
+                async def on_node(msg: Msg) -> None:
+                    change = msgspec.json.decode(msg.data, type=NodeEvent)
+                    record.node_events.append((time.monotonic(), change.node_id, change.state))
+
+                await nc.subscribe(subjects.EVENT_NODE_DOWN, cb=on_node)
+                await nc.subscribe(subjects.EVENT_NODE_UP, cb=on_node)
                 stop = asyncio.Event()
                 load = asyncio.create_task(
                     run_load(
@@ -306,6 +419,8 @@ async def run(
                         workers=setup.workers,
                         max_tokens=setup.max_tokens,
                         timeout_s=setup.timeout_s,
+                        stream=setup.stream,
+                        prompt_of=setup.prompt,
                     )
                 )
                 await asyncio.sleep(timing.warm)
@@ -315,11 +430,15 @@ async def run(
                 await load
                 first = record.faults[0][0] if record.faults else float("inf")
                 record.failover_events = sum(1 for at in failovers if at >= first)
+                if scenario.findings is not None:
+                    scenario.findings(record)
             finally:
                 await nc.close()
         finally:
             await asyncio.to_thread(swarm.stop_all)
     result = figures(name, record)
+    if scenario.timing is not None:  # the suite's saved timing is the default one
+        result["timing"] = dataclasses.asdict(timing)
     if keep_timeline:
         from hecate.chaos.plot import timeline_doc
 
