@@ -19,6 +19,7 @@ from opentelemetry.trace import TracerProvider
 
 from hecate.bus import logs, tracing
 from hecate.core import FailoverOptions, HecateError, NodeProfile
+from hecate.core.admission import LimitOptions
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -173,6 +174,9 @@ def _cmd_router(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             dispatch=args.dispatch,
             stale_s=args.stale_ms / 1000,
+            limits=LimitOptions(tolerance=args.limit_tolerance, ceiling=args.limit_ceiling),
+            queue_limit=args.queue_limit,
+            queue_timeout_s=args.queue_timeout_ms / 1000,
             breaker_probe_timeout_s=args.breaker_probe_timeout_s,
             enforce_quotas=args.enforce_quotas,
             quota_timeout_s=args.quota_timeout_ms / 1000,
@@ -306,6 +310,29 @@ def add_parsers(sub: Any) -> None:
         help="hop: the router calls each stage (keeps activations, resumes "
         "failover mid-route); chain: nodes forward to each other (fewer "
         "messages, failover restarts the route)",
+    )
+    router.add_argument(
+        "--limit-tolerance",
+        type=float,
+        default=2.0,
+        help="admission: a pipeline takes requests while its steps stay within this many "
+        "times the best step time measured (its limit adapts to keep them there)",
+    )
+    router.add_argument(
+        "--limit-ceiling", type=float, default=64.0, help="admission: most requests per pipeline"
+    )
+    router.add_argument(
+        "--queue-limit",
+        type=int,
+        default=64,
+        help="requests that may wait per model when every pipeline is at its limit; "
+        "past it, rate_limited with a Retry-After",
+    )
+    router.add_argument(
+        "--queue-timeout-ms",
+        type=float,
+        default=5000.0,
+        help="a request that waited this long for room is refused as rate_limited",
     )
     router.set_defaults(run=_cmd_router)
 
