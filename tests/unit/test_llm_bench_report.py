@@ -58,13 +58,14 @@ TODAY = {1: (2.0, 0.5), 2: (5.5, 0.8), 4: (10.0, 1.6), 8: (30.0, 2.2), 16: (60.0
 def test_a_level_counts_tokens_over_the_wall_time_from_first_send_to_last_reply() -> None:
     gens = [
         Generation(sent=10.0, replied=14.0, first_token=10.5, tokens=40),
-        Generation(sent=10.1, replied=12.1, first_token=10.4, tokens=40),
+        Generation(sent=10.1, replied=12.1, first_token=10.4, tokens=40, sends=2),
         Generation(sent=10.2, replied=11.0, first_token=None, tokens=0, code="rate_limited"),
         Generation(sent=10.3, replied=None, first_token=10.9, tokens=3),  # lost
     ]
     f = level_figures(gens)
     assert (f["sent"], f["answered"], f["errors"], f["lost"], f["wrong"]) == (4, 2, 1, 1, 0)
     assert f["errors_by_code"] == {"rate_limited": 1}
+    assert f["resent"] == 1  # refused once, answered on its second send
     assert f["tokens"] == 80  # the answered users' tokens only
     assert f["aggregate_tokens_per_s"] == 20.0  # 80 tokens from 10.0 to 14.0
     assert f["per_user_tokens_per_s"] == 15.0  # median of 10 and 20
@@ -248,8 +249,10 @@ def test_the_report_prints_a_row_per_level_and_the_verdicts_from_the_figures() -
     doc = render(_with(_users_result(today)), img="pictures")
     section = _section(doc, "SmolLM2-135M")
     assert "### Many users at once" in section
-    assert "| 8 | 1 / 8 | `unrecoverable` 7 | 0 | 1.1 | 1.1 | 2.20 / 2.20 | all right |" in section
-    assert "| 1 | 1 / 1 | 0 | 0 | 16.0 | 16.0 | 0.50 / 0.50 | all right |" in section
+    assert (
+        "| 8 | 1 / 8 | `unrecoverable` 7 | 0 | 0 | 1.1 | 1.1 | 2.20 / 2.20 | all right |" in section
+    )
+    assert "| 1 | 1 / 1 | 0 | 0 | 0 | 16.0 | 16.0 | 0.50 / 0.50 | all right |" in section
     assert "(pictures/bench-llm-concurrency.png)" in section
     headline = _section(doc, "Headline")
     assert (

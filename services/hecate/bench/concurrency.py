@@ -4,15 +4,18 @@ saw. Pure: generations in, figures out; :mod:`hecate.bench.llm_concurrency` runs
 
 Per level and round:
 
-* ``sent`` / ``answered`` (an answer, right or wrong) / ``errors`` (an explicit error
-  reply, by code) / ``lost`` (no reply at all by the deadline) / ``wrong`` (answered,
-  but the text, as replied or as streamed, is not the prompt's single-user greedy text);
+* ``sent`` (users) / ``answered`` (an answer, right or wrong) / ``errors`` (the swarm's
+  last word was an error reply, by code) / ``lost`` (the last send got no reply by the
+  deadline) / ``wrong`` (answered, but the text, as replied or as streamed, is not the
+  prompt's single-user greedy text) / ``resent`` (sends beyond each user's first: a
+  refusal's Retry-After honoured, or a silent send given up);
 * ``aggregate_tokens_per_s``: every token streamed by the answered generations ÷ the
   wall time from the first send to the last reply;
 * ``per_user_tokens_per_s``: the median answered generation's tokens ÷ its time from
-  send to reply (what one user sees, the first token's wait included);
-* ``ttft_p50_ms`` / ``ttft_p99_ms``: first streamed token after the send, over the
-  generations that streamed one.
+  its first send to its reply (what one user sees, waits and the first token's
+  included);
+* ``ttft_p50_ms`` / ``ttft_p99_ms``: first streamed token after the user's first send,
+  over the generations that streamed one.
 
 Over rounds, counts add up and each figure is the median round's. The ratios the
 targets are about (8 users against 1) are taken within each round, then the median:
@@ -66,6 +69,7 @@ class Generation:
     tokens: int
     code: str = ""
     text_ok: bool = True
+    sends: int = 1  # a refusal's Retry-After honoured, or a silent send given up: more
 
     @property
     def answered(self) -> bool:
@@ -135,6 +139,7 @@ def level_figures(gens: Sequence[Generation]) -> dict[str, Any]:
         "errors": sum(errors.values()),
         "errors_by_code": errors,
         "lost": sum(1 for g in gens if g.replied is None),
+        "resent": sum(max(0, g.sends - 1) for g in gens),
         "wrong": sum(1 for g in answered if not g.text_ok),
         "tokens": tokens,
         "wall_s": round(end - start, 3),
@@ -146,7 +151,7 @@ def level_figures(gens: Sequence[Generation]) -> dict[str, Any]:
 
 
 FIGURES = ("aggregate_tokens_per_s", "per_user_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms")
-COUNTS = ("sent", "answered", "errors", "lost", "wrong", "tokens")
+COUNTS = ("sent", "answered", "errors", "lost", "wrong", "tokens", "resent")
 
 
 def _median(values: Sequence[float]) -> float:
@@ -164,7 +169,7 @@ def over_rounds(rounds: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     out: dict[str, dict[str, Any]] = {}
     for level in sorted(levels, key=int):
         runs = levels[level]
-        merged: dict[str, Any] = {k: sum(int(r[k]) for r in runs) for k in COUNTS}
+        merged: dict[str, Any] = {k: sum(int(r.get(k, 0)) for r in runs) for k in COUNTS}
         codes: dict[str, int] = {}
         for r in runs:
             for code, n in r["errors_by_code"].items():

@@ -8,9 +8,12 @@ each started with the command ``hecate up`` gives it on an embedded nats-server 
 its ``max_payload``; nothing is tuned for the benchmark. Logs go to files in the run's
 temporary folder.
 
-At each level N, N users each open a token stream (``stream_to``, an inbox of their
-own, subscribed before anyone sends), then all send at once through plain nats-py and
-wait for their reply up to :func:`hecate.bench.concurrency.deadline_s`. Each user has
+At each level N, N users send at once, each through a :class:`HecateClient` of its own
+(as a person would: it streams the tokens to an inbox of its own through
+``stream_to``, honours a refusal's Retry-After and sends at most the SDK's default
+number of times), each send given up after :func:`hecate.bench.concurrency.deadline_s`.
+A user is lost when its last send got no reply at all, and an error when the swarm's
+last word was an error reply (:func:`hecate.chaos.acceptance.classify`). Each user has
 its own prompt (:data:`hecate.bench.concurrency.PROMPTS`) and asks for the same number
 of tokens. The right text for each prompt is computed once, before the swarm starts,
 in this process with the numpy model (:func:`hecate.llm.reference.greedy_text`, one
@@ -37,7 +40,6 @@ from typing import Any
 import msgspec
 import nats
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
@@ -53,7 +55,10 @@ from hecate.bench.concurrency import (
     verdicts,
 )
 from hecate.bus.server import NatsServer
+from hecate.chaos.acceptance import classify
 from hecate.cli.up import hecate_command, node_env, plan_commands, stop_processes
+from hecate.client import HecateClient
+from hecate.client.sdk import MAX_ATTEMPTS, Attempt
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest, StreamToken
 
@@ -61,7 +66,6 @@ MODEL = "smollm2-135m"
 TOPOLOGY = "smollm2.json"  # examples/smollm2.json, shipped beside the chaos scenarios
 REFERENCE = "in this process with the numpy model, before the swarm starts"
 _reply = msgspec.json.Decoder(InferReply)
-_token = msgspec.json.Decoder(StreamToken)
 
 
 @contextlib.contextmanager
@@ -99,31 +103,11 @@ def make_run_swarm(workdir: Path) -> Iterator[str]:
             server.stop()
 
 
-class _Stream:
-    """One user's token stream: when its first token came, and each index's text once
-    (a generation replayed after a failover streams its indices again)."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None
-        self.texts: dict[int, str] = {}
-
-    async def got(self, msg: Msg) -> None:
-        now = time.perf_counter()
-        token = _token.decode(msg.data)
-        if self.first is None:
-            self.first = now
-        self.texts.setdefault(token.index, token.text)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.texts[i] for i in sorted(self.texts))
-
-
 async def _send(
     nc: Client, prompt: str, inbox: str, tokens: int, wait_s: float
 ) -> tuple[float, float | None, InferReply | str]:
-    """One request: when it was sent, when its reply came (None: not by ``wait_s``) and
-    the reply, or the bus's own error code when there was nobody to answer."""
+    """One bare request (no retry): when it was sent, when its reply came (None: not by
+    ``wait_s``) and the reply, or the bus's own error code when nobody listened."""
     body = InferRequest(
         prompt=prompt, max_tokens=tokens, request_id=uuid.uuid4().hex, stream_to=inbox
     )
@@ -137,34 +121,44 @@ async def _send(
     return sent, time.perf_counter(), _reply.decode(msg.data)
 
 
+async def _user(nc: Client, prompt: str, tokens: int, expected: str, wait_s: float) -> Generation:
+    """One user: a client of its own (its own breaker, as separate people have) on the
+    shared connection, streaming its tokens; what it saw."""
+    client = HecateClient(nc, timeout_s=wait_s, max_attempts=MAX_ATTEMPTS)
+    texts: dict[int, str] = {}
+    first: list[float] = []
+    sends: list[Attempt] = []
+
+    def on_token(token: StreamToken) -> None:
+        if not first:
+            first.append(time.perf_counter())
+        texts[token.index] = token.text
+
+    sent = time.perf_counter()
+    reply = await client.infer(
+        MODEL, prompt, max_tokens=tokens, on_token=on_token, on_attempt=sends.append
+    )
+    ended = time.perf_counter()
+    code = "" if reply.ok else reply.error.code if reply.error else "internal"
+    streamed = "".join(texts[i] for i in sorted(texts))
+    right = reply.ok and reply.output == expected and streamed == expected
+    status, filed = classify(reply.ok, right, sends, code)
+    return Generation(
+        sent,
+        None if status == "lost" else ended,
+        first[0] if first else None,
+        len(texts),
+        filed if status == "error" else "",
+        right or not reply.ok,
+        sends=len(sends),
+    )
+
+
 async def run_level(
     nc: Client, prompts: Sequence[str], tokens: int, expected: dict[str, str], wait_s: float
 ) -> list[Generation]:
     """``len(prompts)`` users at once, one prompt each; what each one saw."""
-    streams = [_Stream() for _ in prompts]
-    inboxes = [nc.new_inbox() for _ in prompts]
-    subs = [await nc.subscribe(i, cb=s.got) for i, s in zip(inboxes, streams, strict=True)]
-    await nc.flush()  # every stream listens before anyone sends
-    try:
-        results = await asyncio.gather(
-            *(_send(nc, p, i, tokens, wait_s) for p, i in zip(prompts, inboxes, strict=True))
-        )
-    finally:
-        for sub in subs:
-            await sub.unsubscribe()
-    out = []
-    for prompt, stream, (sent, replied, reply) in zip(prompts, streams, results, strict=True):
-        if isinstance(reply, str):
-            code = "" if replied is None else reply
-            out.append(Generation(sent, replied, stream.first, len(stream.texts), code))
-            continue
-        if not reply.ok:
-            code = reply.error.code if reply.error else "internal"
-            out.append(Generation(sent, replied, stream.first, len(stream.texts), code))
-            continue
-        right = reply.output == expected[prompt] and stream.text == expected[prompt]
-        out.append(Generation(sent, replied, stream.first, len(stream.texts), "", right))
-    return out
+    return list(await asyncio.gather(*(_user(nc, p, tokens, expected[p], wait_s) for p in prompts)))
 
 
 async def _warm(nc: Client, pipelines: int = 2, timeout_s: float = 600.0) -> list[str]:

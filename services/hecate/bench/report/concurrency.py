@@ -44,6 +44,7 @@ def _rows(levels: dict[str, Doc]) -> list[list[str]]:
                 f"{f['answered']:,} / {f['sent']:,}",
                 _codes(f["errors_by_code"]),
                 f"{f['lost']:,}",
+                f"{f.get('resent', 0):,}",
                 WRONG if wrong else num(f["aggregate_tokens_per_s"], 1),
                 WRONG if wrong else num(f["per_user_tokens_per_s"], 1),
                 f"{_seconds(f['ttft_p50_ms'])} / {_seconds(f['ttft_p99_ms'])}",
@@ -90,6 +91,7 @@ def section(users: Doc, img: str) -> tuple[str, list[Target]]:
             "answered / sent",
             "errors (by code)",
             "lost",
+            "resent",
             "aggregate tokens/s",
             "per-user tokens/s",
             "TTFT p50 / p99 (s)",
@@ -104,16 +106,19 @@ def section(users: Doc, img: str) -> tuple[str, list[Target]]:
 The swarm `make run` starts (`{meta["swarm"]}`: telemetry, planner, breaker
 service, two routers, six nodes making two 3-stage pipelines, each process with the
 command `hecate up` gives it),
-on its own embedded nats-server. At each level N, N users open a token stream each and
-send at once through plain nats-py (`stream_to`), each with its own prompt (from a set
-of {meta["prompts"]}), greedy, {meta["tokens"]} tokens; {rounds_text}. A user still
-without a reply after {num(max(meta["deadline_s"].values()), 0)} s at the most (a
-minute plus half a second per token of the level) counts as lost. Counts add up over
-the rounds; each figure is the median round's. Aggregate tokens/s: every answered
-token of a level ÷ the time from the first send to the last reply; per-user: the
-median user's tokens ÷ its own send-to-reply time; TTFT: from the send to the first
-streamed token. Every answer's text, as replied and as streamed, is compared with its
-prompt's single-user greedy text, computed {meta["reference"]}.
+on its own embedded nats-server. At each level N, N users send at once, each through a
+`HecateClient` of its own streaming its tokens (`stream_to`), each with its own prompt
+(from a set of {meta["prompts"]}), greedy, {meta["tokens"]} tokens; {rounds_text}. A
+user's client honours a refusal's Retry-After and sends at most the SDK's default number
+of times (`resent`: sends beyond the first); a send with no reply after
+{num(max(meta["deadline_s"].values()), 0)} s at the most (a minute plus half a second
+per token of the level) is given up, and a user whose last send got none is lost; an
+error is the swarm's last word. Counts add up over the rounds; each figure is the
+median round's. Aggregate tokens/s: every answered token of a level ÷ the time from the
+first send to the last reply; per-user: the median user's tokens ÷ its own time from
+first send to reply; TTFT: from the first send to the first streamed token. Every
+answer's text, as replied and as streamed, is compared with its prompt's single-user
+greedy text, computed {meta["reference"]}.
 
 {table_text}
 
