@@ -1,0 +1,120 @@
+"""A node's generative compute: one worker thread, the waiting steps run as batches.
+
+Every generation step a node is sent waits here until the compute thread is free,
+then runs with every other step that waited meanwhile (continuous batching: sessions
+join and leave between batches). The event loop only queues and resolves, so it stays
+free for heartbeats and the bus however long compute takes; one thread, because two
+batches at once would only share the same cores and each take twice as long.
+
+Which steps share a batch is :func:`hecate.core.batching.take_batch`'s rule (a bound
+on prefill rows, one step per session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from hecate.core.batching import take_batch
+from hecate.model.executor import ExecutorError
+from hecate.wire.messages import StageReply, StageRequest
+
+R = TypeVar("R")
+RunBatch = Callable[[list[StageRequest]], list[StageReply | ExecutorError]]
+#: Told after each batch: the nanoseconds it computed and the steps it answered.
+OnBatch = Callable[[int, list["Waiting"]], None]
+
+
+@dataclass
+class Waiting:
+    req: StageRequest
+    future: asyncio.Future[StageReply]
+    delay_ns: int = 0  # the injected slowdown it waited out before joining
+
+
+def _timed(run: RunBatch, reqs: list[StageRequest]) -> tuple[list[StageReply | ExecutorError], int]:
+    """The batch's results and its nanoseconds, timed in the compute thread."""
+    started = time.perf_counter_ns()
+    results = run(reqs)
+    return results, time.perf_counter_ns() - started
+
+
+class Compute:
+    def __init__(
+        self,
+        run: RunBatch,
+        *,
+        rows: Callable[[StageRequest], int | None],
+        prefill_rows: Callable[[], int],
+        on_batch: OnBatch,
+    ) -> None:
+        self.run = run
+        self.rows = rows
+        self.prefill_rows = prefill_rows
+        self.on_batch = on_batch
+        self.waiting: list[Waiting] = []
+        self.running = 0  # steps in the batch being computed
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hecate-compute")
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def step(self, req: StageRequest, delay_ns: int = 0) -> StageReply:
+        """``req``'s reply, once a batch has run it. Raises :class:`ExecutorError` for
+        a step refused on its own, or whatever failed its whole batch."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop())
+        future: asyncio.Future[StageReply] = asyncio.get_running_loop().create_future()
+        self.waiting.append(Waiting(req, future, delay_ns))
+        self._wake.set()
+        return await future
+
+    async def offload(self, fn: Callable[..., R], *args: Any) -> R:
+        """Run ``fn`` on the compute thread, between batches (a warm-up pass is compute
+        like any other, and timed as such)."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.waiting:
+                live = [w for w in self.waiting if not w.future.done()]  # callers gone
+                batch, self.waiting = take_batch(
+                    live,
+                    key=lambda w: (w.req.layer_start, w.req.layer_end, w.req.session),
+                    rows=lambda w: self.rows(w.req),
+                    prefill_rows=self.prefill_rows(),
+                )
+                if not batch:
+                    break
+                self.running = len(batch)
+                try:
+                    results, spent = await loop.run_in_executor(
+                        self._thread, _timed, self.run, [w.req for w in batch]
+                    )
+                except Exception as exc:  # the whole batch failed (out of memory, a bug)
+                    for w in batch:
+                        if not w.future.done():
+                            w.future.set_exception(exc)
+                    continue
+                finally:
+                    self.running = 0
+                self.on_batch(spent, batch)
+                for w, result in zip(batch, results, strict=True):
+                    if w.future.done():
+                        continue
+                    if isinstance(result, ExecutorError):
+                        w.future.set_exception(result)
+                    else:
+                        w.future.set_result(result)
+
+    def close(self) -> None:
+        """Stop taking batches; a batch computing finishes in its thread, unawaited."""
+        if self._task is not None:
+            self._task.cancel()
+        self._thread.shutdown(wait=False, cancel_futures=True)
