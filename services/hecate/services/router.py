@@ -730,11 +730,22 @@ class RouterService:
     async def _generated(self, flight: Flight, reply: StageReply) -> None:
         """The last stage sampled a token: stream it, then the next step or the end."""
         assert reply.token is not None
-        steps = len(flight.step_tokens) if flight.step_tokens else len(flight.prompt_tokens or [])
+        fed = flight.step_tokens if flight.step_tokens else (flight.prompt_tokens or [])
+        steps = len(fed) if reply.positions is None else reply.positions
         if steps == 1 and flight.attempts == 1:  # a decode step: what admission is fitted to
             now = time.monotonic()
             self.admission.sample(flight.route.pipeline_id, now - flight.step_at, now)
         flight.position += steps
+        if 0 < steps < len(fed):
+            # A long prompt (or replay) runs a chunk per step, so that its activations
+            # fit the bus and other sessions' steps are served in between: this token
+            # is not the next one yet; the rest of the sequence goes next.
+            self.counters["prefill_chunks"] += 1
+            flight.step_tokens = fed[steps:]
+            flight.stage = 0
+            flight.acts = {0: b""}
+            await self._dispatch(flight)
+            return None
         flight.generated.append(reply.token)
         done = reply.eos or len(flight.generated) >= flight.request.max_tokens
         if flight.request.stop and not reply.eos:
