@@ -5,6 +5,8 @@ and its own reply inbox for stage replies.
 Holds: a :class:`SwarmView` (swarmview.py): the latest plan and telemetry snapshots,
 the shared circuit breakers and its own suspicions, folded into a core
 :class:`SwarmState` and a core :class:`Router` that counts this replica's in-flight work.
+Admits: per pipeline only as many requests as its measured step times allow; the rest
+wait in a per-tenant line, then get ``rate_limited`` with a Retry-After (admission.py).
 Calls: ``Router.route`` to choose a pipeline, ``failover_in_swarm`` when a stage fails
 (both through the SwarmView, which spends a probe lease on whichever route takes it).
 Publishes: stage requests on ``hecate.node.<id>.run`` (it calls each stage in turn and
