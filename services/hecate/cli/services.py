@@ -174,7 +174,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             dispatch=args.dispatch,
             stale_s=args.stale_ms / 1000,
-            limits=LimitOptions(tolerance=args.limit_tolerance, ceiling=args.limit_ceiling),
+            limits=LimitOptions(gain=args.limit_gain, ceiling=args.limit_ceiling),
             queue_limit=args.queue_limit,
             queue_timeout_s=args.queue_timeout_ms / 1000,
             breaker_probe_timeout_s=args.breaker_probe_timeout_s,
@@ -312,11 +312,11 @@ def add_parsers(sub: Any) -> None:
         "messages, failover restarts the route)",
     )
     router.add_argument(
-        "--limit-tolerance",
+        "--limit-gain",
         type=float,
         default=2.0,
-        help="admission: a pipeline takes requests while its steps stay within this many "
-        "times the best step time measured (its limit adapts to keep them there)",
+        help="admission: a pipeline may carry this many times the requests it can hold "
+        "before it queues (its best measured throughput times its best step time)",
     )
     router.add_argument(
         "--limit-ceiling", type=float, default=64.0, help="admission: most requests per pipeline"

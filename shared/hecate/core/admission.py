@@ -8,15 +8,10 @@ fires on nodes that are merely busy, and live copies are failed over onto each o
 Two pieces, both pure (the clock is passed in):
 
 * :class:`AdaptiveLimit`, one per pipeline: the number of requests it may carry, found
-  from its own measurements by Little's law. Carried at its limit ``L``, a pipeline
-  serves ``L / rtt`` steps a second; the limit that keeps a step within the target
-  latency is that throughput times the target, ``L · target / rtt``. The target is a
-  tolerance over the best step time seen (``min_rtt``, re-learned from quiet steps so it
-  follows a swarm that changed), never tighter than ``min_rtt + slack_s``: a sub-
-  millisecond toy stage would otherwise be "overloaded" by scheduling noise. Above the
-  target the limit falls in proportion; below it, and only while the limit is what
-  holds traffic back, it grows by ``sqrt(limit)`` (room to find out whether more
-  work still raises throughput, as batched decoding does). Smoothed, floored, capped.
+  from its own measurements, as TCP's BBR sizes what it keeps in flight: the pipeline's
+  best measured throughput times its best step time is the work it can hold before it
+  queues instead of going faster; the limit is twice that. A pipeline with room lets
+  the limit double step after step; one whose throughput stopped rising settles there.
 * :class:`FairQueue`, one per model: requests waiting for room, one FIFO per tenant,
   served round-robin across tenants, bounded in total and per tenant, so one tenant's
   burst cannot push the others out of line or out of the queue.
@@ -38,38 +33,82 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class LimitOptions:
-    initial: float = 1.0  # its first steps are then uncontended: the best time is learned
+    initial: float = 4.0
     floor: float = 1.0
     ceiling: float = 64.0
-    tolerance: float = 2.0  # a step may take this many times the best one seen
-    slack_s: float = 0.05  # ... and always at least this much more than it
-    smoothing: float = 0.2  # weight of each new estimate
-    window_s: float = 60.0  # min_rtt is re-learned over two such windows
+    gain: float = 2.0  # in flight allowed, as a multiple of what the pipeline fills
+    slack_s: float = 0.05  # the best step time is taken as at least this
+    rate_window_s: float = 10.0  # the best throughput is remembered over two such windows
+    rtt_window_s: float = 60.0  # the best step time: over two such windows of quiet steps
 
     def __post_init__(self) -> None:
         if not 1 <= self.floor <= self.initial <= self.ceiling:
             raise ValueError("need 1 <= floor <= initial <= ceiling")
-        if self.tolerance < 1 or self.slack_s < 0 or not 0 < self.smoothing <= 1:
-            raise ValueError("need tolerance >= 1, slack_s >= 0, 0 < smoothing <= 1")
-        if self.window_s <= 0:
-            raise ValueError("need window_s > 0")
+        if self.gain < 1 or self.slack_s < 0:
+            raise ValueError("need gain >= 1 and slack_s >= 0")
+        if self.rate_window_s <= 0 or self.rtt_window_s <= 0:
+            raise ValueError("need windows > 0")
 
 
 DEFAULT_LIMIT = LimitOptions()
 
 
 @dataclass(slots=True)
+class _Windowed:
+    """The best (least or greatest) value over the current window and the one before:
+    a good value is never forgotten all at once, and stale ones age out in two windows."""
+
+    window_s: float
+    least: bool
+    values: tuple[float, float] = (math.nan, math.nan)  # (previous window, current)
+    started: float | None = None
+
+    def best(self) -> float | None:
+        known = [v for v in self.values if not math.isnan(v)]
+        if not known:
+            return None
+        return min(known) if self.least else max(known)
+
+    def add(self, value: float, now: float, *, counts: bool = True) -> None:
+        if self.started is None or now - self.started >= self.window_s:
+            previous, current = self.values
+            # A window that saw nothing keeps what the one before it had.
+            self.values = (previous if math.isnan(current) else current, math.nan)
+            self.started = now
+        best = self.best()
+        better = best is None or (value < best if self.least else value > best)
+        if counts or better:
+            current = self.values[1]
+            if math.isnan(current):
+                current = value
+            else:
+                current = min(current, value) if self.least else max(current, value)
+            self.values = (self.values[0], current)
+
+
+@dataclass(slots=True)
 class AdaptiveLimit:
-    """How many requests one pipeline may carry; fed one sample per measured step."""
+    """How many requests one pipeline may carry; fed one sample per measured step.
+
+    As TCP's BBR sizes what it keeps in flight: the most the pipeline can use is its
+    best throughput (steps a second) times its best step time, the in-flight count at
+    which it starts to queue rather than to go faster; the limit is ``gain`` times that.
+    Throughput is measured by Little's law, ``in_flight / rtt`` at each step, and the
+    best over a window is kept. So a pipeline that is not full lets the limit double
+    (it serves ``L`` with room to spare, and ``gain · L`` is allowed next), one whose
+    throughput no longer rises with more work settles at ``gain`` times its fill, and
+    when it slows down for good (someone else's work on its cores), the limit follows
+    within two rate windows."""
 
     options: LimitOptions = DEFAULT_LIMIT
     limit: float = field(init=False)
-    rtt_s: float | None = field(default=None, init=False)  # smoothed recent step time
-    _mins: tuple[float, float] = field(default=(math.inf, math.inf), init=False)
-    _window: float | None = field(default=None, init=False)  # start of the current window
+    _rtt: _Windowed = field(init=False)
+    _rate: _Windowed = field(init=False)
 
     def __post_init__(self) -> None:
         self.limit = self.options.initial
+        self._rtt = _Windowed(self.options.rtt_window_s, least=True)
+        self._rate = _Windowed(self.options.rate_window_s, least=False)
 
     @property
     def capacity(self) -> int:
@@ -78,14 +117,12 @@ class AdaptiveLimit:
 
     @property
     def min_rtt_s(self) -> float | None:
-        best = min(self._mins)
-        return None if math.isinf(best) else best
+        return self._rtt.best()
 
-    def target_s(self) -> float | None:
-        best = self.min_rtt_s
-        if best is None:
-            return None
-        return max(best * self.options.tolerance, best + self.options.slack_s)
+    @property
+    def max_rate(self) -> float | None:
+        """The best throughput measured, in steps a second."""
+        return self._rate.best()
 
     def sample(self, rtt_s: float, in_flight: int, now: float) -> None:
         """One step of this pipeline took ``rtt_s`` while it carried ``in_flight``
@@ -93,30 +130,16 @@ class AdaptiveLimit:
         if not math.isfinite(rtt_s) or rtt_s <= 0:
             return
         o = self.options
-        if self._window is None or now - self._window >= o.window_s:
-            # A new window. The best time is re-learned only from steps taken with the
-            # pipeline (nearly) idle, since a step under load is slower by the load
-            # itself, and "re-learning" from those would let the target climb with the
-            # load it should hold back. A window without such a step keeps the best
-            # time it had, so nothing is forgotten all at once; a swarm that really got
-            # slower (a node replaced by a slower one) is re-learned within two windows
-            # of quiet steps.
-            previous, current = self._mins
-            self._mins = (current if math.isfinite(current) else previous, math.inf)
-            self._window = now
-        if in_flight <= 1 or rtt_s < self._mins[0]:
-            self._mins = (self._mins[0], min(self._mins[1], rtt_s))
-        self.rtt_s = (
-            rtt_s if self.rtt_s is None else self.rtt_s + o.smoothing * (rtt_s - self.rtt_s)
-        )
-        target = self.target_s()
-        assert target is not None
-        estimate = self.limit * min(1.0, target / self.rtt_s)
-        if self.rtt_s <= target and in_flight >= self.capacity:
-            estimate += math.sqrt(self.limit)  # the limit holds traffic back: probe above it
-        self.limit = min(
-            o.ceiling, max(o.floor, self.limit + o.smoothing * (estimate - self.limit))
-        )
+        # The best step time is re-learned only from steps taken with the pipeline
+        # (nearly) idle: a step under load is slower by the load itself. A faster step
+        # always counts.
+        self._rtt.add(rtt_s, now, counts=in_flight <= 1)
+        self._rate.add(max(1, in_flight) / rtt_s, now)
+        best_rtt, best_rate = self._rtt.best(), self._rate.best()
+        assert best_rtt is not None
+        assert best_rate is not None
+        fill = best_rate * max(best_rtt, o.slack_s)
+        self.limit = min(o.ceiling, max(o.floor, o.gain * fill))
 
 
 @dataclass(slots=True)
