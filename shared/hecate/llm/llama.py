@@ -11,9 +11,17 @@ much as the matmuls: the RoPE angles are computed once per forward (every block 
 the same positions), Q and K are rotated together, the KV cache is preallocated and
 grown by doubling instead of concatenated each step, and each KV head attends for its
 whole group of query heads in one matmul (no repeated keys).
+
+Decode is also memory-bandwidth bound: each weight is read whole for one row. So the
+steps of several sessions run as one batch (``forward_batch``), their rows stacked
+through each weight at once, and only attention is per session. One 30-block pass, one
+BLAS thread, measured on the 2-core machine: 24 tokens/s for one session, 43 for a
+batch of 4, 69 for 8, 101 for 16.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +29,21 @@ import numpy.typing as npt
 from hecate.llm.gguf_model import LlamaConfig, StageWeights
 
 Array = npt.NDArray[np.float32]
+
+
+#: Below this many rows one matrix-vector product per row beats OpenBLAS's sgemm, which
+#: has no kernel for a handful of rows (one 30-block pass, one thread: 2 rows 55 ms as
+#: one product against 41 ms row by row, 3 rows 77 against 54; 4 rows 54 against 60).
+GEMV_ROWS = 4
+
+
+def matmul(x: npt.NDArray[Any], w: Array) -> Array:
+    """``x @ w``, row by row for 2 or 3 rows (see :data:`GEMV_ROWS`); a row then gets
+    the very same sums as when it runs alone."""
+    if 1 < x.shape[0] < GEMV_ROWS:
+        return np.stack([row @ w for row in x])
+    out: Array = x @ w
+    return out
 
 
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
@@ -133,7 +156,7 @@ class LlamaStage:
         x = xs[0] if len(xs) == 1 else np.concatenate(xs)
         attn = np.empty((n, q_dim), dtype=np.float32)
         for i, b in enumerate(self.w.blocks):
-            qkv = rms_norm(x, b.attn_norm, c.eps) @ b.wqkv
+            qkv = matmul(rms_norm(x, b.attn_norm, c.eps), b.wqkv)
             qk = rope(qkv[:, : qk_heads * d].reshape(n, qk_heads, d), cos, sin)
             v = qkv[:, qk_heads * d :].reshape(n, kv_heads, d)
             for j, cache in enumerate(caches):
@@ -153,9 +176,9 @@ class LlamaStage:
                 probs /= probs.sum(axis=-1, keepdims=True)
                 out = (probs @ values).reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3)
                 attn[lo:hi] = out.reshape(t, q_dim)
-            x = x + attn @ b.wo
-            gate, up = np.split(rms_norm(x, b.ffn_norm, c.eps) @ b.w_gate_up, 2, axis=1)
-            x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ b.w_down
+            x = x + matmul(attn, b.wo)
+            gate, up = np.split(matmul(rms_norm(x, b.ffn_norm, c.eps), b.w_gate_up), 2, axis=1)
+            x = x + matmul((gate / (1.0 + np.exp(-gate))) * up, b.w_down)
         for cache, start, t in zip(caches, starts, sizes, strict=True):
             cache.length = start + t
         if len(xs) == 1:
@@ -173,5 +196,4 @@ class LlamaStage:
         assert self.w.embedding is not None
         last = np.concatenate([h[-1:] for h in hiddens])
         h = rms_norm(last, self.w.output_norm, self.config.eps)
-        logits: Array = h @ self.w.embedding.T
-        return logits
+        return matmul(h, self.w.embedding.T)
