@@ -1,0 +1,80 @@
+"""Long prompts routed hop by hop answer exactly the single-process text.
+
+test_long_prompt.py checks chained routes against llama.cpp (and ``prompt_too_long``);
+here every chunk's activation goes back to the router and on to the next stage, and the
+answer must be the greedy text of our own model in one process, token for token: a
+chunk's rows, batched or not, must add up to the state a one-process run builds."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import msgspec
+import numpy as np
+from nats.aio.client import Client
+
+from hecate.llm.gguf_model import load_stage
+from hecate.llm.llama import LlamaStage
+from hecate.llm.store import pull
+from hecate.llm.tokenizer import load_tokenizer
+from hecate.wire import subjects
+from hecate.wire.messages import InferReply, InferRequest
+
+from ..integration.conftest import Processes
+from .test_swarm_generation import MODEL, ready, start
+
+LENGTHS = (600, 2000, 4000)
+TOKENS = 4
+SENTENCE = "The keeper of the lighthouse wrote down every ship that passed the rocks. "
+
+
+@functools.cache
+def prompt(tokens: int) -> str:
+    """A prompt of about ``tokens`` tokens that ends with a question to continue."""
+    tok = load_tokenizer(pull(MODEL, progress=lambda _line: None))
+    per = len(tok.encode(SENTENCE * 10).ids) / 10  # repeated, a sentence runs into the next
+    return SENTENCE * round(tokens / per) + "The last ship to pass was"
+
+
+@functools.cache
+def reference(text: str) -> tuple[int, str]:
+    """The prompt's length in tokens and its greedy continuation in one process (the
+    prompt run 512 positions at a time: one prefill of 4,000 would hold a gigabyte of
+    attention scores)."""
+    path = pull(MODEL, progress=lambda _line: None)
+    stage = LlamaStage(load_stage(path, 0, 30))
+    tok = load_tokenizer(path)
+    ids = tok.encode(text).ids
+    cache = stage.new_cache()
+    for i in range(0, len(ids), 512):
+        hidden = stage.forward(stage.embed(ids[i : i + 512]), cache)
+    out = []
+    for _ in range(TOKENS):
+        token = int(np.argmax(stage.logits(hidden)))
+        if token == 2:
+            break
+        out.append(token)
+        hidden = stage.forward(stage.embed([token]), cache)
+    return len(ids), "".join(tok.decode([t]) for t in out)
+
+
+async def test_prompts_up_to_four_thousand_tokens_hop_by_hop_answer_the_single_process_text(
+    processes: Processes, client: Client, tmp_path: Path
+) -> None:
+    start(processes, tmp_path, ["a", "b", "c"], pipelines=1, dispatch="hop")
+    await ready(client)
+    failovers = await client.subscribe("hecate.events.failover")
+    for length in LENGTHS:
+        text = prompt(length)
+        tokens, expected = reference(text)
+        assert abs(tokens - length) < 0.02 * length
+        request = InferRequest(prompt=text, max_tokens=TOKENS)
+        # A 4,000-token prefill is tens of seconds of numpy on two busy cores.
+        msg = await client.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=300)
+        reply = msgspec.json.decode(msg.data, type=InferReply)
+        assert reply.ok, (length, reply.error)
+        assert reply.output == expected, length
+        assert reply.attempts == 1
+    await client.flush()
+    assert failovers.pending_msgs == 0
