@@ -87,7 +87,7 @@ class Compute:
                 batch, self.waiting = take_batch(
                     live,
                     key=lambda w: (w.req.layer_start, w.req.layer_end, w.req.session),
-                    rows=lambda w: self.rows(w.req),
+                    rows=self._rows,
                     prefill_rows=self.prefill_rows(),
                 )
                 if not batch:
@@ -112,6 +112,12 @@ class Compute:
                         w.future.set_exception(result)
                     else:
                         w.future.set_result(result)
+
+    def _rows(self, waiting: Waiting) -> int | None:
+        try:
+            return self.rows(waiting.req)
+        except Exception:  # unknown is safe: it only keeps the step out of a full batch
+            return None
 
     def close(self) -> None:
         """Stop taking batches; a batch computing finishes in its thread, unawaited."""

@@ -147,8 +147,9 @@ class LlmExecutor:
         """How many positions ``req`` would run here, when that is known without loading
         a range or tokenizing a prompt (``None`` otherwise): the node's batching uses it
         to keep prefill rows out of decode batches."""
-        with self._lock:
-            sessions = self._ranges.get((req.layer_start, req.layer_end))
+        # Read without the lock: ``prepare`` holds it while it loads a range (seconds,
+        # the first time), and this is asked on the node's event loop.
+        sessions = self._ranges.get((req.layer_start, req.layer_end))
         if sessions is None:
             return None
         hidden = sessions.stage.config.hidden
