@@ -159,12 +159,15 @@ BLAS_THREAD_TIMEOUT = "20"
 
 
 def node_env(base: dict[str, str], threads: int | None = None) -> dict[str, str]:
-    """BLAS settings for service processes: at most two threads each (a local swarm
-    shares its cores) with a short spin. What the operator set wins."""
+    """BLAS settings for service processes: one thread each, with a short spin. A local
+    swarm runs several compute processes on the same cores: when many users keep them all
+    busy, two threads per process fight over the cores (a two-row product took 523 ms
+    against 46 ms with one thread at a load of 6-7), and one user's stages run one at a
+    time anyway. What the operator set wins."""
     env = dict(base)
     if threads is not None:
         env["OPENBLAS_NUM_THREADS"] = str(threads)
-    env.setdefault("OPENBLAS_NUM_THREADS", str(min(2, os.cpu_count() or 1)))
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
     return env
 

@@ -51,6 +51,7 @@ class Compute:
         rows: Callable[[StageRequest], int | None],
         prefill_rows: Callable[[], int],
         on_batch: OnBatch,
+        gather_s: float = 0.02,
     ) -> None:
         self.run = run
         self.rows = rows
@@ -61,6 +62,9 @@ class Compute:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hecate-compute")
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.gather_s = gather_s
+        self._last_size = 0  # steps in the previous batch
+        self._last_s = 0.0  # and its compute time
 
     async def step(self, req: StageRequest, delay_ns: int = 0) -> StageReply:
         """``req``'s reply, once a batch has run it. Raises :class:`ExecutorError` for
@@ -82,6 +86,7 @@ class Compute:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            await self._gather()
             while self.waiting:
                 live = [w for w in self.waiting if not w.future.done()]  # callers gone
                 batch, self.waiting = take_batch(
@@ -92,7 +97,7 @@ class Compute:
                 )
                 if not batch:
                     break
-                self.running = len(batch)
+                self.running = self._last_size = len(batch)
                 try:
                     results, spent = await loop.run_in_executor(
                         self._thread, _timed, self.run, [w.req for w in batch]
@@ -104,6 +109,7 @@ class Compute:
                     continue
                 finally:
                     self.running = 0
+                self._last_s = spent / 1e9
                 self.on_batch(spent, batch)
                 for w, result in zip(batch, results, strict=True):
                     if w.future.done():
@@ -118,6 +124,28 @@ class Compute:
             return self.rows(waiting.req)
         except Exception:  # unknown is safe: it only keeps the step out of a full batch
             return None
+
+    async def _gather(self) -> None:
+        """Let the rest of a burst in before an idle thread starts on its first step.
+
+        Sessions that ran together on the previous stage arrive here as a burst of
+        messages a millisecond or two apart; started at once, the first would run alone
+        and the others next, and the sessions would drift apart into batches of one, each
+        paying for every weight read. So when fewer steps wait than ran in the last
+        batch, wait for the others, at most ``gather_s`` and half the last batch's time."""
+        loop = asyncio.get_running_loop()
+        # At most half the last batch's compute: the wait never costs more than half a
+        # step, and a burst delayed by the OS scheduler on busy cores still makes it.
+        deadline = loop.time() + min(self.gather_s, self._last_s / 2)
+        while len(self.waiting) < self._last_size:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return
 
     def close(self) -> None:
         """Stop taking batches; a batch computing finishes in its thread, unawaited."""

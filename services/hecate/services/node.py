@@ -29,6 +29,7 @@ from hecate.bus import kv as kvs
 from hecate.bus import tracing
 from hecate.bus.logs import event
 from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
+from hecate.core.batching import MAX_BATCH
 from hecate.core.plan import NodeProfile, SwarmPlan
 from hecate.core.telemetry import ewma
 from hecate.model import Executor, ExecutorError, get_executor
@@ -68,6 +69,7 @@ class Node:
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
         accept_faults: bool = False,
+        remeasure_s: float = 5.0,
     ) -> None:
         self.profile = profile
         self.accept_faults = accept_faults
@@ -96,6 +98,9 @@ class Node:
         self.in_flight = 0
         self._busy_ns = 0
         self._latency_ms: float | None = None
+        self._worked_at = 0.0  # monotonic time of the last stage really served
+        self._batches = self._batched_steps = self._largest_batch = 0
+        self.remeasure_s = remeasure_s
         self._seq = 0
         self._relay_prefix = ""
         self._kv: KeyValue | None = None  # the plan bucket, once it exists
@@ -122,13 +127,18 @@ class Node:
         if callable(limit_payload):  # prompts are run in chunks whose activations fit
             limit_payload(svc.nc.max_payload)
         svc.spawn(self._follow_plan())  # once the planner has created the plan bucket
-        await svc.add_endpoint(
+        run = await svc.add_endpoint(
             "run",
             subjects.node_run(self.profile.node_id),
             StageRequest,
             self.execute,
             codec="msgpack",
+            # Steps are served side by side, so that those arriving while a batch
+            # computes wait together and run as the next batch (one at a time, every
+            # step would run alone). Bounded: past it the subscription waits.
+            concurrency=MAX_BATCH * 4,
         )
+        run.status = self._status
         await svc.add_raw("roll-call", subjects.NODE_ROLL_CALL, self._on_roll_call)
         if self.accept_faults:
             await svc.add_endpoint(
@@ -142,6 +152,7 @@ class Node:
         await svc.ready()
         await self._join()
         beat = svc.spawn(self._heartbeats())
+        svc.spawn(self._remeasure())
         event(
             self.log,
             "node ready",
@@ -248,6 +259,33 @@ class Node:
                 ms=round(spent / 1e6, 3),
             )
 
+    async def _remeasure(self) -> None:
+        """An idle node measures itself again now and then: the latency it announces is
+        otherwise the last one it measured, however long ago, and a node measured slow
+        once (its warm-up on a machine busy starting the swarm) is never chosen, so never
+        measured again. One warm pass per held range, every ``remeasure_s`` without
+        traffic, and its figure replaces the old one: it is what a stage takes now."""
+        if getattr(self.executor, "whole_model", False) or not isinstance(self.executor, WarmsUp):
+            return
+        while True:
+            await asyncio.sleep(self.remeasure_s)
+            idle = time.monotonic() - self._worked_at >= self.remeasure_s
+            if self.draining or not idle or self._latency_ms is None:
+                continue  # serving traffic measures it; no warm-up yet, nothing to redo
+            for holding in dict.fromkeys(self.holdings):
+                try:
+                    started = time.perf_counter_ns()
+                    await self._injected_delay()
+                    delayed = time.perf_counter_ns() - started
+                    spent = delayed + await self._offload(self.executor.warm_up, holding)
+                except Exception as exc:  # as a failed warm-up: logged, figure unchanged
+                    event(self.log, "re-measure failed", logging.WARNING, error=repr(exc))
+                    continue
+                if time.monotonic() - self._worked_at < self.remeasure_s:
+                    break  # traffic came meanwhile: its figure is the better one
+                self._busy_ns += spent
+                self._latency_ms = spent / 1e6
+
     async def _offload(self, run: Callable[[str, int, int], None], holding: Holding) -> int:
         """``_timed(run, holding)`` off the event loop: on the compute thread of a
         generative executor (between its batches, never beside one), on a worker
@@ -344,6 +382,7 @@ class Node:
             self.in_flight -= 1
         ms = spent / 1e6
         self._latency_ms = ewma(self._latency_ms, ms, 0.3)
+        self._worked_at = time.monotonic()
         if req.chain:
             await self._forward(req, x)
             return None  # the next stage (in the end, the last one) answers the router
@@ -377,6 +416,17 @@ class Node:
             reply = msgspec.structs.replace(reply, prompt_tokens=prompt_tokens)
         return reply
 
+    def _status(self) -> dict[str, object]:
+        """What ``$SRV.STATS`` shows of the node's work: in flight, its stage latency, and
+        how its generation steps were batched."""
+        return {
+            "in_flight": self.in_flight,
+            "latency_ms": self._latency_ms,
+            "batches": self._batches,
+            "batched_steps": self._batched_steps,
+            "largest_batch": self._largest_batch,
+        }
+
     def _batched(self, spent_ns: int, batch: list[Waiting]) -> None:
         """A batch's account: busy for as long as it computed, and one stage latency
         sample per batch, what each of its steps waited for this stage to compute it
@@ -384,8 +434,12 @@ class Node:
         injected slowdown counts as if the hardware were that much slower: once per
         batch, as a slower machine would take that much longer for each batch."""
         delayed = max(w.delay_ns for w in batch)
+        self._batches += 1
+        self._batched_steps += len(batch)
+        self._largest_batch = max(self._largest_batch, len(batch))
         self._busy_ns += spent_ns + delayed
         self._latency_ms = ewma(self._latency_ms, (spent_ns + delayed) / 1e6, 0.3)
+        self._worked_at = time.monotonic()
 
     async def _whole(self, req: StageRequest) -> StageReply:
         """An executor that serves the whole model at once (an upstream provider)."""
@@ -407,6 +461,7 @@ class Node:
             self._busy_ns += spent
         ms = spent / 1e6
         self._latency_ms = ewma(self._latency_ms, ms, 0.3)
+        self._worked_at = time.monotonic()
         return StageReply(ok=True, output=str(output), compute_ms=ms)
 
     async def _forward(

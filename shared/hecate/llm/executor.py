@@ -17,6 +17,7 @@ context with the tokens it asks for is refused up front (``prompt_too_long``).
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 
@@ -154,8 +155,26 @@ class LlmExecutor:
             return None
         hidden = sessions.stage.config.hidden
         if sessions.stage.first:
-            return None if req.tokens is None else min(len(req.tokens), self.chunk(hidden))
+            tokens = req.tokens
+            if tokens is None:
+                if self._tokenizer is None:
+                    return None  # not loaded yet: loading is no work for the event loop
+                # Tokenizing is cheap (a 64 KB prompt in milliseconds) and cached for the
+                # step itself: a batch then knows a short prompt is a few rows, and takes
+                # several new prompts at once instead of one per batch.
+                tokens = self._prompt_ids(req)
+            return min(len(tokens), self.chunk(hidden))
         return len(req.activation) // (4 * hidden)
+
+    def _prompt_ids(self, req: StageRequest) -> list[int]:
+        text = req.prompt
+        if req.messages:
+            text = chat_prompt([(m.role, m.content) for m in req.messages])
+        return list(self._encode(text))
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (one executor per node, for its life)
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer().encode(text).ids)
 
     def step(self, req: StageRequest) -> StageReply:
         """One generation step. Raises :class:`ExecutorError`."""
@@ -239,10 +258,7 @@ class LlmExecutor:
         prompt_tokens = None
         tokens = req.tokens
         if tokens is None:
-            text = req.prompt
-            if req.messages:
-                text = chat_prompt([(m.role, m.content) for m in req.messages])
-            tokens = prompt_tokens = self.tokenizer().encode(text).ids
+            tokens = prompt_tokens = self._prompt_ids(req)
         if not tokens:
             raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
         check_context(config, req, len(tokens))
