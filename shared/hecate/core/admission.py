@@ -8,10 +8,9 @@ fires on nodes that are merely busy, and live copies are failed over onto each o
 Two pieces, both pure (the clock is passed in):
 
 * :class:`AdaptiveLimit`, one per pipeline: the number of requests it may carry, found
-  from its own measurements, as TCP's BBR sizes what it keeps in flight: the pipeline's
-  best measured throughput times its best step time is the work it can hold before it
-  queues instead of going faster; the limit is twice that. A pipeline with room lets
-  the limit double step after step; one whose throughput stopped rising settles there.
+  from its own measurements: twice the most it was seen to carry while its steps kept
+  a good pace (within three times its best step). A pipeline with room lets the limit
+  double step after step; one whose steps slow down past that pace stops it there.
 * :class:`FairQueue`, one per model: requests waiting for room, one FIFO per tenant,
   served round-robin across tenants, bounded in total and per tenant, so one tenant's
   burst cannot push the others out of line or out of the queue.
@@ -36,17 +35,18 @@ class LimitOptions:
     initial: float = 4.0
     floor: float = 1.0
     ceiling: float = 64.0
-    gain: float = 2.0  # in flight allowed, as a multiple of what the pipeline fills
+    gain: float = 2.0  # the limit, as a multiple of the most carried at a good pace
+    tolerance: float = 3.0  # a good pace: steps within this many times the best one
     slack_s: float = 0.05  # the best step time is taken as at least this
-    rate_window_s: float = 10.0  # the best throughput is remembered over two such windows
+    held_window_s: float = 10.0  # the most carried is remembered over two such windows
     rtt_window_s: float = 60.0  # the best step time: over two such windows of quiet steps
 
     def __post_init__(self) -> None:
         if not 1 <= self.floor <= self.initial <= self.ceiling:
             raise ValueError("need 1 <= floor <= initial <= ceiling")
-        if self.gain < 1 or self.slack_s < 0:
-            raise ValueError("need gain >= 1 and slack_s >= 0")
-        if self.rate_window_s <= 0 or self.rtt_window_s <= 0:
+        if self.gain < 1 or self.tolerance < 1 or self.slack_s < 0:
+            raise ValueError("need gain >= 1, tolerance >= 1 and slack_s >= 0")
+        if self.held_window_s <= 0 or self.rtt_window_s <= 0:
             raise ValueError("need windows > 0")
 
 
@@ -70,14 +70,13 @@ class _Windowed:
         return min(known) if self.least else max(known)
 
     def add(self, value: float, now: float, *, counts: bool = True) -> None:
+        """Start a new window when due; then take ``value`` into this one if it counts."""
         if self.started is None or now - self.started >= self.window_s:
             previous, current = self.values
             # A window that saw nothing keeps what the one before it had.
             self.values = (previous if math.isnan(current) else current, math.nan)
             self.started = now
-        best = self.best()
-        better = best is None or (value < best if self.least else value > best)
-        if counts or better:
+        if counts:
             current = self.values[1]
             if math.isnan(current):
                 current = value
@@ -90,25 +89,26 @@ class _Windowed:
 class AdaptiveLimit:
     """How many requests one pipeline may carry; fed one sample per measured step.
 
-    As TCP's BBR sizes what it keeps in flight: the most the pipeline can use is its
-    best throughput (steps a second) times its best step time, the in-flight count at
-    which it starts to queue rather than to go faster; the limit is ``gain`` times that.
-    Throughput is measured by Little's law, ``in_flight / rtt`` at each step, and the
-    best over a window is kept. So a pipeline that is not full lets the limit double
-    (it serves ``L`` with room to spare, and ``gain · L`` is allowed next), one whose
-    throughput no longer rises with more work settles at ``gain`` times its fill, and
-    when it slows down for good (someone else's work on its cores), the limit follows
-    within two rate windows."""
+    The most requests the pipeline was seen to carry while its steps kept a good pace
+    (within ``tolerance`` times the best step, itself never taken as less than
+    ``slack_s``), remembered over a window, times ``gain``. A pipeline with room lets the
+    limit double step after step (it carries ``L`` at a good pace, so ``gain · L`` is
+    allowed next); one whose steps slow down past the pace stops it there: batched
+    decoding serves more sessions at once at a modest cost per step, up to the point the
+    limit finds. When the pipeline slows down for good (someone else's work on its
+    cores), the good-pace figures age out within two windows and the limit follows.
+    (By Little's law, requests carried at a pace is throughput times step time: the
+    limit is sized from what the pipeline measurably serves.)"""
 
     options: LimitOptions = DEFAULT_LIMIT
     limit: float = field(init=False)
     _rtt: _Windowed = field(init=False)
-    _rate: _Windowed = field(init=False)
+    _held: _Windowed = field(init=False)
 
     def __post_init__(self) -> None:
         self.limit = self.options.initial
         self._rtt = _Windowed(self.options.rtt_window_s, least=True)
-        self._rate = _Windowed(self.options.rate_window_s, least=False)
+        self._held = _Windowed(self.options.held_window_s, least=False)
 
     @property
     def capacity(self) -> int:
@@ -120,9 +120,9 @@ class AdaptiveLimit:
         return self._rtt.best()
 
     @property
-    def max_rate(self) -> float | None:
-        """The best throughput measured, in steps a second."""
-        return self._rate.best()
+    def held(self) -> float | None:
+        """The most requests carried at a good pace lately."""
+        return self._held.best()
 
     def sample(self, rtt_s: float, in_flight: int, now: float) -> None:
         """One step of this pipeline took ``rtt_s`` while it carried ``in_flight``
@@ -133,13 +133,16 @@ class AdaptiveLimit:
         # The best step time is re-learned only from steps taken with the pipeline
         # (nearly) idle: a step under load is slower by the load itself. A faster step
         # always counts.
-        self._rtt.add(rtt_s, now, counts=in_flight <= 1)
-        self._rate.add(max(1, in_flight) / rtt_s, now)
-        best_rtt, best_rate = self._rtt.best(), self._rate.best()
-        assert best_rtt is not None
-        assert best_rate is not None
-        fill = best_rate * max(best_rtt, o.slack_s)
-        self.limit = min(o.ceiling, max(o.floor, o.gain * fill))
+        best = self._rtt.best()
+        self._rtt.add(rtt_s, now, counts=in_flight <= 1 or best is None or rtt_s < best)
+        best = self._rtt.best()
+        assert best is not None
+        good_pace = rtt_s <= o.tolerance * max(best, o.slack_s)
+        self._held.add(max(1, in_flight), now, counts=good_pace)
+        held = self._held.best()
+        if held is None:
+            return  # nothing carried at a good pace yet: the limit stays as it is
+        self.limit = min(o.ceiling, max(o.floor, o.gain * held))
 
 
 @dataclass(slots=True)
