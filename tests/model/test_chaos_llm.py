@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from hecate.chaos.scenarios import SCENARIOS, available, run
 
 
@@ -24,12 +22,6 @@ async def test_a_mid_generation_kill_loses_nothing_and_changes_no_text(tmp_path:
     assert not failed, (failed, result)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a stage killed under eight generations at once still ends several in "
-    "unrecoverable, and full rate came back 5.3 s after the node's heartbeat: batched "
-    "decoding, admission control and circuits revived by node.up are meant to fix it",
-)
 async def test_many_users_and_a_stage_killed_lose_nothing_and_the_swarm_comes_back(
     tmp_path: Path,
 ) -> None:

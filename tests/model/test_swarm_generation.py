@@ -67,11 +67,7 @@ def start(
             }
         )
     )
-    # A node that computes a model step on a busy machine can fall silent past the
-    # default 300 ms and be called down while healthy: its generation is then replayed
-    # once more than the kill alone causes, and runs into the migration limit. Two
-    # seconds of silence still catches a SIGKILL well inside the 5 s stage timeout.
-    processes.start("telemetry", "telemetry", "--id", "telemetry", "--missed", "20")
+    processes.start("telemetry", "telemetry", "--id", "telemetry")
     processes.start(
         "planner",
         "planner",
