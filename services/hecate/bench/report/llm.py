@@ -209,8 +209,11 @@ Against the issue's targets:
   back to back); and the single process runs its BLAS threads spinning, which a stage
   cannot afford: threads that spin long after a call steal the cores the next stage
   needs. What moved it this far, each measured at the time (the history of this file
-  has the figures): a forward with fewer numpy calls per block, chained steps, the
-  short spin, and decode steps on the node's event loop instead of a worker thread.
+  has the figures): a forward with fewer numpy calls per block, chained steps and the
+  short spin. What took some of it back: every step now runs on the node's compute
+  thread, never on its event loop, so that heartbeats and the bus keep flowing however
+  busy the node is (many users at once made live nodes look dead); the hand-off costs
+  a single user about a tenth of its tokens/s (0.856 before it, measured the same way).
   Stages on separate machines would not share cores and would each spin freely; that
   is not measured here.
 * **single process ≥ {LLM_TARGET_LLAMA}× llama.cpp**: {verdict(met_llama)}
