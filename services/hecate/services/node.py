@@ -133,10 +133,12 @@ class Node:
             StageRequest,
             self.execute,
             codec="msgpack",
-            # Steps are served side by side, so that those arriving while a batch
-            # computes wait together and run as the next batch (one at a time, every
-            # step would run alone). Bounded: past it the subscription waits.
-            concurrency=MAX_BATCH * 4,
+            # A generative node serves steps side by side, so that those arriving while
+            # a batch computes wait together and run as the next batch (one at a time,
+            # every step would run alone); bounded: past it the subscription waits. The
+            # others compute inline in microseconds, where a task per message would
+            # cost more than the work.
+            concurrency=MAX_BATCH * 4 if self.compute is not None else 1,
         )
         run.status = self._status
         await svc.add_raw("roll-call", subjects.NODE_ROLL_CALL, self._on_roll_call)

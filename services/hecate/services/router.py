@@ -361,6 +361,8 @@ class RouterService:
         """Room may have opened on ``model_id``: start who is next in line, in turn per
         tenant, while some pipeline has room. (With no healthy pipeline left at all they
         start too: the route choice then finds a rescue, or the error that says why.)"""
+        if not self.admission.waiting(model_id):
+            return  # the common case, on every answer: nobody in line
         while self.view.router is not None and not self.view.saturated(
             model_id, self.admission.full()
         ):
