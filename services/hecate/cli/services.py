@@ -324,7 +324,7 @@ def add_parsers(sub: Any) -> None:
     router.add_argument(
         "--queue-limit",
         type=int,
-        default=64,
+        default=1024,
         help="requests that may wait per model when every pipeline is at its limit; "
         "past it, rate_limited with a Retry-After",
     )

@@ -43,7 +43,7 @@ class AdmissionDesk(Generic[T]):
         self,
         *,
         limits: LimitOptions = DEFAULT_LIMIT,
-        queue_limit: int = 64,
+        queue_limit: int = 1024,
         tenant_queue_limit: int | None = None,
         max_wait_s: float = 5.0,
     ) -> None:

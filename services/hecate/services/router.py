@@ -112,7 +112,7 @@ class RouterService:
         quota_timeout_s: float = 1.0,
         remember_answers: int = 10_000,
         limits: LimitOptions = LimitOptions(),  # noqa: B008 (frozen)
-        queue_limit: int = 64,
+        queue_limit: int = 1024,
         queue_timeout_s: float = 5.0,
     ) -> None:
         self.instance_id = instance_id
