@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hecate.bench.concurrency import PROMPTS  # the benchmark's: short, distinct, one per user
 from hecate.llm.executor import LlmExecutor
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
@@ -25,25 +26,6 @@ MODEL = "smollm2-135m"
 RANGES = [(0, 10), (10, 20), (20, 30)]
 TOKENS = 16
 NEAR_TIE = 1e-3  # logits differ by ~1e-5 between batch and single; a flip above this is a bug
-# The concurrency benchmark's kind of prompt: short, distinct, one per user.
-PROMPTS = (
-    "The capital of France is",
-    "Water boils at a temperature of",
-    "The largest planet in the solar system is",
-    "A good way to learn a new language is",
-    "The first person to walk on the moon was",
-    "Photosynthesis is the process by which",
-    "The main ingredient of bread is",
-    "In computer science, a hash table is",
-    "The tallest mountain on Earth is",
-    "A healthy breakfast usually includes",
-    "The speed of light is about",
-    "Shakespeare wrote a play called",
-    "The chemical symbol for gold is",
-    "Bees are important because they",
-    "The Pacific Ocean is",
-    "To make a cup of tea, first",
-)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import json
 import msgspec
 from nats.aio.client import Client
 
+from hecate.bench.concurrency import PROMPTS
 from hecate.bus import kv as kvs
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
@@ -20,7 +21,6 @@ from hecate.wire.messages import StageReply, StageRequest
 
 from ..integration.conftest import Processes
 from ..integration.waits import until
-from .test_batching import PROMPTS
 from .test_swarm_generation import MODEL
 
 _reply = msgspec.msgpack.Decoder(StageReply)
