@@ -240,3 +240,33 @@ def test_the_desk_lines_up_per_model_and_expires() -> None:
     assert desk.next("m") is None
     assert desk.retry_after_s("m", 2.0) >= 1.0
     assert desk.status()["waiting"] == {}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["began", "ended", "moved", "sample"]),
+            st.sampled_from(["p1", "p2", "p3"]),
+            st.sampled_from(["p1", "p2", "p3"]),
+            st.floats(1e-3, 1.0),
+        ),
+        max_size=80,
+    )
+)
+def test_the_full_set_kept_up_to_date_is_the_one_worked_out(
+    ops: list[tuple[str, str, str, float]],
+) -> None:
+    desk: AdmissionDesk[str] = AdmissionDesk(limits=LimitOptions(initial=2, slack_s=0.0))
+    now = 0.0
+    for op, p, q, rtt in ops:
+        now += rtt
+        if op == "began":
+            desk.began(p)
+        elif op == "ended":
+            desk.ended(p, "m", now)
+        elif op == "moved":
+            desk.moved(p, q)
+        else:
+            desk.sample(p, rtt, now)
+        worked_out = {x for x, n in desk.in_flight.items() if n >= desk.limit(x).capacity}
+        assert set(desk.full()) == worked_out

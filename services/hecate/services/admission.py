@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -56,6 +57,7 @@ class AdmissionDesk(Generic[T]):
         self.limits: dict[str, AdaptiveLimit] = {}
         self.in_flight: defaultdict[str, int] = defaultdict(int)
         self._models: dict[str, _Model[T]] = {}
+        self._full: set[str] = set()
 
     # -- pipelines ---------------------------------------------------------------------
 
@@ -65,30 +67,39 @@ class AdmissionDesk(Generic[T]):
             found = self.limits[pipeline_id] = AdaptiveLimit(self.options)
         return found
 
-    def full(self) -> set[str]:
-        """Pipelines carrying as many requests as their limit allows."""
-        return {p for p, n in self.in_flight.items() if n >= self.limit(p).capacity}
+    def full(self) -> AbstractSet[str]:
+        """Pipelines carrying as many requests as their limit allows. Kept up to date as
+        counts and limits change, not worked out per request: it is asked on every one."""
+        return self._full
+
+    def _check(self, pipeline_id: str) -> None:
+        if self.in_flight[pipeline_id] >= self.limit(pipeline_id).capacity:
+            self._full.add(pipeline_id)
+        else:
+            self._full.discard(pipeline_id)
+
+    def _add(self, pipeline_id: str, delta: int) -> None:
+        self.in_flight[pipeline_id] = max(0, self.in_flight[pipeline_id] + delta)
+        self._check(pipeline_id)
 
     def began(self, pipeline_id: str) -> None:
-        self.in_flight[pipeline_id] += 1
+        self._add(pipeline_id, 1)
 
     def ended(self, pipeline_id: str, model_id: str, now: float) -> None:
-        if self.in_flight[pipeline_id] > 0:
-            self.in_flight[pipeline_id] -= 1
+        self._add(pipeline_id, -1)
         self._model(model_id).finishing.finished(now)
 
     def moved(self, old: str, new: str) -> None:
         """A flight failed over from pipeline ``old`` to ``new``: its load moves too.
         (A rescue is never held back by the limit: the request was admitted already.)"""
-        if old == new:
-            return
-        if self.in_flight[old] > 0:
-            self.in_flight[old] -= 1
-        self.in_flight[new] += 1
+        if old != new:
+            self._add(old, -1)
+            self._add(new, 1)
 
     def sample(self, pipeline_id: str, rtt_s: float, now: float) -> None:
         """One step along ``pipeline_id`` took ``rtt_s``."""
         self.limit(pipeline_id).sample(rtt_s, self.in_flight[pipeline_id], now)
+        self._check(pipeline_id)
 
     # -- the line ----------------------------------------------------------------------
 
