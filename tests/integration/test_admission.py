@@ -8,7 +8,6 @@ stage is answered: the limit is seen at work, not inferred from timings.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,14 +16,13 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
 from hecate.core.admission import LimitOptions
 from hecate.services.router import RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest, StageReply
 
-from .test_router_defects import plan_of, serving, settled
+from .test_router_defects import router_on, settled
 from .waits import until
 
 _reply = msgspec.json.Decoder(InferReply)
@@ -35,25 +33,17 @@ _log = logging.getLogger("hecate.test.admission")
 async def router_with(
     server: NatsServer, nc: Client, *, limit: int, queue_limit: int, queue_timeout_s: float
 ) -> AsyncIterator[RouterService]:
-    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan_of(["a"])))
-    router = RouterService(
-        instance_id="r1",
-        log=_log,
-        stage_timeout_s=600.0,
-        # A fixed limit (floor = ceiling) so that the test knows it.
+    """One single-stage pipeline on node ``a``, whose limit is fixed (floor = ceiling) so
+    that the test knows it."""
+    async with router_on(
+        server,
+        nc,
+        ["a"],
         limits=LimitOptions(initial=limit, floor=limit, ceiling=limit),
         queue_limit=queue_limit,
         queue_timeout_s=queue_timeout_s,
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(router.run(server.url, stop, grace=2.0))
-    try:
-        await until(lambda: serving(nc, router), "the router serves")
+    ) as router:
         yield router
-    finally:
-        stop.set()
-        await task
 
 
 async def ask(nc: Client, inbox: str, prompt: str, tenant: str = "default") -> None:

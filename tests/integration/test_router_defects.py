@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import msgspec
 import nats
@@ -84,14 +85,13 @@ async def serving(nc: Client, router: RouterService) -> bool:
 
 @asynccontextmanager
 async def router_on(
-    server: NatsServer, nc: Client, nodes: list[str], *, max_attempts: int = 3
+    server: NatsServer, nc: Client, nodes: list[str], **options: Any
 ) -> AsyncIterator[RouterService]:
+    """A router in this process on a plan of ``nodes``; ``options`` go to RouterService."""
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan_of(nodes)))
     # Stages never time out by themselves here: the test decides when a sweep happens.
-    router = RouterService(
-        instance_id="r1", log=_log, stage_timeout_s=600.0, max_attempts=max_attempts
-    )
+    router = RouterService(instance_id="r1", log=_log, stage_timeout_s=600.0, **options)
     stop = asyncio.Event()
     task = asyncio.create_task(router.run(server.url, stop, grace=2.0))
     try:
