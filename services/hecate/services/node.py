@@ -235,10 +235,7 @@ class Node:
                 # buffers allocated); the second is the one timed, so the figure is a warm
                 # stage's, comparable with what real traffic measures afterwards.
                 await self._offload(self.executor.warm_up, holding)
-                started = time.perf_counter_ns()
-                await self._injected_delay()
-                delayed = time.perf_counter_ns() - started
-                spent = delayed + await self._offload(self.executor.warm_up, holding)
+                spent = await self._measured_pass(holding)
             except Exception as exc:  # unmeasured, as before; never fatal to the node
                 event(
                     self.log,
@@ -276,10 +273,7 @@ class Node:
                 continue  # serving traffic measures it; no warm-up yet, nothing to redo
             for holding in dict.fromkeys(self.holdings):
                 try:
-                    started = time.perf_counter_ns()
-                    await self._injected_delay()
-                    delayed = time.perf_counter_ns() - started
-                    spent = delayed + await self._offload(self.executor.warm_up, holding)
+                    spent = await self._measured_pass(holding)
                 except Exception as exc:  # as a failed warm-up: logged, figure unchanged
                     event(self.log, "re-measure failed", logging.WARNING, error=repr(exc))
                     continue
@@ -287,6 +281,15 @@ class Node:
                     break  # traffic came meanwhile: its figure is the better one
                 self._busy_ns += spent
                 self._latency_ms = spent / 1e6
+
+    async def _measured_pass(self, holding: Holding) -> int:
+        """Nanoseconds of one warm pass over ``holding``, the injected delay included (a
+        sick node measures as sick as it serves)."""
+        assert isinstance(self.executor, WarmsUp)
+        started = time.perf_counter_ns()
+        await self._injected_delay()
+        delayed = time.perf_counter_ns() - started
+        return delayed + await self._offload(self.executor.warm_up, holding)
 
     async def _offload(self, run: Callable[[str, int, int], None], holding: Holding) -> int:
         """``_timed(run, holding)`` off the event loop: on the compute thread of a
