@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -191,20 +191,13 @@ class FairQueue(Generic[T]):
         return None
 
     def expire(self, now: float, max_wait_s: float) -> list[T]:
-        """Take out every item that has waited longer than ``max_wait_s``."""
-        return self.remove(lambda _item, since: now - since > max_wait_s)
-
-    def remove(self, drop: Callable[[T, float], bool]) -> list[T]:
-        """Take out the items ``drop(item, since)`` selects, keeping everyone's order."""
+        """Take out every item that has waited longer than ``max_wait_s``. Each tenant's
+        line is oldest first, so only its head is ever looked at."""
         out: list[T] = []
         for tenant, line in list(self._tenants.items()):
-            kept = deque(w for w in line if not drop(w.item, w.since))
-            if len(kept) == len(line):
-                continue
-            out.extend(w.item for w in line if drop(w.item, w.since))
-            if kept:
-                self._tenants[tenant] = kept
-            else:
+            while line and now - line[0].since > max_wait_s:
+                out.append(line.popleft().item)
+            if not line:
                 del self._tenants[tenant]
         self._size -= len(out)
         return out
