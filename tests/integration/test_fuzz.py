@@ -113,6 +113,8 @@ LISTEN_ONLY = [
     subjects.NODE_ROLL_CALL,
     subjects.breaker_report("gpu"),
     subjects.EVENT_NODE_DOWN,
+    subjects.ROUTER_CANCEL,
+    subjects.node_release("gpu"),
 ]
 SERVICES = ["telemetry", "planner", "breaker", "router-1", *[f"node-{n}" for n, *_ in SWARM_NODES]]
 

@@ -147,6 +147,15 @@ class Compute:
             except TimeoutError:
                 return
 
+    def refuse(self, session: str, error: ExecutorError) -> int:
+        """Fail the steps of ``session`` still waiting for a batch; how many there were."""
+        refused = 0
+        for w in self.waiting:
+            if w.req.session == session and not w.future.done():
+                w.future.set_exception(error)
+                refused += 1
+        return refused
+
     def close(self) -> None:
         """Stop taking batches; a batch computing finishes in its thread, unawaited."""
         if self._task is not None:

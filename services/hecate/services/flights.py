@@ -21,11 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
+from typing import Literal, TypedDict
 
 from opentelemetry.trace import Span
 
 from hecate.core import Route
 from hecate.wire.messages import InferRequest
+
+
+class Usage(TypedDict, total=False):
+    """The token accounting fields of an InferReply."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: Literal["stop", "length"] | None
 
 
 @dataclass(slots=True, eq=False)
@@ -63,6 +72,21 @@ class Flight:
     # Half-open targets whose single probe this flight carries, until their outcome is
     # reported: a probe the flight never delivers must be given back, not kept forever.
     probes: set[str] = field(default_factory=set)
+    finish_reason: Literal["stop", "length"] | None = None  # why the generation ended
+    eos: bool = False  # the model's end token is the last of ``generated``
+
+    def usage(self) -> Usage:
+        """What the answer cost, for its reply: tokens read and written (a generation's
+        end token is not text and not counted) and why it ended. Empty for a model that
+        does not generate token by token."""
+        if self.prompt_tokens is None:
+            return {}
+        written = len(self.generated) - (1 if self.eos else 0)
+        return {
+            "prompt_tokens": len(self.prompt_tokens),
+            "completion_tokens": written,
+            "finish_reason": self.finish_reason,
+        }
 
     def next_send(self) -> str:
         """A fresh token for the stage request about to be published."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
@@ -42,6 +43,7 @@ from hecate.wire.messages import (
     NodeFault,
     NodeJoin,
     NodeLeave,
+    SessionRelease,
     StageReply,
     StageRequest,
 )
@@ -49,6 +51,13 @@ from hecate.wire.messages import (
 _plan = msgspec.json.Decoder(SwarmPlan)
 
 Holding = tuple[str, int, int]  # (model, start, end) from the plan
+# Sessions released by their router, remembered so that a step of one still on its way
+# (chained from the previous node) is refused instead of building its cache again.
+REMEMBER_RELEASED = 4096
+
+
+def _released(session: str) -> ExecutorError:
+    return ExecutorError("cancelled", f"session {session!r} was released by its router")
 
 
 def _timed(run: Callable[[str, int, int], None], holding: Holding) -> int:
@@ -105,6 +114,7 @@ class Node:
         self._relay_prefix = ""
         self._kv: KeyValue | None = None  # the plan bucket, once it exists
         self.compute: Compute | None = None
+        self.released: OrderedDict[str, None] = OrderedDict()
         if getattr(self.executor, "generative", False):
             self.compute = Compute(
                 getattr(self.executor, "step_batch"),  # noqa: B009 (generative)
@@ -142,6 +152,13 @@ class Node:
         )
         run.status = self._status
         await svc.add_raw("roll-call", subjects.NODE_ROLL_CALL, self._on_roll_call)
+        await svc.add_endpoint(
+            "release",
+            subjects.node_release(self.profile.node_id),
+            SessionRelease,
+            self._on_release,
+            traced=False,
+        )
         if self.accept_faults:
             await svc.add_endpoint(
                 "fault", subjects.node_fault(self.profile.node_id), NodeFault, self._on_fault
@@ -395,6 +412,20 @@ class Node:
             ok=True, activation=x if output is None else b"", output=output, compute_ms=ms
         )
 
+    async def _on_release(self, release: SessionRelease, _headers: Mapping[str, str]) -> None:
+        """The router is done with a session: its steps still waiting here are refused,
+        later ones too, and its caches are dropped on the compute thread between two
+        batches (never under a batch that uses them)."""
+        if self.compute is None:
+            return
+        self.released[release.session] = None
+        while len(self.released) > REMEMBER_RELEASED:
+            self.released.popitem(last=False)
+        self.compute.refuse(release.session, _released(release.session))
+        drop = getattr(self.executor, "release", None)
+        if callable(drop):
+            await self.compute.offload(drop, release.session)
+
     async def _generate(self, req: StageRequest) -> StageReply | None:
         """One generation step of a real model, run in a batch with every other step
         waiting on this node (:mod:`hecate.services.compute`), never on the event loop:
@@ -404,6 +435,8 @@ class Node:
         In flight counts the step from its arrival to its answer (queued or computing);
         an injected slowdown is waited out before the step joins the queue."""
         assert self.compute is not None
+        if req.session in self.released:
+            raise ServiceError(_released(req.session).code, _released(req.session).message)
         self.in_flight += 1
         try:
             started = time.perf_counter_ns()
@@ -430,6 +463,7 @@ class Node:
             "batches": self._batches,
             "batched_steps": self._batched_steps,
             "largest_batch": self._largest_batch,
+            "sessions": int(getattr(self.executor, "session_count", lambda: 0)()),
         }
 
     def _batched(self, spent_ns: int, batch: list[Waiting]) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Literal
 
 import msgspec
@@ -55,6 +55,7 @@ from hecate.bus.service import NO_RESPONDERS, Service, error_headers
 from hecate.core import (
     FailoverOptions,
     Recovered,
+    Route,
     RoutingError,
     RoutingRequest,
 )
@@ -70,15 +71,18 @@ from hecate.wire import subjects
 from hecate.wire.messages import (
     ErrorBody,
     FailoverEvent,
+    InferCancel,
     InferReply,
     InferRequest,
     NodeEvent,
+    SessionRelease,
     StageReply,
     StageRequest,
     StreamToken,
 )
 
 _infer = msgspec.json.Decoder(InferRequest)
+_cancel = msgspec.json.Decoder(InferCancel)
 _node_event = msgspec.json.Decoder(NodeEvent)
 _stage_reply = msgspec.msgpack.Decoder(StageReply)
 _msgpack = msgspec.msgpack.Encoder()
@@ -90,6 +94,9 @@ _json = msgspec.json.Encoder()
 REQUEST_FAULTS = frozenset({"payload_too_large", "prompt_too_long", "bad_request"})
 # How often the sweep runs: stage timeouts, held quota admissions, probe leases due.
 SWEEP_S = 0.02
+# Cancels of requests not (yet) in flight here, remembered so that one still waiting for
+# its quota or a place in line is answered ``cancelled`` instead of being run.
+REMEMBER_CANCELS = 4096
 
 
 class RouterService:
@@ -137,6 +144,7 @@ class RouterService:
         self.tracer = self.service.tracer
         self.tracing = self.service.tracing
         self.flights: dict[int, Flight] = {}
+        self.cancels: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._next = 0
         self.view = SwarmView(failover=failover, suspect_s=suspect_s, stale_s=stale_s, log=log)
         self.counters: Counter[str] = Counter()
@@ -185,6 +193,7 @@ class RouterService:
         svc.spawn(self._sweep())
         await svc.add_raw("retries", subjects.ROUTER_RETRIES, self.retries.on_claim)
         await svc.add_raw("node-down", subjects.EVENT_NODE_DOWN, self._on_node_down)
+        await svc.add_raw("cancel", subjects.ROUTER_CANCEL, self._on_cancel)
         self.stats = await svc.add_raw(
             "infer", subjects.INFER_ALL, self._on_infer, queue=subjects.ROUTER_QUEUE
         )
@@ -302,6 +311,16 @@ class RouterService:
         """Admitted: choose a route and send the first stage; or, when every healthy
         pipeline is at its limit, wait in line for room."""
         assert self.view.router is not None
+        if self.cancels and (a.request.tenant, a.request.request_id) in self.cancels:
+            self.counters["cancelled"] += 1
+            a.span.end()
+            return await self._reject(
+                a.reply_to,
+                "cancelled",
+                "the caller cancelled the request",
+                a.model_id,
+                a.request_id,
+            )
         try:
             route, degraded, probes = self.view.choose(
                 a.model_id, RoutingRequest(tokens=a.request.max_tokens), self.admission.full()
@@ -686,6 +705,8 @@ class RouterService:
         self._give_back(flight.probes - kept)
         flight.probes = kept | self.view.take(result.route)
         # A fresh session per attempt: caches a dead route left half-built are never mixed.
+        if flight.prompt_tokens is not None:
+            await self._release(old, flight.session)
         flight.session = f"{flight.request_id}.{flight.attempts}"
         if flight.prompt_tokens is not None:
             # Generation: the rescue route's caches are empty; replay the prompt and every
@@ -759,6 +780,7 @@ class RouterService:
             )
             if cut >= 0:  # a stop string: end here, without it
                 flight.text = [text[:cut]]
+                flight.finish_reason = "stop"
                 return await self._finish(flight, flight.text[0])
         if not reply.eos:
             flight.text.append(reply.text)
@@ -773,6 +795,8 @@ class RouterService:
                     subjects.token_stream(flight.request.stream_to), _json.encode(token)
                 )
         if done:
+            flight.eos = reply.eos
+            flight.finish_reason = "stop" if reply.eos else "length"
             return await self._finish(flight, "".join(flight.text))
         flight.step_tokens = [reply.token]
         flight.stage = 0
@@ -798,6 +822,7 @@ class RouterService:
             attempts=flight.attempts,
             request_id=flight.request_id,
             model_id=flight.model_id,
+            **flight.usage(),
         )
         flight.span.end()
         await self._answer(flight, _json.encode(reply), None)
@@ -823,17 +848,62 @@ class RouterService:
             model_id=flight.model_id,
             error=ErrorBody(code=code, message=message, retry_after_s=retry_after_s),
             retry_after_s=retry_after_s,
+            **flight.usage(),
         )
         await self._answer(flight, _json.encode(reply), error_headers(code, message, retry_after_s))
         await self._admit_waiting(flight.model_id)
 
     async def _answer(self, flight: Flight, body: bytes, headers: dict[str, str] | None) -> None:
-        """Reply to the request and to every retry of it that joined while it ran."""
+        """Reply to the request and to every retry of it that joined while it ran; then
+        a generation's nodes may drop its session."""
         if flight.idempotency is not None:
             self.retries.finished(flight.idempotency, body, headers)
         for reply_to in (flight.reply_to, *flight.also_reply_to):
             if reply_to:
                 await self.service.nc.publish(reply_to, body, headers=headers)
+        if flight.prompt_tokens is not None or flight.generated or flight.position:
+            await self._release(flight.route, flight.session)
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        """A caller gave up: the flight, if it runs here, is answered ``cancelled`` now
+        (its next token is never asked for) and its nodes drop the session. Every
+        replica hears the cancel; one not running the request remembers it, in case the
+        request is still waiting here for its quota or a place in line."""
+        try:
+            cancel = _cancel.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            if msg.reply:
+                await self.service.reply_error(msg.reply, "bad_request", f"invalid cancel: {exc}")
+            return
+        ident = (cancel.tenant, cancel.request_id)
+        key = self.retries.in_progress.get(ident)
+        flight = self.flights.get(key) if key is not None else None
+        if flight is None:
+            self.cancels[ident] = None
+            while len(self.cancels) > REMEMBER_CANCELS:
+                self.cancels.popitem(last=False)
+            return
+        self.counters["cancelled"] += 1
+        flight.span.add_event("cancelled")
+        event(
+            self.log,
+            "cancelled",
+            request_id=flight.request_id,
+            tokens=len(flight.generated),
+        )
+        await self._finish_error(flight, "cancelled", "the caller cancelled the request")
+
+    async def _release(self, route: Route, session: str) -> None:
+        """Tell the route's nodes that ``session`` is over: they drop its caches now,
+        not when they idle out, and refuse any step of it still on its way."""
+        body = _json.encode(SessionRelease(session=session))
+        for node_id in dict.fromkeys(s.node_id for s in route.stages):
+            try:
+                await self.service.nc.publish(subjects.node_release(node_id), body)
+            except Exception as exc:  # disconnected: the caches idle out instead
+                event(self.log, "release not sent", logging.DEBUG, error=repr(exc))
+                return
+        self.counters["sessions_released"] += 1
 
     async def _on_node_down(self, msg: Msg) -> None:
         """Telemetry declared a node dead: a stage already delivered to it will never be

@@ -137,6 +137,19 @@ class LlmExecutor:
         if stage.last:
             stage.logits(hidden)
 
+    def release(self, session: str) -> None:
+        """Drop ``session``'s caches on every range held here. Run it on the compute
+        thread, between batches, like a step."""
+        with self._lock:
+            held = list(self._ranges.values())
+        for sessions in held:
+            sessions.close(session)
+
+    def session_count(self) -> int:
+        """Sessions holding a cache here, over all ranges (read from any thread: a
+        figure for STATS, not a decision)."""
+        return sum(len(s.caches) for s in list(self._ranges.values()))
+
     def limit_payload(self, max_payload: int) -> None:
         """The largest message the bus carries: first-stage chunks are sized to fit it."""
         self.max_payload = max_payload

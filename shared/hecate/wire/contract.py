@@ -206,7 +206,10 @@ INFER_REPLY = Message(
     m.InferReply,
     JSON,
     "The answer (`ok` true).",
-    "`degraded` is true when a reserve model answered; `attempts` counts dispatches.",
+    "`degraded` is true when a reserve model answered; `attempts` counts dispatches. "
+    "`prompt_tokens` and `completion_tokens` count what the model read and wrote, and "
+    "`finish_reason` says why it stopped (`stop`: its end token or a stop string; "
+    "`length`: `max_tokens`); older routers leave them out.",
     narrow={"ok": {"const": True}},
     examples=(
         Example(
@@ -218,6 +221,9 @@ INFER_REPLY = Message(
                 attempts=1,
                 request_id="router-1-7",
                 model_id="toy",
+                prompt_tokens=1,
+                completion_tokens=2,
+                finish_reason="length",
             ),
         ),
     ),
@@ -397,6 +403,22 @@ PROBE_GRANT = Message(
     "Granted to exactly one asker per cooldown (or per expired probe); the others keep "
     "the target out of their routes.",
 )
+INFER_CANCEL = Message(
+    "InferCancel",
+    m.InferCancel,
+    JSON,
+    "The caller gave up on a request (an HTTP client hung up): stop generating it.",
+    "Fire-and-forget; every router replica hears it, the one running `(tenant, "
+    "request_id)` answers the request `cancelled`, stops its token loop and has the "
+    "route's nodes drop the session's KV cache.",
+)
+SESSION_RELEASE = Message(
+    "SessionRelease",
+    m.SessionRelease,
+    JSON,
+    "A router is done with a generation's session: drop its KV cache, refuse its later steps.",
+    "Sent when a generation is answered, cancelled or moved to a rescue route.",
+)
 RETRY_OWNER = Message(
     "RetryOwner", m.RetryOwner, JSON, "The owner of a retried request has answered it."
 )
@@ -558,6 +580,20 @@ RETRIES = Channel(
     "Request/reply among router replicas (no queue group: every replica hears it).",
     (RETRY_CLAIM,),
 )
+CANCEL = Channel(
+    "routerCancel",
+    subjects.ROUTER_CANCEL,
+    "Cancelled requests",
+    "Fire-and-forget, JSON (no queue group: every router replica hears it).",
+    (INFER_CANCEL,),
+)
+NODE_RELEASE = Channel(
+    "nodeRelease",
+    subjects.node_release("{node_id}"),
+    "Sessions a node may drop",
+    "Fire-and-forget, JSON: the router sends it to every node of the session's route.",
+    (SESSION_RELEASE,),
+)
 RETRY_OWNER_CHANNEL = Channel(
     "retryOwner", None, "Retry owners", "The reply subject of a retry claim.", (RETRY_OWNER,)
 )
@@ -610,6 +646,8 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     RETRIES,
     RETRY_OWNER_CHANNEL,
     TOKEN_STREAM,
+    CANCEL,
+    NODE_RELEASE,
 )
 
 # -- operations ------------------------------------------------------------------------------
@@ -645,6 +683,34 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "counts as the node lost: the router fails over and resumes from the last layer "
         "boundary whose activation it holds.",
         reply=STAGE_REPLY_CHANNEL,
+    ),
+    Operation(
+        "client.sendCancel",
+        "client",
+        "send",
+        CANCEL,
+        "Give up on a request still running (an HTTP caller hung up).",
+    ),
+    Operation(
+        "router.receiveCancel",
+        "router",
+        "receive",
+        CANCEL,
+        "Stop the request's token loop and answer it `cancelled`, if it runs here.",
+    ),
+    Operation(
+        "router.sendRelease",
+        "router",
+        "send",
+        NODE_RELEASE,
+        "Tell a route's nodes a session is over.",
+    ),
+    Operation(
+        "node.receiveRelease",
+        "node",
+        "receive",
+        NODE_RELEASE,
+        "Drop the session's KV cache between two batches; refuse later steps of it.",
     ),
     Operation(
         "node.receiveStageRun",

@@ -30,6 +30,8 @@ STATUS: Final[Mapping[str, int]] = {
     "payload_too_large": 413,
     "prompt_too_long": 413,
     "rate_limited": 429,
+    # nginx's "client closed request": the caller hung up, nobody failed.
+    "cancelled": 499,
     "internal": 500,
     "forward_failed": 502,
     "upstream_error": 502,
@@ -58,6 +60,7 @@ INFER_CODES: Final[Mapping[str, str]] = {
     "rate_limited": "the tenant's quota, an upstream, or a swarm with every pipeline busy "
     "and its line full said to slow down; see retry_after_s",
     "draining": "the router stopped before the answer",
+    "cancelled": "the caller cancelled the request (hecate.router.cancel) before its answer",
     "internal": "a fault in HECATE itself, not in the request; the message says where",
 }
 """The codes a caller of ``hecate.infer.<model>`` can receive, and when."""

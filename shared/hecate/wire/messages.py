@@ -80,6 +80,30 @@ class InferReply(msgspec.Struct, frozen=True, kw_only=True):
     # On a rate_limited error: when this caller's own slot comes, and the ticket for it.
     retry_after_s: float | None = None
     quota_ticket: int | None = None
+    # What the answer cost and why it ended, as an OpenAI-style caller accounts for it:
+    # tokens read (the prompt, rendered with the chat template) and written; "stop" when
+    # the model ended (its end token or a stop string), "length" when max_tokens did.
+    # None from a model that does not count tokens.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class InferCancel(msgspec.Struct, frozen=True, kw_only=True):
+    """The caller of ``request_id`` gave up (an HTTP client hung up): whichever router
+    runs it stops its token loop, answers ``cancelled`` and has the nodes drop the
+    session's caches. Sent to every router replica (``hecate.router.cancel``)."""
+
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    tenant: Annotated[str, msgspec.Meta(max_length=128)] = "default"
+
+
+class SessionRelease(msgspec.Struct, frozen=True, kw_only=True):
+    """A router is done with a generation's session (answered, failed over or
+    cancelled): the node drops its KV cache now rather than when it idles out, and
+    refuses later steps of it."""
+
+    session: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
 
 
 # -- routers <-> nodes (msgpack) -------------------------------------------------------

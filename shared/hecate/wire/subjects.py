@@ -20,6 +20,8 @@ ROUTER_QUEUE = "hecate-routers"
 
 
 ROUTER_RETRIES = "hecate.router.retries"  # every replica listens (no queue group)
+# A caller gave up on a request: every replica listens, the one running it acts.
+ROUTER_CANCEL = "hecate.router.cancel"
 
 
 def infer(model_id: str) -> str:
@@ -52,6 +54,11 @@ def inbox_prefix(user: str) -> str:
 def node_run(node_id: str) -> str:
     """Stage execution requests for one node (routers pick the node; no queue group)."""
     return f"hecate.node.{node_id}.run"
+
+
+def node_release(node_id: str) -> str:
+    """Sessions a router is done with: the node drops their KV caches."""
+    return f"hecate.node.{node_id}.release"
 
 
 def node_fault(node_id: str) -> str:
