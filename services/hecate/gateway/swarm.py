@@ -1,0 +1,429 @@
+"""What the gateway knows of the swarm: the plan, telemetry, breakers and the event feed,
+followed live over NATS, for ``/v1/models``, readiness, the swarm gauges and the page.
+
+Listens: KV ``hecate-plan/current`` (the revision is the epoch), ``hecate-telemetry/
+snapshot``, every key of ``hecate-breakers``, and ``hecate.events.>`` (failover, plan,
+node down/up, breaker). Holds: the latest of each, the last events (:class:`Feed`), their
+tallies and a tokens/s window. Decides nothing itself: :func:`hecate.core.swarmreport.report`
+works out what the page, ``/v1/models`` and the gauges show. Publishes nothing.
+
+The state as JSON (``GET /v1/swarm``, and the ``state`` events of ``/v1/swarm/events``)::
+
+    {
+      "at": 1767000000.1,            # wall clock of this gateway
+      "has_plan": true, "epoch": 3,  # the plan's KV revision
+      "nodes_up": 3, "nodes_down": 1, "nodes_draining": 0,
+      "tokens_per_s": 41.2,          # generated tokens this gateway answered, last 5 s
+      "servable_models": ["ncm-base"],
+      "nodes": [{"node_id": "gpu", "health": "up" | "down" | "draining",
+                 "circuit": "closed" | "open" | "half_open",
+                 "serving": true,    # up and circuit closed: a router would send to it
+                 "in_plan": true, "latency_ms": 3.6, "load": 0.2, "in_flight": 1,
+                 "last_seen": 1767000000.0}, ...],
+      "models": [{"model_id": "ncm-base", "role": "base" | "expert" | "reserve",
+                  "layers": 12, "replicas_wanted": 2,
+                  "pipelines": [{"pipeline_id": "ncm-base-r0",
+                                 "complete": true,   # telemetry hears every node
+                                 "servable": true,   # a router would send to it
+                                 "stages": [{"node_id": "gpu", "layer_start": 0,
+                                             "layer_end": 12}]}, ...],
+                  "complete_pipelines": 2, "servable_pipelines": 2,
+                  "live_replicas": [2, 2, ...],  # per layer: distinct up nodes hosting it
+                  "min_live_replicas": 2,
+                  "servable": true, "via_reserve": null}, ...],
+      "counters": {"failovers": {"replica": 4}, "breaker_trips": 0},
+      "feed_rev": 17,
+      "feed": [{"id": 9, "rev": 17, "at": 1767000000.0,
+                "kind": "failover" | "plan" | "node" | "breaker",
+                "tag": "replica",     # failover kind, node/circuit state, plan strategy
+                "text": "ncm-base lost gpu: ncm-base-r0 -> ncm-base-r1 (no responders)",
+                "node_id": "gpu", "model_id": "ncm-base",
+                "count": 3}, ...]     # newest first; like events within 5 s fold
+    }
+
+A ``feed`` line keeps its ``id`` when a like event folds into it (``count`` grows) and
+gets a new ``rev``; ``/v1/swarm/events`` sends ``state`` without ``feed`` after the
+first, and each new or changed line as a ``feed`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from hecate.bus import kv as kvs
+from hecate.bus.logs import event
+from hecate.core import SwarmPlan
+from hecate.core.swarmreport import (
+    Circuit,
+    Feed,
+    FeedEntry,
+    NodeSeen,
+    SwarmReport,
+    Tally,
+    TokenRate,
+    report,
+)
+from hecate.resilience.breaker import BreakerSnapshot
+from hecate.wire import subjects
+from hecate.wire.messages import (
+    BreakerChanged,
+    FailoverEvent,
+    NodeEvent,
+    PlanChanged,
+    TelemetrySnapshot,
+)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+_plan = msgspec.json.Decoder(SwarmPlan)
+_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
+_breaker = msgspec.json.Decoder(BreakerSnapshot)
+_failover = msgspec.json.Decoder(FailoverEvent)
+_plan_changed = msgspec.json.Decoder(PlanChanged)
+_node_event = msgspec.json.Decoder(NodeEvent)
+_breaker_changed = msgspec.json.Decoder(BreakerChanged)
+
+
+class SwarmWatch:
+    """Follows the swarm's state. The interface the rest of the gateway uses:
+    :meth:`run`, :attr:`has_plan`, :meth:`servable_models`, :meth:`count_tokens`,
+    :meth:`snapshot`, :meth:`register_metrics`; the page also waits on :meth:`changed`.
+
+    ``clock`` is the wall clock of events and ``tick`` the monotonic one of the
+    tokens/s window (``count_tokens`` is given ``time.monotonic()``)."""
+
+    def __init__(
+        self,
+        *,
+        feed_size: int = 200,
+        fold_s: float = 5.0,
+        tokens_window_s: float = 5.0,
+        log: logging.Logger | None = None,
+        clock: Callable[[], float] = time.time,
+        tick: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log = log or logging.getLogger("hecate.gateway.swarm")
+        self.clock, self.tick = clock, tick
+        self.plan: SwarmPlan | None = None
+        self.epoch = 0
+        self.telemetry: TelemetrySnapshot | None = None
+        self.circuits: dict[str, Circuit] = {}
+        self.feed = Feed(size=feed_size, fold_s=fold_s)
+        self.tally = Tally()
+        self.tokens = TokenRate(window_s=tokens_window_s)
+        self.version = 0  # grows on every change the page would show
+        self._wake = asyncio.Event()
+        self._report: tuple[int, SwarmReport] | None = None
+        self._doc: tuple[int, dict[str, Any]] | None = None
+
+    # -- the interface -----------------------------------------------------------------
+
+    async def run(self, nc: Client) -> None:
+        """Follow plan, telemetry, breakers and events until cancelled. A bucket not
+        created yet is waited for (its owner may start after the gateway)."""
+        sub = await nc.subscribe(subjects.EVENTS_ALL, cb=self._on_event)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._follow_plan(nc))
+                tg.create_task(self._follow_telemetry(nc))
+                tg.create_task(self._follow_breakers(nc))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    @property
+    def has_plan(self) -> bool:
+        return self.plan is not None
+
+    def servable_models(self) -> list[str]:
+        """Models the current plan can serve: at least one pipeline a router would send
+        to, or, for a model whose pipelines all fail, a reserve model that has one."""
+        return self.report().servable_models()
+
+    def count_tokens(self, n: int, now: float) -> None:
+        """The gateway streamed or answered ``n`` generated tokens at ``now``
+        (``time.monotonic()``), for the live tokens/s."""
+        self.tokens.add(n, now)
+
+    def snapshot(self, *, feed: bool = True) -> dict[str, Any]:
+        """The whole state as JSON-able data (``GET /v1/swarm``; the shape is in the
+        module docstring). ``feed=False`` leaves the feed lines out."""
+        r = self.report()
+        doc: dict[str, Any] = {"at": self.clock(), **self._report_doc()}
+        doc["tokens_per_s"] = round(self.tokens.rate(self.tick()), 2)
+        doc["servable_models"] = r.servable_models()
+        doc["counters"] = {
+            "failovers": dict(self.tally.failovers),
+            "breaker_trips": self.tally.breaker_trips,
+        }
+        doc["feed_rev"] = self.feed.rev
+        if feed:
+            doc["feed"] = [msgspec.to_builtins(e) for e in self.feed.newest_first()]
+        return doc
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """Expose the swarm gauges and event counters on ``registry`` (the gateway's
+        ``/metrics``), read from this watch at each scrape."""
+        registry.register(SwarmCollector(self))
+
+    # -- for the page ------------------------------------------------------------------
+
+    def report(self) -> SwarmReport:
+        """The plan over telemetry and circuits, worked out once per change."""
+        if self._report is None or self._report[0] != self.version:
+            seen = {
+                node_id: NodeSeen(
+                    alive=t.alive,
+                    draining=t.draining,
+                    latency_ms=t.latency_ms,
+                    load=t.load,
+                    in_flight=t.in_flight,
+                    last_seen=t.last_seen,
+                )
+                for node_id, t in (self.telemetry.nodes if self.telemetry else {}).items()
+            }
+            self._report = (self.version, report(self.plan, self.epoch, seen, self.circuits))
+        return self._report[1]
+
+    def _report_doc(self) -> dict[str, Any]:
+        """The report as JSON data (lists, not tuples: what ``GET /v1/swarm`` reads back
+        as), once per change however many pages ask."""
+        if self._doc is None or self._doc[0] != self.version:
+            doc: dict[str, Any] = _decode(_encode(self.report()))
+            self._doc = (self.version, doc)
+        return dict(self._doc[1])
+
+    def feed_since(self, rev: int) -> list[FeedEntry]:
+        return self.feed.since(rev)
+
+    async def changed(self, seen: int) -> int:
+        """The version once it is past ``seen`` (at once if it already is)."""
+        while self.version == seen:
+            await self._wake.wait()
+        return self.version
+
+    def _changed(self) -> None:
+        self.version += 1
+        # Every waiter holds this event; the next change needs a fresh one.
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    # -- what the bus said (the loops below feed these; tests call them directly) -------
+
+    def adopt_plan(self, value: bytes | None, revision: int) -> bool:
+        """The plan bucket's value (None: deleted) at ``revision`` (the epoch)."""
+        try:
+            self.plan = None if value is None else _plan.decode(value)
+        except msgspec.DecodeError as exc:
+            event(self.log, "bad plan ignored", logging.ERROR, error=str(exc))
+            return False
+        self.epoch = revision if value is not None else 0
+        self._changed()
+        return True
+
+    def adopt_telemetry(self, value: bytes | None) -> bool:
+        try:
+            self.telemetry = None if value is None else _telemetry.decode(value)
+        except msgspec.DecodeError as exc:
+            event(self.log, "bad telemetry ignored", logging.ERROR, error=str(exc))
+            return False
+        self._changed()
+        return True
+
+    def adopt_circuit(self, target: str, value: bytes | None) -> bool:
+        """One key of the breaker bucket (None: deleted, the circuit is closed)."""
+        try:
+            state = _breaker.decode(value).state if value else "closed"
+        except msgspec.DecodeError:
+            return False
+        if state == "closed":
+            self.circuits.pop(target, None)
+        else:
+            self.circuits[target] = state
+        self._changed()
+        return True
+
+    # -- following the bus ---------------------------------------------------------------
+
+    async def _follow_plan(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
+        async for value, revision in kvs.watch(kv, subjects.PLAN_KEY):
+            self.adopt_plan(value, revision)
+
+    async def _follow_telemetry(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
+        async for value, _revision in kvs.watch(kv, subjects.TELEMETRY_KEY):
+            self.adopt_telemetry(value)
+
+    async def _follow_breakers(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.BREAKER_BUCKET)
+        watcher = await kv.watchall()
+        try:
+            async for entry in watcher:
+                if entry is not None and entry.key is not None:
+                    self.adopt_circuit(entry.key, entry.value or None)
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+    async def _on_event(self, msg: Msg) -> None:
+        self.take(msg.subject, msg.data)
+
+    def take(self, subject: str, data: bytes) -> bool:
+        """One event from ``hecate.events.>``: into the feed and the tallies. False for
+        a subject this gateway does not know (a newer service's event) or a body that
+        does not decode."""
+        take = _EVENTS.get(subject)
+        if take is None:
+            return False
+        try:
+            take(self, data)
+        except msgspec.DecodeError as exc:
+            event(self.log, "bad event ignored", logging.WARNING, subject=subject, error=str(exc))
+            return False
+        self._changed()
+        return True
+
+    def _failover(self, data: bytes) -> None:
+        e = _failover.decode(data)
+        self.tally.failover(e.kind)
+        to = e.new_route.pipeline_id if e.new_route else "nothing"
+        self.feed.add(
+            "failover",
+            e.kind,
+            f"{e.model_id} lost {e.lost_node}: {e.old_route.pipeline_id} -> {to} ({e.reason})",
+            e.at,
+            node_id=e.lost_node,
+            model_id=e.model_id,
+        )
+
+    def _plan_changed(self, data: bytes) -> None:
+        e = _plan_changed.decode(data)
+        self.feed.add(
+            "plan",
+            e.strategy,
+            f"plan epoch {e.epoch}: {e.pipelines} pipelines ({e.reason})",
+            e.at,
+        )
+
+    def _node(self, data: bytes) -> None:
+        e = _node_event.decode(data)
+        self.feed.add(
+            "node", e.state, f"{e.node_id} {e.state} ({e.reason})", e.at, node_id=e.node_id
+        )
+
+    def _breaker(self, data: bytes) -> None:
+        e = _breaker_changed.decode(data)
+        trip = self.tally.breaker(e.target, e.state)
+        left = f" for {max(e.open_until - e.at, 0):.0f} s" if e.state == "open" else ""
+        what = "tripped open" if trip else e.state.replace("_", "-")
+        self.feed.add(
+            "breaker",
+            e.state,
+            f"circuit of {e.target} {what}{left} ({e.reason})",
+            e.at,
+            node_id=e.target,
+        )
+
+
+_EVENTS: dict[str, Callable[[SwarmWatch, bytes], None]] = {
+    subjects.EVENT_FAILOVER: SwarmWatch._failover,
+    subjects.EVENT_PLAN: SwarmWatch._plan_changed,
+    subjects.EVENT_NODE_DOWN: SwarmWatch._node,
+    subjects.EVENT_NODE_UP: SwarmWatch._node,
+    subjects.EVENT_BREAKER: SwarmWatch._breaker,
+}
+
+
+class SwarmCollector(Collector):
+    """The swarm gauges and event counters, read from a :class:`SwarmWatch` at each
+    scrape (nothing to keep in step between scrapes)."""
+
+    def __init__(self, watch: SwarmWatch) -> None:
+        self.watch = watch
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families().values()
+
+    def collect(self) -> Iterable[Metric]:
+        r, tally = self.watch.report(), self.watch.tally
+        families = self._families()
+        nodes = families["hecate_swarm_nodes"]
+        for health, count in (
+            ("up", r.nodes_up),
+            ("down", r.nodes_down),
+            ("draining", r.nodes_draining),
+        ):
+            nodes.add_metric([health], count)
+        families["hecate_swarm_plan_epoch"].add_metric([], r.epoch)
+        for m in r.models:
+            families["hecate_swarm_pipelines_planned"].add_metric([m.model_id], len(m.pipelines))
+            families["hecate_swarm_pipelines_complete"].add_metric(
+                [m.model_id], m.complete_pipelines
+            )
+            families["hecate_swarm_pipelines_servable"].add_metric(
+                [m.model_id], m.servable_pipelines
+            )
+            families["hecate_swarm_layer_min_live_replicas"].add_metric(
+                [m.model_id], m.min_live_replicas
+            )
+            families["hecate_swarm_model_servable"].add_metric([m.model_id], float(m.servable))
+        for kind, count in sorted(tally.failovers.items()):
+            families["hecate_failovers"].add_metric([kind], count)
+        families["hecate_breaker_trips"].add_metric([], tally.breaker_trips)
+        return families.values()
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+        model = ["model"]
+        families: list[GaugeMetricFamily | CounterMetricFamily] = [
+            GaugeMetricFamily(
+                "hecate_swarm_nodes", "Nodes of the swarm by health (telemetry)", labels=["health"]
+            ),
+            GaugeMetricFamily("hecate_swarm_plan_epoch", "The current plan's epoch (0: none)"),
+            GaugeMetricFamily(
+                "hecate_swarm_pipelines_planned", "Pipelines the plan has per model", labels=model
+            ),
+            GaugeMetricFamily(
+                "hecate_swarm_pipelines_complete",
+                "Pipelines per model whose every node telemetry hears",
+                labels=model,
+            ),
+            GaugeMetricFamily(
+                "hecate_swarm_pipelines_servable",
+                "Pipelines per model a router would send to (every node up, circuits closed)",
+                labels=model,
+            ),
+            GaugeMetricFamily(
+                "hecate_swarm_layer_min_live_replicas",
+                "The fewest up nodes hosting any one layer of the model",
+                labels=model,
+            ),
+            GaugeMetricFamily(
+                "hecate_swarm_model_servable",
+                "1 when the model can be served (its own pipeline, or a reserve)",
+                labels=model,
+            ),
+            CounterMetricFamily(
+                "hecate_failovers",
+                "Failovers the routers announced since this gateway started, by kind",
+                labels=["kind"],
+            ),
+            CounterMetricFamily(
+                "hecate_breaker_trips",
+                "Circuits tripped open (from closed) since this gateway started",
+            ),
+        ]
+        return {f.name: f for f in families}
