@@ -1,0 +1,454 @@
+"""OpenAI's API as the gateway speaks it, without a socket: what a request may ask, the
+swarm request it becomes, the errors a client sees, and every byte of a streamed answer.
+
+Response shapes are checked against the official ``openai`` package's own models, so a
+field the client needs that is missing or mistyped fails here."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from openai.types import Completion as OpenAICompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from hecate.gateway import shapes
+from hecate.gateway.bridge import TicketMemory
+from hecate.gateway.completion import _with_retry_after
+from hecate.gateway.openai import (
+    DEFAULT_MAX_TOKENS,
+    TOLERATED,
+    ApiError,
+    parse,
+    swarm_error,
+)
+from hecate.wire.messages import ChatMessage, ErrorBody, InferReply
+
+CHAT = {"model": "ncm-base", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def chat(**fields: Any) -> bytes:
+    return json.dumps({**CHAT, **fields}).encode()
+
+
+def completion(**fields: Any) -> bytes:
+    return json.dumps({"model": "ncm-base", "prompt": "once", **fields}).encode()
+
+
+def refused(kind: str, body: bytes) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        parse(kind, body)  # type: ignore[arg-type]
+    return caught.value
+
+
+# -- requests ---------------------------------------------------------------------------
+
+
+def test_a_chat_request_becomes_messages_and_a_rendered_prompt_with_the_swarm_defaults() -> None:
+    p = parse(
+        "chat",
+        chat(
+            messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+        ),
+    )
+    r = p.request
+    assert r.messages == [
+        ChatMessage(role="system", content="be brief"),
+        ChatMessage(role="user", content="hi"),
+    ]
+    assert r.prompt == "system: be brief\nuser: hi\nassistant:"  # for prompt-only models
+    assert (r.max_tokens, r.temperature, r.top_p, r.seed, r.stop) == (
+        DEFAULT_MAX_TOKENS,
+        0.0,
+        1.0,
+        None,
+        [],
+    )
+    assert (p.model, p.stream, p.include_usage) == ("ncm-base", False, False)
+
+
+def test_every_supported_field_reaches_the_swarm_request() -> None:
+    p = parse(
+        "chat",
+        chat(
+            max_completion_tokens=7,
+            max_tokens=99,
+            temperature=0.7,
+            top_p=0.9,
+            seed=42,
+            stop="\n\n",
+            user="u-1",
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+    )
+    r = p.request
+    # max_completion_tokens is the newer name and wins over max_tokens
+    assert (r.max_tokens, r.temperature, r.top_p, r.seed, r.stop) == (7, 0.7, 0.9, 42, ["\n\n"])
+    assert p.stream
+    assert p.include_usage
+    assert p.stop == ("\n\n",)
+
+
+def test_completions_take_a_prompt_or_a_list_of_exactly_one() -> None:
+    assert parse("completion", completion()).request.prompt == "once"
+    assert parse("completion", completion(prompt=["twice"])).request.prompt == "twice"
+    assert parse("completion", completion()).request.max_tokens == 16  # OpenAI's default
+    assert parse("completion", completion()).request.messages is None
+    assert refused("completion", completion(prompt=["a", "b"])).param == "prompt"
+    assert refused("completion", completion(prompt=[1, 2])).param == "prompt[0]"
+
+
+def test_roles_and_content_parts() -> None:
+    p = parse(
+        "chat",
+        chat(
+            messages=[
+                {"role": "developer", "content": "x"},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
+            ]
+        ),
+    )
+    assert p.request.messages == [
+        ChatMessage(role="system", content="x"),
+        ChatMessage(role="user", content="ab"),
+    ]
+    tool = refused("chat", chat(messages=[{"role": "tool", "content": "x"}]))
+    assert (tool.status, tool.param) == (400, "messages[0].role")
+    image = [{"type": "image_url", "image_url": {"url": "data:"}}]
+    assert refused("chat", chat(messages=[{"role": "user", "content": image}])).param == (
+        "messages[0].content"
+    )
+    assert refused("chat", chat(messages=[])).param == "messages"
+    assert refused("chat", chat(messages=[{"role": "user", "content": 3}])).param == (
+        "messages[0].content"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 2),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("functions", [{"name": "f"}]),
+        ("logprobs", True),
+        ("top_logprobs", 3),
+        ("response_format", {"type": "json_object"}),
+        ("logit_bias", {"50256": -100}),
+        ("presence_penalty", 0.5),
+        ("frequency_penalty", -1),
+        ("modalities", ["text", "audio"]),
+        ("store", True),
+    ],
+)
+def test_what_the_swarm_cannot_honour_is_a_400_naming_the_field(field: str, value: Any) -> None:
+    error = refused("chat", chat(**{field: value}))
+    assert (error.status, error.type, error.param) == (400, "invalid_request_error", field)
+    assert field in error.message
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 1),
+        ("tools", []),
+        ("tool_choice", "none"),
+        ("logprobs", False),
+        ("presence_penalty", 0),
+        ("frequency_penalty", 0.0),
+        ("response_format", {"type": "text"}),
+        ("parallel_tool_calls", True),
+        ("service_tier", "auto"),
+        ("logit_bias", {}),
+    ],
+)
+def test_the_same_fields_at_their_off_value_are_accepted(field: str, value: Any) -> None:
+    assert TOLERATED[field](value)
+    parse("chat", chat(**{field: value}))
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "param"),
+    [
+        ("chat", chat(frobnicate=1), "frobnicate"),
+        ("completion", completion(tools=[]), "tools"),  # a chat-only field
+        ("chat", chat(echo=False), "echo"),  # a completions-only field
+        ("chat", chat(max_tokens="8"), "max_tokens"),
+        ("chat", chat(max_tokens=0), "max_tokens"),
+        ("chat", chat(max_tokens=5000), "max_tokens"),
+        ("chat", chat(max_completion_tokens=0), "max_completion_tokens"),
+        ("chat", chat(temperature=2.5), "temperature"),
+        ("chat", chat(top_p=0), "top_p"),
+        ("chat", chat(stop=["a", "b", "c", "d", "e"]), "stop"),
+        ("chat", chat(stream_options={"include_usage": True}), "stream_options"),
+        ("chat", b'{"messages": []}', "model"),
+        ("chat", chat(messages=[{"role": 1, "content": "x"}]), "messages[0].role"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(kind: str, body: bytes, param: str) -> None:
+    error = refused(kind, body)
+    assert (error.status, error.param) == (400, param)
+    assert error.body() == {
+        "error": {"message": error.message, "type": "invalid_request_error", "param": param,
+                  "code": None}
+    }  # fmt: skip
+
+
+def test_a_body_that_is_not_a_json_object_is_a_400() -> None:
+    assert refused("chat", b"{nope").status == 400
+    assert refused("chat", b"[1]").status == 400
+
+
+def test_a_model_id_no_swarm_could_serve_is_a_404_without_asking() -> None:
+    error = refused("chat", chat(model="gpt-4o.mini"))
+    assert (error.status, error.code, error.param) == (404, "model_not_found", "model")
+
+
+def test_a_prompt_longer_than_a_request_carries_is_context_length_exceeded() -> None:
+    error = refused("completion", completion(prompt="x" * (64 * 1024 + 1)))
+    assert (error.status, error.code, error.param) == (400, "context_length_exceeded", "prompt")
+
+
+# -- swarm errors -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "type_", "oa_code", "param"),
+    [
+        ("prompt_too_long", 400, "invalid_request_error", "context_length_exceeded", "messages"),
+        ("payload_too_large", 400, "invalid_request_error", "context_length_exceeded", "messages"),
+        ("bad_request", 400, "invalid_request_error", None, None),
+        ("no_such_model", 404, "invalid_request_error", "model_not_found", "model"),
+        ("rate_limited", 429, "requests", "rate_limit_exceeded", None),
+        ("unrecoverable", 503, "server_error", "unrecoverable", None),
+        ("no_healthy_pipeline", 503, "server_error", "no_healthy_pipeline", None),
+        ("no_plan", 503, "server_error", "no_plan", None),
+        ("no_responders", 503, "server_error", "no_router", None),
+        ("unknown_node", 503, "server_error", "unknown_node", None),
+        ("timeout", 504, "server_error", "timeout", None),
+        ("internal", 500, "server_error", "internal", None),
+        ("something_new", 500, "server_error", "something_new", None),
+    ],
+)
+def test_swarm_errors_map_to_openai_statuses(
+    code: str, status: int, type_: str, oa_code: str | None, param: str | None
+) -> None:
+    error = swarm_error(code, "why", kind="chat")
+    assert (error.status, error.type, error.code, error.param) == (status, type_, oa_code, param)
+
+
+def test_a_generation_that_broke_carries_its_partial_text() -> None:
+    error = swarm_error("unrecoverable", "lost", kind="chat", partial="Once upon")
+    assert error.body()["error"]["partial_output"] == "Once upon"
+    assert "partial_output" not in swarm_error("unrecoverable", "lost", kind="chat").body()["error"]
+
+
+@pytest.mark.parametrize(
+    ("wait_s", "ms", "seconds"), [(0.3, "300", "1"), (1.2342, "1235", "2"), (5.0, "5000", "5")]
+)
+def test_a_429_says_the_booked_slot_in_ms_and_whole_seconds_rounded_up(
+    wait_s: float, ms: str, seconds: str
+) -> None:
+    error = _with_retry_after(swarm_error("rate_limited", "slow down", kind="chat"), wait_s)
+    assert dict(error.headers) == {"retry-after-ms": ms, "Retry-After": seconds}
+
+
+# -- responses ---------------------------------------------------------------------------
+
+
+def reply(**fields: Any) -> InferReply:
+    return InferReply(ok=True, **fields)
+
+
+def test_an_answer_cuts_at_a_stop_string_and_counts_what_the_swarm_reported() -> None:
+    a = shapes.answer_of(
+        reply(
+            output="one two. three", prompt_tokens=5, completion_tokens=3, finish_reason="length"
+        ),
+        (".",),
+    )
+    assert (a.text, a.finish_reason) == ("one two", "stop")
+    assert a.usage() == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    # a model that reports nothing: zeros, or the tokens that were streamed
+    assert shapes.answer_of(reply(output="x"), ()).usage()["total_tokens"] == 0
+    assert shapes.answer_of(reply(output="x y"), (), streamed=2).completion_tokens == 2
+    assert shapes.answer_of(reply(output="x", finish_reason="length"), ()).finish_reason == "length"
+
+
+def test_whole_responses_have_openais_shapes() -> None:
+    a = shapes.Answer(text="Paris", finish_reason="stop", prompt_tokens=4, completion_tokens=1)
+    c = ChatCompletion.model_validate_json(shapes.body("chat", "chatcmpl-1", 7, "m", a))
+    assert (c.id, c.object, c.created, c.model) == ("chatcmpl-1", "chat.completion", 7, "m")
+    assert c.choices[0].message.content == "Paris"
+    assert c.choices[0].message.role == "assistant"
+    assert c.choices[0].finish_reason == "stop"
+    assert c.usage is not None
+    assert c.usage.total_tokens == 5
+    t = OpenAICompletion.model_validate_json(shapes.body("completion", "cmpl-1", 7, "m", a))
+    assert (t.object, t.choices[0].text, t.choices[0].finish_reason) == (
+        "text_completion",
+        "Paris",
+        "stop",
+    )
+    assert shapes.response_id("chat", "ab") == "chatcmpl-ab"
+    assert shapes.response_id("completion", "ab") == "cmpl-ab"
+
+
+def events(stream: bytes) -> list[str]:
+    assert stream.endswith(b"\n\n")
+    out = []
+    for frame in stream.split(b"\n\n")[:-1]:
+        assert frame.startswith(b"data: ")
+        assert b"\n" not in frame
+        out.append(frame[6:].decode())
+    return out
+
+
+def test_a_streamed_chat_answer_frame_by_frame() -> None:
+    f = shapes.Frames("chat", "chatcmpl-9", 11, "m", include_usage=False)
+    a = shapes.Answer(text="Hi there", finish_reason="length", prompt_tokens=3, completion_tokens=2)
+    stream = f.start() + f.delta("Hi") + f.delta("") + f.delta(" there") + f.end(a, True, "a,b")
+    data = events(stream)
+    assert data[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate_json(d) for d in data[:-1]]
+    assert {(c.id, c.created, c.object) for c in chunks} == {
+        ("chatcmpl-9", 11, "chat.completion.chunk")
+    }
+    first, *contents, last = chunks
+    assert first.choices[0].delta.role == "assistant"
+    assert first.choices[0].delta.content == ""
+    assert [c.choices[0].delta.content for c in contents] == ["Hi", " there"]
+    assert all(c.choices[0].delta.role is None for c in contents)
+    assert all(c.choices[0].finish_reason is None for c in [first, *contents])
+    assert last.choices[0].finish_reason == "length"
+    assert json.loads(data[-2])["choices"][0]["delta"] == {}
+    assert last.model_extra == {"hecate": {"degraded": True, "route": "a,b"}}
+    assert all("usage" not in json.loads(d) for d in data[:-1])
+
+
+def test_with_include_usage_every_chunk_has_usage_null_and_a_last_one_has_it() -> None:
+    f = shapes.Frames("chat", "chatcmpl-9", 11, "m", include_usage=True)
+    a = shapes.Answer(text="Hi", finish_reason="stop", prompt_tokens=3, completion_tokens=1)
+    data = events(f.start() + f.delta("Hi") + f.end(a, False, "gpu"))
+    docs = [json.loads(d) for d in data[:-1]]
+    assert [d["usage"] for d in docs[:-1]] == [None, None, None]
+    assert docs[-1]["choices"] == []
+    assert docs[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    assert ChatCompletionChunk.model_validate_json(data[-2]).usage is not None
+
+
+def test_a_streamed_completion_has_text_chunks_and_no_role() -> None:
+    f = shapes.Frames("completion", "cmpl-9", 11, "m", include_usage=False)
+    a = shapes.Answer(text="ab", finish_reason="stop", prompt_tokens=0, completion_tokens=0)
+    assert f.start() == b""
+    data = events(f.delta("ab") + f.end(a, False, ""))
+    # As OpenAI streams them (its client reads chunks without validating: the pydantic
+    # model says finish_reason is never null, but in a stream it is until the end).
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert [c["choices"][0]["text"] for c in chunks] == ["ab", ""]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, "stop"]
+    assert {c["object"] for c in chunks} == {"text_completion"}
+    OpenAICompletion.model_validate_json(data[-2])
+
+
+def test_an_error_after_the_stream_began_is_an_error_event_without_done() -> None:
+    frame = shapes.Frames.error(swarm_error("unrecoverable", "lost gpu", kind="chat"))
+    (data,) = events(frame)
+    assert json.loads(data) == {
+        "error": {"message": "lost gpu", "type": "server_error", "param": None,
+                  "code": "unrecoverable"}
+    }  # fmt: skip
+
+
+# -- streaming text around stop strings --------------------------------------------------
+
+words = st.text(alphabet="ab\n.", min_size=0, max_size=4)
+
+
+@given(
+    pieces=st.lists(words, max_size=12),
+    stop=st.lists(st.text("ab\n.", min_size=1, max_size=3), max_size=3),
+)
+def test_streamed_text_never_runs_past_the_answer_and_adds_up_to_it(
+    pieces: list[str], stop: list[str]
+) -> None:
+    """The router streams tokens until the text so far contains a stop string, which it
+    does not stream, and answers the text before the first stop string: whatever the
+    tokens, what was sent is always a prefix of that answer, and sent plus the rest at
+    the end is exactly it."""
+    text, streamed = "", []
+    for piece in pieces:
+        if any(s in text + piece for s in stop):
+            text += piece
+            break
+        text += piece
+        streamed.append(piece)
+    output = shapes.cut_at_stop(text, tuple(stop))[0]
+    s = shapes.StreamText(tuple(stop))
+    sent = ""
+    for piece in streamed:
+        sent += s.add(piece)
+        assert output.startswith(sent)
+    assert sent + s.finish(output) == output
+
+
+def test_only_a_possible_start_of_a_stop_string_is_held_back() -> None:
+    s = shapes.StreamText(("\n\n",))
+    assert s.add("one\n") == "one"
+    assert s.add("two") == "\ntwo"
+    assert s.finish("one\ntwo") == ""
+    assert shapes.StreamText(()).add("a\n") == "a\n"
+
+
+# -- the ticket of a refused request, for its client's retry ------------------------------
+
+
+def test_a_retry_of_the_same_body_gets_its_ticket_once_and_in_order() -> None:
+    t = TicketMemory(grace_s=10)
+    t.remember("acme", "h", 7, 5.0, now=100.0)
+    t.remember("acme", "h", 8, 6.0, now=100.0)
+    assert t.take("other", "h", 101.0) is None  # another tenant's identical body
+    assert t.take("acme", "other", 101.0) is None
+    assert t.take("acme", "h", 105.0) == 7
+    assert t.take("acme", "h", 105.0) == 8
+    assert t.take("acme", "h", 105.0) is None
+    t.remember("acme", "h", 9, 5.0, now=100.0)
+    assert t.take("acme", "h", 115.1) is None  # its slot passed long ago
+    assert len(t) == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5)), max_size=60))
+def test_ticket_memory_stays_within_its_limit(entries: list[tuple[str, int]]) -> None:
+    t = TicketMemory(limit=8)
+    for i, (tenant, body) in enumerate(entries):
+        t.remember(tenant, str(body), i, 1.0, now=0.0)
+        assert len(t) <= 8
+    kept = sum(
+        t.take(tenant, str(b), 0.0) is not None
+        for tenant in "abc"
+        for b in range(6)
+        for _ in range(60)
+    )
+    assert kept == min(8, len(entries))
+
+
+def test_error_replies_decode_as_the_swarm_sends_them() -> None:
+    """The field the bridge reads a 429's slot from, as a router encodes it."""
+    body = msgspec.json.encode(
+        InferReply(
+            ok=False,
+            error=ErrorBody(code="rate_limited", message="m", retry_after_s=2.5),
+            retry_after_s=2.5,
+            quota_ticket=3,
+        )
+    )
+    back = msgspec.json.decode(body, type=InferReply)
+    assert (back.retry_after_s, back.quota_ticket) == (2.5, 3)
