@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(run=_bench)
 
-    from hecate.cli import chaos, client, model, natsconfig, schema, services, up
+    from hecate.cli import chaos, client, gateway, model, natsconfig, schema, services, up
 
     services.add_parsers(sub)
     up.add_parser(sub)
@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     natsconfig.add_parser(sub)
     model.add_parser(sub)
     chaos.add_parser(sub)
+    gateway.add_parsers(sub)
     return parser
 
 
