@@ -105,7 +105,13 @@ class Call:
     async def start(self, headers: dict[str, str] | None) -> None:
         nc = self.bridge.nc
         if self.request.stream_to:
-            self._sub = await nc.subscribe(self.request.stream_to, cb=self._on_token)
+            try:
+                self._sub = await nc.subscribe(self.request.stream_to, cb=self._on_token)
+            except Exception as exc:  # no connection: the caller gets a 503, not a 500
+                self.answered = True
+                message = f"the gateway's bus connection: {exc}"
+                self._events.put_nowait(_failed("no_responders", message, self.request))
+                return
         self._task = asyncio.create_task(self._ask(headers))
 
     async def _on_token(self, msg: Msg) -> None:

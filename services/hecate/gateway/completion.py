@@ -76,11 +76,11 @@ class Completion(Response):
         started = time.perf_counter()
         request = msgspec.structs.replace(p.request, tenant=self.tenant, request_id=self.request_id)
         headers = tracing.inject() if ctx.traced else None
-        ctx.metrics.in_flight.inc()
         call = await ctx.bridge.call(
             p.model, request, body_hash=self.body_hash, stream=p.stream, headers=headers
         )
         watcher = asyncio.create_task(_hang_up_on_disconnect(receive, call))
+        ctx.metrics.in_flight.inc()
         try:
             if p.stream:
                 await self._stream(call, send, started)

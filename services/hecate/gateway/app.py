@@ -1,0 +1,190 @@
+"""The gateway's HTTP surface: a Starlette app, every route a small handler.
+
+Cross-cutting concerns are layers around handlers, not code in each: :func:`openai_errors`
+turns an :class:`ApiError` into OpenAI's error shape, :func:`authorized` resolves the
+caller's tenant from its key (401 otherwise), :class:`Traced` gives each HTTP request a
+span (the swarm call's span is its child). Inference metrics are counted by the answer
+itself (:mod:`hecate.gateway.completion`), since only it knows how a stream ended.
+
+Probes and metrics need no key and touch nothing slow: ``/healthz/live`` answers at
+once; ``/healthz/ready`` pings the routers at most once a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from opentelemetry.trace import SpanKind, Tracer, TracerProvider
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hecate.bus import tracing
+from hecate.gateway import page
+from hecate.gateway.bridge import Bridge
+from hecate.gateway.completion import Completion, Context
+from hecate.gateway.keys import Auth
+from hecate.gateway.metrics import CONTENT_TYPE, Metrics
+from hecate.gateway.openai import ApiError, Kind, parse, unauthorized
+from hecate.gateway.shapes import error_body
+from hecate.gateway.swarm import SwarmWatch
+
+Handler = Callable[[Request], Awaitable[Response]]
+TenantHandler = Callable[[Request, str], Awaitable[Response]]
+
+
+@dataclass
+class Gateway:
+    """Everything the routes use."""
+
+    bridge: Bridge
+    auth: Auth
+    watch: SwarmWatch
+    metrics: Metrics
+    log: logging.Logger
+    tracer_provider: TracerProvider | None = None
+    started: int = field(default_factory=lambda: int(time.time()))
+
+
+def error_response(error: ApiError) -> Response:
+    return Response(
+        error_body(error), error.status, dict(error.headers), media_type="application/json"
+    )
+
+
+def openai_errors(handler: Handler, metrics: Metrics, endpoint: str) -> Handler:
+    """Refusals before the swarm is asked (bad body, no key) in OpenAI's shape, and
+    counted (with no model label: the client's string is not a label)."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as error:
+            metrics.requests.labels(endpoint=endpoint, model="", status=str(error.status)).inc()
+            return error_response(error)
+
+    return guarded
+
+
+def authorized(auth: Auth, handler: TenantHandler) -> Handler:
+    async def check(request: Request) -> Response:
+        authorization = request.headers.get("authorization")
+        tenant = auth.tenant(authorization)
+        if tenant is None:
+            raise unauthorized(
+                "You didn't provide an API key: send Authorization: Bearer <key>."
+                if authorization is None
+                else "Incorrect API key provided."
+            )
+        return await handler(request, tenant)
+
+    return check
+
+
+class Traced:
+    """A server span around each HTTP request, named by its route, never by its path
+    (paths are the client's to choose); its context goes into the NATS headers."""
+
+    def __init__(self, app: ASGIApp, tracer: Tracer, names: frozenset[str]) -> None:
+        self.app = app
+        self.tracer = tracer
+        self.names = names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"] if scope["path"] in self.names else "other"
+        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        with self.tracer.start_as_current_span(
+            f"{scope['method']} {path}", context=tracing.extract(carrier), kind=SpanKind.SERVER
+        ) as span:
+
+            async def send_traced(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    span.set_attribute("http.response.status_code", message["status"])
+                await send(message)
+
+            await self.app(scope, receive, send_traced)
+
+
+def build_app(gw: Gateway) -> Starlette:
+    """The gateway app. Mounts the swarm page's routes when that module is present."""
+    ctx = Context(
+        bridge=gw.bridge,
+        watch=gw.watch,
+        metrics=gw.metrics,
+        log=gw.log,
+        traced=tracing.enabled(gw.tracer_provider),
+    )
+
+    def completions(kind: Kind) -> TenantHandler:
+        async def handle(request: Request, tenant: str) -> Response:
+            body = await request.body()
+            prepared = parse(kind, body)
+            # Same tenant, same body: the client's own retry of a refused request.
+            digest = hashlib.sha256(body).hexdigest()
+            return Completion(ctx, prepared, tenant, digest)
+
+        return handle
+
+    async def models(_request: Request, _tenant: str) -> Response:
+        data = [_model(m, gw.started) for m in gw.watch.servable_models()]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def model(request: Request, _tenant: str) -> Response:
+        model_id = request.path_params["model"]
+        if model_id not in gw.watch.servable_models():
+            raise ApiError(
+                404,
+                f"The model `{model_id}` does not exist.",
+                code="model_not_found",
+                param="model",
+            )
+        return JSONResponse(_model(model_id, gw.started))
+
+    async def live(_request: Request) -> Response:
+        return JSONResponse({"live": True})
+
+    async def ready(_request: Request) -> Response:
+        missing = []
+        if not gw.bridge.connected:
+            missing.append("nats: not connected")
+        elif not await gw.bridge.router_answers():
+            missing.append("router: none answers $SRV.PING")
+        if not gw.watch.has_plan:
+            missing.append("plan: none published yet")
+        return JSONResponse({"ready": not missing, "missing": missing}, 503 if missing else 200)
+
+    async def metrics(_request: Request) -> Response:
+        return Response(gw.metrics.render(), media_type=CONTENT_TYPE)
+
+    def api(endpoint: str, handler: TenantHandler) -> Handler:
+        return openai_errors(authorized(gw.auth, handler), gw.metrics, endpoint)
+
+    routes: list[BaseRoute] = [
+        Route("/v1/chat/completions", api("chat", completions("chat")), methods=["POST"]),
+        Route("/v1/completions", api("completions", completions("completion")), methods=["POST"]),
+        Route("/v1/models", api("models", models), methods=["GET"]),
+        Route("/v1/models/{model}", api("models", model), methods=["GET"]),
+        Route("/healthz/live", live, methods=["GET"]),
+        Route("/healthz/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        *page.routes(gw.watch),
+    ]
+    app = Starlette(routes=routes)
+    if ctx.traced:
+        names = frozenset(r.path for r in routes if isinstance(r, Route))
+        tracer = tracing.tracer(gw.tracer_provider, "hecate.gateway")
+        app.add_middleware(Traced, tracer=tracer, names=names)
+    return app
+
+
+def _model(model_id: str, created: int) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": created, "owned_by": "hecate"}

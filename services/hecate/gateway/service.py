@@ -1,0 +1,114 @@
+"""The ``hecate gateway`` process: one NATS connection, the swarm watch, the HTTP server.
+
+Reads like its table of contents: connect to NATS; follow the swarm (:class:`SwarmWatch`,
+whose collector adds the swarm gauges to ``/metrics``); serve the app with uvicorn until
+SIGTERM/SIGINT; then stop taking connections, let answers in progress finish (bounded),
+and drain the bus connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+import uvicorn
+from nats.aio.client import Client
+from opentelemetry.trace import TracerProvider
+
+from hecate.bus.logs import event
+from hecate.bus.service import connect
+from hecate.core.errors import HecateError
+from hecate.gateway.app import Gateway, build_app
+from hecate.gateway.bridge import Bridge
+from hecate.gateway.keys import Auth
+from hecate.gateway.metrics import METRICS, Metrics
+from hecate.gateway.swarm import SwarmWatch
+
+GRACE_S = 10.0  # answers in progress at shutdown get this long to finish
+
+
+class GatewayService:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        auth: Auth,
+        timeout_s: float,
+        log: logging.Logger,
+        tracer_provider: TracerProvider | None = None,
+        metrics: Metrics = METRICS,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.auth = auth
+        self.timeout_s = timeout_s
+        self.log = log
+        self.tracer_provider = tracer_provider
+        self.metrics = metrics
+
+    async def run(self, url: str, stop: asyncio.Event) -> None:
+        nc = await connect(url, "hecate-gateway")
+        watch = SwarmWatch(log=self.log)
+        watch.register_metrics(self.metrics.registry)
+        following = asyncio.create_task(self._follow(watch, nc))
+        app = build_app(
+            Gateway(
+                bridge=Bridge(nc, timeout_s=self.timeout_s),
+                auth=self.auth,
+                watch=watch,
+                metrics=self.metrics,
+                log=self.log,
+                tracer_provider=self.tracer_provider,
+            )
+        )
+        config = uvicorn.Config(
+            app,
+            host=self.host,
+            port=self.port,
+            log_config=None,
+            lifespan="on",
+            access_log=False,
+            timeout_graceful_shutdown=int(GRACE_S),
+        )
+        server = uvicorn.Server(config)
+        sock = listen(self.host, self.port)  # bound here: port 0's choice is known at once
+        host, port = sock.getsockname()[:2]
+        # Server.serve() would take over SIGTERM/SIGINT and raise them again on exit;
+        # this process handles its own signals (stop), so it runs the inner loop.
+        serving = asyncio.create_task(server._serve(sockets=[sock]))
+        event(self.log, "listening", url=f"http://{host}:{port}/v1", host=host, port=port)
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({stopping, serving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            server.should_exit = True
+            await asyncio.gather(serving, return_exceptions=True)
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+            await nc.drain()
+            event(self.log, "stopped")
+
+    async def _follow(self, watch: SwarmWatch, nc: Client) -> None:
+        try:
+            await watch.run(nc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.log.exception("swarm watch failed")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound socket for the server; a port in use is a :class:`HecateError`."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise HecateError(f"gateway: cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
