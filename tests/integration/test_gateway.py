@@ -43,7 +43,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import InferCancel, InferReply, InferRequest, NodeFault
 
 from .conftest import EXAMPLES, Processes, hecate_argv, start_swarm
-from .waits import GENEROUS_S, until
+from .waits import GENEROUS_S, router_status, until
 
 MODEL = "ncm-base"
 # Tenant "slow": one request every 2 s, none in reserve. A request right after another
@@ -70,7 +70,7 @@ def _key(path: Path, tenant: str) -> str:
     return out.stdout.strip()
 
 
-def _gateway_port(procs: Processes) -> int:
+def gateway_port(procs: Processes) -> int:
     deadline = time.monotonic() + GENEROUS_S
     while time.monotonic() < deadline:
         for line in procs.log("gateway").splitlines():
@@ -110,7 +110,7 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
         procs.start(
             "gateway", "gateway", "--keys", str(keyfile), "--port", "0", "--timeout-s", "60"
         )
-        base = f"http://127.0.0.1:{_gateway_port(procs)}"
+        base = f"http://127.0.0.1:{gateway_port(procs)}"
         deadline = time.monotonic() + GENEROUS_S
         while httpx.get(f"{base}/healthz/ready").status_code != 200:
             assert time.monotonic() < deadline, httpx.get(f"{base}/healthz/ready").text
@@ -354,6 +354,12 @@ async def test_a_client_that_hangs_up_cancels_its_request_in_the_swarm(
         )
 
     await until(counted_499, "the hang-up counted")
+
+    async def router_stopped() -> bool:
+        status = await router_status(nc, "router-1")
+        return status is not None and status["counters"].get("cancelled", 0) >= 1
+
+    await until(router_stopped, "the router answered the request cancelled")
 
 
 async def test_models_probes_and_metrics(swarm: Swarm) -> None:

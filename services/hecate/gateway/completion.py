@@ -174,7 +174,8 @@ class Completion(Response):
         last_at = 0.0
         while True:
             item = await call.next()
-            if item is None:
+            if item is None:  # the client hung up mid-stream
+                self.status = 499
                 return
             if isinstance(item, StreamToken):
                 now = time.perf_counter()
