@@ -92,19 +92,25 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
             json.dumps({"tenants": {"slow": {"requests_per_min": SLOW_PER_MIN, "burst": 1}}})
         )
         procs.start("breaker", "breaker", "--id", "breaker", "--quotas", str(quotas))
-        start_swarm(procs, EXAMPLES / "swarm.json", [], routers=0, pipelines=1)
+        # ncm-base on gpu, and the reserve ncm-mini on edge for degraded answers.
+        topology = str(EXAMPLES / "degraded.json")
+        start_swarm(procs, EXAMPLES / "degraded.json", [], routers=0, pipelines=1)
         procs.start(
             "router-1",
             "router",
             "--id",
             "router-1",
+            "--topology",
+            topology,
             "--enforce-quotas",
             "--stage-timeout-ms",
             "30000",  # the disconnect test holds a stage for seconds
             "--quota-timeout-ms",
             str(GENEROUS_S * 1000),
         )
-        procs.start("node-gpu", "node", "--id", "gpu", "--capacity-layers", "12", "--accept-faults")
+        for node, layers in (("gpu", "12"), ("edge", "4")):
+            procs.start(f"node-{node}", "node", "--id", node, "--capacity-layers", layers,
+                        "--accept-faults")  # fmt: skip
         keyfile = tmp / "keys.json"
         keys = {t: _key(keyfile, t) for t in ("alice", "slow")}
         procs.start(
@@ -366,7 +372,7 @@ async def test_models_probes_and_metrics(swarm: Swarm) -> None:
     async with client(swarm) as c:
         models = await c.models.list()
         one = await c.models.retrieve(MODEL)
-    assert [m.id for m in models.data] == [MODEL]
+    assert [m.id for m in models.data] == [MODEL, "ncm-mini"]  # the reserve can serve too
     assert (one.id, one.object, one.owned_by) == (MODEL, "model", "hecate")
     async with httpx.AsyncClient(base_url=swarm.base) as http:
         listed = (await http.get("/v1/models", headers=bearer(swarm))).json()
@@ -432,16 +438,42 @@ async def test_trace_context_goes_to_the_swarm_with_each_request(nc: Client) -> 
     assert headers[-1]["traceparent"].split("-")[1] == trace_id
 
 
-async def test_nothing_to_serve_is_a_503(swarm: Swarm, nc: Client) -> None:
-    """Last in the module: it leaves the node's circuit open."""
+async def test_a_degraded_answer_says_so_and_names_its_route(swarm: Swarm, nc: Client) -> None:
+    """The base model's only node fails every step: the router answers from the reserve
+    model, and the client is told, in headers and in the stream's finishing chunk."""
     await fault(nc, NodeFault(error="internal"))
+    try:
+        async with client(swarm) as c:
+            raw = await c.chat.completions.with_raw_response.create(
+                model=MODEL, messages=CHAT, max_tokens=2
+            )
+            stream = await c.chat.completions.create(
+                model=MODEL, messages=CHAT, max_tokens=2, stream=True
+            )
+            chunks = [chunk async for chunk in stream]
+    finally:
+        await fault(nc, NodeFault())
+    assert raw.headers["x-hecate-degraded"] == "true"
+    assert raw.headers["x-hecate-route"] == "edge"
+    assert raw.parse().choices[0].message.content
+    (finishing,) = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishing.model_extra == {"hecate": {"degraded": True, "route": "edge"}}
+    metrics = await scrape(swarm)
+    assert counted(metrics, "hecate_gateway_degraded_answers_total") >= 2
+
+
+async def test_nothing_to_serve_is_a_503(swarm: Swarm, nc: Client) -> None:
+    """Last in the module: every node fails; it leaves their circuits open."""
+    for node in ("gpu", "edge"):
+        await fault(nc, NodeFault(error="internal"), node)
     try:
         async with client(swarm, max_retries=0) as c:
             with pytest.raises(openai.InternalServerError) as caught:
                 await c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2)
     finally:
-        await fault(nc, NodeFault())
-    assert caught.value.status_code in (500, 503)
+        for node in ("gpu", "edge"):
+            await fault(nc, NodeFault(), node)
+    assert caught.value.status_code == 503
     assert caught.value.type == "server_error"
 
 
@@ -452,8 +484,8 @@ def bearer(swarm: Swarm) -> dict[str, str]:
     return {"authorization": f"Bearer {swarm.keys['alice']}"}
 
 
-async def fault(nc: Client, f: NodeFault) -> None:
-    await nc.request(subjects.node_fault("gpu"), msgspec.json.encode(f), timeout=5)
+async def fault(nc: Client, f: NodeFault, node: str = "gpu") -> None:
+    await nc.request(subjects.node_fault(node), msgspec.json.encode(f), timeout=5)
 
 
 async def scrape(swarm: Swarm) -> str:
