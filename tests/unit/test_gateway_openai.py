@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import msgspec
+import openai
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from openai._streaming import AsyncStream
 from openai.types import Completion as OpenAICompletion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -452,3 +455,33 @@ def test_error_replies_decode_as_the_swarm_sends_them() -> None:
     )
     back = msgspec.json.decode(body, type=InferReply)
     assert (back.retry_after_s, back.quota_ticket) == (2.5, 3)
+
+
+async def test_the_official_client_raises_on_an_error_event_after_the_text_so_far() -> None:
+    """openai-python's own stream reader, fed the bytes a broken generation sends: the
+    deltas before the break arrive, then an ``APIError`` with the code and the partial
+    text."""
+    frames = shapes.Frames("chat", "chatcmpl-1", 1, "m", include_usage=False)
+    broke = swarm_error("unrecoverable", "lost gpu", kind="chat", partial="Once")
+    body = frames.start() + frames.delta("Once") + shapes.Frames.error(broke)
+    url = "http://gateway/v1/chat/completions"
+    response = httpx2.Response(
+        200,
+        content=body,
+        headers={"content-type": "text/event-stream"},
+        request=httpx2.Request("POST", url),
+    )
+    async with openai.AsyncOpenAI(api_key="k", base_url="http://gateway/v1") as client:
+        stream = AsyncStream(cast_to=ChatCompletionChunk, response=response, client=client)
+        got: list[str | None] = []
+
+        async def read() -> None:
+            async for chunk in stream:
+                got.append(chunk.choices[0].delta.content)
+
+        with pytest.raises(openai.APIError) as caught:
+            await read()
+    assert got == ["", "Once"]
+    assert (caught.value.code, caught.value.type) == ("unrecoverable", "server_error")
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["partial_output"] == "Once"
