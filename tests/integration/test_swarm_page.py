@@ -1,41 +1,42 @@
 """The live swarm page in a real browser (Debian's chromium driven by playwright) over a
-real toy swarm: a node SIGKILLed while it carries traffic is shown down, and the
-failover it caused is in the feed, within 2 s, without reloading the page. The JSON at
-``/v1/swarm`` and the swarm gauges say the same."""
+real toy swarm, served by the gateway's own app with OpenAI requests trickling through
+it: a node SIGKILLed while it carries traffic is shown down, and the failover it caused
+is in the feed, within 2 s, without reloading the page. The JSON at ``/v1/swarm`` and
+the swarm gauges on ``/metrics`` say the same."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import msgspec
 import pytest
 import uvicorn
 from nats.aio.client import Client
 from playwright.async_api import Page, async_playwright, expect
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from hecate.gateway import page
+from hecate.gateway.app import Gateway, build_app
+from hecate.gateway.bridge import Bridge
+from hecate.gateway.keys import OpenAccess
+from hecate.gateway.metrics import Metrics
 from hecate.gateway.swarm import SwarmWatch
-from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
 from .waits import routers_ready, until
 
 CHROMIUM = Path("/usr/bin/chromium")
 MODEL = "ncm-base"
-_reply = msgspec.json.Decoder(InferReply)
 
 
 def chromium() -> Path:
@@ -81,19 +82,22 @@ async def serving(app: Starlette) -> AsyncIterator[str]:
         sock.close()
 
 
-async def trickle(nc: Client, watch: SwarmWatch, answered: list[InferReply]) -> None:
-    """One request after another, as a client of the gateway would send them; the
-    tokens each answer carried count towards the page's tokens/s."""
-    body = msgspec.json.encode(InferRequest(prompt="the page is watching", max_tokens=6))
+async def trickle(http: httpx.AsyncClient, answered: list[int]) -> None:
+    """One completion after another through the gateway, as any OpenAI client sends them
+    (the status of each answer in ``answered``)."""
+    body = {"model": MODEL, "prompt": "the page is watching", "max_tokens": 6}
     while True:
         try:
-            msg = await nc.request(subjects.infer(MODEL), body, timeout=3.0)
-        except Exception:
+            r = await http.post("v1/completions", json=body)
+        except httpx.HTTPError:
             continue
-        reply = _reply.decode(msg.data)
-        answered.append(reply)
-        if reply.ok:
-            watch.count_tokens(reply.completion_tokens or 6, time.monotonic())
+        answered.append(r.status_code)
+
+
+async def stopped(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def shot(tab: Page, tmp_path: Path) -> None:
@@ -113,14 +117,24 @@ async def test_a_killed_node_shows_down_with_its_failover_within_two_seconds(
     victim = first.route.stages[0].node_id  # on the cheapest pipeline: it carries the load
 
     watch = SwarmWatch()
-    registry = CollectorRegistry()
-    watch.register_metrics(registry)
     follow = asyncio.create_task(watch.run(client))
-    answered: list[InferReply] = []
+    metrics = Metrics(CollectorRegistry())
+    watch.register_metrics(metrics.registry)  # as the gateway service does
+    gateway = Gateway(
+        bridge=Bridge(client, timeout_s=10.0),
+        auth=OpenAccess(),
+        watch=watch,
+        metrics=metrics,
+        log=logging.getLogger("hecate.test.gateway"),
+    )
+    answered: list[int] = []
     load: list[asyncio.Task[None]] = []
-    app = Starlette(routes=page.routes(watch))
     try:
-        async with serving(app) as url, async_playwright() as pw:
+        async with (
+            serving(build_app(gateway)) as url,
+            httpx.AsyncClient(base_url=url, timeout=15.0) as http,
+            async_playwright() as pw,
+        ):
             browser = await pw.chromium.launch(executable_path=str(browser_path))
             try:
                 tab = await browser.new_page(viewport={"width": 1440, "height": 900})
@@ -128,10 +142,10 @@ async def test_a_killed_node_shows_down_with_its_failover_within_two_seconds(
                 row = tab.locator(f'#nodes tr[data-node="{victim}"]')
                 await expect(row).to_have_attribute("data-health", "up", timeout=15_000)
                 await expect(tab.locator(f'[data-model="{MODEL}"] .seg')).not_to_have_count(0)
+                await expect(tab.locator("#conn")).to_have_text("live")
 
-                load = [asyncio.create_task(trickle(client, watch, answered)) for _ in range(4)]
-                await until(lambda: len(answered) >= 40, "the trickle answered before the kill")
-                await expect(tab.locator("#tokens")).not_to_have_text("0.0")
+                load = [asyncio.create_task(trickle(http, answered)) for _ in range(4)]
+                await until(lambda: answered.count(200) >= 40, "answers before the kill")
                 processes.kill(f"node-{victim}", signal.SIGKILL)
 
                 # Both measured from the kill: the page is told, nobody reloads it.
@@ -143,17 +157,21 @@ async def test_a_killed_node_shows_down_with_its_failover_within_two_seconds(
                 segments = tab.locator(f'.seg[data-node="{victim}"]')
                 await expect(segments.first).to_have_attribute("data-health", "down")
                 await expect(tab.locator("#nodes-down")).to_have_text("1")
-                await until(lambda: answered[-1].ok, "an answer after the kill")
+                await expect(tab.locator("#tokens")).to_have_text(re.compile(r"^\d+\.\d$"))
+                served = len(answered)
+                await until(lambda: len(answered) > served + 10, "answers after the kill")
+                await stopped(load)
                 await shot(tab, tmp_path)
             finally:
                 await browser.close()
 
-            async with httpx.AsyncClient(base_url=url) as http:
-                doc = (await http.get("v1/swarm")).json()
-            html = (await asyncio.to_thread(httpx.get, url)).text
+            doc = (await http.get("v1/swarm")).json()
+            html = (await http.get("")).text
+            exposed = (await http.get("metrics")).text
         assert "<script>" in html
         assert "http://" not in html
         assert "https://" not in html  # nothing fetched from elsewhere
+        assert 200 in answered[served:]
         nodes = {n["node_id"]: n for n in doc["nodes"]}
         assert nodes[victim]["health"] == "down"
         assert doc["counters"]["failovers"].get("replica", 0) >= 1
@@ -164,12 +182,13 @@ async def test_a_killed_node_shows_down_with_its_failover_within_two_seconds(
         assert doc["servable_models"] == watch.servable_models()
         assert MODEL in doc["servable_models"]
 
-        metrics = generate_latest(registry).decode()
-        assert 'hecate_swarm_nodes{health="down"} 1.0' in metrics
-        assert f'hecate_swarm_pipelines_complete{{model="{MODEL}"}}' in metrics
-        assert 'hecate_failovers_total{kind="replica"}' in metrics
-        assert f'hecate_swarm_layer_min_live_replicas{{model="{MODEL}"}}' in metrics
+        lines = exposed.splitlines()
+        assert 'hecate_swarm_nodes{health="down"} 1.0' in lines
+        assert f'hecate_swarm_pipelines_complete{{model="{MODEL}"}} 1.0' in lines
+        assert any(line.startswith('hecate_failovers_total{kind="replica"}') for line in lines)
+        assert any(
+            line.startswith(f'hecate_swarm_layer_min_live_replicas{{model="{MODEL}"}}')
+            for line in lines
+        )
     finally:
-        for task in [*load, follow]:
-            task.cancel()
-        await asyncio.gather(*load, follow, return_exceptions=True)
+        await stopped([*load, follow])
