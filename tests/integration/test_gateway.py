@@ -415,27 +415,61 @@ async def test_trace_context_goes_to_the_swarm_with_each_request(nc: Client) -> 
         headers.append(dict(msg.headers or {}))
 
     sub = await nc.subscribe(subjects.infer(MODEL), cb=observe)
-    app = build_app(
-        Gateway(
-            bridge=Bridge(nc),
-            auth=OpenAccess(),
-            watch=SwarmWatch(),
-            metrics=Metrics(),
-            log=logging.getLogger("hecate.test"),
-            tracer_provider=provider,
-        )
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-        r = await http.post(
-            "/v1/completions", json={"model": MODEL, "prompt": "t", "max_tokens": 1}
-        )
+    async with in_process(nc, tracer_provider=provider) as http:
+        body = {"model": MODEL, "prompt": "t", "max_tokens": 1}
+        r = await http.post("/v1/completions", json=body)
     await sub.unsubscribe()
     assert r.status_code == 200
     (span,) = exporter.get_finished_spans()
     assert span.name == "POST /v1/completions"
     trace_id = format(span.context.trace_id, "032x")
     assert headers[-1]["traceparent"].split("-")[1] == trace_id
+
+
+def in_process(nc: Client, *, timeout_s: float = 60.0, **options: Any) -> httpx.AsyncClient:
+    """The gateway app on this test's NATS connection, called in process (no socket),
+    with a swarm watch that is not running: it has seen no plan."""
+    app = build_app(
+        Gateway(
+            bridge=Bridge(nc, timeout_s=timeout_s),
+            auth=OpenAccess(),
+            watch=SwarmWatch(),
+            metrics=Metrics(),
+            log=logging.getLogger("hecate.test"),
+            **options,
+        )
+    )
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
+
+
+async def test_readiness_says_what_is_missing(nc: Client) -> None:
+    async with in_process(nc) as http:
+        live = await http.get("/healthz/live")
+        ready = await http.get("/healthz/ready")
+    assert live.status_code == 200
+    assert ready.status_code == 503
+    assert ready.json() == {"ready": False, "missing": ["plan: none published yet"]}
+
+
+async def test_no_answer_in_time_is_a_504_and_the_swarm_is_told_to_stop(nc: Client) -> None:
+    cancels: list[InferCancel] = []
+
+    async def on_cancel(msg: Msg) -> None:
+        cancels.append(msgspec.json.decode(msg.data, type=InferCancel))
+
+    sub = await nc.subscribe(subjects.ROUTER_CANCEL, cb=on_cancel)
+    await fault(nc, NodeFault(delay_ms=1_000))  # far past the gateway's 0.1 s below
+    try:
+        async with in_process(nc, timeout_s=0.1) as http:
+            body = {"model": MODEL, "prompt": "late", "max_tokens": 1}
+            r = await http.post("/v1/completions", json=body)
+        await until(lambda: bool(cancels), "the gateway told the routers")
+    finally:
+        await fault(nc, NodeFault())
+        await sub.unsubscribe()
+    assert r.status_code == 504
+    assert r.json()["error"]["code"] == "timeout"
+    assert cancels[0].request_id == r.headers["x-request-id"]
 
 
 async def test_a_degraded_answer_says_so_and_names_its_route(swarm: Swarm, nc: Client) -> None:
