@@ -137,7 +137,10 @@ class Completion(Response):
         code, message = (err.code, err.message) if err else ("internal", "no answer, no error")
         error = swarm_error(code, message, kind=self.prepared.kind, partial=reply.output)
         if error.status == 429:
-            error = _with_retry_after(error, reply.retry_after_s)
+            wait = reply.retry_after_s
+            if wait is None and err is not None:
+                wait = err.retry_after_s
+            error = _with_retry_after(error, wait)
         if error.status >= 500:
             event(self.ctx.log, "swarm error", logging.INFO, code=code, message=message)
         return error
