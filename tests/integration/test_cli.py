@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import ClassVar
 
+import httpx
 import pytest
 
 from hecate.bus.server import NatsServer
@@ -33,9 +35,17 @@ def run(
     )
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 @pytest.mark.parametrize("secure", [False, True], ids=["open", "secure"])
 def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bool) -> None:
     state = tmp_path / "state"
+    port = free_port()
     up = subprocess.Popen(
         [
             *hecate_argv(),
@@ -45,6 +55,8 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
             "--state",
             str(state),
             *(["--secure"] if secure else []),
+            "--gateway",
+            f"127.0.0.1:{port}",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -75,6 +87,25 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
         for node_id, *_ in SWARM_NODES:
             assert node_id in status.stdout
         assert "router router-1: snapshot fresh" in status.stdout
+        # The gateway it started answers over HTTP with the key it made (on the secure
+        # bus too, as its own NATS user), and refuses a caller without one.
+        key = (state / "gateway.key").read_text().strip()
+        assert key not in (state / "gateway-keys.json").read_text()  # only its hash
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=10) as http:
+            body = {"model": "ncm-base", "prompt": "hello from the cli", "max_tokens": 16}
+            ready = time.monotonic() + 30
+            while http.get("/healthz/ready").status_code != 200:
+                assert time.monotonic() < ready, http.get("/healthz/ready").text
+                time.sleep(0.1)
+            answer_http = http.post(
+                "/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+            )
+            assert answer_http.status_code == 200, answer_http.text
+            assert answer_http.json()["choices"][0]["text"] == answer.stdout.strip("\n")
+            assert http.post("/v1/completions", json=body).status_code == 401
+            models = http.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert [m["id"] for m in models.json()["data"]] == ["ncm-base"]
         if secure:  # no credentials, no service
             anonymous = run(
                 "infer", "ncm-base", "hi", "--nats", url_file.read_text().strip(), "--timeout", "2"
@@ -89,6 +120,7 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
     assert up.returncode == 0, out[-2000:]
     assert "Traceback" not in out, out[-3000:]
     assert "hecate up: NATS at nats://127.0.0.1:" in out
+    assert f"OpenAI-compatible API at http://127.0.0.1:{port}/v1" in out
     assert ("secure bus (TLS, one user per role)" in out) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
     assert not url_file.exists()

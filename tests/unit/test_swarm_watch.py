@@ -190,3 +190,15 @@ async def test_the_event_stream_sends_a_state_then_feed_lines_then_fresh_states(
     assert doc["nodes_down"] == 0
     assert doc["counters"]["failovers"] == {"replica": 1}
     await stream.aclose()
+
+
+def test_the_watch_follows_every_event_the_contract_has() -> None:
+    from hecate.gateway.swarm import EVENT_SUBJECTS
+    from hecate.wire import contract
+
+    events = {
+        c.address
+        for c in contract.CHANNELS
+        if c.address and c.address.startswith(subjects.EVENTS_ALL[:-1])
+    }
+    assert set(EVENT_SUBJECTS) == events

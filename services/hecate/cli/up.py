@@ -96,7 +96,45 @@ def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[st
         )
     for n in topo.nodes:
         cmds.append((f"node {n.id}", [*node_argv(n), *common]))
+    # Callers that build a swarm for a measurement leave the gateway out.
+    if getattr(args, "gateway", "off") != "off":
+        host, port = gateway_address(args.gateway)
+        keys = str(Path(args.state) / GATEWAY_KEYS)
+        cmds.append(
+            ("gateway", ["gateway", *common, "--host", host, "--port", str(port), "--keys", keys])
+        )
     return cmds
+
+
+GATEWAY_KEYS = "gateway-keys.json"  # hashes only
+GATEWAY_KEY = "gateway.key"  # the local swarm's own key, readable by its owner only
+
+
+def gateway_address(spec: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``PORT``) of ``--gateway``."""
+    host, _, port = spec.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise HecateError(f"--gateway {spec!r}: expected HOST:PORT, PORT or off") from None
+    if not 0 <= number <= 65535:
+        raise HecateError(f"--gateway {spec!r}: no such port")
+    return host or "127.0.0.1", number
+
+
+def gateway_key(state: Path, tenant: str) -> Path:
+    """The local swarm's API key, made on first use: its hash goes to the gateway's keys
+    file, the key itself to ``<state>/gateway.key`` (mode 0600) for the operator's own
+    clients. A key whose file is gone is made again."""
+    from hecate.gateway.keys import add
+
+    path = state / GATEWAY_KEY
+    if not path.exists():
+        key = add(state / GATEWAY_KEYS, tenant)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+    return path
 
 
 def node_argv(n: NodeEntry) -> list[str]:
@@ -194,6 +232,10 @@ async def up(args: argparse.Namespace) -> int:
         await asyncio.to_thread(server.start)
         url = server.url
     (state / "nats.url").write_text(url + "\n")
+    key_path = None
+    if args.gateway != "off":
+        gateway_address(args.gateway)  # a bad address fails before anything starts
+        key_path = gateway_key(state, bus.tenants[0] if bus and bus.tenants else "default")
     env = node_env(dict(os.environ, HECATE_STATE=str(state)))
     procs: list[tuple[str, asyncio.subprocess.Process]] = []
     pumps: list[asyncio.Task[None]] = []
@@ -240,6 +282,18 @@ async def up(args: argparse.Namespace) -> int:
                 ".venv/bin/hecate status   (Ctrl-C stops everything)",
                 flush=True,
             )
+        if key_path is not None:
+            host, port = gateway_address(args.gateway)
+            base = f"http://{host}:{port}"
+            print(
+                f"hecate up: OpenAI-compatible API at {base}/v1 (API key in {key_path}); "
+                f"the live swarm page at {base}/\n"
+                f"hecate up: try  curl {base}/v1/chat/completions "
+                f'-H "Authorization: Bearer $(cat {key_path})" -H "Content-Type: application/json" '
+                f'-d \'{{"model": "{model}", "messages": '
+                f'[{{"role": "user", "content": "hello swarm"}}]}}\'',
+                flush=True,
+            )
         if args.for_seconds:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.for_seconds)
@@ -247,10 +301,10 @@ async def up(args: argparse.Namespace) -> int:
             await stop.wait()
     finally:
         print("hecate up: stopping", flush=True)
-        # Planner first (a swarm being shut down must not be re-planned around its
-        # departing nodes), then routers (no new requests), then nodes (drain), then the
-        # rest; the server goes last.
-        order = ("planner", "router", "node", "")
+        # The gateway first (no new HTTP requests), then the planner (a swarm being shut
+        # down must not be re-planned around its departing nodes), then routers (no new
+        # requests), then nodes (drain), then the rest; the server goes last.
+        order = ("gateway", "planner", "router", "node", "")
         for prefix in order:
             group = [
                 (label, proc)
@@ -294,5 +348,11 @@ def add_parser(sub: Any) -> None:
         help="lock the bus down: a NATS user per role and tenant, TLS, random passwords",
     )
     add_tenant_option(p, "with --secure: a tenant user")
+    p.add_argument(
+        "--gateway",
+        default="127.0.0.1:8000",
+        metavar="HOST:PORT",
+        help="where the OpenAI-compatible gateway and the swarm page listen, or off",
+    )
     p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=_cmd_up)

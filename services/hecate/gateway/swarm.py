@@ -96,6 +96,15 @@ _node_event = msgspec.json.Decoder(NodeEvent)
 _breaker_changed = msgspec.json.Decoder(BreakerChanged)
 
 
+EVENT_SUBJECTS = (
+    subjects.EVENT_FAILOVER,
+    subjects.EVENT_PLAN,
+    subjects.EVENT_NODE_DOWN,
+    subjects.EVENT_NODE_UP,
+    subjects.EVENT_BREAKER,
+)
+
+
 class SwarmWatch:
     """Follows the swarm's state. The interface the rest of the gateway uses:
     :meth:`run`, :attr:`has_plan`, :meth:`servable_models`, :meth:`count_tokens`,
@@ -133,15 +142,18 @@ class SwarmWatch:
     async def run(self, nc: Client) -> None:
         """Follow plan, telemetry, breakers and events until cancelled. A bucket not
         created yet is waited for (its owner may start after the gateway)."""
-        sub = await nc.subscribe(subjects.EVENTS_ALL, cb=self._on_event)
+        # One subscription per event subject rather than hecate.events.>: a locked-down
+        # bus grants an observer exactly the events of the contract.
+        subs = [await nc.subscribe(subject, cb=self._on_event) for subject in EVENT_SUBJECTS]
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._follow_plan(nc))
                 tg.create_task(self._follow_telemetry(nc))
                 tg.create_task(self._follow_breakers(nc))
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
 
     @property
     def has_plan(self) -> bool:

@@ -48,7 +48,7 @@ class SecureBus:
 
     @property
     def tenants(self) -> tuple[str, ...]:
-        roles = {*permissions.SERVICE_USERS, permissions.OPERATOR}
+        roles = {*permissions.SERVICE_USERS, permissions.GATEWAY, permissions.OPERATOR}
         return tuple(u for u in self.passwords if u not in roles)
 
     def server_env(self) -> dict[str, str]:

@@ -37,11 +37,15 @@ from hecate.wire.subjects import INBOX_ROOT, inbox_prefix
 
 SERVICE_USERS: tuple[str, ...] = ("planner", "telemetry", "router", "breaker", "node")
 OPERATOR = "operator"
+# The HTTP gateway: a client of the swarm (it asks for inference and cancels) that also
+# observes it (events, circuits) for its page, /v1/models and readiness.
+GATEWAY = "gateway"
 # The contract roles each user acts as (the operator also observes events and reads
 # what clients read).
 ACTS_AS: dict[str, tuple[str, ...]] = {
     **{user: (user,) for user in SERVICE_USERS},
     OPERATOR: ("operator", "observer"),
+    GATEWAY: ("client", "observer"),
 }
 DEFAULT_TENANTS: tuple[str, ...] = ("tenant-a", "tenant-b")
 # Channels no deployment grants: fault injection exists for chaos runs only.
@@ -145,6 +149,10 @@ def user_permissions(user: str) -> Permissions:
     subscribe = [*derived.subscribe, f"{inbox_prefix(user)}.>"]
     if user == OPERATOR:
         publish.append("$SRV.>")  # discovery: hecate status
+    elif user == GATEWAY:
+        # Readiness: a router answers a ping (routers may answer any inbox: they
+        # stream to callers).
+        publish.append(f"$SRV.PING.{subjects.SERVICE_NAMES['router']}")
     else:
         subscribe.append("$SRV.>")
         publish.append(f"{inbox_prefix(OPERATOR)}.>")
@@ -186,7 +194,7 @@ def password_variable(user: str) -> str:
 
 def users(tenants: Sequence[str] = DEFAULT_TENANTS) -> dict[str, Permissions]:
     """Every user, in configuration order: the roles, the operator, then the tenants."""
-    out = {user: user_permissions(user) for user in (*SERVICE_USERS, OPERATOR)}
+    out = {user: user_permissions(user) for user in (*SERVICE_USERS, GATEWAY, OPERATOR)}
     for tenant in tenants:
         if not subjects.SLUG.fullmatch(tenant):
             raise ValueError(f"tenant {tenant!r} must match {subjects.SLUG.pattern}")
