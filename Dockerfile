@@ -31,6 +31,9 @@ RUN groupadd --system --gid 10001 hecate \
 
 COPY --from=build /opt/hecate /opt/hecate
 COPY --chown=10001:10001 examples /app/examples
+# The gateway's API keys file lives here (a volume in docker-compose, a Secret in
+# Kubernetes); owned by the service user, so a fresh named volume is too.
+RUN mkdir -p /var/lib/hecate && chown 10001:10001 /var/lib/hecate
 
 WORKDIR /app
 # Numeric, so Kubernetes can verify runAsNonRoot.
