@@ -94,12 +94,17 @@ class GatewayService:
             event(self.log, "stopped")
 
     async def _follow(self, watch: SwarmWatch, nc: Client) -> None:
-        try:
-            await watch.run(nc)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.log.exception("swarm watch failed")
+        """Follow the swarm for the gateway's life: a watch that fails (a bucket deleted
+        under it, a permission it lacks) is logged and started again, never left dead
+        behind a page and a /v1/models that would stop changing."""
+        while True:
+            try:
+                await watch.run(nc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("swarm watch failed; following again in 1 s")
+            await asyncio.sleep(1.0)
 
 
 def listen(host: str, port: int) -> socket.socket:
