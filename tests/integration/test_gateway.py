@@ -275,6 +275,29 @@ async def test_what_cannot_be_honoured_is_a_400_naming_the_field(
     assert caught.value.status_code == 400
 
 
+async def test_bad_input_gets_an_openai_error_and_the_gateway_keeps_serving(swarm: Swarm) -> None:
+    key = {"Authorization": f"Bearer {swarm.keys['alice']}"}
+    async with httpx.AsyncClient(base_url=swarm.base, headers=key, timeout=30) as http:
+        huge = await http.post("/v1/completions", content=b"{" + b" " * (2 * 1024 * 1024))
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(32):
+                yield b"x" * 65536
+
+        # No declared length (chunked): refused while it streams in.
+        streamed = await http.post("/v1/completions", content=chunks())
+        broken = await http.post("/v1/completions", content=b'{"model": ')
+        nowhere = await http.get("/v1/no-such-endpoint")
+        wrong_method = await http.get("/v1/completions")
+        fine = await http.post("/v1/completions", json={"model": MODEL, "prompt": "still here"})
+    for r, status in ((huge, 413), (streamed, 413), (broken, 400), (nowhere, 404)):
+        assert r.status_code == status, r.text
+        assert set(r.json()["error"]) >= {"message", "type", "code", "param"}
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    assert fine.status_code == 200, fine.text
+
+
 async def test_a_refused_request_is_retried_by_the_client_on_its_booked_slot(
     swarm: Swarm, nc: Client
 ) -> None:

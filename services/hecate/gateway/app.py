@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.trace import SpanKind, Tracer, TracerProvider
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -34,6 +35,11 @@ from hecate.gateway.metrics import CONTENT_TYPE, Metrics
 from hecate.gateway.openai import ApiError, Kind, parse, unauthorized
 from hecate.gateway.shapes import error_body
 from hecate.gateway.swarm import SwarmWatch
+
+# The largest request body read: more than any request the bus carries (a router takes
+# 256 KB), so nothing servable is refused, and no client can make the gateway buffer
+# an unbounded body.
+MAX_BODY_BYTES = 1024 * 1024
 
 Handler = Callable[[Request], Awaitable[Response]]
 TenantHandler = Callable[[Request, str], Awaitable[Response]]
@@ -126,7 +132,7 @@ def build_app(gw: Gateway) -> Starlette:
 
     def completions(kind: Kind) -> TenantHandler:
         async def handle(request: Request, tenant: str) -> Response:
-            body = await request.body()
+            body = await read_body(request)
             prepared = parse(kind, body)
             # Same tenant, same body: the client's own retry of a refused request.
             digest = hashlib.sha256(body).hexdigest()
@@ -178,12 +184,47 @@ def build_app(gw: Gateway) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         *page.routes(gw.watch),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
     if ctx.traced:
         names = frozenset(r.path for r in routes if isinstance(r, Route))
         tracer = tracing.tracer(gw.tracer_provider, "hecate.gateway")
         app.add_middleware(Traced, tracer=tracer, names=names)
     return app
+
+
+def too_large() -> ApiError:
+    return ApiError(
+        413,
+        f"The request body is larger than {MAX_BODY_BYTES:,} bytes.",
+        code="request_too_large",
+    )
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused (413) as soon as it is known to pass :data:`MAX_BODY_BYTES`:
+    by its declared length, else while it streams in."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def http_error(_request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such path, method not allowed) in OpenAI's shape."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    message = {404: "No such endpoint.", 405: "Method not allowed."}.get(
+        status, "The server could not answer this request."
+    )
+    code = {404: "unknown_url", 405: "method_not_allowed"}.get(status)
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    return error_response(ApiError(status, message, code=code, headers=headers or {}))
 
 
 def _model(model_id: str, created: int) -> dict[str, object]:
