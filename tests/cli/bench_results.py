@@ -148,6 +148,67 @@ BREAKER = {
 }
 
 
+def _cores(gateway: float) -> dict[str, float]:
+    return {
+        "gateway": gateway,
+        "routers": 0.41,
+        "nodes": 0.52,
+        "nats-server": 0.3,
+        "other services": 0.02,
+        "load generators": 0.25,
+    }
+
+
+GATEWAY = {
+    "toy": {
+        "model": "ncm-base",
+        "topology": "examples/swarm.json",
+        "tokens": 8,
+        "prompts": 8,
+        "latency": {
+            "direct_us": {"p50": 1210.0, "p99": 2950.0, "samples": 2000},
+            "gateway_us": {"p50": 1830.5, "p99": 4100.0, "samples": 2000},
+            "gateway_httpx_us": {"p50": 2850.0, "p99": 6300.0, "samples": 2000},
+            "added_p50_us": 620.5,
+            "added_p99_us": 1150.0,
+            "added_p50_us_httpx": 1640.0,
+            "added_p99_us_httpx": 3350.0,
+            "wrong": {"direct": 0, "gateway": 0, "gateway_httpx": 0},
+            "failed": {"direct": 0, "gateway": 0, "gateway_httpx": 0},
+        },
+        "capacity": {
+            "direct": {"rps": 1650.0, "ok": 8250, "wrong": 0, "failed": 0,
+                       "cores": _cores(0.0), "rounds_rps": [1650.0, 1600.0, 1700.0]},
+            "gateway": {"rps": 1150.0, "ok": 5750, "wrong": 0, "failed": 0,
+                        "cores": _cores(0.97), "rounds_rps": [1150.0, 1100.0, 1180.0]},
+            "ratio_rounds": [0.697, 0.688, 0.694],
+            "ratio": 0.694,
+            "wrong": 0,
+            "failed": 0,
+            "clients": 64,
+            "processes": 2,
+            "seconds": 5.0,
+            "rounds": 3,
+        },
+    },
+    "stream": {
+        "model": "smollm2-135m",
+        "prompt": "The capital of France is",
+        "tokens": 48,
+        "rounds": 5,
+        "added_us": {"p50": 310.0, "p99": 820.0, "max": 1400.0, "samples": 240},
+        "unmatched": 0,
+        "direct_tokens_per_s": 18.2,
+        "gateway_tokens_per_s": 18.0,
+        "direct_tokens_per_s_rounds": [18.2],
+        "gateway_tokens_per_s_rounds": [18.0],
+        "wrong": 0,
+        "text": " Paris.",
+    },
+    "failed_checks": [],
+}  # fmt: skip
+
+
 def _speed(ttft: float, tps: float) -> dict[str, float]:
     return {"ttft_ms": ttft, "tokens_per_s": tps, "gap_ms": 1000 / tps}
 
@@ -235,6 +296,7 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
         "bus": envelope("bus", BUS),
         "herd": envelope("herd", HERD),
         "breaker": envelope("breaker", BREAKER),
+        "gateway": envelope("gateway", GATEWAY),
         "chaos": {**envelope("chaos", CHAOS), "command": "hecate chaos all --results build"},
     }
     if llm:

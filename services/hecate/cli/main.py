@@ -83,6 +83,10 @@ def _run_suite(args: argparse.Namespace) -> object:
             concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
             only_concurrency=args.only_concurrency,
         )
+    if args.suite == "gateway":
+        from hecate.bench.gateway import QUICK, run_gateway_bench
+
+        return run_gateway_bench(**(QUICK if args.quick else {}))
     if args.suite == "breaker":
         from hecate.bench.breaker import run_breaker_bench
 
@@ -151,10 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd", "breaker", "llm", "report"],
+        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "report"],
         help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
         "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
-        "propagation; llm: SmolLM2 generation, single process and across stages; "
+        "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
+        "(toy model; SmolLM2 streaming when pulled); llm: SmolLM2 generation, single "
+        "process and across stages; "
         "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")

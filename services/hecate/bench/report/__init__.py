@@ -26,6 +26,7 @@ from hecate.bench.report.breaker import section_breaker
 from hecate.bench.report.bus import section_bus
 from hecate.bench.report.chaos import TIMELINES, section_chaos
 from hecate.bench.report.core import section_core
+from hecate.bench.report.gateway import section_gateway
 from hecate.bench.report.herd import section_herd
 from hecate.bench.report.llm import section_llm
 from hecate.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
@@ -48,6 +49,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "Shared circuit breakers: how fast an OPEN reaches every router",
         "hecate bench breaker",
         section_breaker,
+    ),
+    (
+        "gateway",
+        "The HTTP gateway: what it adds over a direct NATS request",
+        "hecate bench gateway",
+        section_gateway,
     ),
     (
         "llm",
