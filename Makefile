@@ -71,6 +71,8 @@ bench: $(BENCH_STAMP)
 		|| echo herd >> $(BENCH_FAILED)
 	$(BIN)/hecate bench breaker $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo breaker >> $(BENCH_FAILED)
+	$(BIN)/hecate bench gateway $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo gateway >> $(BENCH_FAILED)
 	$(BIN)/hecate bench llm --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo llm >> $(BENCH_FAILED)
 	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
