@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
 import msgspec
@@ -65,11 +65,18 @@ class Ask:
     model: str
     body: bytes
     expected: str
+    # The body as the gateway turns it into a swarm request, worked out once: a NATS
+    # client has its request at hand, it does not parse JSON to make it.
+    swarm: InferRequest = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        request = parse("completion", self.body).request
+        object.__setattr__(self, "swarm", msgspec.structs.replace(request, tenant=TENANT))
 
     def request(self) -> InferRequest:
-        """The request the gateway makes of this body, as a NATS client makes it."""
-        request = parse("completion", self.body).request
-        return msgspec.structs.replace(request, tenant=TENANT, request_id=uuid.uuid4().hex)
+        """The request the gateway makes of this body (its own id, as every request
+        has), as a NATS client makes it."""
+        return msgspec.structs.replace(self.swarm, request_id=uuid.uuid4().hex)
 
 
 def completion_body(model: str, prompt: str, max_tokens: int, stream: bool = False) -> bytes:
