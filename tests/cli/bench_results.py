@@ -159,6 +159,18 @@ def _cores(gateway: float) -> dict[str, float]:
     }
 
 
+def _level(clients: int, rps: float, gateway: float) -> dict[str, Any]:
+    return {
+        "clients": clients,
+        "rps": rps,
+        "ok": int(rps * 4),
+        "wrong": 0,
+        "failed": 0,
+        "cores": _cores(gateway),
+        "rounds_rps": [rps, rps - 50, rps + 30],
+    }
+
+
 GATEWAY = {
     "toy": {
         "model": "ncm-base",
@@ -177,17 +189,21 @@ GATEWAY = {
             "failed": {"direct": 0, "gateway": 0, "gateway_httpx": 0},
         },
         "capacity": {
-            "direct": {"rps": 1650.0, "ok": 8250, "wrong": 0, "failed": 0,
-                       "cores": _cores(0.0), "rounds_rps": [1650.0, 1600.0, 1700.0]},
-            "gateway": {"rps": 1150.0, "ok": 5750, "wrong": 0, "failed": 0,
-                        "cores": _cores(0.97), "rounds_rps": [1150.0, 1100.0, 1180.0]},
-            "ratio_rounds": [0.697, 0.688, 0.694],
-            "ratio": 0.694,
+            "direct": {
+                "rps": 2420.0, "clients": 256, "growing": True,
+                "levels": [_level(64, 1650.0, 0.0), _level(256, 2420.0, 0.0)],
+            },
+            "gateway": {
+                "rps": 1150.0, "clients": 64, "growing": False,
+                "levels": [_level(64, 1150.0, 0.97), _level(256, 1120.0, 0.99)],
+            },
+            "ratio_rounds": [0.477, 0.469, 0.481],
+            "ratio": 0.477,
             "wrong": 0,
-            "failed": 0,
-            "clients": 64,
+            "failed": 3,
+            "clients": [64, 256],
             "processes": 2,
-            "seconds": 5.0,
+            "seconds": 4.0,
             "rounds": 3,
         },
     },

@@ -33,17 +33,18 @@ def test_a_short_run_checks_every_answer_and_renders(tmp_path: Path) -> None:
     from hecate.bench.gateway import run_gateway_bench
 
     report = run_gateway_bench(
-        samples=30, warmup=5, clients=8, processes=2, seconds=0.5, rounds=1, stream=False
+        samples=30, warmup=5, clients=(8,), processes=2, seconds=0.5, rounds=1, stream=False
     )
     lat = report["toy"]["latency"]
     for path in ("direct", "gateway", "gateway_httpx"):
         assert lat[f"{path}_us"]["samples"] == 30, path  # every answer came and was right
         assert lat["wrong"][path] == lat["failed"][path] == 0
     cap = report["toy"]["capacity"]
-    assert cap["direct"]["ok"] > 0
-    assert cap["gateway"]["ok"] > 0
+    ((direct,), (gateway,)) = (cap["direct"]["levels"], cap["gateway"]["levels"])
+    assert direct["ok"] > 0
+    assert gateway["ok"] > 0
     assert cap["wrong"] == 0
-    assert cap["gateway"]["cores"]["gateway"] > 0  # the gateway process did the work
+    assert gateway["cores"]["gateway"] > 0  # the gateway process did the work
     assert cap["ratio"] == cap["ratio_rounds"][0]
     assert report["failed_checks"] == []
     assert report["verdicts"]["answers_right"] == "met"
@@ -114,8 +115,12 @@ def test_the_report_section_gives_figures_and_verdicts_from_the_saved_result() -
         section
     )
     assert "added p50 ≤ 1 ms: met (+0.62 ms); added p99 ≤ 5 ms: met (+1.15 ms)" in section
-    assert "| through the gateway | 1,150 | 1,150, 1,100, 1,180 | 0.97 |" in section
-    assert "Gateway ÷ direct: **0.694×**" in section
+    assert "| through the gateway | 64 | 1,150 | 1,150, 1,100, 1,180 | 0.97 |" in section
+    assert (
+        "direct 2,420 req/s (at 256 clients, still growing: a floor), through the gateway "
+        "1,150 req/s (at 64 clients). Gateway ÷ direct: **0.477×**"
+    ) in section
+    assert "no answer or an error: 3; a wrong answer: 0." in section
     assert "| added per token, p50 (ms) | 0.310 |" in section
     headline = _section(doc, "Headline")
     assert (

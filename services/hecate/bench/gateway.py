@@ -17,12 +17,14 @@ the benchmark. Two parts:
     and with httpx, which the ``openai`` SDK is built on (what such a client sees;
     the gap between the two is httpx's own time, on the very same requests and
     answers). Added p50 and p99 are the differences of the paths' p50 and p99.
-  - *Capacity*: ``processes`` worker processes keep ``clients`` clients busy in a
-    closed loop (:mod:`hecate.bench.gateway_load`), on NATS directly and through the
-    gateway in turn, for ``rounds`` rounds; each capacity is the median round, the
-    ratio the median of the rounds' ratios. Every process's CPU over each window is
-    read from ``/proc``, the workers' included: the report says which process was the
-    limit and what the load cost.
+  - *Capacity*: ``processes`` worker processes keep N clients busy in a closed loop
+    (:mod:`hecate.bench.gateway_load`), N at each of ``clients``, on NATS directly and
+    through the gateway in turn, for ``rounds`` rounds; each path's capacity is its
+    best level's median round (``growing``: the most clients still gave over 10 %
+    more than the level below, so it is only a floor), the ratio the median of the
+    rounds' ratios of best levels. Every process's CPU over each window is read from
+    ``/proc``, the workers' included: the report says where the time went and what
+    the load cost.
 
 * **SmolLM2 streaming** (only if ``smollm2-135m`` is pulled; never pulled here): ``make
   run``'s swarm (:mod:`hecate.bench.gateway_stream`).
@@ -75,6 +77,7 @@ PATHS = ("direct", "gateway", "gateway_httpx")
 QUICK: dict[str, Any] = {
     "samples": 300,
     "warmup": 30,
+    "clients": (64,),
     "seconds": 1.0,
     "rounds": 1,
     "stream_tokens": 16,
@@ -284,8 +287,8 @@ async def _latency(st: Standing, todo: list[Ask], samples: int, warmup: int) -> 
 
 
 # -- the toy model: capacity --------------------------------------------------------------
-def _window(workers: Workers, seconds: float, pids: dict[str, int]) -> dict[str, Any]:
-    start, end = workers.start(seconds)
+def _window(workers: Workers, seconds: float, clients: int, pids: dict[str, int]) -> dict[str, Any]:
+    start, end = workers.start(seconds, clients)
     time.sleep(max(0.0, start - time.monotonic()))
     before = {label: cpu_s(pid) for label, pid in pids.items()}
     t0 = time.monotonic()
@@ -295,6 +298,7 @@ def _window(workers: Workers, seconds: float, pids: dict[str, int]) -> dict[str,
     tally = workers.collect()
     used["load generators"] = round(tally.cpu_s / seconds, 2)
     return {
+        "clients": clients,
         "rps": round(tally.ok / seconds, 1),
         "ok": tally.ok,
         "wrong": tally.wrong,
@@ -303,43 +307,66 @@ def _window(workers: Workers, seconds: float, pids: dict[str, int]) -> dict[str,
     }
 
 
+def _median_round(figures: list[dict[str, Any]]) -> dict[str, Any]:
+    by_rps = sorted(figures, key=lambda f: float(f["rps"]))
+    return {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
+
+
+GROWING = 1.1  # the most clients gave this much more than the level below: not saturated
+
+
 def _capacity(
     st: Standing,
     todo: list[Ask],
     env: dict[str, str],
     *,
-    clients: int,
+    clients: tuple[int, ...],
     processes: int,
     seconds: float,
     rounds: int,
 ) -> dict[str, Any]:
-    each = max(1, clients // processes)
+    """Each path at each number of clients, the paths and levels taking turns, round
+    after round. A path's capacity is its best level's median round; the ratio is the
+    median over rounds of the best gateway level ÷ the best direct level."""
     started: dict[str, Workers] = {}
-    runs: dict[str, list[dict[str, Any]]] = {"direct": [], "gateway": []}
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {
+        path: {n: [] for n in clients} for path in ("direct", "gateway")
+    }
     try:
-        started["direct"] = Workers("nats", st.url, todo, count=processes, clients=each, env=env)
-        started["gateway"] = Workers("http", st.base, todo, count=processes, clients=each, env=env)
+        started["direct"] = Workers("nats", st.url, todo, count=processes, env=env)
+        started["gateway"] = Workers("http", st.base, todo, count=processes, env=env)
         for workers in started.values():
-            _window(workers, min(seconds, 0.5), {})  # warm up
+            _window(workers, min(seconds, 0.5), clients[0], {})  # warm up
         for _ in range(rounds):
-            for label, workers in started.items():
-                runs[label].append(_window(workers, seconds, st.pids))
+            for n in clients:
+                for label, workers in started.items():
+                    runs[label][n].append(_window(workers, seconds, n, st.pids))
     finally:
         for workers in started.values():
             workers.stop()
     out: dict[str, Any] = {}
-    for label, figures in runs.items():
-        by_rps = sorted(figures, key=lambda f: float(f["rps"]))
-        out[label] = {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
+    best_by_round: dict[str, list[float]] = {}
+    for label, levels in runs.items():
+        medians = [_median_round(levels[n]) for n in clients]
+        best = max(medians, key=lambda f: float(f["rps"]))
+        growing = len(medians) > 1 and medians[-1]["rps"] > GROWING * medians[-2]["rps"]
+        out[label] = {
+            "rps": best["rps"],
+            "clients": best["clients"],
+            "growing": growing,
+            "levels": medians,
+        }
+        best_by_round[label] = [max(levels[n][i]["rps"] for n in clients) for i in range(rounds)]
     ratios = [
-        round(g["rps"] / d["rps"], 3) if d["rps"] else 0.0
-        for d, g in zip(runs["direct"], runs["gateway"], strict=True)
+        round(g / d, 3) if d else 0.0
+        for d, g in zip(best_by_round["direct"], best_by_round["gateway"], strict=True)
     ]
+    every = [f for levels in runs.values() for figures in levels.values() for f in figures]
     out["ratio_rounds"] = ratios
     out["ratio"] = sorted(ratios)[len(ratios) // 2]
-    out["wrong"] = sum(f["wrong"] for r in runs.values() for f in r)
-    out["failed"] = sum(f["failed"] for r in runs.values() for f in r)
-    out["clients"] = each * processes
+    out["wrong"] = sum(f["wrong"] for f in every)
+    out["failed"] = sum(f["failed"] for f in every)
+    out["clients"] = list(clients)
     out["processes"] = processes
     out["seconds"] = seconds
     out["rounds"] = rounds
@@ -350,7 +377,7 @@ def run_toy(
     *,
     samples: int,
     warmup: int,
-    clients: int,
+    clients: tuple[int, ...],
     processes: int,
     seconds: float,
     rounds: int,
@@ -388,9 +415,9 @@ def run_gateway_bench(
     *,
     samples: int = 2000,
     warmup: int = 100,
-    clients: int = 64,
+    clients: tuple[int, ...] = (64, 256),
     processes: int = 2,
-    seconds: float = 5.0,
+    seconds: float = 4.0,
     rounds: int = 3,
     stream: bool = True,
     stream_tokens: int = 48,

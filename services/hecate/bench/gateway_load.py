@@ -40,7 +40,7 @@ from hecate.wire.messages import InferReply, InferRequest
 
 Mode = Literal["nats", "http"]
 TENANT = "default"  # the gateway's tenant for every caller when it runs --open
-START_DELAY_S = 0.1  # the common start, after every worker has read its line
+START_DELAY_S = 0.25  # the common start: every worker has read its line, opened its connections
 TIMEOUT_S = 10.0
 
 
@@ -163,6 +163,7 @@ class Http1:
 class _Window(msgspec.Struct):
     start: float  # time.monotonic()
     seconds: float
+    clients: int  # in this worker
 
 
 class Tally(msgspec.Struct):
@@ -180,13 +181,12 @@ def _cpu_s() -> float:
 
 
 class _Worker:
-    """The worker process: its clients (HTTP connections opened once, or one NATS
-    connection they share) and its windows, one per line on stdin."""
+    """The worker process: its clients (an HTTP connection each, or one NATS connection
+    they share) and its windows, one per line on stdin."""
 
-    def __init__(self, mode: Mode, target: str, clients: int, asks: list[Ask]) -> None:
+    def __init__(self, mode: Mode, target: str, asks: list[Ask]) -> None:
         self.mode = mode
         self.target = target
-        self.clients = clients
         self.asks = asks
         self.nc: Client | None = None
         self.conns: list[Http1] = []
@@ -194,8 +194,6 @@ class _Worker:
     async def run(self) -> None:
         if self.mode == "nats":
             self.nc = await nats.connect(self.target)
-        else:
-            self.conns = [await Http1.open(self.target) for _ in range(self.clients)]
         loop = asyncio.get_running_loop()
         out = sys.stdout.buffer
         out.write(b"ready\n")
@@ -206,18 +204,26 @@ class _Worker:
                 out.write(msgspec.json.encode(tally) + b"\n")
                 out.flush()
         finally:
-            for conn in self.conns:
-                await conn.close()
             if self.nc is not None:
                 await self.nc.close()
 
     async def window(self, window: _Window) -> Tally:
         tally = Tally()
+        if self.mode == "http":
+            # Fresh connections for each window, opened before it starts: the server
+            # closes one left idle (uvicorn after 5 s), and its first request in the
+            # next window would fail for a reason that is not the load.
+            self.conns = [await Http1.open(self.target) for _ in range(window.clients)]
         await asyncio.sleep(max(0.0, window.start - time.monotonic()))
         cpu = _cpu_s()
         stop_at = window.start + window.seconds
-        await asyncio.gather(*(self.client(c, tally, stop_at) for c in range(self.clients)))
-        tally.cpu_s = _cpu_s() - cpu
+        try:
+            await asyncio.gather(*(self.client(c, tally, stop_at) for c in range(window.clients)))
+        finally:
+            tally.cpu_s = _cpu_s() - cpu
+            for conn in self.conns:
+                await conn.close()
+            self.conns = []
         return tally
 
     async def client(self, c: int, tally: Tally, stop_at: float) -> None:
@@ -253,7 +259,7 @@ class _Worker:
 
 class Workers:
     """``count`` worker processes asking ``target`` (a NATS URL, or the gateway's base
-    URL) with ``clients`` clients each; :meth:`run` is one window."""
+    URL); :meth:`start` opens a window, :meth:`collect` reads what it got."""
 
     def __init__(
         self,
@@ -262,11 +268,10 @@ class Workers:
         asks: list[Ask],
         *,
         count: int,
-        clients: int,
         env: dict[str, str],
     ) -> None:
         spec = msgspec.json.encode([(a.model, a.body.decode(), a.expected) for a in asks])
-        argv = [sys.executable, "-m", "hecate.bench.gateway_load", mode, target, str(clients)]
+        argv = [sys.executable, "-m", "hecate.bench.gateway_load", mode, target]
         self.procs = [
             subprocess.Popen(
                 [*argv, spec.decode()], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -282,14 +287,18 @@ class Workers:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def start(self, seconds: float) -> tuple[float, float]:
-        """Open a window of ``seconds`` in every worker at once; when it starts and ends
-        (``time.monotonic()``). :meth:`collect` waits for its tallies."""
-        window = _Window(start=time.monotonic() + START_DELAY_S, seconds=seconds)
-        for proc in self.procs:
+    def start(self, seconds: float, clients: int) -> tuple[float, float]:
+        """Open a window of ``seconds`` in every worker at once, ``clients`` clients in
+        all (shared out evenly); when it starts and ends (``time.monotonic()``).
+        :meth:`collect` waits for its tallies."""
+        start = time.monotonic() + START_DELAY_S
+        n = len(self.procs)
+        for k, proc in enumerate(self.procs):
+            window = _Window(start, seconds, clients // n + (k < clients % n))
             stdin = _pipe(proc.stdin)
             stdin.write(msgspec.json.encode(window) + b"\n")
             stdin.flush()
+        return start, start + seconds
         return window.start, window.start + seconds
 
     def collect(self) -> Tally:
@@ -329,7 +338,7 @@ def _readline(proc: subprocess.Popen[bytes]) -> bytes:
 
 
 def main(argv: list[str]) -> None:
-    name, target, clients, spec = argv
+    name, target, spec = argv
     if name not in ("nats", "http"):
         raise SystemExit(f"unknown mode {name!r}")
     mode: Mode = "nats" if name == "nats" else "http"
@@ -337,7 +346,7 @@ def main(argv: list[str]) -> None:
         Ask(m, body.encode(), expected)
         for m, body, expected in msgspec.json.decode(spec, type=list[tuple[str, str, str]])
     ]
-    run_on_uvloop(_Worker(mode, target, int(clients), asks).run())
+    run_on_uvloop(_Worker(mode, target, asks).run())
 
 
 if __name__ == "__main__":

@@ -75,17 +75,27 @@ def _latency(lat: Doc) -> str:
 def _capacity(cap: Doc | None) -> str:
     if not cap:
         return "The capacity part did not run in this report.\n"
+    paths = (("direct NATS", "direct"), ("through the gateway", "gateway"))
     rows = []
-    for label, key in (("direct NATS requests", "direct"), ("through the gateway", "gateway")):
+    for label, key in paths:
+        for level in cap[key]["levels"]:
+            rounds = ", ".join(num(x, 0) for x in level["rounds_rps"])
+            used = [num(level["cores"].get(r, 0.0), 2) for r in ROLES]
+            rows.append([label, str(level["clients"]), num(level["rps"], 0), rounds, *used])
+    header = ["path", "clients", "req/s (median round)", "rounds", *[f"{r} (cores)" for r in ROLES]]
+
+    def best(key: str) -> str:
         c = cap[key]
-        rounds = ", ".join(num(x, 0) for x in c["rounds_rps"])
-        used = [num(c["cores"].get(r, 0.0), 2) for r in ROLES]
-        rows.append([label, num(c["rps"], 0), rounds, *used])
-    header = ["path", "req/s (median round)", "rounds", *[f"{r} (cores)" for r in ROLES]]
+        floor = ", still growing: a floor" if c["growing"] else ""
+        return f"{num(c['rps'], 0)} req/s (at {c['clients']} clients{floor})"
+
     ratios = ", ".join(num(x, 3) for x in cap["ratio_rounds"])
     return f"""{table(header, rows)}
 
-Gateway ÷ direct: **{num(cap["ratio"], 3)}×** (median of the rounds' ratios: {ratios}).
+Capacity, each path's best level: direct {best("direct")}, through the gateway
+{best("gateway")}. Gateway ÷ direct: **{num(cap["ratio"], 3)}×** (the median of the rounds'
+ratios of best levels: {ratios}). Requests that got no answer or an error:
+{cap["failed"]:,}; a wrong answer: {cap["wrong"]:,}.
 """
 
 
@@ -127,12 +137,13 @@ def section_gateway(env: Doc, img: str) -> tuple[str, list[Target]]:
     stream, stream_figure = _stream(r.get("stream") or {"skipped": "not in this result"})
     load = ""
     if cap:
+        levels = ", ".join(str(n) for n in cap["clients"])
         load = (
-            f"{cap['clients']} clients in {cap['processes']} worker processes "
-            f"(`services/hecate/bench/gateway_load.py`, uvloop; over HTTP each client keeps "
-            f"one keep-alive connection and a minimal HTTP/1.1 client), in a closed loop "
-            f"for {num(cap['seconds'], 1)} s per path, the paths taking turns for "
-            f"{cap['rounds']} round(s)."
+            f"Clients in a closed loop, {levels} of them in {cap['processes']} worker "
+            f"processes (`services/hecate/bench/gateway_load.py`, uvloop; over HTTP each "
+            f"client keeps a keep-alive connection of the minimal HTTP/1.1 client), "
+            f"{num(cap['seconds'], 1)} s per path and level, the paths and levels taking "
+            f"turns for {cap['rounds']} round(s). Only right answers count."
         )
     added50, added99 = lat["added_p50_us"], lat["added_p99_us"]
     text = f"""## The HTTP gateway: what it adds over a direct NATS request
