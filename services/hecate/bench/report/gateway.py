@@ -90,11 +90,14 @@ def _capacity(cap: Doc | None) -> str:
         return f"{num(c['rps'], 0)} req/s (at {c['clients']} clients{floor})"
 
     ratios = ", ".join(num(x, 3) for x in cap["ratio_rounds"])
+    # A floor under the divisor makes the ratio an upper bound, under the dividend a lower.
+    bound = {(False, False): "", (True, False): "≤ ", (False, True): "≥ ", (True, True): "? "}
+    shown = bound[(cap["direct"]["growing"], cap["gateway"]["growing"])]
     return f"""{table(header, rows)}
 
 Capacity, each path's best level: direct {best("direct")}, through the gateway
-{best("gateway")}. Gateway ÷ direct: **{num(cap["ratio"], 3)}×** (the median of the rounds'
-ratios of best levels: {ratios}). Requests that got no answer or an error:
+{best("gateway")}. Gateway ÷ direct: **{shown}{num(cap["ratio"], 3)}×** (the median of the
+rounds' ratios of best levels: {ratios}). Requests that got no answer or an error:
 {cap["failed"]:,}; a wrong answer: {cap["wrong"]:,}.
 """
 
@@ -137,7 +140,8 @@ def section_gateway(env: Doc, img: str) -> tuple[str, list[Target]]:
     stream, stream_figure = _stream(r.get("stream") or {"skipped": "not in this result"})
     load = ""
     if cap:
-        levels = ", ".join(str(n) for n in cap["clients"])
+        *more, last = [str(n) for n in cap["clients"]]
+        levels = f"{', '.join(more)} and {last}" if more else last
         load = (
             f"Clients in a closed loop, {levels} of them in {cap['processes']} worker "
             f"processes (`services/hecate/bench/gateway_load.py`, uvloop; over HTTP each "
