@@ -7,14 +7,16 @@ section, all from measured (or saved) figures alone."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from hecate.bench import provenance
-from hecate.bench.gateway_stream import matched, tokens_per_s
+from hecate.bench.gateway_load import Http1
+from hecate.bench.gateway_stream import SseText, matched, tokens_per_s
 from hecate.bench.report import render
 from hecate.bench.report.gateway import judge
 from hecate.cli.main import main
@@ -72,6 +74,28 @@ def test_tokens_pair_with_their_chunks_in_order_and_by_text() -> None:
     assert tokens_per_s([1.0]) == 0.0
 
 
+def test_sse_text_comes_out_of_frames_however_the_bytes_are_cut() -> None:
+    frames = (
+        b'data: {"choices": [{"text": " Par"}]}\n\n'
+        b'data: {"choices": [{"text": "is"}]}\n\n'
+        b'data: {"choices": [{"text": "", "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    for cut in range(1, len(frames)):
+        sse = SseText()
+        assert sse.feed(frames[:cut]) + sse.feed(frames[cut:]) == [" Par", "is"]
+    with pytest.raises(RuntimeError, match="the stream broke"):
+        SseText().feed(b'data: {"error": {"message": "no node"}}\n\n')
+
+
+async def test_the_minimal_client_reads_a_chunked_body_chunk_by_chunk() -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"5\r\nhello\r\n1;ext=1\r\n!\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n")
+    conn = Http1(reader, cast(asyncio.StreamWriter, None))
+    assert [chunk async for chunk in conn.chunks()] == [b"hello", b"!"]
+    assert await reader.readuntil(b"\r\n") == b"HTTP/1.1 200 OK\r\n"  # the next answer
+
+
 def _report(**changes: Any) -> dict[str, Any]:
     report = json.loads(json.dumps(GATEWAY))
     for path, value in changes.items():
@@ -121,7 +145,7 @@ def test_the_report_section_gives_figures_and_verdicts_from_the_saved_result() -
         "1,150 req/s (at 64 clients). Gateway ÷ direct: **≤ 0.477×**"
     ) in section
     assert "no answer or an error: 3; a wrong answer: 0." in section
-    assert "| added per token, p50 (ms) | 0.310 |" in section
+    assert "| added per token, p50 (ms) | 0.310 | 0.520 |" in section
     headline = _section(doc, "Headline")
     assert (
         "| gateway adds ≤ 1 ms at p50 over a direct NATS request (toy model) | +0.62 ms | met |"

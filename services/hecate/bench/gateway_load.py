@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -150,6 +151,25 @@ class Http1:
         end = head.index(b"\r\n", at + 2)
         body = await self.reader.readexactly(int(head[at + 17 : end]))
         return status, body
+
+    async def stream(self, raw: bytes) -> tuple[int, dict[str, str]]:
+        """Send a request made by :meth:`post_bytes` whose answer streams: its status and
+        headers (lower-case names); :meth:`chunks` then reads the body."""
+        self.writer.write(raw)
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        status, *lines = head.split("\r\n")
+        fields = (line.split(":", 1) for line in lines if ":" in line)
+        return int(status[9:12]), {k.strip().lower(): v.strip() for k, v in fields}
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body of a streamed answer (``transfer-encoding: chunked``), chunk by chunk
+        as each arrives."""
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await self.reader.readuntil(b"\r\n")  # the end of the (empty) trailer
+                return
+            yield (await self.reader.readexactly(size + 2))[:-2]
 
     async def close(self) -> None:
         self.writer.close()
