@@ -415,7 +415,7 @@ def run_gateway_bench(
     *,
     samples: int = 2000,
     warmup: int = 100,
-    clients: tuple[int, ...] = (64, 256),
+    clients: tuple[int, ...] = (32, 128, 512),
     processes: int = 2,
     seconds: float = 4.0,
     rounds: int = 3,

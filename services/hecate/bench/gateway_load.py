@@ -41,7 +41,7 @@ from hecate.wire.messages import InferReply, InferRequest
 
 Mode = Literal["nats", "http"]
 TENANT = "default"  # the gateway's tenant for every caller when it runs --open
-START_DELAY_S = 0.25  # the common start: every worker has read its line, opened its connections
+START_DELAY_S = 0.5  # the common start: every worker has read its line, opened its connections
 TIMEOUT_S = 10.0
 
 
