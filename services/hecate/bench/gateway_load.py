@@ -28,13 +28,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 import nats
 from nats.aio.client import Client
 
-from hecate.bench.generators import run_on_uvloop
+from hecate.bench.generators import readline, run_on_uvloop, stop_workers, writeline
 from hecate.gateway.openai import parse
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
@@ -299,7 +299,7 @@ class Workers:
             for _ in range(count)
         ]
         for proc in self.procs:
-            if _readline(proc) != b"ready\n":
+            if readline(proc) != b"ready\n":
                 self.stop()
                 raise RuntimeError(f"a {mode} load worker did not start")
 
@@ -315,17 +315,14 @@ class Workers:
         n = len(self.procs)
         for k, proc in enumerate(self.procs):
             window = _Window(start, seconds, clients // n + (k < clients % n))
-            stdin = _pipe(proc.stdin)
-            stdin.write(msgspec.json.encode(window) + b"\n")
-            stdin.flush()
+            writeline(proc, msgspec.json.encode(window) + b"\n")
         return start, start + seconds
-        return window.start, window.start + seconds
 
     def collect(self) -> Tally:
         """The tallies of the window :meth:`start` opened, summed over the workers."""
         total = Tally()
         for proc in self.procs:
-            part = msgspec.json.decode(_readline(proc), type=Tally)
+            part = msgspec.json.decode(readline(proc), type=Tally)
             total.ok += part.ok
             total.wrong += part.wrong
             total.failed += part.failed
@@ -333,28 +330,7 @@ class Workers:
         return total
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.stdin is not None:
-                proc.stdin.close()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
-    if stream is None:
-        raise RuntimeError("a load worker has no pipe")
-    return stream
-
-
-def _readline(proc: subprocess.Popen[bytes]) -> bytes:
-    line = _pipe(proc.stdout).readline()
-    if not line:
-        raise RuntimeError(f"a load worker exited (code {proc.poll()})")
-    return line
+        stop_workers(self.procs, timeout_s=10)
 
 
 def main(argv: list[str]) -> None:

@@ -133,7 +133,7 @@ class Generators:
             for _ in range(count)
         ]
         for proc in self.procs:
-            if _readline(proc) != b"ready\n":
+            if readline(proc) != b"ready\n":
                 self.stop()
                 raise RuntimeError(f"a load generator for {subject} did not start")
 
@@ -144,43 +144,49 @@ class Generators:
         n = len(self.procs)
         for k, proc in enumerate(self.procs):
             job = _Offer(rate, seconds, timeout_s, start, k, n)
-            _writeline(proc, msgspec.json.encode(job) + b"\n")
+            writeline(proc, msgspec.json.encode(job) + b"\n")
         sent: dict[int, float] = {}
         replies: dict[int, Reply] = {}
         for proc in self.procs:
-            part = msgspec.json.decode(_readline(proc), type=_Result)
+            part = msgspec.json.decode(readline(proc), type=_Result)
             sent.update(part.sent_at)
             replies.update({i: Reply(at, ok) for i, at, ok in part.replies})
         sent_at = [sent[i] for i in sorted(sent)]
         return {**summarize(rate, seconds, timeout_s, sent_at, replies), "generators": n}
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.stdin is not None:
-                proc.stdin.close()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_workers(self.procs, timeout_s=5)
 
 
-def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+def stop_workers(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Close every worker's stdin (its signal to finish), then wait; kill a straggler."""
+    for proc in procs:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def pipe(stream: IO[bytes] | None) -> IO[bytes]:
     if stream is None:
-        raise RuntimeError("a load generator has no pipe")
+        raise RuntimeError("a load worker has no pipe")
     return stream
 
 
-def _readline(proc: subprocess.Popen[bytes]) -> bytes:
-    line = _pipe(proc.stdout).readline()
+def readline(proc: subprocess.Popen[bytes]) -> bytes:
+    """A worker's next line; an error naming its exit code if it has exited."""
+    line = pipe(proc.stdout).readline()
     if not line:
-        raise RuntimeError(f"a load generator exited (code {proc.poll()})")
+        raise RuntimeError(f"a load worker exited (code {proc.poll()})")
     return line
 
 
-def _writeline(proc: subprocess.Popen[bytes], line: bytes) -> None:
-    stdin = _pipe(proc.stdin)
+def writeline(proc: subprocess.Popen[bytes], line: bytes) -> None:
+    stdin = pipe(proc.stdin)
     stdin.write(line)
     stdin.flush()
 
