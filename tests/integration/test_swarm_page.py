@@ -45,13 +45,19 @@ def chromium() -> Path:
     if not CHROMIUM.exists():
         if shutil.which("apt-get") is None:
             pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install chromium")
-        try:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+
+        def apt(*args: str) -> None:
             subprocess.run(
-                ["apt-get", "install", "-y", "chromium"],
-                check=True,
-                capture_output=True,
-                timeout=900,
+                ["apt-get", *args], check=True, capture_output=True, timeout=900, env=env
             )
+
+        try:
+            try:
+                apt("install", "-y", "-q", "chromium")
+            except subprocess.CalledProcessError:  # stale package lists: refresh, once
+                apt("update", "-q")
+                apt("install", "-y", "-q", "chromium")
         except (subprocess.SubprocessError, OSError) as exc:
             out = getattr(exc, "stderr", b"") or b""
             pytest.fail(
