@@ -22,7 +22,7 @@ from nats.aio.client import Client
 
 from hecate.bus.secure import SecureBus
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command, stop_processes
+from hecate.launch import hecate_command, stop_processes
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import openai
 
-from hecate.cli.up import hecate_command
+from hecate.launch import hecate_command
 from hecate.llm.store import pull
 
 from ..integration.conftest import infer_when_up

@@ -29,7 +29,7 @@ import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command
+from hecate.launch import hecate_command
 from hecate.resilience.breaker import BreakerSnapshot, CircuitBreaker
 from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport

@@ -48,8 +48,8 @@ from hecate.bus import kv as kvs
 from hecate.bus.credentials import Credentials
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command, stop_processes
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.launch import hecate_command, stop_processes
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 

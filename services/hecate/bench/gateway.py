@@ -1,7 +1,7 @@
 """``hecate bench gateway``: what the HTTP gateway adds over asking the swarm on NATS.
 
 The swarm is ``hecate up``'s for the topology, process for process
-(:func:`hecate.cli.up.plan_commands`), on an embedded nats-server, with ``hecate gateway
+(:func:`hecate.launch.plan_commands`), on an embedded nats-server, with ``hecate gateway
 --open --port 0`` beside it as its own process, as in production. Nothing is tuned for
 the benchmark. Two parts:
 
@@ -65,8 +65,8 @@ from hecate.bench.generators import run_on_uvloop
 from hecate.bench.openloop import percentile
 from hecate.bench.report.gateway import TARGETS_US, judge, said, wrong_answers
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command, plan_commands, stop_processes
 from hecate.core import HecateError
+from hecate.launch import hecate_command, plan_commands, stop_processes
 
 TOY_MODEL = "ncm-base"
 TOY_TOPOLOGY = "examples/swarm.json"

@@ -246,7 +246,7 @@ def _median(values: Sequence[float]) -> float:
 def run_stream(*, tokens: int, rounds: int) -> dict[str, Any]:
     """The streaming part, or why it did not run (the model is not pulled)."""
     from hecate.chaos.scenarios import topology
-    from hecate.cli.up import node_env
+    from hecate.launch import node_env
     from hecate.llm.gguf_model import prepare
     from hecate.llm.store import model_path, present
 

@@ -67,8 +67,8 @@ from hecate.bench.concurrency import DEFAULT_LEVELS
 from hecate.bench.llm_concurrency import run_concurrency
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
-from hecate.cli.up import BLAS_THREAD_TIMEOUT, hecate_command, node_env
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.launch import BLAS_THREAD_TIMEOUT, hecate_command, node_env
 from hecate.llm.gguf_model import load_stage, prepare
 from hecate.llm.llama import LlamaStage
 from hecate.llm.reference import EOS, greedy_text

@@ -2,7 +2,7 @@
 ``make run`` starts, N users generating at once, in rounds.
 
 The swarm is ``hecate up --topology examples/smollm2.json``'s, process for process
-(:func:`hecate.cli.up.plan_commands`: telemetry, the planner, the breaker service, two
+(:func:`hecate.launch.plan_commands`: telemetry, the planner, the breaker service, two
 routers with ``--dispatch chain``, six nodes making two 3-stage pipelines of SmolLM2),
 each started with the command ``hecate up`` gives it on an embedded nats-server with
 its ``max_payload``; nothing is tuned for the benchmark. Logs go to files in the run's
@@ -56,9 +56,9 @@ from hecate.bench.concurrency import (
 )
 from hecate.bus.server import NatsServer
 from hecate.chaos.acceptance import classify
-from hecate.cli.up import hecate_command, node_env, plan_commands, stop_processes
 from hecate.client import HecateClient
 from hecate.client.sdk import MAX_ATTEMPTS, Attempt
+from hecate.launch import hecate_command, node_env, plan_commands, stop_processes
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest, StreamToken
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hecate.bus.server import NatsServer
-from hecate.cli.up import hecate_command, node_argv, node_env, stop_processes
+from hecate.launch import hecate_command, node_argv, node_env, stop_processes
 from hecate.sim.topology import Topology, parse_topology
 
 BREAKER_COOLDOWN_S = 2.0

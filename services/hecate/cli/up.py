@@ -21,10 +21,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,94 +28,17 @@ from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.cli.natsconfig import add_tenant_option, tenants
 from hecate.core.errors import HecateError
-from hecate.sim.topology import NodeEntry, parse_topology
+from hecate.launch import (
+    GATEWAY_KEYS,
+    GENERATIVE,
+    gateway_address,
+    hecate_command,
+    node_env,
+    plan_commands,
+)
+from hecate.sim.topology import parse_topology
 
-
-def hecate_command() -> list[str]:
-    script = Path(sys.executable).with_name("hecate")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "hecate.cli.main"]
-
-
-def stop_processes(procs: Iterable[subprocess.Popen[Any]], grace_s: float = 10.0) -> None:
-    """SIGTERM every process still running (services drain on it), then SIGKILL whatever
-    has not exited ``grace_s`` later."""
-    procs = list(procs)
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-# Executors whose last stage samples tokens: their routers chain the stages (each step's
-# hidden state goes node to node; a replay restarts from the prompt anyway), and the
-# model file they load is pulled once, before any node starts.
-GENERATIVE = {"smollm2": "smollm2-135m"}
-
-
-def plan_commands(args: argparse.Namespace, url: str) -> list[tuple[str, list[str]]]:
-    """(label, argv) for every process of the swarm, in start order."""
-    topo = parse_topology(Path(args.topology).read_bytes())
-    common = ["--nats", url]
-    generative = any(n.executor in GENERATIVE for n in topo.nodes)
-    routing = ["--dispatch", "chain"] if generative else []
-    cmds: list[tuple[str, list[str]]] = [
-        ("telemetry", ["telemetry", *common, "--id", "telemetry"]),
-        (
-            "planner",
-            [
-                "planner",
-                *common,
-                "--id",
-                "planner",
-                "--topology",
-                args.topology,
-                "--strategy",
-                args.strategy,
-                "--pipelines",
-                str(args.pipelines),
-            ],
-        ),
-        ("breaker", ["breaker", *common, "--id", "breaker"]),
-    ]
-    for i in range(1, args.routers + 1):
-        cmds.append(
-            (
-                f"router-{i}",
-                ["router", *common, "--id", f"router-{i}", "--topology", args.topology, *routing],
-            )
-        )
-    for n in topo.nodes:
-        cmds.append((f"node {n.id}", [*node_argv(n), *common]))
-    # Callers that build a swarm for a measurement leave the gateway out.
-    if getattr(args, "gateway", "off") != "off":
-        host, port = gateway_address(args.gateway)
-        keys = str(Path(args.state) / GATEWAY_KEYS)
-        cmds.append(
-            ("gateway", ["gateway", *common, "--host", host, "--port", str(port), "--keys", keys])
-        )
-    return cmds
-
-
-GATEWAY_KEYS = "gateway-keys.json"  # hashes only
 GATEWAY_KEY = "gateway.key"  # the local swarm's own key, readable by its owner only
-
-
-def gateway_address(spec: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``PORT``) of ``--gateway``."""
-    host, _, port = spec.rpartition(":")
-    try:
-        number = int(port)
-    except ValueError:
-        raise HecateError(f"--gateway {spec!r}: expected HOST:PORT, PORT or off") from None
-    if not 0 <= number <= 65535:
-        raise HecateError(f"--gateway {spec!r}: no such port")
-    return host or "127.0.0.1", number
 
 
 def gateway_key(state: Path, tenant: str) -> Path:
@@ -135,22 +54,6 @@ def gateway_key(state: Path, tenant: str) -> Path:
         with os.fdopen(fd, "w") as f:
             f.write(key + "\n")
     return path
-
-
-def node_argv(n: NodeEntry) -> list[str]:
-    """``hecate node ...`` for a topology's node (without ``--nats``)."""
-    return [
-        "node",
-        "--id",
-        n.id,
-        "--capacity-layers",
-        str(n.capacity_layers),
-        "--latency-ms",
-        str(n.latency_ms),
-        "--score",
-        str(n.score),
-        *(["--executor", n.executor] if n.executor != "toy" else []),
-    ]
 
 
 def _pretty(label: str, line: str) -> str:
@@ -186,28 +89,6 @@ def pull_models(topology: Path) -> None:
             path = pull(model, progress=lambda line: print(f"hecate up: {line}", flush=True))
             print(f"hecate up: {model}: preparing float32 weights (once)", flush=True)
             prepare(path)
-
-
-# OpenBLAS lets an idle worker thread spin 2^N cycles before it sleeps (default N=28,
-# about 0.1 s). A stage whose threads spin that long after its step starves the next
-# stage of the same token on shared cores (measured: 3 stages fell to ~6 tokens/s);
-# sleeping after every call (N=4) pays a wake-up per matmul. N=20 (~0.4 ms) keeps the
-# threads awake across one step's calls and asleep soon after it (hecate bench llm).
-BLAS_THREAD_TIMEOUT = "20"
-
-
-def node_env(base: dict[str, str], threads: int | None = None) -> dict[str, str]:
-    """BLAS settings for service processes: one thread each, with a short spin. A local
-    swarm runs several compute processes on the same cores: when many users keep them all
-    busy, two threads per process fight over the cores (a two-row product took 523 ms
-    against 46 ms with one thread at a load of 6-7), and one user's stages run one at a
-    time anyway. What the operator set wins."""
-    env = dict(base)
-    if threads is not None:
-        env["OPENBLAS_NUM_THREADS"] = str(threads)
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
-    return env
 
 
 async def up(args: argparse.Namespace) -> int:
