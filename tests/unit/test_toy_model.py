@@ -16,15 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hecate.model
+from hecate.executors import EXECUTORS, get_executor
 from hecate.model import (
-    EXECUTORS,
     MAX_LAYERS,
     MAX_TOKENS,
     VOCABULARY,
     Executor,
     ExecutorError,
     ToyModel,
-    get_executor,
     reference,
 )
 

@@ -33,8 +33,8 @@ from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
 from hecate.core.batching import MAX_BATCH
 from hecate.core.plan import NodeProfile, SwarmPlan
 from hecate.core.telemetry import ewma
-from hecate.model import Executor, ExecutorError, get_executor
-from hecate.model.executor import WarmsUp
+from hecate.executors import get_executor
+from hecate.model.executor import Executor, ExecutorError, WarmsUp
 from hecate.services.compute import Compute, Waiting
 from hecate.wire import subjects
 from hecate.wire.messages import (

@@ -19,14 +19,14 @@ so that it announces a latency it measured instead of carrying the cost model's 
 penalty until traffic happens to reach it. A whole-model executor does not: its pass
 would be a paid call to a provider.
 
-Executors are looked up by name (``get_executor``) so a node's configuration can pick
-the built-in deterministic ``toy`` model in tests and a real engine in production
-without the service code changing.
+Executors are looked up by name in :mod:`hecate.executors` (``get_executor``), above
+this module and :mod:`hecate.llm` alike, so a node's configuration can pick the built-in
+deterministic ``toy`` model in tests and a real engine in production without the service
+code changing, and the real model's package imports nothing that imports it back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 #: Upper bound on a model's depth; a range ending past it is rejected as ``bad_range``.
@@ -96,39 +96,3 @@ def check_range(layer_start: int, layer_end: int, max_layers: int = MAX_LAYERS) 
             f"layer range [{layer_start}, {layer_end}) is invalid: need "
             f"0 <= start < end <= {max_layers}",
         )
-
-
-def _toy() -> Executor:
-    # Imported here, not at module level: toy.py imports this module for ExecutorError,
-    # and a lazy import keeps the registry free of import-order cycles.
-    from hecate.model.toy import ToyModel
-
-    return ToyModel()
-
-
-def _null() -> Executor:
-    from hecate.model.null import NullModel
-
-    return NullModel()
-
-
-def _smollm2() -> Executor:
-    from hecate.llm.executor import LlmExecutor
-
-    return LlmExecutor()
-
-
-#: Name -> factory. Factories take no arguments so a node config needs only a name.
-EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null, "smollm2": _smollm2}
-
-
-def get_executor(name: str) -> Executor:
-    """A fresh executor registered under ``name``, or ``unknown_executor``."""
-    try:
-        factory = EXECUTORS[name]
-    except KeyError:
-        known = ", ".join(sorted(EXECUTORS)) or "(none)"
-        raise ExecutorError(
-            "unknown_executor", f"no executor named {name!r}; known executors: {known}"
-        ) from None
-    return factory()
