@@ -1,0 +1,286 @@
+"""Imports go down the layers, never up, and no two packages import each other.
+
+Every module under ``shared/hecate`` and ``services/hecate`` is parsed (``ast``, nothing
+is imported) and each ``hecate.*`` import it makes is checked against the layer of its
+package. A module may import its own package, another package of its own layer, or any
+package below. Every import counts wherever it stands: at the top of the module, inside a
+function (a lazy import is still a dependency, only a later one) or under ``if
+TYPE_CHECKING:`` (a type is knowledge of the layer that defines it, even if it is never
+imported at run time).
+
+The layers, lowest first (``LAYERS``):
+
+0. ``core``, ``resilience``, ``wire``, ``llm``, ``model``, ``sim``: pure logic, wire
+   shapes and the model libraries. ``model`` holds the executor protocol's types and
+   the toy and null networks and imports nothing of hecate; ``llm`` (the real model)
+   implements that protocol, so the two are libraries side by side, and the registry
+   that chooses between them (``executors``) sits above both. ``sim`` is the swarm
+   lifecycle run in memory over the core; it imports nothing but ``core``, and the
+   planner reads topologies through it (``hecate.sim.topology``), so it lives with the
+   core.
+1. ``bus``, ``executors``: the NATS shell and the executor registry.
+2. ``routing``: the pure chooser shared by the router and ``Swarm`` (not yet a package).
+3. ``services``, ``client``, ``launch``, ``gateway``: the service shells, the client SDK,
+   process launching and the HTTP gateway (a service that speaks HTTP on one side).
+4. ``cli``: the ``hecate`` command.
+5. ``bench``, ``chaos``: dev tools, meant to leave the product wheel. They may import
+   anything; the product imports them in one place only, the function that registers
+   ``hecate bench`` and ``hecate chaos`` (``DEV_TOOLS_ENTRY``).
+
+A package missing from ``LAYERS`` fails the test: a new package gets its layer here.
+``KNOWN_EXCEPTIONS`` lists each import allowed against these rules, with why; an entry
+no import needs any more fails too, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOTS = (ROOT / "shared", ROOT / "services")
+
+LAYERS: dict[str, int] = {
+    "core": 0,
+    "resilience": 0,
+    "wire": 0,
+    "llm": 0,
+    "model": 0,
+    "sim": 0,
+    "bus": 1,
+    "executors": 1,
+    "routing": 2,
+    "services": 3,
+    "client": 3,
+    "launch": 3,
+    "gateway": 3,
+    "cli": 4,
+    "bench": 5,
+    "chaos": 5,
+}
+LAYER_NAMES = {
+    0: "core, resilience, wire, llm, model, sim",
+    1: "bus, executors",
+    2: "routing",
+    3: "services, client, launch, gateway",
+    4: "cli",
+    5: "dev tools: bench, chaos",
+}
+DEV_TOOLS = frozenset({"bench", "chaos"})
+# (module, function): the one place product code may import the dev tools.
+DEV_TOOLS_ENTRY = ("hecate.cli.main", "_add_dev_tools")
+
+# (importing module, imported module) -> why it is allowed for now.
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
+    # bench and chaos import each other: the report has a chaos section and the model
+    # benchmarks use the chaos topologies and acceptance, while chaos borrows the
+    # benchmarks' provenance, plot helpers and prompts. Both are to become one dev tool
+    # package beside the product; these go when they do.
+    ("hecate.chaos.cli", "hecate.bench.provenance"): "bench and chaos become one package",
+    ("hecate.chaos.plot", "hecate.bench.plots"): "bench and chaos become one package",
+    ("hecate.chaos.scenarios", "hecate.bench.concurrency"): "bench and chaos become one package",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    path: str  # relative to the repository, for the failure message
+    line: int
+    importer: str  # dotted module name
+    imported: str  # dotted module name (a package when the name is not a module)
+    function: str | None  # the outermost function the import stands in, if any
+
+    @property
+    def edge(self) -> tuple[str, str]:
+        return package(self.importer), package(self.imported)
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def package(module: str) -> str:
+    """``hecate.bus.service`` -> ``bus``; ``hecate.launch`` -> ``launch``."""
+    return module.split(".")[1]
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for root in SOURCE_ROOTS:
+        for path in sorted((root / "hecate").rglob("*.py")):
+            found[_module_name(root, path)] = path
+    return found
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, module: str, is_package: bool, known: Iterable[str]) -> None:
+        self.module = module
+        self.is_package = is_package
+        self.known = set(known)
+        self.function: str | None = None
+        self.found: list[tuple[int, str, str | None]] = []
+
+    def _in_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        outer = self.function
+        self.function = outer or node.name
+        self.generic_visit(node)
+        self.function = outer
+
+    visit_FunctionDef = _in_function
+    visit_AsyncFunctionDef = _in_function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(node.lineno, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            here = self.module.split(".")
+            if not self.is_package:
+                here.pop()
+            here = here[: len(here) - (node.level - 1)]
+            base = ".".join([*here, base] if base else here)
+        for alias in node.names:
+            # ``from hecate.bench import cli`` imports the module hecate.bench.cli.
+            name = f"{base}.{alias.name}"
+            self._add(node.lineno, name if name in self.known else base)
+
+    def _add(self, line: int, imported: str) -> None:
+        if imported == "hecate" or imported.startswith("hecate."):
+            self.found.append((line, imported, self.function))
+
+
+def collect_imports() -> list[Import]:
+    modules = _modules()
+    out: list[Import] = []
+    for module, path in modules.items():
+        collector = _Collector(module, path.name == "__init__.py", modules)
+        collector.visit(ast.parse(path.read_text(), filename=str(path)))
+        rel = str(path.relative_to(ROOT))
+        out += [Import(rel, line, module, imported, fn) for line, imported, fn in collector.found]
+    return out
+
+
+def _describe(name: str) -> str:
+    layer = LAYERS[name]
+    return f"{name} (layer {layer}: {LAYER_NAMES[layer]})"
+
+
+def violations(imports: Iterable[Import], exceptions: Mapping[tuple[str, str], str]) -> list[str]:
+    """One line per import that goes up a layer without a listed reason."""
+    out: list[str] = []
+    for imp in imports:
+        if (imp.importer, imp.imported) in exceptions:
+            continue
+        src, dst = imp.edge
+        if LAYERS[dst] <= LAYERS[src]:
+            continue
+        if dst in DEV_TOOLS and (imp.importer, imp.function) == DEV_TOOLS_ENTRY:
+            continue
+        rule = (
+            f"the dev tools are imported only in {'.'.join(DEV_TOOLS_ENTRY)}()"
+            if dst in DEV_TOOLS
+            else "imports go down the layers only"
+        )
+        out.append(
+            f"{imp.where()}: {imp.importer} imports {imp.imported}: "
+            f"{_describe(src)} -> {_describe(dst)}; {rule}"
+        )
+    return out
+
+
+def package_cycle(edges: Mapping[tuple[str, str], Import]) -> list[str] | None:
+    """A cycle of packages (first package repeated at the end), or None: depth-first
+    search, a package met again while still on the path closes a cycle."""
+    graph: dict[str, set[str]] = {}
+    for src, dst in edges:
+        graph.setdefault(src, set()).add(dst)
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if (found := visit(nxt)) is not None:
+                return found
+        path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if (found := visit(start)) is not None:
+            return found
+    return None
+
+
+def package_edges(
+    imports: Iterable[Import], exceptions: Mapping[tuple[str, str], str]
+) -> dict[tuple[str, str], Import]:
+    """Each import between two packages (not a listed exception), one example each."""
+    edges: dict[tuple[str, str], Import] = {}
+    for imp in imports:
+        src, dst = imp.edge
+        if src != dst and (imp.importer, imp.imported) not in exceptions:
+            edges.setdefault((src, dst), imp)
+    return edges
+
+
+IMPORTS = collect_imports()
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {package(m) for m in _modules()} | {imp.edge[1] for imp in IMPORTS}
+    missing = sorted(packages - set(LAYERS))
+    assert not missing, f"give these packages a layer in LAYERS: {missing}"
+
+
+def test_imports_go_down_the_layers() -> None:
+    found = violations(IMPORTS, KNOWN_EXCEPTIONS)
+    assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_no_two_packages_import_each_other() -> None:
+    edges = package_edges(IMPORTS, KNOWN_EXCEPTIONS)
+    cycle = package_cycle(edges)
+    if cycle is not None:
+        steps = [
+            f"  {a} -> {b}: {edges[a, b].where()} imports {edges[a, b].imported}"
+            for a, b in pairwise(cycle)
+        ]
+        raise AssertionError("packages import each other:\n" + "\n".join(steps))
+
+
+def test_every_known_exception_is_still_needed() -> None:
+    seen = {(imp.importer, imp.imported) for imp in IMPORTS}
+    stale = sorted(set(KNOWN_EXCEPTIONS) - seen)
+    assert not stale, f"no import needs these KNOWN_EXCEPTIONS entries any more: {stale}"
+
+
+def test_the_scan_sees_lazy_imports_and_the_dev_tools_entry() -> None:
+    # A scan that missed imports inside functions would pass everything.
+    entry = [imp for imp in IMPORTS if (imp.importer, imp.function) == DEV_TOOLS_ENTRY]
+    assert {imp.imported for imp in entry} == {"hecate.bench.cli", "hecate.chaos.cli"}
+
+
+def test_an_upward_import_and_a_cycle_are_caught() -> None:
+    up = Import("x.py", 3, "hecate.bus.service", "hecate.services.router", None)
+    lazy = Import("y.py", 9, "hecate.cli.up", "hecate.bench.core", "up")
+    back = Import("z.py", 5, "hecate.services.router", "hecate.bus.service", None)
+    found = violations([up, lazy, back], {})
+    assert [line.split(":")[0] for line in found] == ["x.py", "y.py"]
+    assert package_cycle(package_edges([up, back], {})) == ["bus", "services", "bus"]
+    assert package_cycle(package_edges([back], {})) is None
