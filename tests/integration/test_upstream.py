@@ -73,8 +73,8 @@ async def test_a_rate_limited_upstream_reaches_the_client_as_rate_limited_with_i
     topology.write_text(
         json.dumps(
             {
-                "models": [{"id": "gpt", "layers": 1, "role": "base"}],
-                "nodes": [{"id": "openai", "capacity_layers": 1}],
+                "models": [{"id": "gpt", "layers": 1, "role": "base", "executor": "upstream"}],
+                "nodes": [{"id": "openai", "capacity_layers": 1, "executor": "upstream"}],
             }
         )
     )

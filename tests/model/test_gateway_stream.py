@@ -48,7 +48,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         topology.write_text(
             json.dumps(
                 {
-                    "models": [{"id": MODEL, "layers": 30, "role": "base"}],
+                    "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": "smollm2"}],
                     "nodes": [{"id": "solo", "capacity_layers": 30}],
                 }
             )

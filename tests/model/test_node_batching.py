@@ -55,7 +55,7 @@ async def test_steps_that_arrive_together_run_as_one_batch_and_answer_as_alone(
 ) -> None:
     plan = SwarmPlan(
         epoch=0,
-        models=(ModelSpec(model_id=MODEL, layers=30),),
+        models=(ModelSpec(model_id=MODEL, layers=30, executor="smollm2"),),
         nodes=(NodeProfile(node_id="solo", capacity_layers=30),),
         pipelines=(
             Pipeline(

@@ -62,7 +62,7 @@ def start(
     topology.write_text(
         json.dumps(
             {
-                "models": [{"id": MODEL, "layers": 30, "role": "base"}],
+                "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": "smollm2"}],
                 "nodes": [{"id": n, "capacity_layers": 10} for n in nodes],
             }
         )

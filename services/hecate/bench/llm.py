@@ -120,8 +120,8 @@ def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
     nodes = sorted({n for p in pipelines for n, _, _ in p})
     return SwarmPlan(
         epoch=0,
-        models=(ModelSpec(model_id=MODEL, layers=30, replicas=len(pipelines)),),
-        nodes=tuple(NodeProfile(node_id=n, capacity_layers=30) for n in nodes),
+        models=(ModelSpec(model_id=MODEL, layers=30, replicas=len(pipelines), executor="smollm2"),),
+        nodes=tuple(NodeProfile(node_id=n, capacity_layers=30, executor="smollm2") for n in nodes),
         pipelines=tuple(
             Pipeline(
                 pipeline_id=f"{MODEL}-r{i}",

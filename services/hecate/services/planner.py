@@ -1,7 +1,9 @@
 """planner: membership in, the plan out (KV ``hecate-plan/current``; revision = epoch).
 
 Listens: ``hecate.node.join`` / ``hecate.node.leave``.
-Holds: the membership and a core :class:`Swarm` built with the chosen strategy.
+Holds: the membership (each node's profile with the executor it runs) and a core
+:class:`Swarm` built with the chosen strategy. A model's layers go only to nodes running
+its executor; a model no member runs is not planned, and is logged once as such.
 Decides: the first plan once nodes stop arriving for ``settle_s``; after that, a joiner
 goes through the core's growth policy (no reshuffle) and a leaver through retirement.
 Publishes: the plan in KV and ``hecate.events.plan``. A (re)started planner sends a
@@ -40,6 +42,7 @@ from hecate.core import (
     SwarmConfig,
     SwarmPlan,
 )
+from hecate.core.planners import unexecutable
 from hecate.wire import subjects
 from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
 
@@ -94,6 +97,7 @@ class PlannerService:
         self._last_join = 0.0
         self.conflicts = 0
         self.adopted = 0
+        self._unexecutable: set[str] = set()  # models logged as having no executor here
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
@@ -120,7 +124,9 @@ class PlannerService:
         await svc.stop()
 
     async def _on_join(self, join: NodeJoin, _headers: Mapping[str, str]) -> None:
-        profile = join.profile
+        # The join's own field is what every node has always sent; the profile carries it
+        # on into the plan, where the strategy and the nodes read it.
+        profile = msgspec.structs.replace(join.profile, executor=join.executor)
         self.gone.discard(profile.node_id)
         if self.members.get(profile.node_id) == profile:
             return  # a re-join (roll-call): nothing new
@@ -157,6 +163,21 @@ class PlannerService:
             )
             self._changed.set()
 
+    def _report_unexecutable(self) -> None:
+        """Log each model no member can execute, once until that changes."""
+        missing = unexecutable(self.config.all_models(), self.members.values())
+        for model, present in missing:
+            if model.model_id not in self._unexecutable:
+                event(
+                    self.log,
+                    "model not planned: no node runs its executor",
+                    logging.WARNING,
+                    model_id=model.model_id,
+                    executor=model.executor,
+                    executors_present=list(present),
+                )
+        self._unexecutable = {m.model_id for m, _ in missing}
+
     async def _planning(self) -> None:
         while True:
             await self._changed.wait()
@@ -164,6 +185,8 @@ class PlannerService:
                 # Let a burst of joins settle so the first plan sees the whole swarm.
                 while time.monotonic() - self._last_join < self.settle_s:
                     await asyncio.sleep(self.settle_s / 4)
+            self._report_unexecutable()
+            if self.swarm is None:
                 async with self._lock:
                     if self.stored is not None and self.revision > self._start_revision:
                         # Another planner published since we started: carry on from it.
@@ -319,13 +342,4 @@ def config_from_topology(data: bytes, pipelines: int | None = None) -> SwarmConf
     """The swarm's models and failover options from a topology file (nodes join by bus)."""
     from hecate.sim.topology import parse_topology
 
-    topo = parse_topology(data)
-    base = topo.base
-    n = pipelines or 2
-    return SwarmConfig(
-        base.layers,
-        n,
-        model_id=base.id,
-        models=tuple(m for m in topo.model_specs(n) if m.role != "base"),
-        failover=topo.failover_options(),
-    )
+    return parse_topology(data).swarm_config(pipelines or 2)

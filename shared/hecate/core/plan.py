@@ -21,12 +21,14 @@ ModelRole = Literal["base", "expert", "reserve"]
 
 
 class NodeProfile(msgspec.Struct, frozen=True, kw_only=True):
-    """What a node declares when it joins: how many layers it can hold, how fast it is."""
+    """What a node declares when it joins: how many layers it can hold, how fast it is,
+    and the executor it computes them with (``hecate node --executor``)."""
 
     node_id: Slug
     capacity_layers: Annotated[int, msgspec.Meta(ge=0)]
     latency_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     score: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    executor: Slug = "toy"
 
 
 class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,12 +37,26 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     ``base`` is the model the swarm exists for; ``expert`` models are grown onto spare
     capacity and never stand in for the base; a ``reserve`` model is the designated
     degraded fallback. ``replicas`` is how many complete pipelines the planner aims for.
+    ``executor`` is what computes the model: its layers go only to nodes that run it
+    (:func:`executes`), so a node can never serve a real model with another network.
     """
 
     model_id: Slug
     layers: Annotated[int, msgspec.Meta(ge=1)]
     role: ModelRole = "base"
     replicas: Annotated[int, msgspec.Meta(ge=0)] = 1
+    executor: Slug = "toy"
+
+
+#: Executors that may take another's place without computing its model: ``null`` passes
+#: the toy network's activations along unchanged, so that a benchmark prices the bus on a
+#: toy model's plan. Nothing stands in for a real model.
+STAND_INS: dict[str, frozenset[str]] = {"null": frozenset({"toy"})}
+
+
+def executes(executor: str, model: ModelSpec) -> bool:
+    """Whether a node running ``executor`` may be given layers of ``model``."""
+    return executor == model.executor or model.executor in STAND_INS.get(executor, frozenset())
 
 
 class Stage(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +126,7 @@ class SwarmPlan(msgspec.Struct, frozen=True, kw_only=True):
         problems += _duplicates("duplicate_pipeline", (p.pipeline_id for p in self.pipelines))
         models = {m.model_id: m for m in self.models}
         capacity = {n.node_id: n.capacity_layers for n in self.nodes}
+        executor = {n.node_id: n.executor for n in self.nodes}
         for p in self.pipelines:
             model = models.get(p.model_id)
             if model is None:
@@ -128,6 +145,15 @@ class SwarmPlan(msgspec.Struct, frozen=True, kw_only=True):
                             code="unknown_node",
                             message=f"pipeline {p.pipeline_id} uses node {s.node_id!r}, "
                             "which is not a member of the plan",
+                        )
+                    )
+                elif not executes(executor[s.node_id], model):
+                    problems.append(
+                        PlanProblem(
+                            code="wrong_executor",
+                            message=f"pipeline {p.pipeline_id} gives {p.model_id} (executor "
+                            f"{model.executor!r}) to node {s.node_id}, which runs "
+                            f"{executor[s.node_id]!r}",
                         )
                     )
         for node_id, used in sorted(self.layers_used().items()):

@@ -5,6 +5,9 @@ in priority order, base first (it is what the swarm exists for), then the reserv
 safety net), then experts (grown onto whatever capacity is left). Within a model, each
 replica prefers nodes no other replica of that model uses, so one death breaks one copy.
 Plans are deterministic: the same input gives the same plan, whatever the input order.
+A model's layers go only to nodes that run its executor (:func:`~hecate.core.plan.executes`):
+a model no node can execute is not planned at all, rather than served by another network
+under its name.
 
 Strategies:
 
@@ -27,7 +30,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from typing import ClassVar
 
 from hecate.core.errors import UnknownPlanner
-from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan, executes
 
 ROLE_ORDER = {"base": 0, "reserve": 1, "expert": 2}
 
@@ -36,8 +39,24 @@ def pipeline_id(model_id: str, index: int) -> str:
     return f"{model_id}-r{index}"
 
 
+def executors_for(model: ModelSpec, profiles: Mapping[str, NodeProfile]) -> dict[str, NodeProfile]:
+    """The profiles of the nodes that may be given layers of ``model``."""
+    return {i: n for i, n in profiles.items() if executes(n.executor, model)}
+
+
+def unexecutable(
+    models: Iterable[ModelSpec], nodes: Iterable[NodeProfile]
+) -> list[tuple[ModelSpec, tuple[str, ...]]]:
+    """Each model no node among ``nodes`` can execute, with the executors present."""
+    nodes = tuple(nodes)
+    present = tuple(sorted({n.executor for n in nodes}))
+    return [(m, present) for m in models if not any(executes(n.executor, m) for n in nodes)]
+
+
 class Planner(ABC):
-    """A strategy. Subclasses implement :meth:`replicas`; :meth:`plan` is shared."""
+    """A strategy. Subclasses implement :meth:`replicas`; :meth:`plan` and :meth:`copies`
+    are shared, and are what callers use: they hand the strategy only the nodes that run
+    the model's executor, so no strategy can get that wrong."""
 
     name: ClassVar[str]
 
@@ -54,10 +73,26 @@ class Planner(ABC):
         free = {i: n.capacity_layers for i, n in profiles.items()}
         pipelines: list[Pipeline] = []
         for m in models:
-            pipelines += self.replicas(m, m.replicas, free, profiles, first_index=0)
+            pipelines += self.copies(m, m.replicas, free, profiles, first_index=0)
         return SwarmPlan(
             epoch=epoch, models=models, nodes=tuple(profiles.values()), pipelines=tuple(pipelines)
         )
+
+    def copies(
+        self,
+        model: ModelSpec,
+        count: int,
+        free: MutableMapping[str, int],
+        profiles: Mapping[str, NodeProfile],
+        *,
+        first_index: int,
+        avoid: frozenset[str] = frozenset(),
+    ) -> list[Pipeline]:
+        """:meth:`replicas` of ``model`` on the nodes of ``profiles`` that execute it."""
+        eligible = executors_for(model, profiles)
+        if not eligible:
+            return []
+        return self.replicas(model, count, free, eligible, first_index=first_index, avoid=avoid)
 
     @abstractmethod
     def replicas(

@@ -41,7 +41,7 @@ from hecate.core.errors import (
     Unrecoverable,
 )
 from hecate.core.failover import FailoverOptions, Recovered, Replacement, failover_in_swarm
-from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan, executes
 from hecate.core.planners import ROLE_ORDER, Planner, get_planner
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, route_request
 from hecate.core.state import SwarmState
@@ -62,10 +62,15 @@ class SwarmConfig(msgspec.Struct, frozen=True):
     model_id: str = "base"
     models: tuple[ModelSpec, ...] = ()
     failover: FailoverOptions = FailoverOptions()
+    executor: str = "toy"  # what computes the base model
 
     def all_models(self) -> tuple[ModelSpec, ...]:
         base = ModelSpec(
-            model_id=self.model_id, layers=self.layers, role="base", replicas=self.pipelines
+            model_id=self.model_id,
+            layers=self.layers,
+            role="base",
+            replicas=self.pipelines,
+            executor=self.executor,
         )
         return (base, *self.models)
 
@@ -103,10 +108,13 @@ class Swarm:
         self.planner = get_planner(planner) if isinstance(planner, str) else planner
         plan = self.planner.plan(config.all_models(), profiles)
         if not plan.pipelines_of(config.model_id):
-            total = sum(n.capacity_layers for n in plan.nodes)
+            base = config.all_models()[0]
+            eligible = [n for n in plan.nodes if executes(n.executor, base)]
+            total = sum(n.capacity_layers for n in eligible)
             raise InsufficientCapacity(
-                f"{len(plan.nodes)} nodes with {total} layers of capacity cannot hold one "
-                f"pipeline of {config.model_id!r} ({config.layers} layers)"
+                f"{len(eligible)} nodes running executor {base.executor!r} with {total} "
+                f"layers of capacity cannot hold one pipeline of {config.model_id!r} "
+                f"({config.layers} layers)"
             )
         self.state = SwarmState.from_profiles(plan)
         self._rescues: dict[str, Route] = {}
@@ -219,9 +227,14 @@ class Swarm:
             if new:
                 kind = "replica" if m.role == "base" else "expert"
                 break
-            if m.role == "base" and self._missing(m, state, grown) > 0:
+            if (
+                m.role == "base"
+                and executes(profile.executor, m)
+                and self._missing(m, state, grown) > 0
+            ):
                 # The base is short of copies and this node cannot complete one yet:
-                # keep it as spare for the base rather than spend it on another model.
+                # keep it as spare for the base rather than spend it on another model
+                # (unless it cannot run the base at all).
                 break
         self._adopt(state, pipelines=(*plan.pipelines, *new))
         return Growth(
@@ -290,7 +303,7 @@ class Swarm:
         while f"{model.model_id}-r{first}" in taken:
             first += 1
         avoid = frozenset(n for p in intact for n in p.node_ids)
-        new = self.planner.replicas(
+        new = self.planner.copies(
             model, missing, _spare(state, plan), profiles, first_index=first, avoid=avoid
         )
         # Pipeline ids must stay unique even when the planner numbers past a gap.
@@ -341,8 +354,10 @@ def _relocate(
 
     Consumes ``free`` only on success.
     """
-    left = dict(free)
+    model = state.plan.model(p.model_id)
     profile = {n.node_id: n for n in state.plan.nodes}
+    # Only nodes that run the model's executor may take over its layers.
+    left = {i: f for i, f in free.items() if model is None or executes(profile[i].executor, model)}
     stages: list[Stage] = []
     moved: list[Replacement] = []
     for s in p.stages:

@@ -19,7 +19,6 @@ from hecate.core import (
     RoutingError,
     RoutingRequest,
     Swarm,
-    SwarmConfig,
     get_planner,
 )
 from hecate.core.plan import PlanProblem
@@ -90,13 +89,7 @@ def simulate(
     base = topology.base
     swarm = Swarm(
         [n.profile() for n in topology.nodes],
-        SwarmConfig(
-            layers=base.layers,
-            pipelines=pipelines,
-            model_id=base.id,
-            models=tuple(m for m in topology.model_specs(pipelines) if m.role != "base"),
-            failover=topology.failover_options(),
-        ),
+        topology.swarm_config(pipelines),
         planner=get_planner(planner),
     )
     held = len(swarm.plan.pipelines_of(base.id))

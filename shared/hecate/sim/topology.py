@@ -1,17 +1,20 @@
 """The topology file read by ``hecate swarm-sim``: models, nodes, growth, one request.
 
 Strict on purpose (unknown fields are refused): a typo in a config file must be an
-error, not a silently ignored setting.
+error, not a silently ignored setting. Each model names the executor that computes it
+(``toy`` unless it says otherwise), and a model that no node of the topology runs is an
+error too: it would never be planned, and nothing else may serve it under its name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
 import msgspec
 
-from hecate.core import FailoverOptions, HecateError, ModelSpec, NodeProfile
-from hecate.core.plan import ModelRole, Slug
+from hecate.core import FailoverOptions, HecateError, ModelSpec, NodeProfile, SwarmConfig
+from hecate.core.plan import ModelRole, Slug, executes
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -27,6 +30,16 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     layers: Annotated[int, msgspec.Meta(ge=1)]
     role: ModelRole = "base"
     replicas: Annotated[int, msgspec.Meta(ge=0)] = 1
+    executor: Slug = "toy"  # what computes it: only nodes running it get its layers
+
+    def spec(self, replicas: int | None = None) -> ModelSpec:
+        return ModelSpec(
+            model_id=self.id,
+            layers=self.layers,
+            role=self.role,
+            replicas=self.replicas if replicas is None else replicas,
+            executor=self.executor,
+        )
 
 
 class NodeEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -42,6 +55,7 @@ class NodeEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             capacity_layers=self.capacity_layers,
             latency_ms=self.latency_ms,
             score=self.score,
+            executor=self.executor,
         )
 
 
@@ -68,15 +82,34 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def model_specs(self, pipelines: int) -> tuple[ModelSpec, ...]:
         """Every model as a spec; the base model gets ``pipelines`` replicas."""
-        return tuple(
-            ModelSpec(
-                model_id=m.id,
-                layers=m.layers,
-                role=m.role,
-                replicas=pipelines if m.role == "base" else m.replicas,
-            )
-            for m in self.models
+        return tuple(m.spec(pipelines if m.role == "base" else None) for m in self.models)
+
+    def swarm_config(self, pipelines: int) -> SwarmConfig:
+        """The swarm this topology describes: its base in ``pipelines`` copies, the
+        other models beside it, each with the executor that computes it."""
+        base = self.base
+        return SwarmConfig(
+            layers=base.layers,
+            pipelines=pipelines,
+            model_id=base.id,
+            models=tuple(m for m in self.model_specs(pipelines) if m.role != "base"),
+            failover=self.failover_options(),
+            executor=base.executor,
         )
+
+    def require_executors(self, nodes: Iterable[NodeEntry] | None = None) -> None:
+        """Raise :class:`TopologyError` if a model needs an executor that none of ``nodes``
+        (by default every node of the topology, growth included) runs."""
+        nodes = tuple((*self.nodes, *self.growth) if nodes is None else nodes)
+        for m in self.models:
+            spec = m.spec()
+            if not any(executes(n.executor, spec) for n in nodes):
+                present = ", ".join(f"{n.id} ({n.executor})" for n in nodes) or "none"
+                raise TopologyError(
+                    f"model {m.id!r} needs executor {m.executor!r}, which no node runs "
+                    f'(nodes: {present}); set "executor": "{m.executor}" on the nodes '
+                    "that should serve it, or the model's executor to theirs"
+                )
 
     def failover_options(self) -> FailoverOptions:
         return FailoverOptions(
@@ -109,6 +142,7 @@ def parse_topology(data: bytes) -> Topology:
         raise TopologyError(
             f"failover.reserve_model {reserve!r} must name a model with role 'reserve'"
         )
+    topo.require_executors()
     return topo
 
 
