@@ -92,6 +92,9 @@ def pull_models(topology: Path) -> None:
 
 
 async def up(args: argparse.Namespace) -> int:
+    # A model none of the started nodes can execute would never be served: say so now.
+    topology = parse_topology(Path(args.topology).read_bytes())
+    topology.require_executors(topology.nodes)
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
     await asyncio.to_thread(pull_models, Path(args.topology))

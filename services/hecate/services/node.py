@@ -31,7 +31,7 @@ from hecate.bus import tracing
 from hecate.bus.logs import event
 from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
 from hecate.core.batching import MAX_BATCH
-from hecate.core.plan import NodeProfile, SwarmPlan
+from hecate.core.plan import NodeProfile, SwarmPlan, executes
 from hecate.core.telemetry import ewma
 from hecate.executors import get_executor
 from hecate.model.executor import Executor, ExecutorError, WarmsUp
@@ -80,11 +80,12 @@ class Node:
         accept_faults: bool = False,
         remeasure_s: float = 5.0,
     ) -> None:
-        self.profile = profile
         self.accept_faults = accept_faults
         self.fault = NodeFault()  # healthy
         self.executor: Executor = get_executor(executor) if isinstance(executor, str) else executor
         self.executor_name = self.executor.name
+        # The profile the node joins with says what it runs, as its join always did.
+        self.profile = msgspec.structs.replace(profile, executor=self.executor_name)
         self.heartbeat_s = heartbeat_s
         self.log = log
         self.service = Service(
@@ -208,12 +209,30 @@ class Node:
     def _adopt(self, plan: SwarmPlan, revision: int) -> None:
         me = self.profile.node_id
         self.epoch = revision
-        self.holdings = [
+        given = [
             (p.model_id, s.layer_start, s.layer_end)
             for p in plan.pipelines
             for s in p.stages
             if s.node_id == me
         ]
+        # The planner never does this; a plan written by hand or by a stale planner
+        # might, and a range is better refused (``not_hosted``) than served by another
+        # network under the model's name.
+        refused = {
+            spec.model_id: spec.executor
+            for m, _a, _b in given
+            if (spec := plan.model(m)) is not None and not executes(self.executor_name, spec)
+        }
+        for model_id, executor in sorted(refused.items()):
+            event(
+                self.log,
+                "ranges refused: the model needs another executor",
+                logging.ERROR,
+                model_id=model_id,
+                executor=executor,
+                node_executor=self.executor_name,
+            )
+        self.holdings = [h for h in given if h[0] not in refused]
         event(self.log, "plan adopted", epoch=revision, holdings=self.holdings)
         fresh = [h for h in dict.fromkeys(self.holdings) if h not in self._warmed]
         self._warmed = {h for h in self._warmed if h in self.holdings} | set(fresh)
