@@ -49,7 +49,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
             json.dumps(
                 {
                     "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": "smollm2"}],
-                    "nodes": [{"id": "solo", "capacity_layers": 30}],
+                    "nodes": [{"id": "solo", "capacity_layers": 30, "executor": "smollm2"}],
                 }
             )
         )

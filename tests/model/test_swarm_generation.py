@@ -63,7 +63,7 @@ def start(
         json.dumps(
             {
                 "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": "smollm2"}],
-                "nodes": [{"id": n, "capacity_layers": 10} for n in nodes],
+                "nodes": [{"id": n, "capacity_layers": 10, "executor": "smollm2"} for n in nodes],
             }
         )
     )
