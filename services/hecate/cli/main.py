@@ -20,11 +20,16 @@ EXIT_USAGE = 2
 
 
 def _swarm_sim(args: argparse.Namespace) -> int:
+    from hecate.routing import Chooser
     from hecate.sim import parse_topology, simulate
 
     topology = parse_topology(Path(args.topology).read_bytes())
     report = simulate(
-        topology, kills=tuple(args.kill), pipelines=args.pipelines, planner=args.planner
+        topology,
+        policy=Chooser,  # the router's own policy, so the simulation shows what runs
+        kills=tuple(args.kill),
+        pipelines=args.pipelines,
+        planner=args.planner,
     )
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
     return 0

@@ -3,6 +3,11 @@
 :class:`Swarm` is the whole policy, pure and synchronous: no clock, no I/O. A service
 shell feeds it events and carries out what it returns.
 
+Routing and rescue are delegated to a :class:`RoutePolicy` when one is given: the
+router's own chooser (``hecate.routing.Chooser``, a layer above the core, hence passed
+in), which is how ``hecate swarm-sim`` runs the production policy. Without one, a swarm
+routes to the cheapest intact pipeline and keeps the splice its last failover found.
+
 Order of operations on a death: :meth:`Swarm.mark_down` computes the route *before*
 marking the node dead. Marked first, the pipeline that used it would no longer be
 eligible and there would be nothing to repair: failover must know what was lost.
@@ -27,8 +32,8 @@ repaired is dropped, and missing copies are rebuilt from spare capacity where po
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Literal, Protocol
 
 import msgspec
 from msgspec.structs import replace
@@ -75,6 +80,20 @@ class SwarmConfig(msgspec.Struct, frozen=True):
         return (base, *self.models)
 
 
+class RoutePolicy(Protocol):
+    """What chooses routes and rescues: fed the swarm's plan and node states, asked for
+    the route of a new request (and whether it is degraded) and for the rescue of a
+    route that lost a node."""
+
+    def observe(self, plan: SwarmPlan, nodes: Mapping[str, NodeState], *, now: float) -> None: ...
+
+    def choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]: ...
+
+    def rescue(
+        self, route: Route, lost_node: str, request: RoutingRequest
+    ) -> Recovered | Unrecoverable: ...
+
+
 class Growth(msgspec.Struct, frozen=True, kw_only=True):
     """What a newcomer changed: which policy applied and which pipelines it made."""
 
@@ -103,8 +122,11 @@ class Swarm:
         config: SwarmConfig,
         *,
         planner: Planner | str = "greedy",
+        policy: RoutePolicy | None = None,
     ) -> None:
         self.config = config
+        self.policy = policy
+        self._observed: SwarmState | None = None
         self.planner = get_planner(planner) if isinstance(planner, str) else planner
         plan = self.planner.plan(config.all_models(), profiles)
         if not plan.pipelines_of(config.model_id):
@@ -122,12 +144,19 @@ class Swarm:
 
     @classmethod
     def resume(
-        cls, plan: SwarmPlan, config: SwarmConfig, *, planner: Planner | str = "greedy"
+        cls,
+        plan: SwarmPlan,
+        config: SwarmConfig,
+        *,
+        planner: Planner | str = "greedy",
+        policy: RoutePolicy | None = None,
     ) -> Swarm:
         """Carry on from a published plan (another planner's) instead of planning afresh:
         growth and retirement then change it without reshuffling what already serves."""
         swarm = cls.__new__(cls)
         swarm.config = config
+        swarm.policy = policy
+        swarm._observed = None
         swarm.planner = get_planner(planner) if isinstance(planner, str) else planner
         swarm.state = SwarmState.from_profiles(plan)
         swarm._rescues = {}
@@ -143,10 +172,31 @@ class Swarm:
     def route(
         self, request: RoutingRequest = DEFAULT_REQUEST, model_id: str | None = None
     ) -> Route:
-        """The cheapest intact pipeline, else the splice a failover put in service."""
+        """The cheapest intact pipeline, else the splice a failover put in service (with
+        a policy: the policy's choice, which may be a reserve model's route)."""
+        return self.choose(request, model_id)[0]
+
+    def choose(
+        self, request: RoutingRequest = DEFAULT_REQUEST, model_id: str | None = None
+    ) -> tuple[Route, bool]:
+        """The route of a new request for ``model_id`` (base by default) and whether it is
+        degraded (only a policy routes a new request to the reserve model)."""
         if self._stopped:
             raise SwarmStopped("the swarm is stopped; start it before routing")
         model_id = model_id or self.config.model_id
+        if self.policy is not None:
+            return self._policy().choose(model_id, request)
+        return self._route(request, model_id), False
+
+    def _policy(self) -> RoutePolicy:
+        assert self.policy is not None
+        if self._observed is not self.state:  # the state is immutable: observe each once
+            # No clock: the swarm raises no suspicions that could lapse.
+            self.policy.observe(self.plan, self.state.nodes, now=0.0)
+            self._observed = self.state
+        return self.policy
+
+    def _route(self, request: RoutingRequest, model_id: str) -> Route:
         try:
             return route_request(model_id, request, self.state)
         except RoutingError:
@@ -165,9 +215,10 @@ class Swarm:
         model_id = model_id or self.config.model_id
         self.state.node(node_id)  # UnknownNode for a stranger
         try:
-            before: Route | None = self.route(request, model_id)
+            before: Route | None
+            before, was_degraded = self.choose(request, model_id)
         except RoutingError:
-            before = None
+            before, was_degraded = None, False
         self.state = self.state.mark(node_id, alive=False)
         if before is None:
             return Unrecoverable(
@@ -175,6 +226,12 @@ class Swarm:
                 model_id=model_id,
                 lost_node=node_id,
             )
+        if self.policy is not None:
+            # The policy finds a splice again for each new request; nothing to keep.
+            result = self._policy().rescue(before, node_id, request)
+            if was_degraded and isinstance(result, Recovered) and result.kind == "unaffected":
+                return replace(result, degraded=True)  # still the reserve model's answer
+            return result
         result = failover_in_swarm(
             before, node_id, self.state, self.config.failover, request=request
         )

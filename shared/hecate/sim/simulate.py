@@ -3,15 +3,21 @@
 start → one failover per killed node, in order → one growth per newcomer. After each
 step: the swarm status and the route the request would take. A policy review tool and
 a test bench for the core, with no network and no clock.
+
+Routes and rescues are decided by the policy passed in: ``hecate swarm-sim`` passes the
+router's own (``hecate.routing.Chooser``, a layer above this package), so what the
+simulation shows is what a running router would do.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
 
 from hecate.core import (
+    FailoverOptions,
     Pipeline,
     Recovered,
     Replacement,
@@ -22,6 +28,7 @@ from hecate.core import (
     get_planner,
 )
 from hecate.core.plan import PlanProblem
+from hecate.core.swarm import RoutePolicy
 from hecate.sim.topology import Topology, TopologyError
 
 
@@ -40,6 +47,7 @@ class StartStep(
 ):
     status: str
     route: Route | None
+    degraded: bool = False
     error: ErrorInfo | None = None
 
 
@@ -63,6 +71,7 @@ class GrowthStep(
     pipelines: tuple[str, ...]
     status: str
     route: Route | None
+    degraded: bool = False
     error: ErrorInfo | None = None
 
 
@@ -77,9 +86,15 @@ class SimReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def simulate(
-    topology: Topology, *, kills: tuple[str, ...] = (), pipelines: int = 2, planner: str = "greedy"
+    topology: Topology,
+    *,
+    policy: Callable[[FailoverOptions], RoutePolicy],
+    kills: tuple[str, ...] = (),
+    pipelines: int = 2,
+    planner: str = "greedy",
 ) -> SimReport:
-    """Run the lifecycle. Raises :class:`HecateError` subclasses for bad input."""
+    """Run the lifecycle, routing with ``policy(failover options of the topology)``.
+    Raises :class:`HecateError` subclasses for bad input."""
     known = {n.id for n in topology.nodes}
     for k in kills:
         if k not in known:
@@ -87,10 +102,12 @@ def simulate(
                 f"--kill names unknown node {k!r}; nodes: {', '.join(sorted(known))}"
             )
     base = topology.base
+    config = topology.swarm_config(pipelines)
     swarm = Swarm(
         [n.profile() for n in topology.nodes],
-        topology.swarm_config(pipelines),
+        config,
         planner=get_planner(planner),
+        policy=policy(config.failover),
     )
     held = len(swarm.plan.pipelines_of(base.id))
     if held < pipelines:
@@ -102,14 +119,17 @@ def simulate(
     request = RoutingRequest(tokens=topology.request.tokens)
     start_plan = PlanView(epoch=swarm.plan.epoch, pipelines=swarm.plan.pipelines)
 
-    def current() -> tuple[Route | None, ErrorInfo | None]:
+    def current() -> tuple[Route | None, bool, ErrorInfo | None]:
         try:
-            return swarm.route(request, model_id), None
+            route, degraded = swarm.choose(request, model_id)
         except RoutingError as exc:
-            return None, ErrorInfo(code=exc.code, message=exc.message)
+            return None, False, ErrorInfo(code=exc.code, message=exc.message)
+        return route, degraded, None
 
-    route, error = current()
-    steps: list[Step] = [StartStep(status=swarm.status(), route=route, error=error)]
+    route, degraded, error = current()
+    steps: list[Step] = [
+        StartStep(status=swarm.status(), route=route, degraded=degraded, error=error)
+    ]
     for k in kills:
         result = swarm.mark_down(k, request, model_id)
         if isinstance(result, Recovered):
@@ -137,7 +157,7 @@ def simulate(
             )
     for newcomer in topology.growth:
         growth = swarm.add_node(newcomer.profile())
-        route, error = current()
+        route, degraded, error = current()
         steps.append(
             GrowthStep(
                 added=newcomer.id,
@@ -145,6 +165,7 @@ def simulate(
                 pipelines=growth.pipelines,
                 status=swarm.status(),
                 route=route,
+                degraded=degraded,
                 error=error,
             )
         )
