@@ -12,8 +12,9 @@ The layers, lowest first (``LAYERS``):
 
 0. ``core``, ``resilience``, ``wire``, ``llm``, ``model``, ``sim``: pure logic, wire
    shapes and the model libraries. ``model`` holds the executor protocol's types and
-   the toy and null networks and imports nothing of hecate; ``llm`` (the real model)
-   implements that protocol, so the two are libraries side by side, and the registry
+   the toy and null networks and imports nothing of hecate but the error codes
+   (``hecate.core.errors``); ``llm`` (the real model) implements that protocol, so
+   the two are libraries side by side, and the registry
    that chooses between them (``executors``) sits above both. ``sim`` is the swarm
    lifecycle run in memory over the core; it imports nothing but ``core``, and the
    planner reads topologies through it (``hecate.sim.topology``), so it lives with the

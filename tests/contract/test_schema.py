@@ -29,7 +29,7 @@ from hecate.cli.main import main
 from hecate.core.plan import SLUG_PATTERN
 from hecate.wire import contract, messages, subjects
 from hecate.wire.contract import asyncapi
-from hecate.wire.errors import STATUS, error_headers
+from hecate.wire.errors import STATUS, error_headers, is_code
 from hecate.wire.messages import ErrorBody, InferReply, InferRequest
 
 GOLDEN = Path(__file__).parent / "golden" / "infer.json"
@@ -310,7 +310,7 @@ def test_infer_request_requires_only_the_prompt(doc: dict[str, Any]) -> None:
 def test_error_replies_carry_the_error_headers(doc: dict[str, Any]) -> None:
     assert dict(contract.ERROR_STATUS) == dict(STATUS)
     headers = doc["components"]["schemas"]["ErrorHeaders"]
-    assert set(headers["required"]) == set(error_headers("x", "y"))
+    assert set(headers["required"]) == set(error_headers("internal", "y"))
     errors = []
     for name, message in doc["components"]["messages"].items():
         narrow = message["payload"].get("allOf", [{}, {}])[1].get("properties", {})
@@ -333,6 +333,7 @@ def test_message_examples_are_valid_messages(doc: dict[str, Any]) -> None:
                     assert getattr(value, prop) == rule["const"], (name, prop)
             error = getattr(value, "error", None)
             if isinstance(error, ErrorBody):
+                assert is_code(error.code), (name, error.code)
                 assert example["headers"] == error_headers(error.code, error.message)
             seen += 1
     assert seen

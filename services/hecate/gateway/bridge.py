@@ -23,6 +23,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.wire import subjects
+from hecate.wire.errors import ErrorCode
 from hecate.wire.messages import ErrorBody, InferCancel, InferReply, InferRequest, StreamToken
 
 _reply = msgspec.json.Decoder(InferReply)
@@ -77,7 +78,7 @@ class TicketMemory:
         return found
 
 
-def _failed(code: str, message: str, request: InferRequest) -> InferReply:
+def _failed(code: ErrorCode, message: str, request: InferRequest) -> InferReply:
     return InferReply(
         ok=False, error=ErrorBody(code=code, message=message), request_id=request.request_id
     )

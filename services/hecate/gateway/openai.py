@@ -67,7 +67,7 @@ def bad(message: str, param: str | None = None, code: str | None = None) -> ApiE
 
 # How each swarm error code reaches an HTTP client: (status, type, code). A code not
 # listed keeps its wire status (4xx become 400: the request was wrong; 5xx stay).
-SWARM_ERRORS: Mapping[str, tuple[int, str, str | None]] = {
+SWARM_ERRORS: Mapping[wire_errors.ErrorCode, tuple[int, str, str | None]] = {
     "bad_request": (400, "invalid_request_error", None),
     "bad_max_tokens": (400, "invalid_request_error", None),
     "payload_too_large": (400, "invalid_request_error", "context_length_exceeded"),
@@ -82,7 +82,7 @@ SWARM_ERRORS: Mapping[str, tuple[int, str, str | None]] = {
     "timeout": (504, "server_error", "timeout"),
     "cancelled": (499, "server_error", "cancelled"),  # the client hung up: never seen
 }
-_PARAMS = {
+_PARAMS: Mapping[wire_errors.ErrorCode, str] = {
     "bad_max_tokens": "max_tokens",
     "no_such_model": "model",
     "prompt_too_long": "messages",
@@ -91,7 +91,10 @@ _PARAMS = {
 
 
 def swarm_error(code: str, message: str, *, kind: Kind, partial: str | None = None) -> ApiError:
-    """The HTTP error for a swarm's error reply."""
+    """The HTTP error for a swarm's error reply. ``code`` is read off the wire, so it may
+    be one this gateway does not know (a newer swarm's): a 500 that still names it."""
+    if not wire_errors.is_code(code):
+        return ApiError(500, message, "server_error", code, partial=partial or None)
     status, kind_of, oa_code = SWARM_ERRORS.get(code, (0, "", code))
     if not status:
         wire = wire_errors.status(code)

@@ -37,6 +37,7 @@ from hecate.executors import get_executor
 from hecate.model.executor import Executor, ExecutorError, WarmsUp
 from hecate.services.compute import Compute, Waiting
 from hecate.wire import subjects
+from hecate.wire.errors import as_code
 from hecate.wire.messages import (
     FaultAck,
     Heartbeat,
@@ -359,7 +360,9 @@ class Node:
 
     async def execute(self, req: StageRequest, headers: Mapping[str, str]) -> StageReply | None:
         if self.fault.error:
-            raise ServiceError(self.fault.error, "injected fault", self.fault.retry_after_s)
+            raise ServiceError(
+                as_code(self.fault.error), "injected fault", self.fault.retry_after_s
+            )
         reply = await self._execute(req, headers)
         if reply is not None and req.reply_base:
             # A chained stage answers the router itself: its own reply subject is the

@@ -68,6 +68,7 @@ from hecate.services.quotagate import Admission, QuotaGate
 from hecate.services.retries import RetryLedger
 from hecate.services.swarmview import SwarmView
 from hecate.wire import subjects
+from hecate.wire.errors import ErrorCode, as_code
 from hecate.wire.messages import (
     ErrorBody,
     FailoverEvent,
@@ -91,7 +92,9 @@ _json = msgspec.json.Encoder()
 # Stage errors that are the request's own doing: no node failed, and no other route would
 # do better, so the caller gets the error itself rather than a failover that ends in
 # "node lost".
-REQUEST_FAULTS = frozenset({"payload_too_large", "prompt_too_long", "bad_request"})
+REQUEST_FAULTS: frozenset[ErrorCode] = frozenset(
+    {"payload_too_large", "prompt_too_long", "bad_request"}
+)
 # How often the sweep runs: stage timeouts, held quota admissions, probe leases due.
 SWEEP_S = 0.02
 # Cancels of requests not (yet) in flight here, remembered so that one still waiting for
@@ -393,7 +396,7 @@ class RouterService:
     async def _reject(
         self,
         reply_to: str,
-        code: str,
+        code: ErrorCode,
         message: str,
         model_id: str,
         request_id: str = "",
@@ -530,7 +533,7 @@ class RouterService:
             if err.code == "no_responders":  # relayed by the node that chained to it
                 return await self._fail_over(flight, node_id, "no responders")
             if err.code in REQUEST_FAULTS:
-                return await self._finish_error(flight, err.code, err.message)
+                return await self._finish_error(flight, as_code(err.code), err.message)
             return await self._fail_over(
                 flight, node_id, f"{err.code}: {err.message}", err.retry_after_s
             )
@@ -829,7 +832,7 @@ class RouterService:
         await self._admit_waiting(flight.model_id)
 
     async def _finish_error(
-        self, flight: Flight, code: str, message: str, retry_after_s: float | None = None
+        self, flight: Flight, code: ErrorCode, message: str, retry_after_s: float | None = None
     ) -> None:
         if not self._land(flight):
             return

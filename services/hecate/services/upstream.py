@@ -25,14 +25,15 @@ import httpx
 from hecate.model.executor import ExecutorError
 from hecate.resilience.bucket import TokenBucket
 from hecate.resilience.hints import parse_duration_seconds, parse_retry_after
+from hecate.wire.errors import ErrorCode
 
 
 class UpstreamRefused(Exception):
     """The provider (or our pacing on its behalf) refused; ``retry_after_s`` says when."""
 
-    def __init__(self, code: str, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, code: ErrorCode, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: ErrorCode = code
         self.message = message
         self.retry_after_s = retry_after_s
 
@@ -95,7 +96,7 @@ class UpstreamModel:
         if status == 429 or status == 503:
             hint = parse_retry_after(response.headers.multi_items(), now=time.time())
             self.paused_until = max(self.paused_until, now + (hint if hint is not None else 1.0))
-            code = "rate_limited" if status == 429 else "upstream_error"
+            code: ErrorCode = "rate_limited" if status == 429 else "upstream_error"
             raise UpstreamRefused(code, f"provider answered {status}", hint)
         if status >= 500:
             raise UpstreamRefused("upstream_error", f"provider answered {status}")

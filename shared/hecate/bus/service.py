@@ -34,7 +34,7 @@ from opentelemetry.trace import SpanKind, TracerProvider
 from hecate.bus import tracing
 from hecate.bus.credentials import Credentials
 from hecate.bus.logs import event
-from hecate.core.errors import HecateError
+from hecate.core.errors import ErrorCode, HecateError
 from hecate.wire.errors import STATUS, error_headers
 from hecate.wire.messages import ErrorBody, ErrorReply
 
@@ -56,9 +56,9 @@ def encode(value: object, codec: Codec = "json") -> bytes:
 class ServiceError(Exception):
     """An error the caller should see, as ``{"ok": false, "error": {code, message}}``."""
 
-    def __init__(self, code: str, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, code: ErrorCode, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: ErrorCode = code
         self.message = message
         self.retry_after_s = retry_after_s
 
@@ -332,7 +332,7 @@ class Service:
         self._subs.append(await self.inbound.subscribe(subject, queue=queue or "", cb=callback))
         return stats
 
-    def _count_error(self, stats: EndpointStats, code: str, message: str) -> None:
+    def _count_error(self, stats: EndpointStats, code: ErrorCode, message: str) -> None:
         stats.num_errors += 1
         stats.last_error = f"{code}: {message}"[:256]
         rejected = stats.data.setdefault("rejected", {})
@@ -351,7 +351,7 @@ class Service:
     async def reply_error(
         self,
         reply: str | None,
-        code: str,
+        code: ErrorCode,
         message: str,
         codec: Codec = "json",
         body: msgspec.Struct | None = None,

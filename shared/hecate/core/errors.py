@@ -1,17 +1,56 @@
-"""Typed errors of the swarm core.
+"""Typed errors of the swarm core, and the codes an error reply can carry.
 
 Every error is a value a caller can act on: a stable ``code`` (for the wire and for
 metrics) and a message that tells an operator what happened and what to do next.
+
+:data:`ErrorCode` is every code HECATE puts in an error reply. It lives here, the
+lowest module the core, the wire and the model libraries all import, so that each of
+them annotates what it emits with it: a typo or a code nobody listed fails mypy, not a
+caller. ``hecate.wire.errors`` gives each code its status and the contract its lists.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+ErrorCode = Literal[
+    "bad_request",
+    "unknown_type",
+    "bad_activation",
+    "bad_range",
+    "bad_max_tokens",
+    "no_such_model",
+    "unknown_node",
+    "not_hosted",
+    "session_lost",
+    "unknown_executor",
+    "payload_too_large",
+    "prompt_too_long",
+    "rate_limited",
+    "cancelled",
+    "internal",
+    "forward_failed",
+    "upstream_error",
+    "upstream_rejected",
+    "no_healthy_pipeline",
+    "no_responders",
+    "unrecoverable",
+    "draining",
+    "no_plan",
+    "swarm_stopped",
+    "timeout",
+]
+"""Every code an error reply can carry (``hecate.wire.errors.STATUS`` has exactly these
+keys). What a peer *sends* stays a ``str`` (``ErrorBody.code``): a newer one may know a
+code this one does not; ``hecate.wire.errors.as_code`` reads it as one of these."""
 
 
 class HecateError(Exception):
     """Base of every error the core raises on purpose."""
 
+    # A plain string: most of these stop a command or a start-up and never reach the
+    # wire (``bad_topology``, ``nats_unreachable``); the routing errors, which do, narrow
+    # it to an ErrorCode.
     code: ClassVar[str] = "hecate_error"
 
     def __init__(self, message: str) -> None:
@@ -29,7 +68,8 @@ class RoutingError(HecateError):
     spelling the specification uses.
     """
 
-    code = "routing_error"
+    # Never raised itself, only its subclasses; one raised bare would be HECATE's fault.
+    code: ClassVar[ErrorCode] = "internal"
 
     NoSuchModel: ClassVar[type[NoSuchModel]]
     NoHealthyPipeline: ClassVar[type[NoHealthyPipeline]]

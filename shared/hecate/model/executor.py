@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from hecate.core.errors import ErrorCode
+
 #: Upper bound on a model's depth; a range ending past it is rejected as ``bad_range``.
 MAX_LAYERS = 4096
 #: Upper bound on ``max_tokens`` for ``decode``.
@@ -44,9 +46,9 @@ class ExecutorError(Exception):
     ``unknown_executor`` (no executor registered under that name).
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(f"{code}: {message}")
-        self.code = code
+        self.code: ErrorCode = code
         self.message = message
 
     def to_dict(self) -> dict[str, str]:

@@ -22,7 +22,7 @@ from hecate.core.plan import SLUG_PATTERN, Stage
 from hecate.core.routing import Route
 from hecate.wire import messages as m
 from hecate.wire import subjects
-from hecate.wire.errors import INFER_CODES, STATUS, error_headers
+from hecate.wire.errors import INFER_CODES, STATUS, ErrorCode, error_headers
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 JSON: Final = "application/json"
@@ -36,7 +36,7 @@ Role = Literal[
     "client", "router", "node", "planner", "telemetry", "breaker", "observer", "operator"
 ]
 
-ERROR_STATUS: Final[Mapping[str, int]] = STATUS  # any other code is sent as 500
+ERROR_STATUS: Final[Mapping[ErrorCode, int]] = STATUS  # any other code is sent as 500
 
 ROLES: Final[Mapping[Role, str]] = {
     "client": "Anything that asks for inference or reads the swarm state (e.g. `hecate infer`, "

@@ -1,9 +1,11 @@
 """Error codes on the wire: one table, used by every service and by the contract.
 
-Every code any service can put in an error reply is a key of :data:`STATUS`
-(``tests/contract/test_error_codes.py`` reads the source for the codes it emits and
-fails on one missing here), and :data:`INFER_CODES` lists the ones a caller of
-``hecate.infer.<model>`` can receive, so the contract's list cannot drift from the code.
+Every code a service can put in an error reply is an :data:`ErrorCode` (the code that
+emits one is annotated with it, so mypy refuses a code not listed there) and has its
+status in :data:`STATUS`, whose keys are exactly the ErrorCode members.
+:data:`INFER_CODES` lists the ones a caller of ``hecate.infer.<model>`` can receive,
+and when; the contract's lists are made from these tables, so they cannot drift from
+the code.
 
 Every error reply carries ``{"ok": false, "error": {"code", "message"}}`` and three
 headers: ``Nats-Service-Error`` (the message, one line), ``Nats-Service-Error-Code``
@@ -14,9 +16,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, TypeGuard, get_args
 
-STATUS: Final[Mapping[str, int]] = {
+from hecate.core.errors import ErrorCode
+
+__all__ = [
+    "INFER_CODES",
+    "STATUS",
+    "ErrorCode",
+    "as_code",
+    "error_headers",
+    "is_code",
+    "status",
+]
+
+STATUS: Final[Mapping[ErrorCode, int]] = {
     "bad_request": 400,
     "unknown_type": 400,
     "bad_activation": 400,
@@ -44,9 +58,9 @@ STATUS: Final[Mapping[str, int]] = {
     "swarm_stopped": 503,
     "timeout": 504,
 }
-"""Numeric status per error code; any other code is sent as 500."""
+"""Numeric status per error code (the keys are exactly the ErrorCode members)."""
 
-INFER_CODES: Final[Mapping[str, str]] = {
+INFER_CODES: Final[Mapping[ErrorCode, str]] = {
     "bad_request": "the request is not a valid InferRequest, or asks for nothing",
     "payload_too_large": "the request, or a stage's activations for its prompt, is larger "
     "than the bus carries (NATS max_payload)",
@@ -65,12 +79,27 @@ INFER_CODES: Final[Mapping[str, str]] = {
 }
 """The codes a caller of ``hecate.infer.<model>`` can receive, and when."""
 
-
-def status(code: str) -> int:
-    return STATUS.get(code, 500)
+_CODES: Final[frozenset[str]] = frozenset(get_args(ErrorCode))
 
 
-def error_headers(code: str, message: str, retry_after_s: float | None = None) -> dict[str, str]:
+def is_code(code: str) -> TypeGuard[ErrorCode]:
+    """Whether a code read off the wire is one this side knows."""
+    return code in _CODES
+
+
+def as_code(code: str) -> ErrorCode:
+    """A code read off the wire, to pass on: one this side does not know (a newer peer's)
+    is passed on as ``internal``, as this side cannot tell what it means."""
+    return code if is_code(code) else "internal"
+
+
+def status(code: ErrorCode) -> int:
+    return STATUS[code]
+
+
+def error_headers(
+    code: ErrorCode, message: str, retry_after_s: float | None = None
+) -> dict[str, str]:
     """The headers of an error reply; a "slow down" also says for how long, both as HTTP's
     whole-second ``Retry-After`` and the exact ``Retry-After-Ms``."""
     one_line = message.replace("\r", " ").replace("\n", " ")[:256]

@@ -25,6 +25,8 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A typed error: a stable code to act on and a message for a human; an upstream
     that said "slow down" also says for how long (``retry_after_s``)."""
 
+    # One of hecate.wire.errors.ErrorCode when this side sends it, but read as any
+    # string: a newer peer may send a code this one does not know (``as_code``).
     code: str
     message: str
     retry_after_s: float | None = None
