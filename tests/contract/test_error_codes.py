@@ -3,10 +3,10 @@
 mypy holds every emitting call site to :data:`hecate.wire.errors.ErrorCode` (a
 ``Literal``), so a code with no status cannot be written. What is left to test: that
 the type and the status table name the same codes, that a code read off the wire is
-narrowed safely, and that the list of what a caller of ``hecate.infer`` can receive
-(``INFER_CODES``) is exactly what the router side emits, read from the source:
+narrowed safely, and that the lists of what each caller can receive (``INFER_CODES``,
+``STAGE_CODES``) are exactly what the code on that side emits, read from the source:
 the string literals passed as the code of a ``ServiceError``, ``ExecutorError``,
-``UpstreamRefused``, ``ErrorBody`` or the router's reply helpers, plus
+``UpstreamRefused``, ``ErrorBody``, ``reply_error`` or the router's reply helpers, plus
 the ``code`` of every routing error the core raises.
 """
 
@@ -21,17 +21,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core.errors import RoutingError
-from hecate.wire.errors import INFER_CODES, STATUS, ErrorCode, as_code, is_code
+from hecate.wire.errors import INFER_CODES, STAGE_CODES, STATUS, ErrorCode, as_code, is_code
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / "shared" / "hecate"
 SERVICES = ROOT / "services" / "hecate" / "services"
 # Modules whose error replies go to a caller of hecate.infer.<model>.
 INFER_SIDE = (SERVICES / "router.py", SERVICES / "quotagate.py")
+# Modules whose error replies go to a node's caller: the node, the service shell it runs
+# in, and the executors it runs (the registry's unknown_executor stops a start, not a stage).
+STAGE_SIDE = (
+    SERVICES / "node.py",
+    SERVICES / "upstream.py",
+    SHARED / "bus" / "service.py",
+    *sorted((SHARED / "model").rglob("*.py")),
+    *sorted((SHARED / "llm").rglob("*.py")),
+)
+
 # Constructors whose first argument is a wire error code.
 CODE_FIRST = {"ServiceError", "ExecutorError", "UpstreamRefused"}
 # Reply helpers: (reply subject or flight, code, message, ...).
-CODE_SECOND = {"_reject", "_finish_error"}
+CODE_SECOND = {"_reject", "_finish_error", "reply_error"}
 
 
 def _name(func: ast.expr) -> str:
@@ -80,6 +90,7 @@ def test_the_type_and_the_status_table_name_the_same_codes() -> None:
     assert [c for c, n in Counter(members).items() if n > 1] == []
     assert set(members) == set(STATUS)
     assert set(INFER_CODES) <= set(STATUS)
+    assert set(STAGE_CODES) <= set(STATUS)
 
 
 @given(st.text(max_size=24) | st.sampled_from(get_args(ErrorCode)))
@@ -91,8 +102,9 @@ def test_a_code_off_the_wire_is_kept_if_known_else_internal(code: str) -> None:
 
 def test_the_scan_finds_the_codes_it_must() -> None:
     # Guards the scanner itself: if these stop being found, the scan is blind.
-    everything = set().union(*(emitted(p) for p in INFER_SIDE))
-    assert {"payload_too_large", "rate_limited", "draining", "no_plan"} <= everything
+    everything = set().union(*(emitted(p) for p in (*INFER_SIDE, *STAGE_SIDE)))
+    assert {"payload_too_large", "bad_range", "rate_limited", "draining"} <= everything
+    assert {"no_responders", "internal"} <= everything  # reply_error(reply, code, ...)
 
 
 def test_infer_codes_are_exactly_what_a_caller_can_receive() -> None:
@@ -103,8 +115,16 @@ def test_infer_codes_are_exactly_what_a_caller_can_receive() -> None:
     assert set(INFER_CODES) - router_side == set(), "listed in INFER_CODES but never emitted"
 
 
-def test_the_contract_lists_every_infer_code() -> None:
-    from hecate.wire.contract import INFER_ERROR
+def test_stage_codes_are_exactly_what_a_node_can_reply() -> None:
+    node_side = set().union(*map(emitted, STAGE_SIDE))
+    assert node_side - set(STAGE_CODES) == set(), "emitted but missing from STAGE_CODES"
+    assert set(STAGE_CODES) - node_side == set(), "listed in STAGE_CODES but never emitted"
+
+
+def test_the_contract_lists_every_code_from_the_tables() -> None:
+    from hecate.wire.contract import INFER_ERROR, STAGE_ERROR
 
     for code in INFER_CODES:
         assert f"`{code}`" in INFER_ERROR.description
+    for code in STAGE_CODES:
+        assert f"`{code}`" in STAGE_ERROR.description

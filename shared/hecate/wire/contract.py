@@ -22,7 +22,7 @@ from hecate.core.plan import SLUG_PATTERN, Stage
 from hecate.core.routing import Route
 from hecate.wire import messages as m
 from hecate.wire import subjects
-from hecate.wire.errors import INFER_CODES, STATUS, ErrorCode, error_headers
+from hecate.wire.errors import INFER_CODES, STAGE_CODES, STATUS, ErrorCode, error_headers
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 JSON: Final = "application/json"
@@ -280,12 +280,9 @@ STAGE_ERROR = Message(
     m.ErrorReply,
     MSGPACK,
     "A refused or failed stage (`ok` false), msgpack like the request.",
-    "Shaped so that it also decodes as a StageReply. Codes: `bad_request`, "
-    "`payload_too_large`, `draining`, `not_hosted`, `internal` and the executor's "
-    "(`bad_activation`, `bad_range`, `bad_max_tokens`; a generative one's `session_lost` "
-    "and `prompt_too_long`, a sequence and the tokens it asks for beyond the model's "
-    "context). A node that is gone shows as NATS "
-    "no-responders (status 503, empty body) instead.",
+    "Shaped so that it also decodes as a StageReply. Codes: "
+    + "; ".join(f"`{code}` ({why})" for code, why in STAGE_CODES.items())
+    + ". A node that is gone shows as NATS no-responders (status 503, empty body) instead.",
     narrow={"ok": {"const": False}},
     headers="ErrorHeaders",
 )

@@ -3,9 +3,9 @@
 Every code a service can put in an error reply is an :data:`ErrorCode` (the code that
 emits one is annotated with it, so mypy refuses a code not listed there) and has its
 status in :data:`STATUS`, whose keys are exactly the ErrorCode members.
-:data:`INFER_CODES` lists the ones a caller of ``hecate.infer.<model>`` can receive,
-and when; the contract's lists are made from these tables, so they cannot drift from
-the code.
+:data:`INFER_CODES` and :data:`STAGE_CODES` are the ones a caller of
+``hecate.infer.<model>`` and a node's caller can receive, with when; the contract's
+lists are made from these tables, so they cannot drift from the code.
 
 Every error reply carries ``{"ok": false, "error": {"code", "message"}}`` and three
 headers: ``Nats-Service-Error`` (the message, one line), ``Nats-Service-Error-Code``
@@ -22,6 +22,7 @@ from hecate.core.errors import ErrorCode
 
 __all__ = [
     "INFER_CODES",
+    "STAGE_CODES",
     "STATUS",
     "ErrorCode",
     "as_code",
@@ -78,6 +79,29 @@ INFER_CODES: Final[Mapping[ErrorCode, str]] = {
     "internal": "a fault in HECATE itself, not in the request; the message says where",
 }
 """The codes a caller of ``hecate.infer.<model>`` can receive, and when."""
+
+STAGE_CODES: Final[Mapping[ErrorCode, str]] = {
+    "bad_request": "the request is not a valid StageRequest, or a step's token ids are "
+    "outside the vocabulary",
+    "payload_too_large": "the request, or the activation a chained stage forwards, is "
+    "larger than the bus carries",
+    "draining": "the node is shutting down",
+    "not_hosted": "the node does not host that range in its plan epoch",
+    "internal": "a fault in the node (or one injected by hecate.node.<id>.fault)",
+    "bad_activation": "the activation is of the wrong size or type, or not finite",
+    "bad_range": "the layer range is invalid, or the executor answers whole requests only",
+    "bad_max_tokens": "max_tokens is outside 0..4096",
+    "session_lost": "a generative step's session does not hold the positions it expects "
+    "here: replay it",
+    "prompt_too_long": "a sequence and the tokens it asks for exceed the model's context",
+    "cancelled": "the router released the step's session",
+    "forward_failed": "a chained stage could not be forwarded to the next node",
+    "no_responders": "no node took the next chained stage (relayed by the one before it)",
+    "rate_limited": "an upstream provider said to slow down; see retry_after_s",
+    "upstream_error": "an upstream provider failed or could not be reached",
+    "upstream_rejected": "an upstream provider refused the request",
+}
+"""The codes a node's error reply to ``hecate.node.<id>.stage`` can carry, and when."""
 
 _CODES: Final[frozenset[str]] = frozenset(get_args(ErrorCode))
 
