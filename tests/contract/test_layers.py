@@ -20,7 +20,7 @@ The layers, lowest first (``LAYERS``):
    planner reads topologies through it (``hecate.sim.topology``), so it lives with the
    core.
 1. ``bus``, ``executors``: the NATS shell and the executor registry.
-2. ``routing``: the pure chooser shared by the router and ``Swarm`` (not yet a package).
+2. ``routing``: the pure chooser shared by the router and ``hecate swarm-sim``.
 3. ``services``, ``client``, ``launch``, ``gateway``: the service shells, the client SDK,
    process launching and the HTTP gateway (a service that speaks HTTP on one side).
 4. ``cli``: the ``hecate`` command.
