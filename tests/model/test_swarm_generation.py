@@ -29,6 +29,7 @@ from hecate.wire.messages import (
 )
 
 from ..integration.conftest import Processes
+from ..integration.waits import endpoint_data, stats, until
 
 MODEL = "smollm2-135m"
 
@@ -221,6 +222,18 @@ async def test_a_node_killed_mid_generation_is_replayed_and_the_text_is_unchange
     assert reply.route is not None
     assert victim not in [s.node_id for s in reply.route.stages]
     assert any(e.lost_node == victim and e.kind == "replica" for e in events), events
+    # Neither the lost route's session (released at the failover, a reply back or not)
+    # nor the rescue's (released with the answer) stays on a surviving node.
+    survivors = [n for n in "abcdef" if n != victim]
+    held: dict[str, object] = {}
+
+    async def released() -> bool:
+        for n in survivors:
+            data = endpoint_data(await stats(client, "node", n), "run")
+            held[n] = data and data["sessions"]
+        return all(v == 0 for v in held.values())
+
+    await until(released, "every surviving node dropped the generation's sessions", last=held)
 
 
 async def test_past_the_migration_limit_the_error_carries_the_text_so_far(

@@ -708,7 +708,7 @@ class RouterService:
         self._give_back(flight.probes - kept)
         flight.probes = kept | self.view.take(result.route)
         # A fresh session per attempt: caches a dead route left half-built are never mixed.
-        if flight.prompt_tokens is not None:
+        if self.view.keeps_sessions(old.model_id):  # whether or not a reply came back
             await self._release(old, flight.session)
         flight.session = f"{flight.request_id}.{flight.attempts}"
         if flight.prompt_tokens is not None:
@@ -864,7 +864,7 @@ class RouterService:
         for reply_to in (flight.reply_to, *flight.also_reply_to):
             if reply_to:
                 await self.service.nc.publish(reply_to, body, headers=headers)
-        if flight.prompt_tokens is not None or flight.generated or flight.position:
+        if self.view.keeps_sessions(flight.route.model_id):
             await self._release(flight.route, flight.session)
 
     async def _on_cancel(self, msg: Msg) -> None:

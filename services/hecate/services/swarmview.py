@@ -38,6 +38,10 @@ _plan = msgspec.json.Decoder(SwarmPlan)
 _telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 
 
+# Executors that compute each request from its activation alone, keeping nothing.
+SESSIONLESS_EXECUTORS = frozenset({"toy", "null"})
+
+
 class SwarmView:
     def __init__(
         self,
@@ -174,6 +178,13 @@ class SwarmView:
         if taken:
             self.rebuild()  # the probe is out: block the target again until it reports
         return taken
+
+    def keeps_sessions(self, model_id: str) -> bool:
+        """Whether ``model_id``'s nodes keep per-session state (a generative executor's
+        KV caches) that the router must release when a generation ends or moves. The
+        activation-passing networks hold nothing between requests."""
+        m = self.plan.model(model_id) if self.plan is not None else None
+        return m is not None and m.executor not in SESSIONLESS_EXECUTORS
 
     def layers(self, model_id: str) -> int:
         assert self.plan is not None
