@@ -23,7 +23,7 @@ from hecate.chaos.harness import BREAKER_COOLDOWN_S, Swarm
 from hecate.chaos.load import Record
 from hecate.client import HecateClient
 from hecate.wire import subjects
-from hecate.wire.messages import BreakerChanged, Heartbeat, NodeFault, TelemetrySnapshot
+from hecate.wire.messages import BreakerChanged, NodeFault, TelemetrySnapshot
 
 
 @dataclass(frozen=True)
@@ -47,23 +47,31 @@ async def _serving_route(nc: Client, model: str) -> list[str]:
 
 
 async def _busiest_middle(nc: Client, pipelines: list[tuple[str, ...]]) -> str | None:
-    """The middle node, among the pipelines', that was busiest over the last few
-    heartbeats (None if none reported any work): killing a node that is working on
-    requests right now is what makes a kill bite. A probe request would not do, since
-    routers steer it away from the pipelines their own requests already occupy."""
+    """The middle node, among the pipelines', that is working on requests right now
+    (None if none is): killing one that is mid-request is what makes a kill bite.
+
+    Every stage request, routed or chained, travels on its node's run subject, which a
+    plain subscriber hears too; a generation sends its middle stage a step every few
+    tens of milliseconds. So the victim is the middle node that received the most
+    stage requests over the last 0.3 s, the latest one breaking ties: one whose
+    generation is still running, not one whose last request (a heartbeat's load figure
+    still shows it) ended a moment ago. A probe request would not do, since routers
+    steer it away from the pipelines their own requests already occupy."""
     middles = {p[len(p) // 2] for p in pipelines}
-    busy: dict[str, float] = dict.fromkeys(middles, 0.0)
+    steps: dict[str, int] = dict.fromkeys(middles, 0)
+    last: dict[str, float] = dict.fromkeys(middles, 0.0)
 
-    async def on_beat(msg: Msg) -> None:
-        beat = msgspec.json.decode(msg.data, type=Heartbeat)
-        if beat.node_id in busy:
-            busy[beat.node_id] += beat.load + beat.in_flight
+    async def on_stage(msg: Msg) -> None:
+        node_id = msg.subject.split(".")[2]
+        if node_id in steps:
+            steps[node_id] += 1
+            last[node_id] = time.monotonic()
 
-    sub = await nc.subscribe(subjects.HEARTBEAT_ALL, cb=on_beat)
-    await asyncio.sleep(0.5)  # five heartbeats of each node
+    sub = await nc.subscribe(subjects.node_run("*"), cb=on_stage)
+    await asyncio.sleep(0.3)
     await sub.unsubscribe()
-    best = max(sorted(busy), key=lambda n: busy[n], default=None)
-    return best if best is not None and busy[best] > 0 else None
+    best = max(sorted(steps), key=lambda n: (steps[n], last[n]), default=None)
+    return best if best is not None and steps[best] > 0 else None
 
 
 async def node_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
