@@ -126,9 +126,9 @@ def test_a_real_model_among_toy_nodes_is_not_planned_and_says_what_is_missing() 
     assert "0 nodes" in err.value.message
 
 
-def test_null_stands_in_for_the_toy_model_only() -> None:
-    assert executes("null", ModelSpec(model_id="m", layers=1))
+def test_a_node_executes_only_models_declared_for_its_executor() -> None:
     assert executes("null", ModelSpec(model_id="m", layers=1, executor="null"))
+    assert not executes("null", ModelSpec(model_id="m", layers=1))
     assert not executes("null", ModelSpec(model_id="m", layers=1, executor="smollm2"))
     assert not executes("toy", ModelSpec(model_id="m", layers=1, executor="null"))
     assert not executes("smollm2", ModelSpec(model_id="m", layers=1))

@@ -134,12 +134,18 @@ async def _wait_ready(
         await nc.close()
 
 
-async def _write_plan(url: str, stages: int, layers: int, creds: Credentials = ANONYMOUS) -> None:
+async def _write_plan(
+    url: str, stages: int, layers: int, executor: str, creds: Credentials = ANONYMOUS
+) -> None:
+    """The benchmark's own plan: its model declares the executor its nodes run."""
     per = layers // stages
-    nodes = tuple(NodeProfile(node_id=f"bench-{i}", capacity_layers=per) for i in range(stages))
+    nodes = tuple(
+        NodeProfile(node_id=f"bench-{i}", capacity_layers=per, executor=executor)
+        for i in range(stages)
+    )
     plan = SwarmPlan(
         epoch=0,
-        models=(ModelSpec(model_id="bench", layers=layers),),
+        models=(ModelSpec(model_id="bench", layers=layers, executor=executor),),
         nodes=nodes,
         pipelines=(
             Pipeline(
@@ -226,7 +232,9 @@ def _start(
             [sys.executable, "-c", ECHO, url], env=env, stdout=quiet, stderr=quiet
         )
         return [echo], "bench.echo", b"x" * 256, False
-    asyncio.run(_write_plan(url, stages, layers, bus.credentials("planner") if bus else ANONYMOUS))
+    asyncio.run(
+        _write_plan(url, stages, layers, executor, bus.credentials("planner") if bus else ANONYMOUS)
+    )
     argv = [
         [*hecate_command(), "router", "--nats", url, "--id", "bench-router", "--dispatch", mode]
     ]

@@ -48,15 +48,9 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     executor: Slug = "toy"
 
 
-#: Executors that may take another's place without computing its model: ``null`` passes
-#: the toy network's activations along unchanged, so that a benchmark prices the bus on a
-#: toy model's plan. Nothing stands in for a real model.
-STAND_INS: dict[str, frozenset[str]] = {"null": frozenset({"toy"})}
-
-
 def executes(executor: str, model: ModelSpec) -> bool:
     """Whether a node running ``executor`` may be given layers of ``model``."""
-    return executor == model.executor or model.executor in STAND_INS.get(executor, frozenset())
+    return executor == model.executor
 
 
 class Stage(msgspec.Struct, frozen=True, kw_only=True):
