@@ -1,0 +1,439 @@
+"""One request's life in a router, as a pure state machine: ``handle(event) -> actions``.
+
+No I/O, no clock (events carry the time), no tasks. The router service maps what it
+hears to events (flow.py) and runs the actions; the tests drive the machine in memory.
+
+States and what moves a request between them (anything else is ignored; see the rule
+below the table)::
+
+    NEW        --Start-------------------------------> SENT
+    SENT       --StageReplied (next stage / token)---> SENT
+    SENT       --StageReplied (last) ----------------> DONE
+    SENT       --StageFailed / NodeDown / Tick past
+                 the deadline: rescued --------------> SENT
+                 the server just came back ----------> RESENDING
+                 no rescue, limits, request's fault -> DONE
+    RESENDING  --Tick at resend time-----------------> SENT
+    any live   --Cancelled / Abort-------------------> DONE
+    DONE       --anything----------------------------> DONE (ignored)
+
+**The one rule:** an outcome (reply or failure) acts only on the dispatch that is
+current: each send is numbered, and an outcome naming any other number (a late reply,
+a failure of a send already replaced by a resend or a rescue) is ignored and counted.
+So whatever order replies, deadlines and node-down news arrive in, each send is acted
+on once and the request is answered once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hecate.core import Recovered, Route, RoutingRequest
+from hecate.core.errors import ErrorCode
+from hecate.routing.flow import (
+    Abort,
+    Action,
+    Answer,
+    Cancelled,
+    Event,
+    Failure,
+    Move,
+    NodeDown,
+    PublishFailover,
+    Release,
+    Report,
+    RetryJoined,
+    Routes,
+    Sample,
+    Send,
+    StageFailed,
+    StageReplied,
+    Start,
+    Stream,
+    Tick,
+)
+from hecate.wire.messages import (
+    ErrorBody,
+    InferReply,
+    InferRequest,
+    StageReply,
+    StageRequest,
+    StreamToken,
+)
+
+
+class State(enum.Enum):
+    NEW = "new"
+    SENT = "sent"  # one dispatch out, awaiting its outcome
+    RESENDING = "resending"  # the bus just came back: the same stage goes again shortly
+    DONE = "done"  # answered; nothing acts on it any more
+
+
+S = State
+TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
+    (S.NEW, Start): frozenset({S.SENT}),
+    (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.DONE}),
+    (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.DONE}),
+    (S.SENT, NodeDown): frozenset({S.SENT, S.DONE}),
+    (S.SENT, Tick): frozenset({S.SENT, S.DONE}),
+    (S.RESENDING, Tick): frozenset({S.RESENDING, S.SENT}),
+    **{(s, Cancelled): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING)},
+    **{(s, Abort): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING)},
+    **{(s, RetryJoined): frozenset({s}) for s in (S.NEW, S.SENT, S.RESENDING)},
+}
+
+# Stage errors that are the request's own doing: no node failed and no other route
+# would do better, so the caller gets the error itself, not a failover.
+REQUEST_FAULTS: frozenset[str] = frozenset({"payload_too_large", "prompt_too_long", "bad_request"})
+
+
+@dataclass(frozen=True, slots=True)
+class FlowOptions:
+    max_attempts: int = 3  # routes tried per request, the first included
+    max_replays: int = 2  # migrations of a generation's state onto a rescue route
+    stage_timeout_s: float = 2.0  # per stage; a chain's deadline is per stage it spans
+    chain: bool = False  # nodes forward to each other (else the router calls each stage)
+    reconnect_grace_s: float = 3.0  # after the bus comes back, "no responders" may mean "not yet"
+    resend_delay_s: float = 0.1
+
+
+@dataclass(eq=False)
+class Lifecycle:
+    """One inference request on its way through the swarm."""
+
+    request: InferRequest
+    request_id: str
+    model_id: str  # as asked for: a reserve model's route answers under this name
+    route: Route
+    reply_to: str
+    routes: Routes
+    options: FlowOptions
+    counters: Counter[str]
+    degraded: bool = False
+    probes: set[str] = field(default_factory=set)  # half-open targets whose probe we carry
+    reconnected_at: float = float("-inf")
+    state: State = State.NEW
+    stage: int = 0
+    attempts: int = 1
+    send: int = 0  # the current dispatch (0: none out)
+    sends: int = 0
+    deadline: float = 0.0
+    resend_at: float = 0.0
+    started: float = 0.0
+    step_at: float = 0.0
+    acts: dict[int, bytes] = field(default_factory=lambda: {0: b""})  # input of layer L
+    also_reply_to: list[str] = field(default_factory=list)
+    session: str = ""
+    position: int = 0
+    step_tokens: list[int] | None = None
+    prompt_tokens: list[int] | None = None
+    generated: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    replays: int = 0
+    finish_reason: Literal["stop", "length"] | None = None
+    eos: bool = False
+
+    def __post_init__(self) -> None:
+        self.session = f"{self.request_id}.1"
+
+    # -- the one entry point ----------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Action]:
+        allowed = TRANSITIONS.get((self.state, type(event)))
+        if allowed is None or not self._current(event):
+            self._ignored(event)
+            return []
+        out: list[Action] = []
+        match event:
+            case Start(now):
+                self.started = now
+                self._dispatch(now, out)
+            case StageReplied():
+                self._replied(event, out)
+            case StageFailed(_, stage, failure, now):
+                self.stage = max(self.stage, stage)
+                self._failed(self.route.stages[self.stage].node_id, failure, now, out)
+            case NodeDown(node_id, reason, now):
+                why = Failure("node_down", f"node down: {reason}")
+                self._failed(node_id, why, now, out)
+            case Tick(now) if self.state is S.RESENDING:
+                if now >= self.resend_at:
+                    self._dispatch(now, out)
+            case Tick(now):
+                if now > self.deadline:
+                    s = self.options.stage_timeout_s
+                    why = Failure("timeout", f"no reply within {s:.1f} s")
+                    self._failed(self.route.stages[self.stage].node_id, why, now, out)
+            case RetryJoined(reply_to):
+                if reply_to:
+                    self.also_reply_to.append(reply_to)
+            case Cancelled(now):
+                self.counters["cancelled"] += 1
+                self._error("cancelled", "the caller cancelled the request", out)
+            case Abort(code, message, now):
+                self._error(code, message, out)
+        assert self.state in allowed, (event, self.state)
+        return out
+
+    def _current(self, event: Event) -> bool:
+        """The one rule: outcomes of a send that is not the current one act on nothing."""
+        match event:
+            case StageReplied(send, stage) | StageFailed(send, stage):
+                return send == self.send and self.stage <= stage < len(self.route.stages)
+            case NodeDown(node_id):
+                pending = self.route.stages[self.stage :] if self.options.chain else ()
+                return node_id in {s.node_id for s in pending} or (
+                    self.route.stages[self.stage].node_id == node_id
+                )
+            case Tick(now) if self.state is S.SENT:
+                return now > self.deadline
+        return True
+
+    def _ignored(self, event: Event) -> None:
+        if isinstance(event, StageReplied):
+            self.counters["late_replies"] += 1
+        elif isinstance(event, StageFailed):
+            self.counters["stale_failures"] += 1
+
+    # -- stages -----------------------------------------------------------------------
+
+    def _dispatch(self, now: float, out: list[Action]) -> None:
+        route, i = self.route, self.stage
+        stage = route.stages[i]
+        chain = route.stages[i + 1 :] if self.options.chain else ()
+        first = stage.layer_start == 0
+        self.sends += 1
+        self.send = self.sends
+        if i == 0:
+            self.step_at = now
+        self.deadline = now + self.options.stage_timeout_s * (1 + len(chain))
+        self.state = S.SENT
+        r = self.request
+        request = StageRequest(
+            request_id=self.request_id,
+            model_id=route.model_id,
+            layer_start=stage.layer_start,
+            layer_end=stage.layer_end,
+            model_layers=self.routes.layers(route.model_id),
+            epoch=self.routes.epoch,
+            prompt=r.prompt if first else "",
+            activation=self.acts.get(stage.layer_start, b""),
+            decode_tokens=r.max_tokens if (i == len(route.stages) - 1 or chain) else None,
+            chain=chain,
+            stage_index=i,
+            session=self.session,
+            position=self.position,
+            tokens=self.step_tokens if first else None,
+            messages=r.messages if first else None,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seed=r.seed,
+            step=len(self.generated),
+        )
+        out.append(Send(self.send, i, stage.node_id, request, len(chain)))
+
+    def _replied(self, ev: StageReplied, out: list[Action]) -> None:
+        at, reply, stages = ev.stage, ev.reply, self.route.stages
+        self.stage = at
+        self.send = 0
+        node_id = stages[at].node_id
+        if not reply.ok:
+            err = reply.error or ErrorBody(code="internal", message="no error body")
+            if err.code == "no_responders":  # relayed by the node that chained to it
+                return self._failed(node_id, Failure("no_responders", "no responders"), ev.now, out)
+            if err.code in REQUEST_FAULTS:
+                return self._error(err.code, err.message, out)  # type: ignore[arg-type]
+            why = Failure("error_reply", f"{err.code}: {err.message}", None, err.retry_after_s)
+            return self._failed(node_id, why, ev.now, out)
+        last = at == len(stages) - 1
+        for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
+            self._report(Report(s.node_id, ok=True), out)
+        if reply.prompt_tokens is not None:
+            self.prompt_tokens = reply.prompt_tokens
+        if not last:
+            self.acts[stages[at].layer_end] = reply.activation
+            self.stage += 1
+            return self._dispatch(ev.now, out)
+        if reply.token is not None:
+            return self._generated(reply, ev.now, out)
+        if self.prompt_tokens is None and self.attempts == 1:  # one pass, not generation
+            out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
+        return self._answer(True, reply.output or "", None, out)
+
+    def _generated(self, reply: StageReply, now: float, out: list[Action]) -> None:
+        """The last stage sampled a token: stream it, then the next step or the end."""
+        assert reply.token is not None
+        fed = self.step_tokens if self.step_tokens else (self.prompt_tokens or [])
+        steps = len(fed) if reply.positions is None else reply.positions
+        if steps == 1 and self.attempts == 1:  # a decode step: what admission is fitted to
+            out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
+        self.position += steps
+        if 0 < steps < len(fed):
+            # A long prompt (or replay) runs a chunk per step, so that its activations fit
+            # the bus and other sessions' steps are served in between: no token yet.
+            self.counters["prefill_chunks"] += 1
+            return self._next_step(fed[steps:], now, out)
+        self.generated.append(reply.token)
+        done = reply.eos or len(self.generated) >= self.request.max_tokens
+        if self.request.stop and not reply.eos:
+            text = "".join(self.text) + reply.text
+            found = (text.find(s) for s in self.request.stop if s)
+            cut = min((i for i in found if i >= 0), default=-1)
+            if cut >= 0:  # a stop string: end here, without it
+                self.text = [text[:cut]]
+                self.finish_reason = "stop"
+                return self._answer(True, self.text[0], None, out)
+        if not reply.eos:
+            self.text.append(reply.text)
+            if self.request.stream_to:
+                index = len(self.generated) - 1
+                token = StreamToken(
+                    request_id=self.request_id, index=index, token=reply.token, text=reply.text
+                )
+                out.append(Stream(token))
+        if done:
+            self.eos = reply.eos
+            self.finish_reason = "stop" if reply.eos else "length"
+            return self._answer(True, "".join(self.text), None, out)
+        return self._next_step([reply.token], now, out)
+
+    def _next_step(self, tokens: list[int], now: float, out: list[Action]) -> None:
+        self.step_tokens = tokens
+        self.stage = 0
+        self.acts = {0: b""}
+        self._dispatch(now, out)
+
+    # -- failure and failover ---------------------------------------------------------
+
+    def _failed(self, node_id: str, why: Failure, now: float, out: list[Action]) -> None:
+        """The current dispatch failed on ``node_id``: resend, reroute or answer."""
+        self.send = 0
+        opts = self.options
+        if why.kind == "too_large":
+            return self._error("payload_too_large", why.reason, out)
+        if (
+            why.kind == "no_responders"
+            and now - self.reconnected_at < opts.reconnect_grace_s
+            and (not opts.chain or self.stage == 0)
+        ):
+            # The server just came back: the node may simply not have resubscribed yet.
+            # The same stage goes again shortly, and nobody is blamed (in a chain only when
+            # its first stage was missing: later ones already ran).
+            self.counters["resent_after_reconnect"] += 1
+            self.state = S.RESENDING
+            self.resend_at = now + opts.resend_delay_s
+            return None
+        if not why.silent:  # errors and slowness are the breaker's; liveness, telemetry's
+            self._report(Report(node_id, False, why.breaker_code, why.retry_after_s), out)
+        self.routes.suspect(node_id)
+        old = self.route
+        result = self.routes.rescue(old, node_id, RoutingRequest(tokens=self.request.max_tokens))
+        kind = result.kind if isinstance(result, Recovered) else "unrecoverable"
+        self.counters["failovers"] += 1
+        self.counters[f"failover_{kind}"] += 1
+        new = result.route if isinstance(result, Recovered) else None
+        out.append(
+            PublishFailover(
+                request_id=self.request_id,
+                model_id=self.model_id,
+                lost_node=node_id,
+                kind=kind,
+                old_route=old,
+                new_route=new,
+                attempt=self.attempts,
+                reason=why.reason,
+            )
+        )
+        if not isinstance(result, Recovered):
+            if why.reason.startswith("rate_limited") and why.retry_after_s is not None:
+                # Nothing else can serve it, and the upstream said when it can: pass it on.
+                return self._error("rate_limited", why.reason, out, why.retry_after_s)
+            return self._error(result.code, result.message, out)
+        loss = f"last loss: {node_id} ({why.reason})"
+        if self.prompt_tokens is not None and self.replays >= opts.max_replays:
+            n = self.replays
+            msg = f"migration limit: the generation was already replayed {n} time(s); {loss}"
+            return self._error("unrecoverable", msg, out)
+        if self.attempts >= opts.max_attempts:
+            return self._error(
+                "unrecoverable", f"gave up after {self.attempts} attempts; {loss}", out
+            )
+        self.attempts += 1
+        self.counters["retries"] += 1
+        if result.route.model_id != old.model_id:  # a reserve model starts from its prompt
+            self.acts = {0: b""}
+        self.degraded = self.degraded or result.degraded
+        out.append(Move(old, result.route))
+        self.route = result.route
+        # The rescue route spends any probe lease held for a target on it, as a first
+        # route does; a probe for a target it leaves out is given back.
+        kept = {t for t in self.probes if t in result.route.node_ids}
+        self._give_back(self.probes - kept)
+        self.probes = kept | self.routes.take(result.route)
+        # A fresh session per attempt: caches a dead route left half-built are never mixed.
+        if self.routes.keeps_sessions(old.model_id):
+            out.append(Release(old, self.session))
+        self.session = f"{self.request_id}.{self.attempts}"
+        if self.prompt_tokens is not None:
+            # Generation: the rescue route's caches are empty; replay the prompt and every
+            # token so far in one prefill, then carry on where the stream was.
+            self.counters["replays"] += 1
+            self.replays += 1
+            self.acts = {0: b""}
+            self.position = 0
+            self.step_tokens = self.prompt_tokens + self.generated
+        # Resume at the last stage whose input we already hold (layer 0 = the prompt).
+        self.stage = max(i for i, s in enumerate(self.route.stages) if s.layer_start in self.acts)
+        return self._dispatch(now, out)
+
+    def _report(self, report: Report, out: list[Action]) -> None:
+        self.probes.discard(report.node_id)  # a probe we carried is delivered with it
+        out.append(report)
+
+    def _give_back(self, probes: set[str]) -> None:
+        if probes:
+            self.routes.give_back(probes)
+
+    # -- answers ----------------------------------------------------------------------
+
+    def _error(
+        self, code: ErrorCode, message: str, out: list[Action], retry_after_s: float | None = None
+    ) -> None:
+        self.counters[f"error_{code}"] += 1
+        body = ErrorBody(code=code, message=message, retry_after_s=retry_after_s)
+        self._answer(False, "".join(self.text) or None, body, out)
+
+    def _answer(
+        self, ok: bool, output: str | None, error: ErrorBody | None, out: list[Action]
+    ) -> None:
+        self.state = S.DONE
+        self.send = 0
+        self._give_back(self.probes)
+        self.probes = set()
+        if ok:
+            self.counters["answered"] += 1
+            if self.degraded:
+                self.counters["degraded"] += 1
+        generation = self.prompt_tokens is not None
+        reply = InferReply(
+            ok=ok,
+            output=output,
+            route=self.route,
+            degraded=self.degraded,
+            attempts=self.attempts,
+            request_id=self.request_id,
+            model_id=self.model_id,
+            error=error,
+            retry_after_s=error.retry_after_s if error is not None else None,
+            # What the answer cost (a generation's end token is not text, nor counted).
+            prompt_tokens=len(self.prompt_tokens) if self.prompt_tokens is not None else None,
+            completion_tokens=len(self.generated) - self.eos if generation else None,
+            finish_reason=self.finish_reason,
+        )
+        to = tuple(t for t in (self.reply_to, *self.also_reply_to) if t)
+        out.append(Answer(reply, to, self.route))
+        if self.routes.keeps_sessions(self.route.model_id):
+            out.append(Release(self.route, self.session))
