@@ -27,21 +27,30 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / "shared" / "hecate"
 SERVICES = ROOT / "services" / "hecate" / "services"
 # Modules whose error replies go to a caller of hecate.infer.<model>.
-INFER_SIDE = (SERVICES / "router.py", SERVICES / "quotagate.py")
+INFER_SIDE = (
+    SERVICES / "router.py",
+    SERVICES / "intake.py",
+    SERVICES / "flightdeck.py",
+    SERVICES / "quotagate.py",
+    SHARED / "routing" / "lifecycle.py",
+)
 # Modules whose error replies go to a node's caller: the node, the service shell it runs
 # in, and the executors it runs (the registry's unknown_executor stops a start, not a stage).
 STAGE_SIDE = (
-    SERVICES / "node.py",
+    *sorted(SERVICES.glob("node*.py")),
     SERVICES / "upstream.py",
     SHARED / "bus" / "service.py",
+    SHARED / "bus" / "endpoint.py",
+    SHARED / "bus" / "layers.py",
     *sorted((SHARED / "model").rglob("*.py")),
     *sorted((SHARED / "llm").rglob("*.py")),
 )
 
 # Constructors whose first argument is a wire error code.
-CODE_FIRST = {"ServiceError", "ExecutorError", "UpstreamRefused"}
-# Reply helpers: (reply subject or flight, code, message, ...).
-CODE_SECOND = {"_reject", "_finish_error", "reply_error"}
+# (A request handle's ``error``, the lifecycle's ``_error`` and ``Abort`` too.)
+CODE_FIRST = {"ServiceError", "ExecutorError", "UpstreamRefused", "error", "_error", "Abort"}
+# Reply helpers: (reply subject or admission, code, message, ...).
+CODE_SECOND = {"reject", "reply_error"}
 
 
 def _name(func: ast.expr) -> str:
@@ -108,7 +117,7 @@ def test_the_scan_finds_the_codes_it_must() -> None:
 
 
 def test_infer_codes_are_exactly_what_a_caller_can_receive() -> None:
-    from hecate.services.router import REQUEST_FAULTS  # a node's, passed on to the caller
+    from hecate.routing.flow import REQUEST_FAULTS  # a node's, passed on to the caller
 
     router_side = set().union(*map(emitted, INFER_SIDE)) | routing_codes() | REQUEST_FAULTS
     assert router_side - set(INFER_CODES) == set(), "emitted but missing from INFER_CODES"

@@ -8,7 +8,9 @@ service API (``$SRV.PING/INFO/STATS``, ADR-32) implemented here because ``nats.m
 endpoints handle one request at a time and stop non-gracefully.
 
 A handler is ``async (request, headers) -> reply struct``; it raises
-:class:`ServiceError` for an error the caller should see.
+:class:`ServiceError` for an error the caller should see. A deferred handler gets a
+:class:`Request` handle and answers through it, now or later. The layers around a
+handler live in :mod:`hecate.bus.layers`.
 """
 
 from __future__ import annotations
@@ -18,143 +20,46 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import MaxPayloadError
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, TracerProvider
+from opentelemetry.trace import TracerProvider
 
-from hecate.bus import tracing
-from hecate.bus.credentials import Credentials
+from hecate.bus import discovery, tracing
+from hecate.bus.connection import BusUnreachable, connect
+from hecate.bus.endpoint import (
+    Codec,
+    DeferredHandler,
+    Endpoint,
+    EndpointStats,
+    Handler,
+    Request,
+    ServiceError,
+    encode,
+)
+from hecate.bus.layers import compose
 from hecate.bus.logs import event
-from hecate.core.errors import ErrorCode, HecateError
+from hecate.core.errors import ErrorCode
 from hecate.wire.errors import STATUS, error_headers
 from hecate.wire.messages import ErrorBody, ErrorReply
 
-__all__ = ["STATUS", "Service", "ServiceError", "connect", "encode", "error_headers"]
+__all__ = [
+    "STATUS",
+    "BusUnreachable",
+    "EndpointStats",
+    "Request",
+    "Service",
+    "ServiceError",
+    "connect",
+    "encode",
+    "error_headers",
+]
 
-Codec = Literal["json", "msgpack"]
 NO_RESPONDERS = "503"  # the Status header NATS puts on a reply when nobody listened
-_log = logging.getLogger("hecate.bus")
-VERSION = "0.1.0"
-
-_json = msgspec.json.Encoder()
-_msgpack = msgspec.msgpack.Encoder()
-
-
-def encode(value: object, codec: Codec = "json") -> bytes:
-    return _json.encode(value) if codec == "json" else _msgpack.encode(value)
-
-
-class ServiceError(Exception):
-    """An error the caller should see, as ``{"ok": false, "error": {code, message}}``."""
-
-    def __init__(self, code: ErrorCode, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.code: ErrorCode = code
-        self.message = message
-        self.retry_after_s = retry_after_s
-
-
-@dataclass
-class EndpointStats:
-    name: str
-    subject: str
-    queue_group: str | None
-    num_requests: int = 0
-    num_errors: int = 0
-    last_error: str = ""
-    processing_ns: int = 0
-    data: dict[str, Any] = field(default_factory=dict)
-    status: Callable[[], dict[str, Any]] | None = None  # computed only when asked (STATS)
-
-    def as_json(self) -> dict[str, Any]:
-        n = max(self.num_requests, 1)
-        data = {**self.data, **self.status()} if self.status is not None else self.data
-        return {
-            "name": self.name,
-            "subject": self.subject,
-            "queue_group": self.queue_group or "",
-            "num_requests": self.num_requests,
-            "num_errors": self.num_errors,
-            "last_error": self.last_error,
-            "processing_time": self.processing_ns,
-            "average_processing_time": self.processing_ns // n,
-            "data": data,
-        }
-
-
-Handler = Callable[[Any, Mapping[str, str]], Awaitable[msgspec.Struct | None]]
-"""A handler returns its reply, or None when someone else answers (a forwarded stage)."""
-_NO_SPAN = trace.INVALID_SPAN  # a context manager that records nothing
-
-
-async def _quiet(exc: Exception) -> None:
-    """nats-py prints a traceback per failed (re)connect by default; once is plenty."""
-    _log.debug("nats: %r", exc)
-
-
-async def connect(
-    url: str,
-    name: str,
-    *,
-    timeout: float = 10.0,
-    reconnected_cb: Callable[[], Awaitable[None]] | None = None,
-    credentials: Credentials | None = None,
-) -> Client:
-    """Connect, retrying until ``timeout`` (services may start before the server); once
-    connected, reconnect forever. Credentials come from the environment unless given
-    (see :mod:`hecate.bus.credentials`)."""
-    creds = Credentials.from_env() if credentials is None else credentials
-    deadline = time.monotonic() + timeout
-    last: list[Exception] = []
-
-    async def on_error(exc: Exception) -> None:
-        last[:] = [exc]
-        await _quiet(exc)
-
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            # Bounded: with reconnects on, nats-py would retry a refused first connect
-            # (bad credentials, an untrusted certificate) forever.
-            return await asyncio.wait_for(
-                nats.connect(
-                    [u.strip() for u in url.split(",") if u.strip()],  # a cluster: a,b,c
-                    name=name,
-                    connect_timeout=1,
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.25,
-                    ping_interval=5,
-                    max_outstanding_pings=3,
-                    error_cb=on_error,
-                    reconnected_cb=reconnected_cb,
-                    **creds.options(),
-                ),
-                max(left, 1.0),
-            )
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                cause = last[0] if last else exc
-                who = f" as {creds.user!r}" if creds.user else " anonymously"
-                raise BusUnreachable(
-                    f"cannot connect to NATS at {url}{who} within {timeout:g}s: {cause!r}"
-                ) from None
-            await asyncio.sleep(0.1)
-
-
-class BusUnreachable(HecateError):
-    """No connection to NATS in time (server down, credentials refused, TLS failed)."""
-
-    code = "nats_unreachable"
 
 
 class Service:
@@ -210,13 +115,8 @@ class Service:
         self.outbound = await connect(
             url, f"{self.name}-{self.instance_id}-out", reconnected_cb=self._reconnected
         )
-        for verb in ("PING", "INFO", "STATS"):
-            for subject in (
-                f"$SRV.{verb}",
-                f"$SRV.{verb}.{self.name}",
-                f"$SRV.{verb}.{self.name}.{self.instance_id}",
-            ):
-                self._subs.append(await self.inbound.subscribe(subject, cb=self._srv(verb)))
+        for verb, subject in discovery.subjects(self.name, self.instance_id):
+            self._subs.append(await self.inbound.subscribe(subject, cb=self._srv(verb)))
 
     async def ready(self) -> None:
         """Flush subscriptions so a request sent right after does not miss them."""
@@ -230,87 +130,56 @@ class Service:
         name: str,
         subject: str,
         request_type: type[Any],
-        handler: Handler,
+        handler: Handler | DeferredHandler,
         *,
         codec: Codec = "json",
         queue: str | None = None,
         concurrency: int = 1,
         traced: bool = True,
+        deferred: bool = False,
+        max_bytes: int | None = None,
     ) -> EndpointStats:
-        """Serve ``subject``: decode ``request_type``, call ``handler``, reply in ``codec``
-        (when the message has a reply subject and the handler returns a reply).
+        """Serve ``subject``: refuse a body over ``max_bytes`` (default: the service's
+        max_payload), decode ``request_type``, and call ``handler``.
 
-        ``traced=False`` skips spans for chatty fire-and-forget subjects (heartbeats)."""
+        ``handler(body, headers)`` returns its reply (sent in ``codec`` when the message
+        has a reply subject) or None. With ``deferred=True`` it is ``handler(request)``
+        and answers through the :class:`Request` handle, possibly after it returns.
+        ``concurrency`` handlers run at once (a deferred one counts until it returns,
+        not until it is answered). ``traced=False`` skips spans for chatty
+        fire-and-forget subjects (heartbeats)."""
         assert self.inbound is not None
         stats = EndpointStats(name=name, subject=subject, queue_group=queue)
         self.endpoints.append(stats)
-        decoder: Any = (
-            msgspec.json.Decoder(request_type)
+        endpoint = Endpoint(
+            name=name,
+            codec=codec,
+            stats=stats,
+            log=self.log,
+            outbound=lambda: self.nc,
+            tracer=self.tracer,
+            traced=self.tracing and traced,
+            max_bytes=self.max_payload if max_bytes is None else max_bytes,
+            deferred=deferred,
+            decoder=msgspec.json.Decoder(request_type)
             if codec == "json"
-            else msgspec.msgpack.Decoder(request_type)
+            else msgspec.msgpack.Decoder(request_type),
+            span_name=f"{self.kind} {name}",
         )
-        limit = asyncio.Semaphore(concurrency)
-
-        span_name = f"{self.kind} {name}"
-
-        async def serve(msg: Msg) -> None:
-            started = time.perf_counter_ns()
-            stats.num_requests += 1
-            headers = msg.headers or {}
-            # With nothing exporting, skip context extraction and the span altogether.
-            tracing_on = self.tracing and traced
-            context = tracing.extract(headers) if tracing_on else None
-            with (
-                self.tracer.start_as_current_span(span_name, context=context, kind=SpanKind.SERVER)
-                if tracing_on
-                else _NO_SPAN as span
-            ):
-                try:
-                    if len(msg.data) > self.max_payload:
-                        raise ServiceError(
-                            "payload_too_large", f"{len(msg.data)} bytes > limit {self.max_payload}"
-                        )
-                    try:
-                        request = decoder.decode(msg.data)
-                    except msgspec.DecodeError as exc:
-                        raise ServiceError("bad_request", f"{name}: {exc}") from None
-                    reply = await handler(request, headers)
-                    if msg.reply and reply is not None:
-                        body = encode(reply, codec)
-                        try:
-                            await self.nc.publish(msg.reply, body)
-                        except MaxPayloadError:
-                            raise ServiceError(
-                                "payload_too_large",
-                                f"{name}: the reply is {len(body):,} bytes, over the bus's "
-                                f"max_payload of {self.nc.max_payload:,}",
-                            ) from None
-                except ServiceError as exc:
-                    span.set_attribute("error.code", exc.code)
-                    self._count_error(stats, exc.code, exc.message)
-                    await self.reply_error(
-                        msg.reply, exc.code, exc.message, codec, retry_after_s=exc.retry_after_s
-                    )
-                except Exception as exc:  # never a stack trace on the wire
-                    self._count_error(stats, "internal", repr(exc))
-                    self.log.exception("handler failed", extra={"fields": {"endpoint": name}})
-                    await self.reply_error(
-                        msg.reply, "internal", f"{name} failed; see its logs", codec
-                    )
-                finally:
-                    stats.processing_ns += time.perf_counter_ns() - started
+        serve = compose(endpoint, handler)
+        slots = asyncio.Semaphore(concurrency)
 
         async def on_message(msg: Msg) -> None:
             if concurrency == 1:
                 await serve(msg)
                 return
-            await limit.acquire()  # backpressure: the subscription waits for a slot
+            await slots.acquire()  # backpressure: the subscription waits for a slot
             task = asyncio.create_task(serve(msg))
             self._tasks.add(task)
 
             def finished(t: asyncio.Task[None]) -> None:
                 self._tasks.discard(t)
-                limit.release()
+                slots.release()
 
             task.add_done_callback(finished)
 
@@ -325,28 +194,15 @@ class Service:
         *,
         queue: str | None = None,
     ) -> EndpointStats:
-        """Serve ``subject`` with a raw callback that keeps its own ``EndpointStats``."""
+        """Deprecated: use ``add_endpoint(..., deferred=True)``, which keeps the size
+        limit, decoding, tracing, stats and error replies in the shell.
+
+        Serve ``subject`` with a raw callback that keeps its own ``EndpointStats``."""
         assert self.inbound is not None
         stats = EndpointStats(name=name, subject=subject, queue_group=queue)
         self.endpoints.append(stats)
         self._subs.append(await self.inbound.subscribe(subject, queue=queue or "", cb=callback))
         return stats
-
-    def _count_error(self, stats: EndpointStats, code: ErrorCode, message: str) -> None:
-        stats.num_errors += 1
-        stats.last_error = f"{code}: {message}"[:256]
-        rejected = stats.data.setdefault("rejected", {})
-        first = code not in rejected
-        rejected[code] = rejected.get(code, 0) + 1
-        if first:  # log the first of each kind; the counter carries the rest
-            event(
-                self.log,
-                "request rejected",
-                logging.WARNING,
-                endpoint=stats.name,
-                code=code,
-                message=message[:200],
-            )
 
     async def reply_error(
         self,
@@ -358,6 +214,7 @@ class Service:
         *,
         retry_after_s: float | None = None,
     ) -> None:
+        """An error reply to a message not served through a :class:`Request`."""
         if not reply:
             return
         payload = (
@@ -377,30 +234,15 @@ class Service:
         async def answer(msg: Msg) -> None:
             if not msg.reply:
                 return
-            doc: dict[str, Any] = {
-                "name": self.name,
-                "id": self.instance_id,
-                "version": VERSION,
-                "metadata": self.metadata,
-            }
-            if verb == "PING":
-                doc["type"] = "io.nats.micro.v1.ping_response"
-            elif verb == "INFO":
-                doc["type"] = "io.nats.micro.v1.info_response"
-                doc["description"] = self.description
-                doc["endpoints"] = [
-                    {
-                        "name": e.name,
-                        "subject": e.subject,
-                        "queue_group": e.queue_group or "",
-                        "metadata": {},
-                    }
-                    for e in self.endpoints
-                ]
-            else:
-                doc["type"] = "io.nats.micro.v1.stats_response"
-                doc["started"] = self.started
-                doc["endpoints"] = [e.as_json() for e in self.endpoints]
+            doc = discovery.document(
+                verb,
+                name=self.name,
+                instance_id=self.instance_id,
+                description=self.description,
+                metadata=self.metadata,
+                started=self.started,
+                endpoints=self.endpoints,
+            )
             assert self.inbound is not None
             await self.inbound.publish(msg.reply, json.dumps(doc).encode())
 
