@@ -1,17 +1,30 @@
 """The executor registry: a node's ``--executor`` name to the object that computes.
 
-It sits above both executor families so neither imports the other: the activation
-passing ones in :mod:`hecate.model` (``toy``, ``null``) and the real model in
-:mod:`hecate.llm` (``smollm2``) each import only the shared types of
-:mod:`hecate.model.executor`, and this module imports them all. Factories import their
-executor when called, so naming ``toy`` never loads numpy's model code for ``smollm2``.
+It sits above both executor families so neither imports the other: the layer networks
+in :mod:`hecate.model` (``toy``, ``null``) and the real model in :mod:`hecate.llm`
+(``smollm2``) each import only the shared types of :mod:`hecate.model.executor`, and
+this module imports them all. Factories import their executor when called, so naming
+``toy`` never loads the real model's code.
+
+A package adds an executor by declaring an entry point in the ``hecate.executors``
+group whose object is a factory taking no arguments (a class will do)::
+
+    [project.entry-points."hecate.executors"]
+    mine = "my_package.compute:MyExecutor"
+
+Whatever a factory returns is checked against the protocol of the kind it declares
+(:func:`kind_of`), so a broken executor stops the node's start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import cast
 
-from hecate.model.executor import Executor, ExecutorError
+from hecate.model.executor import KINDS, PROTOCOLS, Executor, ExecutorError, ExecutorKind
+
+GROUP = "hecate.executors"
 
 
 def _toy() -> Executor:
@@ -32,17 +45,75 @@ def _smollm2() -> Executor:
     return LlmExecutor()
 
 
-#: Name -> factory. Factories take no arguments so a node config needs only a name.
+#: The built-ins: name -> factory. Factories take no arguments so a node config needs
+#: only a name.
 EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null, "smollm2": _smollm2}
 
 
+def available() -> dict[str, str]:
+    """Every executor name and where it comes from."""
+    names = dict.fromkeys(EXECUTORS, "hecate (built in)")
+    for ep in entry_points(group=GROUP):
+        names.setdefault(ep.name, ep.value)
+    return names
+
+
 def get_executor(name: str) -> Executor:
-    """A fresh executor registered under ``name``, or ``unknown_executor``."""
-    try:
-        factory = EXECUTORS[name]
-    except KeyError:
-        known = ", ".join(sorted(EXECUTORS)) or "(none)"
+    """A fresh executor registered under ``name``, checked against its kind's protocol;
+    raises ``unknown_executor`` for a name nobody registered or an object that is not
+    an executor of the kind it declares."""
+    factory: Callable[[], object] | None = EXECUTORS.get(name)
+    if factory is None:
+        for ep in entry_points(group=GROUP):
+            if ep.name == name:
+                factory = ep.load()
+                break
+    if factory is None:
+        known = ", ".join(sorted(available())) or "(none)"
         raise ExecutorError(
             "unknown_executor", f"no executor named {name!r}; known executors: {known}"
-        ) from None
-    return factory()
+        )
+    return checked(factory(), name)
+
+
+def checked(executor: object, name: str) -> Executor:
+    """``executor``, once it is known to be an executor of the kind it declares and
+    named ``name`` (what the node joins as); raises ``unknown_executor`` otherwise."""
+    kind_of(executor)
+    actual = cast(Executor, executor)
+    if actual.name != name:
+        raise ExecutorError(
+            "unknown_executor",
+            f"executor {name!r} was asked for but the object given is {actual.name!r}",
+        )
+    return actual
+
+
+def kind_of(executor: object) -> ExecutorKind:
+    """The kind ``executor`` declares, once checked against that kind's protocol; raises
+    ``unknown_executor`` naming what is missing otherwise."""
+    declared = getattr(executor, "kind", None)
+    name = getattr(executor, "name", type(executor).__name__)
+    for kind in KINDS:
+        if declared != kind:
+            continue
+        protocol = PROTOCOLS[kind]
+        if not isinstance(executor, protocol):
+            missing = [m for m in _members(protocol) if not hasattr(executor, m)]
+            raise ExecutorError(
+                "unknown_executor",
+                f"executor {name!r} declares kind {kind!r} but lacks {', '.join(missing)}",
+            )
+        return kind
+    raise ExecutorError(
+        "unknown_executor",
+        f"executor {name!r} declares kind {declared!r}; an executor's kind is one of "
+        f"{', '.join(KINDS)}",
+    )
+
+
+def _members(protocol: type) -> list[str]:
+    """What a protocol asks for: its annotated attributes and its methods."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+    return sorted(names)

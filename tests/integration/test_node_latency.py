@@ -18,6 +18,7 @@ from hecate.bus import kv as kvs
 from hecate.core import NodeProfile, SwarmPlan
 from hecate.model import Executor
 from hecate.services.node import Node
+from hecate.services.node_config import NodeConfig
 from hecate.services.upstream import UpstreamModel
 from hecate.wire import subjects
 from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, StageReply, StageRequest
@@ -201,20 +202,23 @@ async def test_the_latency_a_node_reports_on_adopting_a_plan_is_its_warm_up_pass
 def solo(executor: str | Executor) -> Node:
     """A node in this process, not connected: enough to drive its warm-up directly."""
     profile = NodeProfile(node_id=NODE, capacity_layers=12, latency_ms=DECLARED_MS)
-    return Node(profile, executor=executor, log=logging.getLogger("test.node"))
+    log = logging.getLogger("test.node")
+    if isinstance(executor, str):
+        return Node(NodeConfig(profile=profile, executor=executor), log=log)
+    return Node(NodeConfig(profile=profile, executor=executor.name), log=log, executor=executor)
 
 
 async def test_a_failed_warm_up_is_a_warning_and_leaves_the_node_unmeasured(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     node = solo("toy")
-    node.holdings = [("ncm-base", 0, 5000)]  # past MAX_LAYERS: the toy model refuses it
+    node.holdings.held = [("ncm-base", 0, 5000)]  # past MAX_LAYERS: the toy model refuses it
     with caplog.at_level(logging.WARNING, logger="test.node"):
-        await node.warm_up(node.holdings)
+        await node.holdings.warm_up(node.holdings.held)
     assert [r.getMessage() for r in caplog.records] == ["warm-up failed"]
     assert node.latency_ms is None
-    node.holdings.append(("ncm-base", 0, 4))  # a range that runs is measured
-    await node.warm_up(node.holdings[1:])
+    node.holdings.held.append(("ncm-base", 0, 4))  # a range that runs is measured
+    await node.holdings.warm_up(node.holdings.held[1:])
     assert node.latency_ms is not None
 
 
@@ -223,8 +227,8 @@ async def test_a_whole_model_executor_is_not_warmed_up() -> None:
     with provider("ok") as url:
         model = UpstreamModel(url, "gpt-test")
         node = solo(model)
-        node.holdings = [("gpt", 0, 1)]
-        await node.warm_up(node.holdings)
+        node.holdings.held = [("gpt", 0, 1)]
+        await node.holdings.warm_up(node.holdings.held)
         await model.close()
     assert FakeProvider.requests == []
     assert node.latency_ms is None

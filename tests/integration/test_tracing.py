@@ -22,6 +22,7 @@ from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.model import reference
 from hecate.services.node import Node
+from hecate.services.node_config import NodeConfig
 from hecate.services.router import RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
@@ -54,7 +55,7 @@ async def test_one_trace_spans_client_router_and_every_stage(nats_server: NatsSe
     await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))  # any valid plan writer will do
 
     stop = asyncio.Event()
-    services = [Node(p, log=log, tracer_provider=provider) for p in nodes]
+    services = [Node(NodeConfig(profile=p), log=log, tracer_provider=provider) for p in nodes]
     router = RouterService(instance_id="r1", log=log, tracer_provider=provider)
     tasks = [asyncio.create_task(s.run(nats_server.url, stop)) for s in services]
     tasks.append(asyncio.create_task(router.run(nats_server.url, stop)))

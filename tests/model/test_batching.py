@@ -19,8 +19,7 @@ from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
-from hecate.model.executor import ExecutorError
-from hecate.wire.messages import StageReply, StageRequest
+from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
 MODEL = "smollm2-135m"
 RANGES = [(0, 10), (10, 20), (20, 30)]
@@ -52,17 +51,15 @@ def alone(stage: LlamaStage, ids: list[int], steps: int) -> tuple[list[int], lis
     return tokens, margins
 
 
-def through(llm: LlmExecutor, reqs: list[StageRequest]) -> list[StageReply]:
+def through(llm: LlmExecutor, reqs: list[StepInput]) -> list[StepOutput]:
     """One batch of steps through the three stages, as chained nodes would run them."""
-    replies: list[StageReply] = []
+    replies: list[StepOutput] = []
     for start, end in RANGES:
         staged = [
-            StageRequest(
-                request_id=r.request_id,
+            StepInput(
                 model_id=MODEL,
                 layer_start=start,
                 layer_end=end,
-                model_layers=30,
                 session=r.session,
                 position=r.position,
                 tokens=r.tokens if start == 0 else None,
@@ -73,9 +70,9 @@ def through(llm: LlmExecutor, reqs: list[StageRequest]) -> list[StageReply]:
             )
             for i, r in enumerate(reqs)
         ]
-        results = llm.step_batch(staged)
+        results = llm.execute(staged)
         assert not [r for r in results if isinstance(r, ExecutorError)]
-        replies = [r for r in results if isinstance(r, StageReply)]
+        replies = [r for r in results if isinstance(r, StepOutput)]
     return replies
 
 
@@ -85,12 +82,10 @@ def test_sixteen_prompts_in_one_batch_answer_as_each_alone(gguf: Path, whole: Ll
     llm.prepare(RANGES)
     ids = [tok.encode(p).ids for p in PROMPTS]
     reqs = [
-        StageRequest(
-            request_id=f"r{j}",
+        StepInput(
             model_id=MODEL,
             layer_start=0,
             layer_end=10,
-            model_layers=30,
             session=f"s{j}",
             prompt=p,
         )
@@ -104,12 +99,10 @@ def test_sixteen_prompts_in_one_batch_answer_as_each_alone(gguf: Path, whole: Ll
             assert reply.positions == (len(ids[j]) if step == 0 else 1)
             generated[j].append(reply.token)
         reqs = [
-            StageRequest(
-                request_id=r.request_id,
+            StepInput(
                 model_id=MODEL,
                 layer_start=0,
                 layer_end=10,
-                model_layers=30,
                 session=r.session,
                 position=len(ids[j]) + step,
                 tokens=[generated[j][-1]],
@@ -147,12 +140,10 @@ def test_a_thousand_token_prompt_in_chunks_gives_the_one_prefill_token(
         reply = through(
             llm,
             [
-                StageRequest(
-                    request_id="long",
+                StepInput(
                     model_id=MODEL,
                     layer_start=0,
                     layer_end=10,
-                    model_layers=30,
                     session="long",
                     position=position,
                     tokens=ids[position:],
@@ -179,12 +170,10 @@ def test_a_prompt_beyond_the_context_is_prompt_too_long(gguf: Path) -> None:
     llm.prepare(RANGES[:1])
     with pytest.raises(ExecutorError) as refused:
         llm.step(
-            StageRequest(
-                request_id="huge",
+            StepInput(
                 model_id=MODEL,
                 layer_start=0,
                 layer_end=10,
-                model_layers=30,
                 session="huge",
                 tokens=[504] * 8180,
                 decode_tokens=16,

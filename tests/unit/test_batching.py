@@ -12,9 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core.batching import take_batch
-from hecate.model.executor import ExecutorError
+from hecate.model.executor import ExecutorError, StepInput, StepOutput
 from hecate.services.compute import Compute, Waiting
-from hecate.wire.messages import StageReply, StageRequest
 
 from .test_llama_batch import Small, request
 
@@ -79,7 +78,7 @@ def test_decode_steps_all_join_one_prefill_chunk() -> None:
 
 def compute(llm: Small, batches: list[list[Waiting]]) -> Compute:
     return Compute(
-        llm.step_batch,
+        llm.execute,
         rows=llm.rows,
         prefill_rows=lambda: llm.prefill_chunk,
         on_batch=lambda _ns, batch: batches.append(batch),
@@ -140,11 +139,11 @@ async def test_a_refused_step_fails_alone_and_a_failed_batch_fails_all() -> None
         )
     finally:
         runner.close()
-    assert isinstance(ok, StageReply)
+    assert isinstance(ok, StepOutput)
     assert isinstance(lost, ExecutorError)
     assert lost.code == "session_lost"
 
-    def broken(reqs: list[StageRequest]) -> list[StageReply | ExecutorError]:
+    def broken(reqs: list[StepInput]) -> list[StepOutput | ExecutorError]:
         raise MemoryError(f"{len(reqs)} steps")
 
     failing = Compute(broken, rows=lambda _r: 1, prefill_rows=lambda: 1, on_batch=lambda *_: None)

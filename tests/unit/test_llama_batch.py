@@ -14,8 +14,7 @@ from hecate.llm.executor import PAYLOAD_SHARE, LlmExecutor, check_context, prefi
 from hecate.llm.gguf_model import Block, LlamaConfig, StageWeights
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import FULL_CONTEXT_SESSIONS, Sessions, Step, kv_bytes_per_position
-from hecate.model.executor import ExecutorError
-from hecate.wire.messages import StageReply, StageRequest
+from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
 CONFIG = LlamaConfig(
     layers=3,
@@ -235,16 +234,14 @@ def test_a_prefill_chunk_fits_the_bus(
         assert chunk * hidden * 4 <= max_payload * PAYLOAD_SHARE
 
 
-def request(**fields: object) -> StageRequest:
+def request(**fields: object) -> StepInput:
     base: dict[str, object] = {
-        "request_id": "r",
         "model_id": "m",
         "layer_start": 0,
         "layer_end": CONFIG.layers,
-        "model_layers": CONFIG.layers,
         "session": "s",
     }
-    return StageRequest(**(base | fields))  # type: ignore[arg-type]
+    return StepInput(**(base | fields))  # type: ignore[arg-type]
 
 
 def test_a_prompt_that_cannot_fit_the_context_is_prompt_too_long() -> None:
@@ -334,7 +331,7 @@ def test_chunked_steps_reach_the_token_of_one_step() -> None:
 def test_a_batch_answers_each_request_on_its_own() -> None:
     llm = Small(chunk=64)
     context = CONFIG.context
-    replies = llm.step_batch(
+    replies = llm.execute(
         [
             request(session="a", prompt="hello"),
             request(session="b", tokens=[1] * (context - 3), decode_tokens=8),
@@ -345,7 +342,7 @@ def test_a_batch_answers_each_request_on_its_own() -> None:
         ]
     )
     ok = replies[0]
-    assert isinstance(ok, StageReply)
+    assert isinstance(ok, StepOutput)
     assert ok.token is not None
     assert ok.positions == 5
     codes = [r.code if isinstance(r, ExecutorError) else None for r in replies[1:]]

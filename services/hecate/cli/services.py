@@ -80,8 +80,9 @@ def _instance(default: str) -> str:
 def _cmd_node(args: argparse.Namespace) -> int:
     from hecate.model import Executor
     from hecate.services.node import Node
+    from hecate.services.node_config import NodeConfig
 
-    executor: str | Executor = args.executor
+    executor: Executor | None = None
     if args.executor == "upstream":
         from hecate.services.upstream import UpstreamModel
 
@@ -89,24 +90,22 @@ def _cmd_node(args: argparse.Namespace) -> int:
             raise HecateError("--executor upstream needs --upstream-url and --upstream-model")
         key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
         executor = UpstreamModel(args.upstream_url, args.upstream_model, api_key=key)
-    profile = NodeProfile(
-        node_id=args.id,
-        capacity_layers=args.capacity_layers,
-        latency_ms=args.latency_ms,
-        score=args.score,
+    config = NodeConfig(
+        profile=NodeProfile(
+            node_id=args.id,
+            capacity_layers=args.capacity_layers,
+            latency_ms=args.latency_ms,
+            score=args.score,
+        ),
+        executor=args.executor,
+        heartbeat_s=args.heartbeat_ms / 1000,
+        accept_faults=args.accept_faults,
     )
     return run_service(
         "node",
         args.id,
         args.nats,
-        lambda log, tp: Node(
-            profile,
-            executor=executor,
-            heartbeat_s=args.heartbeat_ms / 1000,
-            log=log,
-            tracer_provider=tp,
-            accept_faults=args.accept_faults,
-        ),
+        lambda log, tp: Node(config, log=log, tracer_provider=tp, executor=executor),
     )
 
 

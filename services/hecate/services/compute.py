@@ -20,23 +20,22 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from hecate.core.batching import take_batch
-from hecate.model.executor import ExecutorError
-from hecate.wire.messages import StageReply, StageRequest
+from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
 R = TypeVar("R")
-RunBatch = Callable[[list[StageRequest]], list[StageReply | ExecutorError]]
+RunBatch = Callable[[list[StepInput]], list[StepOutput | ExecutorError]]
 #: Told after each batch: the nanoseconds it computed and the steps it answered.
 OnBatch = Callable[[int, list["Waiting"]], None]
 
 
 @dataclass
 class Waiting:
-    req: StageRequest
-    future: asyncio.Future[StageReply]
+    req: StepInput
+    future: asyncio.Future[StepOutput]
     delay_ns: int = 0  # the injected slowdown it waited out before joining
 
 
-def _timed(run: RunBatch, reqs: list[StageRequest]) -> tuple[list[StageReply | ExecutorError], int]:
+def _timed(run: RunBatch, reqs: list[StepInput]) -> tuple[list[StepOutput | ExecutorError], int]:
     """The batch's results and its nanoseconds, timed in the compute thread."""
     started = time.perf_counter_ns()
     results = run(reqs)
@@ -48,7 +47,7 @@ class Compute:
         self,
         run: RunBatch,
         *,
-        rows: Callable[[StageRequest], int | None],
+        rows: Callable[[StepInput], int | None],
         prefill_rows: Callable[[], int],
         on_batch: OnBatch,
         gather_s: float = 0.02,
@@ -66,12 +65,12 @@ class Compute:
         self._last_size = 0  # steps in the previous batch
         self._last_s = 0.0  # and its compute time
 
-    async def step(self, req: StageRequest, delay_ns: int = 0) -> StageReply:
+    async def step(self, req: StepInput, delay_ns: int = 0) -> StepOutput:
         """``req``'s reply, once a batch has run it. Raises :class:`ExecutorError` for
         a step refused on its own, or whatever failed its whole batch."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop())
-        future: asyncio.Future[StageReply] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[StepOutput] = asyncio.get_running_loop().create_future()
         self.waiting.append(Waiting(req, future, delay_ns))
         self._wake.set()
         return await future

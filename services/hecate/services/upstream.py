@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 import httpx
 
@@ -28,21 +29,15 @@ from hecate.resilience.hints import parse_duration_seconds, parse_retry_after
 from hecate.wire.errors import ErrorCode
 
 
-class UpstreamRefused(Exception):
+class UpstreamRefused(ExecutorError):
     """The provider (or our pacing on its behalf) refused; ``retry_after_s`` says when."""
-
-    def __init__(self, code: ErrorCode, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.code: ErrorCode = code
-        self.message = message
-        self.retry_after_s = retry_after_s
 
 
 class UpstreamModel:
     """Whole-model executor over HTTP. One per node; safe for concurrent calls."""
 
     name = "upstream"
-    whole_model = True
+    kind: Literal["whole"] = "whole"
 
     def __init__(
         self,
@@ -122,23 +117,6 @@ class UpstreamModel:
 
     async def close(self) -> None:
         await self.client.aclose()
-
-    # The layer interface: an upstream model has no layers to run one at a time; a node
-    # calls complete() for a stage that covers the whole model, and nothing else.
-    def embed(self, model_id: str, prompt: str) -> bytes:
-        del model_id, prompt
-        raise ExecutorError("bad_range", _WHOLE)
-
-    def run(self, model_id: str, layer_start: int, layer_end: int, activation: bytes) -> bytes:
-        del model_id, layer_start, layer_end, activation
-        raise ExecutorError("bad_range", _WHOLE)
-
-    def decode(self, model_id: str, layers: int, activation: bytes, max_tokens: int) -> str:
-        del model_id, layers, activation, max_tokens
-        raise ExecutorError("bad_range", _WHOLE)
-
-
-_WHOLE = "an upstream model runs whole, not layer by layer"
 
 
 def _number(text: str | None) -> float | None:

@@ -3,7 +3,9 @@
 It loads only the layer ranges the plan gives its node (first stage: also the
 embedding and the tokenizer; last stage: the final norm and the tied head), keeps one
 KV cache per session per range, and answers generation steps, several sessions' at
-once (``step_batch``: one forward pass per range for all of them). The node decides
+once (``execute``: one forward pass per range for all of them): the ``steps`` kind of
+:mod:`hecate.model.executor`, whose typed inputs and outputs are all it knows of a
+request. The node decides
 where each call runs, not this module: it keeps every step off its event loop so that
 heartbeats keep flowing.
 
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -29,8 +33,7 @@ from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import Sessions, Step, sample
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import chat_prompt, load_tokenizer
-from hecate.model.executor import ExecutorError
-from hecate.wire.messages import StageReply, StageRequest
+from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
 EOS = 2  # <|im_end|>
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
@@ -51,7 +54,7 @@ def prefill_chunk(hidden: int, max_payload: int | None, limit: int = PREFILL_CHU
     return max(1, min(limit, int(max_payload * PAYLOAD_SHARE) // (4 * hidden)))
 
 
-def check_context(config: LlamaConfig, req: StageRequest, rows: int) -> None:
+def check_context(config: LlamaConfig, req: StepInput, rows: int) -> None:
     """Refuse (``prompt_too_long``) a step that cannot fit the model's context: the
     positions held, the ones this step brings, and, when the request says how many
     tokens the generation may produce (``decode_tokens``), the ones still to come. A
@@ -72,8 +75,7 @@ def check_context(config: LlamaConfig, req: StageRequest, rows: int) -> None:
 
 class LlmExecutor:
     name = "smollm2"
-    generative = True
-    whole_model = False
+    kind: Literal["steps"] = "steps"
 
     def __init__(
         self,
@@ -157,53 +159,53 @@ class LlmExecutor:
     def chunk(self, hidden: int) -> int:
         return prefill_chunk(hidden, self.max_payload, self.prefill_chunk)
 
-    def rows(self, req: StageRequest) -> int | None:
+    def rows(self, step: StepInput) -> int | None:
         """How many positions ``req`` would run here, when that is known without loading
         a range or tokenizing a prompt (``None`` otherwise): the node's batching uses it
         to keep prefill rows out of decode batches."""
         # Read without the lock: ``prepare`` holds it while it loads a range (seconds,
         # the first time), and this is asked on the node's event loop.
-        sessions = self._ranges.get((req.layer_start, req.layer_end))
+        sessions = self._ranges.get((step.layer_start, step.layer_end))
         if sessions is None:
             return None
         hidden = sessions.stage.config.hidden
         if sessions.stage.first:
-            tokens = req.tokens
+            tokens = step.tokens
             if tokens is None:
                 if self._tokenizer is None:
                     return None  # not loaded yet: loading is no work for the event loop
                 # Tokenizing is cheap (a 64 KB prompt in milliseconds) and cached for the
                 # step itself: a batch then knows a short prompt is a few rows, and takes
                 # several new prompts at once instead of one per batch.
-                tokens = self._prompt_ids(req)
+                tokens = self._prompt_ids(step)
             return min(len(tokens), self.chunk(hidden))
-        return len(req.activation) // (4 * hidden)
+        return len(step.activation) // (4 * hidden)
 
-    def _prompt_ids(self, req: StageRequest) -> list[int]:
+    def _prompt_ids(self, req: StepInput) -> list[int]:
         text = req.prompt
         if req.messages:
-            text = chat_prompt([(m.role, m.content) for m in req.messages])
+            text = chat_prompt(list(req.messages))
         return list(self._encode(text))
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 (one executor per node, for its life)
     def _encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer().encode(text).ids)
 
-    def step(self, req: StageRequest) -> StageReply:
+    def step(self, req: StepInput) -> StepOutput:
         """One generation step. Raises :class:`ExecutorError`."""
-        reply = self.step_batch([req])[0]
+        reply = self.execute([req])[0]
         if isinstance(reply, ExecutorError):
             raise reply
         return reply
 
-    def step_batch(self, reqs: list[StageRequest]) -> list[StageReply | ExecutorError]:
+    def execute(self, reqs: Sequence[StepInput]) -> list[StepOutput | ExecutorError]:
         """Several sessions' steps at once: one forward pass per layer range for all the
         steps of that range, one head matmul for the ones that end on the last stage.
         Each step is checked on its own before (range, prompt, context, session
         position), and answered on its own: one refused step (``bad_request``,
         ``prompt_too_long``, ``session_lost``, ...) fails only itself. Anything else
         raised (out of memory) fails the batch."""
-        results: list[StageReply | ExecutorError | None] = [None] * len(reqs)
+        results: list[StepOutput | ExecutorError | None] = [None] * len(reqs)
         groups: dict[int, tuple[Sessions, list[tuple[int, Step, list[int] | None]]]] = {}
         for i, req in enumerate(reqs):
             try:
@@ -226,8 +228,7 @@ class LlmExecutor:
                 continue
             if not stage.last:
                 for i, hidden, prompt_tokens in done:
-                    results[i] = StageReply(
-                        ok=True,
+                    results[i] = StepOutput(
                         activation=hidden.astype("<f4").tobytes(),
                         prompt_tokens=prompt_tokens,
                         positions=hidden.shape[0],
@@ -243,8 +244,7 @@ class LlmExecutor:
                     seed=req.seed,
                     step=req.step,
                 )
-                results[i] = StageReply(
-                    ok=True,
+                results[i] = StepOutput(
                     token=token,
                     text=self.tokenizer().decode([token]),
                     eos=token == EOS,
@@ -259,7 +259,7 @@ class LlmExecutor:
         except ValueError as exc:  # a range outside the model
             raise ExecutorError("bad_range", str(exc)) from None
 
-    def _step_of(self, stage: LlamaStage, req: StageRequest) -> tuple[Step, list[int] | None]:
+    def _step_of(self, stage: LlamaStage, req: StepInput) -> tuple[Step, list[int] | None]:
         """What ``req`` runs on ``stage``, and the prompt's token ids when tokenized here.
         The first stage takes the next chunk of the tokens; a later stage the rows it is
         sent."""
@@ -282,16 +282,3 @@ class LlmExecutor:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self._gguf())
         return self._tokenizer
-
-    # The layer interface of the toy executors does not apply to a generative model.
-    def embed(self, model_id: str, prompt: str) -> bytes:
-        del model_id, prompt
-        raise ExecutorError("bad_request", "smollm2 runs generation steps")
-
-    def run(self, model_id: str, layer_start: int, layer_end: int, activation: bytes) -> bytes:
-        del model_id, layer_start, layer_end, activation
-        raise ExecutorError("bad_request", "smollm2 runs generation steps")
-
-    def decode(self, model_id: str, layers: int, activation: bytes, max_tokens: int) -> str:
-        del model_id, layers, activation, max_tokens
-        raise ExecutorError("bad_request", "smollm2 runs generation steps")

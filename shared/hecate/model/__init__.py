@@ -1,6 +1,7 @@
 """Model executors: what a node runs on its layer range.
 
-``Executor`` is the pluggable interface; ``ToyModel`` (registered as ``"toy"`` in
+``Executor`` is the pluggable interface (one of three kinds, each a small protocol with
+typed inputs and outputs: :mod:`hecate.model.executor`); ``ToyModel`` (registered as ``"toy"`` in
 :mod:`hecate.executors`) is the built-in deterministic network that lets tests check any
 pipeline split bit-for-bit against ``reference``.
 """
@@ -10,6 +11,14 @@ from hecate.model.executor import (
     MAX_TOKENS,
     Executor,
     ExecutorError,
+    ExecutorKind,
+    LayerExecutor,
+    LayerInput,
+    LayerOutput,
+    StepExecutor,
+    StepInput,
+    StepOutput,
+    WholeExecutor,
     check_range,
 )
 from hecate.model.toy import VOCABULARY, ToyModel, reference
@@ -20,7 +29,15 @@ __all__ = [
     "VOCABULARY",
     "Executor",
     "ExecutorError",
+    "ExecutorKind",
+    "LayerExecutor",
+    "LayerInput",
+    "LayerOutput",
+    "StepExecutor",
+    "StepInput",
+    "StepOutput",
     "ToyModel",
+    "WholeExecutor",
     "check_range",
     "reference",
 ]

@@ -8,12 +8,18 @@ encoding and messaging. Never use it to serve answers.
 
 from __future__ import annotations
 
-from hecate.model.executor import MAX_LAYERS, MAX_TOKENS, ExecutorError, check_range
+from hecate.model.executor import (
+    MAX_LAYERS,
+    MAX_TOKENS,
+    ExecutorError,
+    LayerNetwork,
+    check_range,
+)
 
 ACTIVATION = bytes(256)
 
 
-class NullModel:
+class NullModel(LayerNetwork):
     name = "null"
 
     def embed(self, model_id: str, prompt: str) -> bytes:

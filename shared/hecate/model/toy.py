@@ -33,7 +33,13 @@ from collections import OrderedDict
 import numpy as np
 import numpy.typing as npt
 
-from hecate.model.executor import MAX_LAYERS, MAX_TOKENS, ExecutorError, check_range
+from hecate.model.executor import (
+    MAX_LAYERS,
+    MAX_TOKENS,
+    ExecutorError,
+    LayerNetwork,
+    check_range,
+)
 
 Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
@@ -73,7 +79,7 @@ def _to_bytes(x: Vector) -> bytes:
     return np.asarray(x, dtype="<f4").tobytes()
 
 
-class ToyModel:
+class ToyModel(LayerNetwork):
     """A tanh MLP of ``hidden``-wide layers, ``x = tanh(x @ W_i + b_i)``, any depth.
 
     ``W_i ~ N(0, 1/sqrt(hidden))`` and ``b_i ~ N(0, 0.1)``, drawn from a generator seeded
@@ -110,7 +116,7 @@ class ToyModel:
         with self._lock:
             return len(self._cache)
 
-    # -- the Executor interface ------------------------------------------------------
+    # -- the layer network (LayerNetwork.execute runs a stage through these) -----------
 
     def embed(self, model_id: str, prompt: str) -> bytes:
         """A unit-RMS vector expanded from SHAKE-256 of the seed, the model and the prompt.

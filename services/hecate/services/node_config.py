@@ -1,0 +1,43 @@
+"""What a node is started with: who it is, what it computes, and how often it reports."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from hecate.core.plan import NodeProfile
+
+
+class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's settings, checked when built: a bad one stops the start with an error
+    naming the field, not a node that misbehaves later.
+
+    ``executor`` names what computes the node's ranges (:mod:`hecate.executors`); the
+    profile the node joins with carries it, whatever the given profile said."""
+
+    profile: NodeProfile
+    executor: str = "toy"
+    heartbeat_s: float = 0.1
+    # An idle node measures its ranges again this often (see node_holdings).
+    remeasure_s: float = 5.0
+    # Listen for injected faults (chaos runs only).
+    accept_faults: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.profile.node_id:
+            raise ValueError("profile.node_id: must not be empty")
+        if self.profile.capacity_layers < 0:
+            raise ValueError(
+                f"profile.capacity_layers: must not be negative, got {self.profile.capacity_layers}"
+            )
+        if not self.executor:
+            raise ValueError("executor: must name an executor")
+        for name in ("heartbeat_s", "remeasure_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}: must be a positive number of seconds, got {value}")
+
+    def joined(self) -> NodeProfile:
+        """The profile the node joins with: its own, saying which executor it runs."""
+        return msgspec.structs.replace(self.profile, executor=self.executor)
