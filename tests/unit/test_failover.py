@@ -12,6 +12,7 @@ from hecate.core import (
     ModelSpec,
     Recovered,
     Replacement,
+    Route,
     RoutingRequest,
     SwarmState,
     Unrecoverable,
@@ -157,7 +158,27 @@ def test_a_reserve_on_the_lost_node_is_no_rescue() -> None:
     )
     result = lose(measured(p), "a", FailoverOptions(allow_degraded=True, reserve_model="mini"))
     assert isinstance(result, Unrecoverable)
-    assert "reserve model unavailable" in result.message
+    # Says the reserve is down too, not to "run failover" (this is the failover).
+    assert "reserve model 'mini' cannot stand in either" in result.message
+    assert "node down (a)" in result.message
+    assert "run failover" not in result.message
+
+
+def test_a_degraded_request_losing_the_reserves_own_node_says_so() -> None:
+    state = reserve_plan().mark("a", alive=False)  # already answering from the reserve
+    degraded = Route(
+        model_id="mini", pipeline_id="mini-r0", cost=0.0, stages=state.plan.pipelines[1].stages
+    )
+    result = failover_in_swarm(
+        degraded, "r", state, FailoverOptions(allow_degraded=True, reserve_model="mini")
+    )
+    assert isinstance(result, Unrecoverable)
+    assert (result.model_id, result.lost_node) == ("mini", "r")
+    # Not "model 'mini' has role 'reserve' and cannot stand in for 'mini'": what happened
+    # is that the fallback itself lost its node.
+    assert "'mini' is the reserve model, already standing in" in result.message
+    assert "no further fallback" in result.message
+    assert "cannot stand in for" not in result.message
 
 
 # -- properties ------------------------------------------------------------------------

@@ -184,24 +184,36 @@ def _degrade(
             model_id=route.model_id,
             lost_node=lost_node,
         )
-    if reserve.role != "reserve" or reserve_id == route.model_id:
+    if reserve_id == route.model_id:
+        # The request was already the degraded answer: there is no reserve of the reserve.
+        return Unrecoverable(
+            f"{why}; {route.model_id!r} is the reserve model, already standing in for the "
+            f"model asked for, and there is no further fallback",
+            model_id=route.model_id,
+            lost_node=lost_node,
+        )
+    if reserve.role != "reserve":
         return Unrecoverable(
             f"{why}; model {reserve_id!r} has role {reserve.role!r} and cannot stand in "
             f"for {route.model_id!r} (only a model with role 'reserve' can)",
             model_id=route.model_id,
             lost_node=lost_node,
         )
+    survivors = state.mark(lost_node, alive=False) if lost_node in state.nodes else state
     try:
-        rescue = route_request(
-            reserve_id,
-            request,
-            state.mark(lost_node, alive=False) if lost_node in state.nodes else state,
-            weights,
-            penalty,
+        rescue = route_request(reserve_id, request, survivors, weights, penalty)
+    except RoutingError:
+        planned = survivors.plan.pipelines_of(reserve_id)
+        down = sorted(
+            {s.node_id for p in planned for s in p.stages if not survivors.is_alive(s.node_id)}
         )
-    except RoutingError as exc:
+        reason = (
+            f"every pipeline of it has a node down ({', '.join(down)})"
+            if planned
+            else "it has no pipeline in the plan"
+        )
         return Unrecoverable(
-            f"{why}; reserve model unavailable: {exc.message}",
+            f"{why}; the reserve model {reserve_id!r} cannot stand in either: {reason}",
             model_id=route.model_id,
             lost_node=lost_node,
         )
