@@ -96,19 +96,24 @@ def test_a_chosen_route_avoids_every_unusable_node_and_degrades_only_as_a_last_r
     try:
         route, degraded = c.choose("m", REQ)
     except NoHealthyPipeline:
-        # No splice or reserve around the suspected nodes, and not even a planned copy
-        # when they are trusted again (a splice through a suspected node is not sought).
+        # No copy, splice or reserve around the suspected nodes, and none either when
+        # they are trusted again.
         assert not every_stage_held(ok - suspected)
         assert not (degrade and "r" in ok - suspected)
         assert not intact(ok)
+        assert not every_stage_held(ok)
+        assert not (degrade and "r" in ok)
         return
     assert set(route.node_ids) <= ok  # never dead, never an open circuit without its lease
     if set(route.node_ids) & suspected:
         # Suspicion only steers: a suspected node is used when nothing avoids them all,
-        # and then only on a planned copy telemetry calls intact.
+        # and then as without suspicion: a planned copy, else a splice, else the reserve.
         assert not every_stage_held(ok - suspected)
         assert not (degrade and "r" in ok - suspected)
-        assert not route.pipeline_id.endswith("~splice")
+        if route.model_id == "m":
+            assert route.pipeline_id.endswith("~splice") == (not intact(ok))
+        else:
+            assert not every_stage_held(ok)
     assert degraded == (route.model_id == "mini")
     if degraded:
         assert degrade
@@ -208,6 +213,20 @@ def test_only_suspicion_in_the_way_routes_where_telemetry_says() -> None:
     # With a reserve allowed, the reserve is preferred to a node we just saw fail.
     route, degraded = chooser(suspected=suspected).choose("m", REQ)
     assert (route.model_id, degraded) == ("mini", True)
+
+
+def test_only_suspicion_in_the_way_splices_where_telemetry_says() -> None:
+    # Every copy has a dead node and the only stand-ins for layers 0-4 are suspected:
+    # telemetry alone says a splice serves, so suspicion must not refuse the model.
+    dead = frozenset({"a1", "b2", "c1"})
+    suspected = frozenset({"a0", "b0", "c0"})
+    route, degraded = chooser(dead=dead, suspected=suspected, options=FailoverOptions()).choose(
+        "m", REQ
+    )
+    assert not degraded
+    assert route.pipeline_id.endswith("~splice")
+    assert not dead & set(route.node_ids)
+    assert [(s.layer_start, s.layer_end) for s in route.stages] == [(0, 4), (4, 8), (8, 12)]
 
 
 def test_a_splice_for_new_requests_is_the_cheapest_of_every_broken_copy() -> None:

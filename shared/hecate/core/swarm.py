@@ -3,10 +3,11 @@
 :class:`Swarm` is the whole policy, pure and synchronous: no clock, no I/O. A service
 shell feeds it events and carries out what it returns.
 
-Routing and rescue are delegated to a :class:`RoutePolicy` when one is given: the
-router's own chooser (``hecate.routing.Chooser``, a layer above the core, hence passed
-in), which is how ``hecate swarm-sim`` runs the production policy. Without one, a swarm
-routes to the cheapest intact pipeline and keeps the splice its last failover found.
+Routing and rescue are the router's own :class:`~hecate.core.chooser.Chooser`: a new
+request goes to the cheapest intact pipeline, else the best rescue of a broken one (a
+splice, else the reserve model when degradation is allowed), and a request on a route
+that loses a node is rescued through the failover tiers. That is how ``hecate swarm-sim``
+shows what a running router does.
 
 Order of operations on a death: :meth:`Swarm.mark_down` computes the route *before*
 marking the node dead. Marked first, the pipeline that used it would no longer be
@@ -16,28 +17,19 @@ Status: ``failed`` requires **zero live nodes**, not zero pipelines. A swarm who
 pipeline lost a node but still has survivors is ``degraded`` and keeps serving; killing
 the service because the ideal topology is gone would be the worst outcome.
 
-Growth policy (a node joins; existing pipelines are never reshuffled, to avoid churn):
-
-1. **replica** — the base model has fewer intact pipelines than configured: build the
-   missing copies from spare capacity (the newcomer's and what live nodes have left).
-2. **expert** — otherwise, a reserve or expert model has fewer pipelines than it asks
-   for: host it on spare capacity (the "telomerase" that grows experts).
-3. **capacity** — otherwise the newcomer joins as spare capacity, used by later
-   relocations and growth.
-
-Removal (a node retires): every pipeline that used it is repaired in place by moving the
-retiring node's layer ranges to spare capacity on live nodes; a pipeline that cannot be
-repaired is dropped, and missing copies are rebuilt from spare capacity where possible.
+Growth and retirement change the plan without reshuffling what already serves; their
+policy is in :mod:`hecate.core.growth`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Literal, Protocol
+from collections.abc import Iterable
+from typing import Literal
 
 import msgspec
 from msgspec.structs import replace
 
+from hecate.core.chooser import Chooser
 from hecate.core.errors import (
     DuplicateNode,
     InsufficientCapacity,
@@ -45,15 +37,16 @@ from hecate.core.errors import (
     SwarmStopped,
     Unrecoverable,
 )
-from hecate.core.failover import FailoverOptions, Recovered, Replacement, failover_in_swarm
-from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan, executes
-from hecate.core.planners import ROLE_ORDER, Planner, get_planner
-from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, route_request
+from hecate.core.failover import FailoverOptions, Recovered
+from hecate.core.growth import Growth, GrowthKind, Removal, grow, retire
+from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, SwarmPlan, executes
+from hecate.core.planners import Planner, get_planner
+from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest
 from hecate.core.state import SwarmState
-from hecate.core.telemetry import NodeState
 
 SwarmStatus = Literal["healthy", "degraded", "failed", "stopped"]
-GrowthKind = Literal["replica", "expert", "capacity"]
+
+__all__ = ["Growth", "GrowthKind", "Removal", "Swarm", "SwarmConfig", "SwarmStatus"]
 
 
 class SwarmConfig(msgspec.Struct, frozen=True):
@@ -80,41 +73,11 @@ class SwarmConfig(msgspec.Struct, frozen=True):
         return (base, *self.models)
 
 
-class RoutePolicy(Protocol):
-    """What chooses routes and rescues: fed the swarm's plan and node states, asked for
-    the route of a new request (and whether it is degraded) and for the rescue of a
-    route that lost a node."""
-
-    def observe(self, plan: SwarmPlan, nodes: Mapping[str, NodeState], *, now: float) -> None: ...
-
-    def choose(self, model_id: str, request: RoutingRequest) -> tuple[Route, bool]: ...
-
-    def rescue(
-        self, route: Route, lost_node: str, request: RoutingRequest
-    ) -> Recovered | Unrecoverable: ...
-
-
-class Growth(msgspec.Struct, frozen=True, kw_only=True):
-    """What a newcomer changed: which policy applied and which pipelines it made."""
-
-    node_id: str
-    kind: GrowthKind
-    pipelines: tuple[str, ...]
-    epoch: int
-
-
-class Removal(msgspec.Struct, frozen=True, kw_only=True):
-    """What retiring a node changed."""
-
-    node_id: str
-    relocated: tuple[Replacement, ...]
-    dropped: tuple[str, ...]
-    rebuilt: tuple[str, ...]
-    epoch: int
-
-
 class Swarm:
-    """Plan + telemetry + policy for one swarm."""
+    """Plan + telemetry + policy for one swarm.
+
+    ``policy`` is the chooser to decide through (by default one built from the config's
+    failover options); pass one to tune its weights or cold penalty."""
 
     def __init__(
         self,
@@ -122,12 +85,9 @@ class Swarm:
         config: SwarmConfig,
         *,
         planner: Planner | str = "greedy",
-        policy: RoutePolicy | None = None,
+        policy: Chooser | None = None,
     ) -> None:
-        self.config = config
-        self.policy = policy
-        self._observed: SwarmState | None = None
-        self.planner = get_planner(planner) if isinstance(planner, str) else planner
+        self._setup(config, planner, policy)
         plan = self.planner.plan(config.all_models(), profiles)
         if not plan.pipelines_of(config.model_id):
             base = config.all_models()[0]
@@ -139,8 +99,6 @@ class Swarm:
                 f"({config.layers} layers)"
             )
         self.state = SwarmState.from_profiles(plan)
-        self._rescues: dict[str, Route] = {}
-        self._stopped = False
 
     @classmethod
     def resume(
@@ -149,19 +107,21 @@ class Swarm:
         config: SwarmConfig,
         *,
         planner: Planner | str = "greedy",
-        policy: RoutePolicy | None = None,
+        policy: Chooser | None = None,
     ) -> Swarm:
         """Carry on from a published plan (another planner's) instead of planning afresh:
         growth and retirement then change it without reshuffling what already serves."""
         swarm = cls.__new__(cls)
-        swarm.config = config
-        swarm.policy = policy
-        swarm._observed = None
-        swarm.planner = get_planner(planner) if isinstance(planner, str) else planner
+        swarm._setup(config, planner, policy)
         swarm.state = SwarmState.from_profiles(plan)
-        swarm._rescues = {}
-        swarm._stopped = False
         return swarm
+
+    def _setup(self, config: SwarmConfig, planner: Planner | str, policy: Chooser | None) -> None:
+        self.config = config
+        self.policy = policy if policy is not None else Chooser(config.failover)
+        self.planner = get_planner(planner) if isinstance(planner, str) else planner
+        self._observed: SwarmState | None = None
+        self._stopped = False
 
     @property
     def plan(self) -> SwarmPlan:
@@ -172,38 +132,28 @@ class Swarm:
     def route(
         self, request: RoutingRequest = DEFAULT_REQUEST, model_id: str | None = None
     ) -> Route:
-        """The cheapest intact pipeline, else the splice a failover put in service (with
-        a policy: the policy's choice, which may be a reserve model's route)."""
+        """The route of a new request (see :meth:`choose`)."""
         return self.choose(request, model_id)[0]
 
     def choose(
         self, request: RoutingRequest = DEFAULT_REQUEST, model_id: str | None = None
     ) -> tuple[Route, bool]:
         """The route of a new request for ``model_id`` (base by default) and whether it is
-        degraded (only a policy routes a new request to the reserve model)."""
+        degraded: the cheapest intact pipeline, else the best splice of a broken one,
+        else the reserve model's route when degradation is allowed.
+
+        Raises :class:`SwarmStopped`, :class:`NoSuchModel` or :class:`NoHealthyPipeline`.
+        """
         if self._stopped:
             raise SwarmStopped("the swarm is stopped; start it before routing")
-        model_id = model_id or self.config.model_id
-        if self.policy is not None:
-            return self._policy().choose(model_id, request)
-        return self._route(request, model_id), False
+        return self._policy().choose(model_id or self.config.model_id, request)
 
-    def _policy(self) -> RoutePolicy:
-        assert self.policy is not None
+    def _policy(self) -> Chooser:
         if self._observed is not self.state:  # the state is immutable: observe each once
             # No clock: the swarm raises no suspicions that could lapse.
             self.policy.observe(self.plan, self.state.nodes, now=0.0)
             self._observed = self.state
         return self.policy
-
-    def _route(self, request: RoutingRequest, model_id: str) -> Route:
-        try:
-            return route_request(model_id, request, self.state)
-        except RoutingError:
-            rescue = self._rescues.get(model_id)
-            if rescue is not None and all(self.state.is_alive(n) for n in rescue.node_ids):
-                return rescue
-            raise
 
     def mark_down(
         self,
@@ -211,7 +161,8 @@ class Swarm:
         request: RoutingRequest = DEFAULT_REQUEST,
         model_id: str | None = None,
     ) -> Recovered | Unrecoverable:
-        """Record a death and return the rescue route for ``model_id`` (base by default)."""
+        """Record a death and return the rescue of the route a request for ``model_id``
+        (base by default) would have taken."""
         model_id = model_id or self.config.model_id
         self.state.node(node_id)  # UnknownNode for a stranger
         try:
@@ -226,17 +177,10 @@ class Swarm:
                 model_id=model_id,
                 lost_node=node_id,
             )
-        if self.policy is not None:
-            # The policy finds a splice again for each new request; nothing to keep.
-            result = self._policy().rescue(before, node_id, request)
-            if was_degraded and isinstance(result, Recovered) and result.kind == "unaffected":
-                return replace(result, degraded=True)  # still the reserve model's answer
-            return result
-        result = failover_in_swarm(
-            before, node_id, self.state, self.config.failover, request=request
-        )
-        if isinstance(result, Recovered) and result.kind == "splice":
-            self._rescues[model_id] = result.route
+        # Nothing is kept: the chooser finds the splice again for each new request.
+        result = self._policy().rescue(before, node_id, request)
+        if was_degraded and isinstance(result, Recovered) and result.kind == "unaffected":
+            return replace(result, degraded=True)  # still the reserve model's answer
         return result
 
     def mark_alive(self, node_id: str) -> None:
@@ -269,170 +213,32 @@ class Swarm:
     # -- growth and retirement -------------------------------------------------------
 
     def add_node(self, profile: NodeProfile) -> Growth:
-        """A node joins without a restart; see the growth policy in the module doc."""
+        """A node joins without a restart; see the growth policy in
+        :mod:`hecate.core.growth`."""
         if profile.node_id in self.state.nodes:
             raise DuplicateNode(f"node {profile.node_id!r} is already a member")
-        plan = self.plan
-        grown = replace(plan, nodes=(*plan.nodes, profile))
-        state = self.state.with_plan(grown).with_node(
-            profile.node_id, NodeState(latency_ms=profile.latency_ms, score=profile.score)
-        )
-        kind: GrowthKind = "capacity"
-        new: list[Pipeline] = []
-        for m in sorted(plan.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
-            new = self._build_missing(m, state, grown)
-            if new:
-                kind = "replica" if m.role == "base" else "expert"
-                break
-            if (
-                m.role == "base"
-                and executes(profile.executor, m)
-                and self._missing(m, state, grown) > 0
-            ):
-                # The base is short of copies and this node cannot complete one yet:
-                # keep it as spare for the base rather than spend it on another model
-                # (unless it cannot run the base at all).
-                break
-        self._adopt(state, pipelines=(*plan.pipelines, *new))
+        grown = grow(self.state, profile, self.planner)
+        self._adopt(grown.state, pipelines=grown.pipelines)
         return Growth(
             node_id=profile.node_id,
-            kind=kind,
-            pipelines=tuple(p.pipeline_id for p in new),
+            kind=grown.kind,
+            pipelines=tuple(p.pipeline_id for p in grown.new),
             epoch=self.plan.epoch,
         )
 
     def remove_node(self, node_id: str) -> Removal:
         """Retire a node: relocate its layers to spare capacity, rebuild what cannot be."""
         self.state.node(node_id)
-        before = self.plan
-        without = replace(
-            before, nodes=tuple(n for n in before.nodes if n.node_id != node_id)
-        )  # every old pipeline still counted, so spare capacity is not double-booked
-        state = self.state.with_plan(without)
-        free = _spare(state, without)
-        pipelines: list[Pipeline] = []
-        relocated: list[Replacement] = []
-        dropped: list[str] = []
-        for p in before.pipelines:
-            if node_id not in p.node_ids:
-                pipelines.append(p)
-                continue
-            repaired = _relocate(p, node_id, free, state)
-            if repaired is not None:
-                pipelines.append(repaired[0])
-                relocated += repaired[1]
-                continue
-            dropped.append(p.pipeline_id)
-            for s in p.stages:  # a dropped pipeline gives its layers back
-                if s.node_id != node_id and state.is_alive(s.node_id):
-                    free[s.node_id] = free.get(s.node_id, 0) + s.size
-        rebuilt: list[Pipeline] = []
-        for m in sorted(before.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
-            rebuilt += self._build_missing(
-                m, state, replace(without, pipelines=(*pipelines, *rebuilt))
-            )
-        self._adopt(state, pipelines=(*pipelines, *rebuilt))
+        retired = retire(self.state, node_id, self.planner)
+        self._adopt(retired.state, pipelines=retired.pipelines)
         return Removal(
             node_id=node_id,
-            relocated=tuple(relocated),
-            dropped=tuple(dropped),
-            rebuilt=tuple(p.pipeline_id for p in rebuilt),
+            relocated=retired.relocated,
+            dropped=retired.dropped,
+            rebuilt=tuple(p.pipeline_id for p in retired.rebuilt),
             epoch=self.plan.epoch,
         )
-
-    @staticmethod
-    def _missing(model: ModelSpec, state: SwarmState, plan: SwarmPlan) -> int:
-        intact = sum(1 for p in plan.pipelines_of(model.model_id) if state.pipeline_alive(p))
-        return model.replicas - intact
-
-    def _build_missing(
-        self, model: ModelSpec, state: SwarmState, plan: SwarmPlan
-    ) -> list[Pipeline]:
-        """New pipelines of ``model`` from spare live capacity, up to its replica target."""
-        missing = self._missing(model, state, plan)
-        if missing <= 0:
-            return []
-        mine = plan.pipelines_of(model.model_id)
-        intact = [p for p in mine if state.pipeline_alive(p)]
-        profiles = {n.node_id: n for n in plan.nodes}
-        taken = {p.pipeline_id for p in mine}
-        first = 0
-        while f"{model.model_id}-r{first}" in taken:
-            first += 1
-        avoid = frozenset(n for p in intact for n in p.node_ids)
-        new = self.planner.copies(
-            model, missing, _spare(state, plan), profiles, first_index=first, avoid=avoid
-        )
-        # Pipeline ids must stay unique even when the planner numbers past a gap.
-        out: list[Pipeline] = []
-        for p in new:
-            pid, n = p.pipeline_id, first
-            while pid in taken:
-                n += 1
-                pid = f"{model.model_id}-r{n}"
-            taken.add(pid)
-            out.append(Pipeline(pipeline_id=pid, model_id=p.model_id, stages=p.stages))
-        return out
 
     def _adopt(self, state: SwarmState, *, pipelines: tuple[Pipeline, ...]) -> None:
         plan = replace(state.plan, epoch=self.plan.epoch + 1, pipelines=pipelines)
         self.state = state.with_plan(plan)
-        # A splice stays in service only while the plan still backs every one of its
-        # stages: a retired or re-planned node must not keep receiving those layers.
-        self._rescues = {m: r for m, r in self._rescues.items() if _backed(plan, r)}
-
-
-def _backed(plan: SwarmPlan, route: Route) -> bool:
-    """Every stage of ``route`` lies within a range its node holds for that model."""
-    held = [s for p in plan.pipelines_of(route.model_id) for s in p.stages]
-    return all(
-        any(
-            h.node_id == s.node_id and h.layer_start <= s.layer_start and s.layer_end <= h.layer_end
-            for h in held
-        )
-        for s in route.stages
-    )
-
-
-def _spare(state: SwarmState, plan: SwarmPlan) -> dict[str, int]:
-    """Layer capacity each *live* node has left under ``plan``."""
-    used = plan.layers_used()
-    return {
-        n.node_id: n.capacity_layers - used.get(n.node_id, 0)
-        for n in plan.nodes
-        if state.is_alive(n.node_id) and n.capacity_layers > used.get(n.node_id, 0)
-    }
-
-
-def _relocate(
-    p: Pipeline, node_id: str, free: dict[str, int], state: SwarmState
-) -> tuple[Pipeline, list[Replacement]] | None:
-    """``p`` with ``node_id``'s ranges moved to spare capacity, or None if it does not fit.
-
-    Consumes ``free`` only on success.
-    """
-    model = state.plan.model(p.model_id)
-    profile = {n.node_id: n for n in state.plan.nodes}
-    # Only nodes that run the model's executor may take over its layers.
-    left = {i: f for i, f in free.items() if model is None or executes(profile[i].executor, model)}
-    stages: list[Stage] = []
-    moved: list[Replacement] = []
-    for s in p.stages:
-        if s.node_id != node_id:
-            stages.append(s)
-            continue
-        at = s.layer_start
-        while at < s.layer_end:
-            candidates = [i for i, f in left.items() if f > 0]
-            if not candidates:
-                return None
-            best = min(candidates, key=lambda i: (-left[i], profile[i].latency_ms, i))
-            end = min(s.layer_end, at + left[best])
-            left[best] -= end - at
-            stages.append(Stage(node_id=best, layer_start=at, layer_end=end))
-            moved.append(
-                Replacement(layer_start=at, layer_end=end, old_node=node_id, new_node=best)
-            )
-            at = end
-    free.update(left)
-    return Pipeline(pipeline_id=p.pipeline_id, model_id=p.model_id, stages=tuple(stages)), moved

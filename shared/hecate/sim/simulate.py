@@ -4,9 +4,9 @@ start → one failover per killed node, in order → one growth per newcomer. Af
 step: the swarm status and the route the request would take. A policy review tool and
 a test bench for the core, with no network and no clock.
 
-Routes and rescues are decided by the policy passed in: ``hecate swarm-sim`` passes the
-router's own (``hecate.routing.Chooser``, a layer above this package), so what the
-simulation shows is what a running router would do.
+Routes and rescues are decided by the router's own policy (the core's
+:class:`~hecate.core.chooser.Chooser`, which every :class:`Swarm` decides through), so
+what the simulation shows is what a running router would do.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from hecate.core import (
     Swarm,
     get_planner,
 )
+from hecate.core.chooser import Chooser
 from hecate.core.plan import PlanProblem
-from hecate.core.swarm import RoutePolicy
 from hecate.sim.topology import Topology, TopologyError
 
 
@@ -88,13 +88,14 @@ class SimReport(msgspec.Struct, frozen=True, kw_only=True):
 def simulate(
     topology: Topology,
     *,
-    policy: Callable[[FailoverOptions], RoutePolicy],
+    policy: Callable[[FailoverOptions], Chooser] = Chooser,
     kills: tuple[str, ...] = (),
     pipelines: int = 2,
     planner: str = "greedy",
 ) -> SimReport:
-    """Run the lifecycle, routing with ``policy(failover options of the topology)``.
-    Raises :class:`HecateError` subclasses for bad input."""
+    """Run the lifecycle, routing with ``policy(failover options of the topology)`` (a
+    chooser with other weights, say; by default the router's). Raises
+    :class:`HecateError` subclasses for bad input."""
     known = {n.id for n in topology.nodes}
     for k in kills:
         if k not in known:
