@@ -52,36 +52,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.core import SwarmPlan
-from hecate.core.swarmreport import (
-    Circuit,
-    Feed,
-    FeedEntry,
-    NodeSeen,
-    SwarmReport,
-    Tally,
-    TokenRate,
-    report,
-)
+from hecate.core.swarmfeed import Feed, FeedEntry, Tally, TokenRate
+from hecate.core.swarmreport import Circuit, NodeSeen, SwarmReport, report
+from hecate.gateway.swarmevents import EVENT_SUBJECTS, EVENTS
+from hecate.gateway.swarmgauges import SwarmCollector
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
 from hecate.wire.messages import (
-    BreakerChanged,
-    FailoverEvent,
-    NodeEvent,
-    PlanChanged,
     TelemetrySnapshot,
 )
 
@@ -90,19 +78,6 @@ _decode = msgspec.json.Decoder(dict[str, Any]).decode
 _plan = msgspec.json.Decoder(SwarmPlan)
 _telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 _breaker = msgspec.json.Decoder(BreakerSnapshot)
-_failover = msgspec.json.Decoder(FailoverEvent)
-_plan_changed = msgspec.json.Decoder(PlanChanged)
-_node_event = msgspec.json.Decoder(NodeEvent)
-_breaker_changed = msgspec.json.Decoder(BreakerChanged)
-
-
-EVENT_SUBJECTS = (
-    subjects.EVENT_FAILOVER,
-    subjects.EVENT_PLAN,
-    subjects.EVENT_NODE_DOWN,
-    subjects.EVENT_NODE_UP,
-    subjects.EVENT_BREAKER,
-)
 
 
 class SwarmWatch:
@@ -297,145 +272,13 @@ class SwarmWatch:
         """One event from ``hecate.events.>``: into the feed and the tallies. False for
         a subject this gateway does not know (a newer service's event) or a body that
         does not decode."""
-        take = _EVENTS.get(subject)
+        take = EVENTS.get(subject)
         if take is None:
             return False
         try:
-            take(self, data)
+            take(self.feed, self.tally, data)
         except msgspec.DecodeError as exc:
             event(self.log, "bad event ignored", logging.WARNING, subject=subject, error=str(exc))
             return False
         self._changed()
         return True
-
-    def _failover(self, data: bytes) -> None:
-        e = _failover.decode(data)
-        self.tally.failover(e.kind)
-        to = e.new_route.pipeline_id if e.new_route else "nothing"
-        self.feed.add(
-            "failover",
-            e.kind,
-            f"{e.model_id} lost {e.lost_node}: {e.old_route.pipeline_id} -> {to} ({e.reason})",
-            e.at,
-            node_id=e.lost_node,
-            model_id=e.model_id,
-        )
-
-    def _plan_changed(self, data: bytes) -> None:
-        e = _plan_changed.decode(data)
-        self.feed.add(
-            "plan",
-            e.strategy,
-            f"plan epoch {e.epoch}: {e.pipelines} pipelines ({e.reason})",
-            e.at,
-        )
-
-    def _node(self, data: bytes) -> None:
-        e = _node_event.decode(data)
-        self.feed.add(
-            "node", e.state, f"{e.node_id} {e.state} ({e.reason})", e.at, node_id=e.node_id
-        )
-
-    def _breaker(self, data: bytes) -> None:
-        e = _breaker_changed.decode(data)
-        trip = self.tally.breaker(e.target, e.state)
-        left = f" for {max(e.open_until - e.at, 0):.0f} s" if e.state == "open" else ""
-        what = "tripped open" if trip else e.state.replace("_", "-")
-        self.feed.add(
-            "breaker",
-            e.state,
-            f"circuit of {e.target} {what}{left} ({e.reason})",
-            e.at,
-            node_id=e.target,
-        )
-
-
-_EVENTS: dict[str, Callable[[SwarmWatch, bytes], None]] = {
-    subjects.EVENT_FAILOVER: SwarmWatch._failover,
-    subjects.EVENT_PLAN: SwarmWatch._plan_changed,
-    subjects.EVENT_NODE_DOWN: SwarmWatch._node,
-    subjects.EVENT_NODE_UP: SwarmWatch._node,
-    subjects.EVENT_BREAKER: SwarmWatch._breaker,
-}
-
-
-class SwarmCollector(Collector):
-    """The swarm gauges and event counters, read from a :class:`SwarmWatch` at each
-    scrape (nothing to keep in step between scrapes)."""
-
-    def __init__(self, watch: SwarmWatch) -> None:
-        self.watch = watch
-
-    def describe(self) -> Iterable[Metric]:
-        return self._families().values()
-
-    def collect(self) -> Iterable[Metric]:
-        r, tally = self.watch.report(), self.watch.tally
-        families = self._families()
-        nodes = families["hecate_swarm_nodes"]
-        for health, count in (
-            ("up", r.nodes_up),
-            ("down", r.nodes_down),
-            ("draining", r.nodes_draining),
-        ):
-            nodes.add_metric([health], count)
-        families["hecate_swarm_plan_epoch"].add_metric([], r.epoch)
-        for m in r.models:
-            families["hecate_swarm_pipelines_planned"].add_metric([m.model_id], len(m.pipelines))
-            families["hecate_swarm_pipelines_complete"].add_metric(
-                [m.model_id], m.complete_pipelines
-            )
-            families["hecate_swarm_pipelines_servable"].add_metric(
-                [m.model_id], m.servable_pipelines
-            )
-            families["hecate_swarm_layer_min_live_replicas"].add_metric(
-                [m.model_id], m.min_live_replicas
-            )
-            families["hecate_swarm_model_servable"].add_metric([m.model_id], float(m.servable))
-        for kind, count in sorted(tally.failovers.items()):
-            families["hecate_failovers"].add_metric([kind], count)
-        families["hecate_breaker_trips"].add_metric([], tally.breaker_trips)
-        return families.values()
-
-    @staticmethod
-    def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
-        model = ["model"]
-        families: list[GaugeMetricFamily | CounterMetricFamily] = [
-            GaugeMetricFamily(
-                "hecate_swarm_nodes", "Nodes of the swarm by health (telemetry)", labels=["health"]
-            ),
-            GaugeMetricFamily("hecate_swarm_plan_epoch", "The current plan's epoch (0: none)"),
-            GaugeMetricFamily(
-                "hecate_swarm_pipelines_planned", "Pipelines the plan has per model", labels=model
-            ),
-            GaugeMetricFamily(
-                "hecate_swarm_pipelines_complete",
-                "Pipelines per model whose every node telemetry hears",
-                labels=model,
-            ),
-            GaugeMetricFamily(
-                "hecate_swarm_pipelines_servable",
-                "Pipelines per model a router would send to (every node up, circuits closed)",
-                labels=model,
-            ),
-            GaugeMetricFamily(
-                "hecate_swarm_layer_min_live_replicas",
-                "The fewest up nodes hosting any one layer of the model",
-                labels=model,
-            ),
-            GaugeMetricFamily(
-                "hecate_swarm_model_servable",
-                "1 when the model can be served (its own pipeline, or a reserve)",
-                labels=model,
-            ),
-            CounterMetricFamily(
-                "hecate_failovers",
-                "Failovers the routers announced since this gateway started, by kind",
-                labels=["kind"],
-            ),
-            CounterMetricFamily(
-                "hecate_breaker_trips",
-                "Circuits tripped open (from closed) since this gateway started",
-            ),
-        ]
-        return {f.name: f for f in families}
