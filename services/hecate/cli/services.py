@@ -7,74 +7,16 @@ to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
-import socket
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from opentelemetry.trace import TracerProvider
-
-from hecate.bus import logs, tracing
+from hecate.cli.process import DEFAULT_URL, Runnable, default_url, run_loop, run_service
+from hecate.cli.process import instance_name as _instance
 from hecate.core import FailoverOptions, HecateError, NodeProfile
 from hecate.core.admission import LimitOptions
 
-DEFAULT_URL = "nats://127.0.0.1:4222"
-
-
-class Runnable(Protocol):
-    def run(self, url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]: ...
-
-
-def default_url() -> str:
-    """``$HECATE_NATS``, else the server ``hecate up`` started here, else localhost:4222."""
-    if os.environ.get("HECATE_NATS"):
-        return os.environ["HECATE_NATS"]
-    state = Path(os.environ.get("HECATE_STATE", ".hecate")) / "nats.url"
-    if state.exists():
-        return state.read_text().strip()
-    return DEFAULT_URL
-
-
-def run_service(
-    kind: str, instance: str, url: str, build: Callable[[Any, TracerProvider], Runnable]
-) -> int:
-    log = logs.setup(kind, instance, os.environ.get("HECATE_LOG_LEVEL", "INFO"))
-    provider = tracing.provider_from_env(f"hecate-{kind}")
-    service = build(log, provider)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await service.run(url, stop)
-
-    try:
-        run_loop(main())
-    except Exception:
-        log.exception("service crashed")  # one structured record, exit code 1
-        return 1
-    finally:
-        tracing.shutdown(provider)
-    return 0
-
-
-def run_loop(coro: Coroutine[Any, Any, None]) -> None:
-    """Run ``coro`` on uvloop where it is installed, else on asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(coro)
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(coro)
-
-
-def _instance(default: str) -> str:
-    return f"{default}-{socket.gethostname().split('.')[0][:20]}-{os.getpid()}".lower()
+__all__ = ["DEFAULT_URL", "Runnable", "add_parsers", "default_url", "run_loop", "run_service"]
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
@@ -110,47 +52,43 @@ def _cmd_node(args: argparse.Namespace) -> int:
 
 
 def _cmd_telemetry(args: argparse.Namespace) -> int:
+    from hecate.services.config import TelemetryConfig
     from hecate.services.telemetry import Telemetry
 
-    instance = args.id or _instance("telemetry")
+    config = TelemetryConfig(
+        instance_id=args.id or _instance("telemetry"),
+        missed=args.missed,
+        publish_s=args.publish_ms / 1000,
+    )
     return run_service(
         "telemetry",
-        instance,
+        config.instance_id,
         args.nats,
-        lambda log, tp: Telemetry(
-            instance_id=instance,
-            missed=args.missed,
-            publish_s=args.publish_ms / 1000,
-            log=log,
-            tracer_provider=tp,
-        ),
+        lambda log, tp: Telemetry(config, log=log, tracer_provider=tp),
     )
 
 
 def _cmd_planner(args: argparse.Namespace) -> int:
-    from hecate.services.planner import PlannerService, config_from_topology
+    from hecate.services.config import PlannerConfig, swarm_from_topology
+    from hecate.services.planner import PlannerService
     from hecate.services.strategies import load
 
-    config = config_from_topology(Path(args.topology).read_bytes(), args.pipelines)
+    config = PlannerConfig(
+        swarm=swarm_from_topology(Path(args.topology).read_bytes(), args.pipelines),
+        instance_id=args.id or _instance("planner"),
+        settle_s=args.settle_ms / 1000,
+    )
     strategy = load(args.strategy)
-    instance = args.id or _instance("planner")
     return run_service(
         "planner",
-        instance,
+        config.instance_id,
         args.nats,
-        lambda log, tp: PlannerService(
-            config,
-            strategy,
-            instance_id=instance,
-            settle_s=args.settle_ms / 1000,
-            log=log,
-            tracer_provider=tp,
-        ),
+        lambda log, tp: PlannerService(config, strategy, log=log, tracer_provider=tp),
     )
 
 
 def _cmd_router(args: argparse.Namespace) -> int:
-    from hecate.services.router import RouterService
+    from hecate.services.router import RouterConfig, RouterService
 
     failover = FailoverOptions(allow_degraded=args.allow_degraded, reserve_model=args.reserve_model)
     if args.topology:
@@ -163,45 +101,46 @@ def _cmd_router(args: argparse.Namespace) -> int:
         instance,
         args.nats,
         lambda log, tp: RouterService(
-            instance_id=instance,
-            failover=failover,
-            max_attempts=args.max_attempts,
-            max_replays=args.max_replays,
-            stage_timeout_s=args.stage_timeout_ms / 1000,
+            RouterConfig(
+                instance_id=instance,
+                failover=failover,
+                max_attempts=args.max_attempts,
+                max_replays=args.max_replays,
+                stage_timeout_s=args.stage_timeout_ms / 1000,
+                max_request_bytes=args.max_request_bytes,
+                dispatch=args.dispatch,
+                stale_s=args.stale_ms / 1000,
+                limits=LimitOptions(gain=args.limit_gain, ceiling=args.limit_ceiling),
+                queue_limit=args.queue_limit,
+                queue_timeout_s=args.queue_timeout_ms / 1000,
+                breaker_probe_timeout_s=args.breaker_probe_timeout_s,
+                enforce_quotas=args.enforce_quotas,
+                quota_timeout_s=args.quota_timeout_ms / 1000,
+            ),
             log=log,
             tracer_provider=tp,
-            max_request_bytes=args.max_request_bytes,
-            dispatch=args.dispatch,
-            stale_s=args.stale_ms / 1000,
-            limits=LimitOptions(gain=args.limit_gain, ceiling=args.limit_ceiling),
-            queue_limit=args.queue_limit,
-            queue_timeout_s=args.queue_timeout_ms / 1000,
-            breaker_probe_timeout_s=args.breaker_probe_timeout_s,
-            enforce_quotas=args.enforce_quotas,
-            quota_timeout_s=args.quota_timeout_ms / 1000,
         ),
     )
 
 
 def _cmd_breaker(args: argparse.Namespace) -> int:
     from hecate.services.breaker import BreakerService
+    from hecate.services.config import BreakerConfig
     from hecate.services.quotas import load_quotas
 
-    instance = args.id or _instance("breaker")
+    config = BreakerConfig(
+        instance_id=args.id or _instance("breaker"),
+        failure_threshold=args.failure_threshold,
+        window_s=args.window_s,
+        cooldown_s=args.cooldown_s,
+        probe_timeout_s=args.probe_timeout_s,
+        quotas=load_quotas(args.quotas),
+    )
     return run_service(
         "breaker",
-        instance,
+        config.instance_id,
         args.nats,
-        lambda log, tp: BreakerService(
-            instance_id=instance,
-            log=log,
-            tracer_provider=tp,
-            failure_threshold=args.failure_threshold,
-            window_s=args.window_s,
-            cooldown_s=args.cooldown_s,
-            probe_timeout_s=args.probe_timeout_s,
-            quotas=load_quotas(args.quotas),
-        ),
+        lambda log, tp: BreakerService(config, log=log, tracer_provider=tp),
     )
 
 

@@ -47,15 +47,16 @@ import time
 from collections.abc import Mapping
 
 import msgspec
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, ServiceError, encode
-from hecate.resilience.breaker import BreakerConfig, BreakerSnapshot, CircuitBreaker
-from hecate.services.backlog import Backlog, Held
-from hecate.services.quotas import QuotaConfig, QuotaDesk
+from hecate.resilience.breaker import BreakerSnapshot, CircuitBreaker
+from hecate.services.breakerstore import BreakerStore, StateUnavailable
+from hecate.services.config import BreakerConfig
+from hecate.services.heldreports import HeldReports
+from hecate.services.quotas import QuotaDesk
 from hecate.wire import subjects
 from hecate.wire.messages import (
     BreakerChanged,
@@ -66,12 +67,7 @@ from hecate.wire.messages import (
     QuotaRequest,
 )
 
-_snapshot = msgspec.json.Decoder(BreakerSnapshot)
 CAS_ROUNDS = 5
-MAX_HELD = 10_000
-RETRY_MIN_S = 0.05
-RETRY_MAX_S = 1.0
-_STREAM_NOT_FOUND = 10059  # JetStream's error code when the bucket's stream is gone
 SILENCE_CAUSES = (
     "node down",  # telemetry declared it dead while a call waited on it
     "no reply within",  # the router's stage timeout
@@ -87,42 +83,21 @@ def opened_by_silence(snap: BreakerSnapshot) -> bool:
     return snap.state == "open" and snap.cause.startswith(SILENCE_CAUSES)
 
 
-class StateUnavailable(Exception):
-    """The breaker bucket could not be read or written: neither a lost race nor a
-    missing key, so nothing may be concluded about the circuit."""
-
-
-def _bucket_missing(exc: KeyNotFoundError) -> bool:
-    """nats-py reports a vanished bucket as a missing key; the server's own error, kept
-    as the exception's context, tells the two apart."""
-    cause = exc.__context__  # a deleted key's KeyDeletedError carries no err_code at all
-    return isinstance(cause, APIError) and getattr(cause, "err_code", None) == _STREAM_NOT_FOUND
-
-
 class BreakerService:
     def __init__(
         self,
+        config: BreakerConfig | None = None,
         *,
-        instance_id: str,
         log: logging.Logger,
-        tracer_provider: TracerProvider | None,
-        failure_threshold: int = 5,
-        window_s: float = 30.0,
-        cooldown_s: float = 60.0,
-        probe_timeout_s: float = 10.0,
-        quotas: QuotaConfig | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.log = log
-        self.config = BreakerConfig(
-            failure_threshold=failure_threshold,
-            window_s=window_s,
-            cooldown_s=cooldown_s,
-            probe_timeout_s=probe_timeout_s,
-        )
+        self.settings = config or BreakerConfig()
+        self.config = self.settings.circuit()
         self.service = Service(
             kind="breaker",
             name=subjects.SERVICE_NAMES["breaker"],
-            instance_id=instance_id,
+            instance_id=self.settings.instance_id,
             description="shared circuit breakers: one per target, state in KV",
             log=log,
             tracer_provider=tracer_provider,
@@ -131,24 +106,22 @@ class BreakerService:
         self.trips = 0
         self.revived = 0
         self.probes_granted = 0
-        self.dropped = 0
         self.kv_errors = 0
-        self.backlog = Backlog(max_age_s=window_s, max_len=MAX_HELD)
-        self._retry = asyncio.Event()
-        self.desk = QuotaDesk(quotas or QuotaConfig())
+        self.held = HeldReports(self._retry_apply, window_s=self.config.window_s, log=log)
+        self.desk = QuotaDesk(self.settings.quotas)
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
-        self._kv = await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET)
+        self._store = BreakerStore(await kvs.bucket(svc.nc, subjects.BREAKER_BUCKET))
         reports = await svc.add_endpoint(
             "report", subjects.BREAKER_REPORT_ALL, OutcomeReport, self._on_report
         )
         reports.status = lambda: {
             "trips": self.trips,
             "revived": self.revived,
-            "held": len(self.backlog),
-            "dropped": self.dropped,
+            "held": len(self.held.backlog),
+            "dropped": self.held.dropped,
             "kv_errors": self.kv_errors,
         }
         probes = await svc.add_endpoint(
@@ -166,7 +139,7 @@ class BreakerService:
             "tenants": sorted(self.desk.config.tenants),
         }
         await svc.ready()
-        svc.spawn(self._retry_held())
+        svc.spawn(self.held.retry())
         event(self.log, "breaker ready", logging.INFO, **msgspec.structs.asdict(self.config))
         await stop.wait()
         await svc.stop()
@@ -183,38 +156,6 @@ class BreakerService:
             snapshot=snapshot,
         )
 
-    async def _read(self, target: str) -> tuple[BreakerSnapshot | None, int]:
-        """The stored snapshot and its revision; ``(None, 0)`` for a circuit never
-        written or deleted (closed). Raises :class:`StateUnavailable` otherwise."""
-        try:
-            entry = await self._kv.get(target)
-        except KeyNotFoundError as exc:
-            if _bucket_missing(exc):
-                raise StateUnavailable(f"bucket {subjects.BREAKER_BUCKET} is missing") from exc
-            return None, 0  # create() takes over a deleted key's tombstone
-        except Exception as exc:
-            raise StateUnavailable(f"reading {target}: {exc!r}") from exc
-        try:
-            return (_snapshot.decode(entry.value) if entry.value else None), int(
-                entry.revision or 0
-            )
-        except msgspec.DecodeError:
-            return None, int(entry.revision or 0)
-
-    async def _write(self, target: str, snap: BreakerSnapshot, revision: int) -> bool:
-        """Compare-and-set ``snap`` on ``revision``: False when someone wrote first.
-        Raises :class:`StateUnavailable` when the write failed for any other reason."""
-        try:
-            if revision:
-                await self._kv.update(target, encode(snap), last=revision)
-            else:
-                await self._kv.create(target, encode(snap))
-        except KeyWrongLastSequenceError:  # lost a compare-and-set race
-            return False
-        except Exception as exc:
-            raise StateUnavailable(f"writing {target}: {exc!r}") from exc
-        return True
-
     async def _on_probe(self, ask: ProbeRequest, _headers: Mapping[str, str]) -> ProbeGrant:
         """Grant the single probe of ``ask.target`` if its cooldown is over and nobody
         holds it (or the holder's probe expired): a compare-and-set of ``probe_started``.
@@ -228,13 +169,13 @@ class BreakerService:
 
     async def _probe(self, ask: ProbeRequest) -> ProbeGrant:
         for _ in range(CAS_ROUNDS):  # another replica or a report wrote meanwhile: re-read
-            before, revision = await self._read(ask.target)
+            before, revision = await self._store.read(ask.target)
             if before is None or before.state == "closed":
                 return ProbeGrant(target=ask.target, granted=False, state="closed")
             breaker = self.breaker(before)
             granted = breaker.allow() and breaker.snap.state == "half_open"
             after = breaker.snap
-            if after != before and not await self._write(ask.target, after, revision):
+            if after != before and not await self._store.write(ask.target, after, revision):
                 continue
             if after.state != before.state:
                 reason = f"probe granted to {ask.router_id}" if granted else "probe expired"
@@ -246,8 +187,8 @@ class BreakerService:
         return ProbeGrant(target=ask.target, granted=False, state="open")
 
     async def _on_report(self, report: OutcomeReport, _headers: Mapping[str, str]) -> None:
-        if len(self.backlog):  # older reports wait: they go first
-            self._hold(report, "behind held reports")
+        if len(self.held.backlog):  # older reports wait: they go first
+            self.held.hold(report, "behind held reports")
             return
         try:
             if await self._apply(report):
@@ -256,13 +197,13 @@ class BreakerService:
         except StateUnavailable as exc:
             self.kv_errors += 1
             reason = str(exc)
-        self._hold(report, reason)
+        self.held.hold(report, reason)
 
     async def _apply(self, report: OutcomeReport) -> bool:
         """Fold ``report`` into its circuit: False when every compare-and-set round was
         lost. Raises :class:`StateUnavailable`."""
         for _ in range(CAS_ROUNDS):  # a probe may have been granted meanwhile: re-read
-            before, revision = await self._read(report.target)
+            before, revision = await self._store.read(report.target)
             breaker = self.breaker(before)
             if report.ok:
                 breaker.record_success()
@@ -271,7 +212,7 @@ class BreakerService:
             after = breaker.snap
             if after == before or (before is None and after == BreakerSnapshot()):
                 return True
-            if not await self._write(report.target, after, revision):
+            if not await self._store.write(report.target, after, revision):
                 continue
             old_state = before.state if before else "closed"
             if after.state != old_state:
@@ -295,13 +236,13 @@ class BreakerService:
 
     async def _revive(self, target: str, why: str) -> bool:
         for _ in range(CAS_ROUNDS):  # a report or another replica wrote meanwhile: re-read
-            before, revision = await self._read(target)
+            before, revision = await self._store.read(target)
             if before is None or not opened_by_silence(before):
                 return False
             breaker = self.breaker(before)
             if not breaker.revive():  # its cooldown is over already: the probe is due anyway
                 return False
-            if not await self._write(target, breaker.snap, revision):
+            if not await self._store.write(target, breaker.snap, revision):
                 continue
             self.revived += 1
             await self._changed(
@@ -310,64 +251,12 @@ class BreakerService:
             return True
         return False
 
-    # -- held reports ------------------------------------------------------------------
-
-    def _hold(self, report: OutcomeReport, reason: str) -> None:
-        if not len(self.backlog):  # the first of a spell; the counters carry the rest
-            event(
-                self.log,
-                "breaker reports held",
-                logging.WARNING,
-                target=report.target,
-                reason=reason,
-            )
-        for pushed_out in self.backlog.hold(report, time.monotonic()):
-            self._drop(pushed_out, f"backlog full ({self.backlog.max_len} reports)")
-        self._retry.set()
-
-    def _drop(self, held: Held, reason: str) -> None:
-        self.dropped += 1
-        r = held.report
-        event(
-            self.log,
-            "breaker report dropped",
-            logging.WARNING,
-            target=r.target,
-            ok=r.ok,
-            code=r.code,
-            router=r.router_id,
-            held_s=round(time.monotonic() - held.received, 3),
-            reason=reason,
-            dropped=self.dropped,
-        )
-
-    async def _retry_held(self) -> None:
-        """Apply held reports in arrival order, backing off while the bucket is away."""
-        delay = RETRY_MIN_S
-        while True:
-            await self._retry.wait()
-            applied = 0
-            while len(self.backlog):
-                for stale in self.backlog.expired(time.monotonic()):
-                    self._drop(stale, f"held past the {self.config.window_s:g} s failure window")
-                held = self.backlog.first()
-                if held is None:
-                    break
-                try:
-                    done = await self._apply(held.report)
-                except StateUnavailable:
-                    self.kv_errors += 1
-                    done = False
-                if done:
-                    self.backlog.pop()
-                    applied += 1
-                    delay = RETRY_MIN_S
-                    continue
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, RETRY_MAX_S)
-            if applied:
-                event(self.log, "held breaker reports applied", applied=applied)
-            self._retry.clear()
+    async def _retry_apply(self, report: OutcomeReport) -> bool:
+        try:
+            return await self._apply(report)
+        except StateUnavailable:
+            self.kv_errors += 1
+            return False
 
     async def _changed(self, target: str, after: BreakerSnapshot, old: str, reason: str) -> None:
         if after.state == "open" and old == "closed":

@@ -22,65 +22,47 @@ next. Only a plan written before this planner started is replaced by a fresh one
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Mapping
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
-from hecate.core import (
-    InsufficientCapacity,
-    NodeProfile,
-    Planner,
-    Swarm,
-    SwarmConfig,
-    SwarmPlan,
-)
+from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, SwarmPlan
 from hecate.core.planners import unexecutable
+from hecate.services.config import PlannerConfig
+from hecate.services.planstore import PlanStore, plan_digest, same_plan
 from hecate.wire import subjects
 from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
 
+__all__ = ["CAS_ROUNDS", "PlannerService", "plan_digest"]
+
 CAS_ROUNDS = 5
-_plan = msgspec.json.Decoder(SwarmPlan)
-
-
-def plan_digest(plan: SwarmPlan) -> str:
-    """What a plan assigns, whatever its epoch: equal digests, the same plan."""
-    return hashlib.sha256(encode(msgspec.structs.replace(plan, epoch=0))).hexdigest()[:16]
-
-
-def _same(a: SwarmPlan, b: SwarmPlan | None) -> bool:
-    return b is not None and msgspec.structs.replace(a, epoch=0) == msgspec.structs.replace(
-        b, epoch=0
-    )
 
 
 class PlannerService:
     def __init__(
         self,
-        config: SwarmConfig,
+        config: PlannerConfig,
         planner: Planner,
         *,
-        instance_id: str = "planner",
-        settle_s: float = 0.5,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        self.config = config
+        self.settings = config
+        self.config = config.swarm
         self.planner = planner
-        self.settle_s = settle_s
+        self.settle_s = config.settle_s
         self.log = log
-        self.instance_id = instance_id
+        self.instance_id = config.instance_id
         self.service = Service(
             kind="planner",
             name=subjects.SERVICE_NAMES["planner"],
-            instance_id=instance_id,
+            instance_id=config.instance_id,
             description=f"plans layer ranges with the {planner.name!r} strategy",
             log=log,
             tracer_provider=tracer_provider,
@@ -102,8 +84,8 @@ class PlannerService:
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
-        self._kv = await kvs.bucket(svc.nc, subjects.PLAN_BUCKET)
-        self.stored, self.revision = await self._read()
+        self._store = PlanStore(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET))
+        self.stored, self.revision = await self._store.read()
         self._start_revision = self.revision
         joins = await svc.add_endpoint("join", subjects.NODE_JOIN, NodeJoin, self._on_join)
         joins.status = lambda: {
@@ -215,28 +197,12 @@ class PlannerService:
 
     # -- the plan in KV ------------------------------------------------------------------
 
-    async def _read(self) -> tuple[SwarmPlan | None, int]:
-        """The stored plan and its revision (``None`` when there is none, or it is
-        deleted: a tombstone's revision is still the one to compare-and-set on)."""
-        try:
-            entry = await self._kv.get(subjects.PLAN_KEY)
-        except KeyNotFoundError as exc:
-            return None, int(getattr(exc.entry, "revision", 0) or 0)
-        try:
-            return _plan.decode(entry.value or b""), int(entry.revision or 0)
-        except msgspec.DecodeError:
-            return None, int(entry.revision or 0)
-
     async def _follow(self) -> None:
         """Another planner's write becomes the plan this one carries on from."""
-        async for value, revision in kvs.watch(self._kv, subjects.PLAN_KEY):
+        async for theirs, revision in self._store.follow():
             async with self._lock:
                 if revision <= self.revision:
                     continue  # our own write, or one already taken
-                try:
-                    theirs = _plan.decode(value) if value is not None else None
-                except msgspec.DecodeError:
-                    theirs = None
                 self._take(theirs, revision)
 
     def _take(self, theirs: SwarmPlan | None, revision: int) -> None:
@@ -290,15 +256,14 @@ class PlannerService:
                         problems=[str(p) for p in problems],
                     )
                     return
-                if _same(plan, self.stored):
+                if same_plan(plan, self.stored):
                     return  # stored already, by us or by another planner
                 on = self.revision
-                try:
-                    self.revision = await self._kv.update(subjects.PLAN_KEY, encode(plan), last=on)
-                except KeyWrongLastSequenceError:
+                written = await self._store.write(plan, on)
+                if written is None:
                     # Someone wrote since we last read: re-read, re-plan on top of theirs.
                     self.conflicts += 1
-                    theirs, revision = await self._read()
+                    theirs, revision = await self._store.read()
                     event(
                         self.log,
                         "plan revision moved",
@@ -308,7 +273,7 @@ class PlannerService:
                     )
                     self._take(theirs, revision)
                     continue
-                self.stored = plan
+                self.revision, self.stored = written, plan
                 await self._announce(plan, on, reason)
                 return
             event(
@@ -336,10 +301,3 @@ class PlannerService:
             pipelines=len(plan.pipelines),
             nodes=len(plan.nodes),
         )
-
-
-def config_from_topology(data: bytes, pipelines: int | None = None) -> SwarmConfig:
-    """The swarm's models and failover options from a topology file (nodes join by bus)."""
-    from hecate.sim.topology import parse_topology
-
-    return parse_topology(data).swarm_config(pipelines or 2)

@@ -36,8 +36,9 @@ from opentelemetry.trace import TracerProvider
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
-from hecate.core.liveness import FailureDetector, LivenessConfig
-from hecate.core.telemetry import DEFAULT_ALPHA, NodeState, Sample, observe
+from hecate.core.liveness import FailureDetector
+from hecate.core.telemetry import NodeState, Sample, observe
+from hecate.services.config import TelemetryConfig
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
 
@@ -45,29 +46,24 @@ from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry,
 class Telemetry:
     def __init__(
         self,
+        config: TelemetryConfig | None = None,
         *,
-        instance_id: str = "telemetry",
-        missed: int = 3,
-        publish_s: float = 0.1,
-        alpha: float = DEFAULT_ALPHA,
-        liveness: LivenessConfig | None = None,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        self.missed = missed
-        self.detector = FailureDetector(
-            msgspec.structs.replace(liveness or LivenessConfig(), min_missed=float(missed))
-        )
+        self.config = config = config or TelemetryConfig()
+        self.missed = config.missed
+        self.detector = FailureDetector(config.detector())
         self.sweeps = 0  # passes that judged every node
         self.stalls = 0  # sweeps that woke so late that this service was not watching
         self.blind_s = 0.0
-        self.publish_s = publish_s
-        self.alpha = alpha
+        self.publish_s = config.publish_s
+        self.alpha = config.alpha
         self.log = log
         self.service = Service(
             kind="telemetry",
             name=subjects.SERVICE_NAMES["telemetry"],
-            instance_id=instance_id,
+            instance_id=config.instance_id,
             description="node heartbeats -> EWMA telemetry, liveness, snapshot in KV",
             log=log,
             tracer_provider=tracer_provider,

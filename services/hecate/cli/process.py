@@ -1,0 +1,71 @@
+"""Running one service in this process: its logs, its tracer, its loop, its signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+from opentelemetry.trace import TracerProvider
+
+from hecate.bus import logs, tracing
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+class Runnable(Protocol):
+    def run(self, url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]: ...
+
+
+def default_url() -> str:
+    """``$HECATE_NATS``, else the server ``hecate up`` started here, else localhost:4222."""
+    if os.environ.get("HECATE_NATS"):
+        return os.environ["HECATE_NATS"]
+    state = Path(os.environ.get("HECATE_STATE", ".hecate")) / "nats.url"
+    if state.exists():
+        return state.read_text().strip()
+    return DEFAULT_URL
+
+
+def run_service(
+    kind: str, instance: str, url: str, build: Callable[[Any, TracerProvider], Runnable]
+) -> int:
+    log = logs.setup(kind, instance, os.environ.get("HECATE_LOG_LEVEL", "INFO"))
+    provider = tracing.provider_from_env(f"hecate-{kind}")
+    service = build(log, provider)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await service.run(url, stop)
+
+    try:
+        run_loop(main())
+    except Exception:
+        log.exception("service crashed")  # one structured record, exit code 1
+        return 1
+    finally:
+        tracing.shutdown(provider)
+    return 0
+
+
+def run_loop(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` on uvloop where it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(coro)
+
+
+def instance_name(default: str) -> str:
+    """A default instance id: unique per host and process."""
+    return f"{default}-{socket.gethostname().split('.')[0][:20]}-{os.getpid()}".lower()
