@@ -13,9 +13,15 @@ from hecate.cli.services import default_url, run_service
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
+    from hecate.gateway.config import GatewayConfig
     from hecate.gateway.keys import Auth, KeyFileAuth, OpenAccess
     from hecate.gateway.service import GatewayService
 
+    try:
+        config = GatewayConfig(host=args.host, port=args.port, timeout_s=args.timeout_s)
+    except ValueError as exc:
+        print(f"hecate gateway: {exc}", file=sys.stderr)
+        return 2
     auth: Auth = OpenAccess() if args.open else KeyFileAuth(Path(args.keys))
     instance = args.id or f"gateway-{os.getpid()}"
 
@@ -24,14 +30,7 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
             log.warning("--open: no API keys are checked; every caller is tenant 'default'")
         elif isinstance(auth, KeyFileAuth) and not auth.keys:
             log.warning(f"no keys in {args.keys}: every request will be refused (hecate keys add)")
-        return GatewayService(
-            host=args.host,
-            port=args.port,
-            auth=auth,
-            timeout_s=args.timeout_s,
-            log=log,
-            tracer_provider=tp,
-        )
+        return GatewayService(config=config, auth=auth, log=log, tracer_provider=tp)
 
     return run_service("gateway", instance, args.nats, build)
 

@@ -22,29 +22,26 @@ from hecate.bus.service import connect
 from hecate.core.errors import HecateError
 from hecate.gateway.app import Gateway, build_app
 from hecate.gateway.bridge import Bridge
+from hecate.gateway.config import GatewayConfig
 from hecate.gateway.keys import Auth
 from hecate.gateway.metrics import METRICS, Metrics
 from hecate.gateway.swarm import SwarmWatch
 
-GRACE_S = 10.0  # answers in progress at shutdown get this long to finish
-
 
 class GatewayService:
+    """``config`` is what it is set to; the rest is what it runs with."""
+
     def __init__(
         self,
         *,
-        host: str,
-        port: int,
+        config: GatewayConfig,
         auth: Auth,
-        timeout_s: float,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
         metrics: Metrics = METRICS,
     ) -> None:
-        self.host = host
-        self.port = port
+        self.config = config
         self.auth = auth
-        self.timeout_s = timeout_s
         self.log = log
         self.tracer_provider = tracer_provider
         self.metrics = metrics
@@ -56,7 +53,7 @@ class GatewayService:
         following = asyncio.create_task(self._follow(watch, nc))
         app = build_app(
             Gateway(
-                bridge=Bridge(nc, timeout_s=self.timeout_s),
+                bridge=Bridge(nc, timeout_s=self.config.timeout_s),
                 auth=self.auth,
                 watch=watch,
                 metrics=self.metrics,
@@ -64,17 +61,20 @@ class GatewayService:
                 tracer_provider=self.tracer_provider,
             )
         )
-        config = uvicorn.Config(
-            app,
-            host=self.host,
-            port=self.port,
-            log_config=None,
-            lifespan="on",
-            access_log=False,
-            timeout_graceful_shutdown=int(GRACE_S),
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=self.config.host,
+                port=self.config.port,
+                log_config=None,
+                lifespan="on",
+                access_log=False,
+                timeout_graceful_shutdown=int(self.config.grace_s),
+            )
         )
-        server = uvicorn.Server(config)
-        sock = listen(self.host, self.port)  # bound here: port 0's choice is known at once
+        sock = listen(
+            self.config.host, self.config.port
+        )  # bound here: port 0's choice is known at once
         host, port = sock.getsockname()[:2]
         # Server.serve() would take over SIGTERM/SIGINT and raise them again on exit;
         # this process handles its own signals (stop), so it runs the inner loop.
