@@ -186,24 +186,6 @@ class Service:
         self._subs.append(await self.inbound.subscribe(subject, queue=queue or "", cb=on_message))
         return stats
 
-    async def add_raw(
-        self,
-        name: str,
-        subject: str,
-        callback: Callable[[Msg], Awaitable[None]],
-        *,
-        queue: str | None = None,
-    ) -> EndpointStats:
-        """Deprecated: use ``add_endpoint(..., deferred=True)``, which keeps the size
-        limit, decoding, tracing, stats and error replies in the shell.
-
-        Serve ``subject`` with a raw callback that keeps its own ``EndpointStats``."""
-        assert self.inbound is not None
-        stats = EndpointStats(name=name, subject=subject, queue_group=queue)
-        self.endpoints.append(stats)
-        self._subs.append(await self.inbound.subscribe(subject, queue=queue or "", cb=callback))
-        return stats
-
     async def reply_error(
         self,
         reply: str | None,
