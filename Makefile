@@ -7,10 +7,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run run-toy test lint typecheck unit bench chaos sim clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./devtools
 	touch $(STAMP)
 
 ## The main job: a local swarm (embedded NATS + every service as its own process)
@@ -31,11 +31,11 @@ sim: $(STAMP)
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tests
-	$(BIN)/ruff format --check shared services tests
+	$(BIN)/ruff check shared services devtools tests
+	$(BIN)/ruff format --check shared services devtools tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared/hecate services/hecate tests
+	$(BIN)/mypy shared/hecate services/hecate devtools/hecate tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
@@ -55,10 +55,10 @@ BENCH_QUICK   ?=
 BENCH_FAILED  := $(BENCH_RESULTS)/failed
 BENCH_STAMP   := $(VENV)/.bench-installed
 
-# The bench extra: llama-cpp-python, pinned, built from PyPI's source with this machine's
-# compiler on first use (several minutes on 2 cores; pip caches the wheel after).
+# The dev tools' bench extra: llama-cpp-python, pinned, built from PyPI's source with this
+# machine's compiler on first use (several minutes on 2 cores; pip caches the wheel after).
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e './devtools[bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

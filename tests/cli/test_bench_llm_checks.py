@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from hecate.bench.llm import check_text, failed_checks
-from hecate.bench.report import render
 from hecate.cli.main import main
+from hecate.dev.bench.llm import check_text, failed_checks
+from hecate.dev.bench.report import render
 from tests.cli.bench_results import results
 
 
@@ -89,7 +89,10 @@ def test_every_text_right_is_a_verdict_that_is_met() -> None:
 
 
 def test_without_llama_cpp_the_reference_is_skipped_with_its_reason_and_no_verdict() -> None:
-    why = "llama-cpp-python not installed (pip install '.[bench]'): No module named 'llama_cpp'"
+    why = (
+        "llama-cpp-python not installed (pip install './devtools[bench]'): "
+        "No module named 'llama_cpp'"
+    )
     doc = render(_with_llm(llama_cpp={"skipped": why}))
     section = _section(doc, "SmolLM2-135M")
     assert f"| llama.cpp, 2 threads | skipped: {why} |" in section
@@ -120,10 +123,10 @@ def test_the_llama_cpp_version_build_and_rounds_are_printed() -> None:
 def test_a_suite_with_a_failed_check_is_saved_and_fails_the_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hecate.bench.llm
+    import hecate.dev.bench.llm
 
     figures = {"failed_checks": ["stages_2: wrong text"], "stages_2": _run(text_ok=False)}
-    monkeypatch.setattr(hecate.bench.llm, "run_llm_bench", lambda **_kw: figures)
+    monkeypatch.setattr(hecate.dev.bench.llm, "run_llm_bench", lambda **_kw: figures)
     assert main(["bench", "llm", "--quick", "--results", str(tmp_path)]) == 1
     saved = json.loads((tmp_path / "llm.json").read_text())
     assert saved["report"]["failed_checks"] == ["stages_2: wrong text"]

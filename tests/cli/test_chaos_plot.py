@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hecate.chaos.cli import _line
-from hecate.chaos.load import Record, Sample, summarize
-from hecate.chaos.plot import record_of, timeline, timeline_doc
-from hecate.chaos.scenarios import figures
+from hecate.dev.chaos.cli import _line
+from hecate.dev.chaos.load import Record, Sample, summarize
+from hecate.dev.chaos.plot import record_of, timeline, timeline_doc
+from hecate.dev.chaos.scenarios import figures
 
 
 def test_the_timeline_is_a_png_with_every_outcome(tmp_path: Path) -> None:

@@ -1,12 +1,12 @@
 """Imports go down the layers, never up, and no two packages import each other.
 
-Every module under ``shared/hecate`` and ``services/hecate`` is parsed (``ast``, nothing
-is imported) and each ``hecate.*`` import it makes is checked against the layer of its
-package. A module may import its own package, another package of its own layer, or any
-package below. Every import counts wherever it stands: at the top of the module, inside a
-function (a lazy import is still a dependency, only a later one) or under ``if
-TYPE_CHECKING:`` (a type is knowledge of the layer that defines it, even if it is never
-imported at run time).
+Every module under ``shared/hecate``, ``services/hecate`` and ``devtools/hecate`` is
+parsed (``ast``, nothing is imported) and each ``hecate.*`` import it makes is checked
+against the layer of its package. A module may import its own package, another package
+of its own layer, or any package below. Every import counts wherever it stands: at the
+top of the module, inside a function (a lazy import is still a dependency, only a later
+one) or under ``if TYPE_CHECKING:`` (a type is knowledge of the layer that defines it,
+even if it is never imported at run time).
 
 The layers, lowest first (``LAYERS``):
 
@@ -24,9 +24,11 @@ The layers, lowest first (``LAYERS``):
 3. ``services``, ``client``, ``launch``, ``gateway``: the service shells, the client SDK,
    process launching and the HTTP gateway (a service that speaks HTTP on one side).
 4. ``cli``: the ``hecate`` command.
-5. ``bench``, ``chaos``: dev tools, meant to leave the product wheel. They may import
-   anything; the product imports them in one place only, the function that registers
-   ``hecate bench`` and ``hecate chaos`` (``DEV_TOOLS_ENTRY``).
+5. ``dev``: the developer tools (``hecate.dev.bench``, ``hecate.dev.chaos``), a
+   distribution of their own beside the product (``devtools/``). They may import
+   anything; nothing else imports them, not even lazily: ``hecate`` finds ``hecate
+   bench`` and ``hecate chaos`` through the ``hecate.cli`` entry-point group the dev
+   package declares (``test_the_dev_commands_come_in_by_entry_point`` holds it to that).
 
 A package missing from ``LAYERS`` fails the test: a new package gets its layer here.
 ``KNOWN_EXCEPTIONS`` lists each import allowed against these rules, with why; an entry
@@ -36,13 +38,14 @@ no import needs any more fails too, so the list only shrinks.
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = (ROOT / "shared", ROOT / "services")
+SOURCE_ROOTS = (ROOT / "shared", ROOT / "services", ROOT / "devtools")
 
 LAYERS: dict[str, int] = {
     "core": 0,
@@ -59,8 +62,7 @@ LAYERS: dict[str, int] = {
     "launch": 3,
     "gateway": 3,
     "cli": 4,
-    "bench": 5,
-    "chaos": 5,
+    "dev": 5,
 }
 LAYER_NAMES = {
     0: "core, resilience, wire, llm, model, sim",
@@ -68,22 +70,11 @@ LAYER_NAMES = {
     2: "routing",
     3: "services, client, launch, gateway",
     4: "cli",
-    5: "dev tools: bench, chaos",
+    5: "dev (the dev tools: bench, chaos)",
 }
-DEV_TOOLS = frozenset({"bench", "chaos"})
-# (module, function): the one place product code may import the dev tools.
-DEV_TOOLS_ENTRY = ("hecate.cli.main", "_add_dev_tools")
 
 # (importing module, imported module) -> why it is allowed for now.
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # bench and chaos import each other: the report has a chaos section and the model
-    # benchmarks use the chaos topologies and acceptance, while chaos borrows the
-    # benchmarks' provenance, plot helpers and prompts. Both are to become one dev tool
-    # package beside the product; these go when they do.
-    ("hecate.chaos.cli", "hecate.bench.provenance"): "bench and chaos become one package",
-    ("hecate.chaos.plot", "hecate.bench.plots"): "bench and chaos become one package",
-    ("hecate.chaos.scenarios", "hecate.bench.concurrency"): "bench and chaos become one package",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -152,7 +143,7 @@ class _Collector(ast.NodeVisitor):
             here = here[: len(here) - (node.level - 1)]
             base = ".".join([*here, base] if base else here)
         for alias in node.names:
-            # ``from hecate.bench import cli`` imports the module hecate.bench.cli.
+            # ``from hecate.dev.bench import cli`` imports the module hecate.dev.bench.cli.
             name = f"{base}.{alias.name}"
             self._add(node.lineno, name if name in self.known else base)
 
@@ -186,11 +177,9 @@ def violations(imports: Iterable[Import], exceptions: Mapping[tuple[str, str], s
         src, dst = imp.edge
         if LAYERS[dst] <= LAYERS[src]:
             continue
-        if dst in DEV_TOOLS and (imp.importer, imp.function) == DEV_TOOLS_ENTRY:
-            continue
         rule = (
-            f"the dev tools are imported only in {'.'.join(DEV_TOOLS_ENTRY)}()"
-            if dst in DEV_TOOLS
+            "the product reaches the dev tools only by entry point"
+            if dst == "dev"
             else "imports go down the layers only"
         )
         out.append(
@@ -271,15 +260,34 @@ def test_every_known_exception_is_still_needed() -> None:
     assert not stale, f"no import needs these KNOWN_EXCEPTIONS entries any more: {stale}"
 
 
-def test_the_scan_sees_lazy_imports_and_the_dev_tools_entry() -> None:
-    # A scan that missed imports inside functions would pass everything.
-    entry = [imp for imp in IMPORTS if (imp.importer, imp.function) == DEV_TOOLS_ENTRY]
-    assert {imp.imported for imp in entry} == {"hecate.bench.cli", "hecate.chaos.cli"}
+def test_the_scan_sees_lazy_imports_and_the_dev_package() -> None:
+    # A scan that missed imports inside functions, or the dev package's source root,
+    # would pass everything.
+    lazy = {imp.imported for imp in IMPORTS if imp.function == "_swarm_sim"}
+    assert "hecate.routing" in lazy
+    dev = {imp.importer for imp in IMPORTS if package(imp.importer) == "dev"}
+    assert {"hecate.dev.bench.cli", "hecate.dev.chaos.harness"} <= dev
+
+
+def test_the_dev_commands_come_in_by_entry_point() -> None:
+    """The dev package declares ``hecate bench`` and ``hecate chaos`` in the group the
+    ``hecate`` parser reads, each naming a function that exists."""
+    from hecate.cli.main import PLUGIN_GROUP
+
+    config = tomllib.loads((ROOT / "devtools" / "pyproject.toml").read_text())
+    points: dict[str, str] = config["project"]["entry-points"][PLUGIN_GROUP]
+    assert set(points) == {"bench", "chaos"}
+    modules = _modules()
+    for target in points.values():
+        module, _, function = target.partition(":")
+        tree = ast.parse(modules[module].read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert function in defined, target
 
 
 def test_an_upward_import_and_a_cycle_are_caught() -> None:
     up = Import("x.py", 3, "hecate.bus.service", "hecate.services.router", None)
-    lazy = Import("y.py", 9, "hecate.cli.up", "hecate.bench.core", "up")
+    lazy = Import("y.py", 9, "hecate.cli.main", "hecate.dev.bench.cli", "build_parser")
     back = Import("z.py", 5, "hecate.services.router", "hecate.bus.service", None)
     found = violations([up, lazy, back], {})
     assert [line.split(":")[0] for line in found] == ["x.py", "y.py"]

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -22,7 +21,7 @@ from nats.aio.client import Client
 
 from hecate.bus.secure import SecureBus
 from hecate.bus.server import NatsServer
-from hecate.launch import hecate_command, stop_processes
+from hecate.launch import ProcessSpec, Supervisor, hecate_command
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
@@ -77,29 +76,26 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     server.stop()
 
 
-@dataclass
 class Processes:
-    """Service processes started with the real ``hecate`` command; logs go to files."""
+    """Service processes started with the real ``hecate`` command by the one supervisor
+    (:class:`hecate.launch.Supervisor`); logs go to files. ``secure``: a locked-down bus,
+    each service logging in as its role."""
 
-    url: str
-    logs: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    secure: SecureBus | None = None  # a locked-down bus: each service logs in as its role
+    def __init__(self, url: str, logs: Path, secure: SecureBus | None = None) -> None:
+        self.url = url
+        self.logs = logs
+        self.secure = secure
+        self.supervisor = Supervisor(logs=logs)  # os.environ as it is at each start
+
+    @property
+    def procs(self) -> dict[str, subprocess.Popen[bytes]]:
+        return self.supervisor.procs
 
     def start(self, label: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.logs / f"{label}.log").open("ab")
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="INFO")
+        env = {"OPENBLAS_NUM_THREADS": "1", "HECATE_LOG_LEVEL": "INFO"}
         if self.secure is not None:
             env.update(self.secure.credentials(args[0]).to_env())
-        proc = subprocess.Popen(
-            [*hecate_argv(), *args, "--nats", self.url],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        self.procs[label] = proc
-        return proc
+        return self.supervisor.start(ProcessSpec(label, (*args, "--nats", self.url), env))
 
     def node(
         self, node_id: str, capacity: int, latency_ms: float = 5.0, score: float = 1.0
@@ -118,16 +114,13 @@ class Processes:
         )
 
     def kill(self, label: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs[label]
-        if proc.poll() is None:
-            proc.send_signal(sig)
-        proc.wait(15)
+        self.supervisor.kill(label, sig)
 
     def log(self, label: str) -> str:
-        return (self.logs / f"{label}.log").read_text(errors="replace")
+        return self.supervisor.log(label)
 
     def stop_all(self) -> None:
-        stop_processes(self.procs.values())
+        self.supervisor.stop()
 
 
 @pytest.fixture

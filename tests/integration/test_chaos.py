@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hecate.chaos.scenarios import SCENARIOS, run
+from hecate.dev.chaos.scenarios import SCENARIOS, run
 
 
 # The SmolLM2 scenarios run in tests/model (they need the model pulled).

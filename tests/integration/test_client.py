@@ -12,9 +12,9 @@ import nats
 from nats.aio.client import Client
 
 from hecate.bus.server import NatsServer
-from hecate.chaos.acceptance import classify
 from hecate.client import HecateClient
 from hecate.client.sdk import Attempt
+from hecate.dev.chaos.acceptance import classify
 from hecate.model import reference
 from hecate.resilience.backoff import SeedPolicy
 from hecate.wire.messages import InferReply, InferRequest

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hecate.bench.concurrency import PROMPTS  # the benchmark's: short, distinct, one per user
+from hecate.dev.bench.concurrency import PROMPTS  # the benchmark's: short, distinct, one per user
 from hecate.llm.executor import LlmExecutor
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hecate.chaos.scenarios import SCENARIOS, available, run
+from hecate.dev.chaos.scenarios import SCENARIOS, available, run
 
 
 async def test_a_mid_generation_kill_loses_nothing_and_changes_no_text(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 The golden files ``tests/model/golden/smollm2-135m-llama-cpp.{json,npz}`` were written by
 ``tests/model/golden/make_golden.py`` (run by hand: ``.venv/bin/pip install -e
-'.[bench]'`` then ``.venv/bin/python tests/model/golden/make_golden.py``) with
+'./devtools[bench]'`` then ``.venv/bin/python tests/model/golden/make_golden.py``) with
 llama-cpp-python 0.3.36, built from PyPI's source by gcc 12 on an x86_64 AMD EPYC
 (AVX2, FMA, OpenMP; the json has its system info), 2 threads, on the same GGUF (its
 sha256 is in the json, checked here). For each of four short prompts (plain text,

@@ -13,9 +13,9 @@ import json
 import msgspec
 from nats.aio.client import Client
 
-from hecate.bench.concurrency import PROMPTS
 from hecate.bus import kv as kvs
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.dev.bench.concurrency import PROMPTS
 from hecate.wire import subjects
 from hecate.wire.messages import StageReply, StageRequest
 

@@ -9,15 +9,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.chaos.acceptance import (
+from hecate.client.sdk import Attempt
+from hecate.dev.chaos.acceptance import (
     Expect,
     answered_during,
     classify,
     degraded_while_intact,
     judge,
 )
-from hecate.chaos.load import Record, Sample, summarize
-from hecate.client.sdk import Attempt
+from hecate.dev.chaos.load import Record, Sample, summarize
 
 TIMEOUT = Attempt(1, replied=False, code="client_timeout")
 KILLED = Expect(("failover_events",), "the node killed had requests in flight")
@@ -177,7 +177,7 @@ def test_the_line_of_figures_counts_what_happened_on_the_wire() -> None:
 
 
 def test_a_node_is_known_by_the_names_of_its_connections() -> None:
-    from hecate.chaos.faults import node_of_connection
+    from hecate.dev.chaos.faults import node_of_connection
 
     assert node_of_connection("hecate-node-a1-in") == "a1"
     assert node_of_connection("hecate-node-gpu-2-out") == "gpu-2"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.bench.concurrency import (
+from hecate.dev.bench.concurrency import (
     PROMPTS,
     Generation,
     deadline_s,
@@ -27,7 +27,7 @@ from hecate.bench.concurrency import (
     prompts_for,
     verdicts,
 )
-from hecate.bench.report import figures, pictures, render
+from hecate.dev.bench.report import figures, pictures, render
 from tests.cli.bench_results import results
 
 

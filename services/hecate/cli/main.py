@@ -70,19 +70,22 @@ def build_parser() -> argparse.ArgumentParser:
     natsconfig.add_parser(sub)
     model.add_parser(sub)
     gateway.add_parsers(sub)
-    _add_dev_tools(sub)
+    _add_plugins(sub)
     return parser
 
 
-def _add_dev_tools(sub: Any) -> None:
-    """``hecate bench`` and ``hecate chaos``. The dev tools are above the product: this
-    is the one place it imports them (tests/contract/test_layers.py allows this function
-    and no other), so that moving them out of the product wheel touches one function."""
-    from hecate.bench import cli as bench_cli
-    from hecate.chaos import cli as chaos_cli
+# The entry-point group through which another distribution adds subcommands: the dev
+# tools (devtools/pyproject.toml) add ``hecate bench`` and ``hecate chaos`` this way, so
+# the product names nothing of theirs and its wheel ships without them.
+PLUGIN_GROUP = "hecate.cli"
 
-    bench_cli.add_parser(sub)
-    chaos_cli.add_parser(sub)
+
+def _add_plugins(sub: Any) -> None:
+    """Each ``hecate.cli`` entry point names a function that adds its subcommand."""
+    from importlib.metadata import entry_points
+
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
+        point.load()(sub)
 
 
 def _positive(text: str) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -31,8 +32,8 @@ from hecate.core.errors import HecateError
 from hecate.launch import (
     GATEWAY_KEYS,
     GENERATIVE,
+    Supervisor,
     gateway_address,
-    hecate_command,
     node_env,
     plan_commands,
 )
@@ -69,9 +70,15 @@ def _pretty(label: str, line: str) -> str:
     return f"{label:>14} | {level}{doc.get('event', '')} {rest}".rstrip()
 
 
-async def _pump(label: str, stream: asyncio.StreamReader) -> None:
-    while line := await stream.readline():
-        print(_pretty(label, line.decode(errors="replace").rstrip()), flush=True)
+def _print_line(label: str, line: str) -> None:
+    print(_pretty(label, line.rstrip()), flush=True)
+
+
+# The gateway first (no new HTTP requests), then the planner (a swarm being shut down must
+# not be re-planned around its departing nodes), then routers (no new requests), then
+# nodes (drain), then the rest; the server goes last.
+STOP_ORDER = ("gateway", "planner", "router", "node", "")
+STOP_GRACE_S = 15.0
 
 
 def pull_models(topology: Path) -> None:
@@ -120,34 +127,24 @@ async def up(args: argparse.Namespace) -> int:
     if args.gateway != "off":
         gateway_address(args.gateway)  # a bad address fails before anything starts
         key_path = gateway_key(state, bus.tenants[0] if bus and bus.tenants else "default")
-    env = node_env(dict(os.environ, HECATE_STATE=str(state)))
-    procs: list[tuple[str, asyncio.subprocess.Process]] = []
-    pumps: list[asyncio.Task[None]] = []
+    supervisor = Supervisor(
+        env=node_env(dict(os.environ, HECATE_STATE=str(state))), on_line=_print_line
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        for label, argv in plan_commands(args, url):
+        for spec in plan_commands(args, url):
             # argv[0] is the service, which is also its NATS user under --secure.
-            creds = bus.credentials(argv[0]).to_env() if bus else {}
-            proc = await asyncio.create_subprocess_exec(
-                *hecate_command(),
-                *argv,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env={**env, **creds},
-                start_new_session=True,
-            )
-            assert proc.stdout is not None
-            procs.append((label, proc))
-            pumps.append(asyncio.create_task(_pump(label, proc.stdout)))
+            creds = bus.credentials(spec.argv[0]).to_env() if bus else {}
+            supervisor.start(dataclasses.replace(spec, env=creds))
         print(
             f"hecate up: NATS at {url}"
             + (f" (monitor http://127.0.0.1:{server.monitor_port})" if server else "")
         )
-        for label, proc in procs:
-            print(f"hecate up: {label:<12} pid {proc.pid}")
+        for label in supervisor.procs:
+            print(f"hecate up: {label:<12} pid {supervisor.pid(label)}")
         topo = parse_topology(Path(args.topology).read_bytes())
         model = topo.request.model_id or topo.base.id
         if bus is not None:
@@ -185,27 +182,9 @@ async def up(args: argparse.Namespace) -> int:
             await stop.wait()
     finally:
         print("hecate up: stopping", flush=True)
-        # The gateway first (no new HTTP requests), then the planner (a swarm being shut
-        # down must not be re-planned around its departing nodes), then routers (no new
-        # requests), then nodes (drain), then the rest; the server goes last.
-        order = ("gateway", "planner", "router", "node", "")
-        for prefix in order:
-            group = [
-                (label, proc)
-                for label, proc in procs
-                if label.startswith(prefix) and proc.returncode is None
-            ]
-            for _label, proc in group:
-                proc.send_signal(signal.SIGTERM)
-            for label, proc in group:
-                try:
-                    await asyncio.wait_for(proc.wait(), 15)
-                except TimeoutError:
-                    print(f"hecate up: {label} did not stop in 15 s; killing it")
-                    proc.kill()
-                    await proc.wait()
-        for task in pumps:
-            task.cancel()
+        killed = await asyncio.to_thread(supervisor.stop, STOP_ORDER, STOP_GRACE_S)
+        for label in killed:
+            print(f"hecate up: {label} did not stop in {STOP_GRACE_S:g} s; killed it")
         if server is not None:
             server.stop()
             (state / "nats.url").unlink(missing_ok=True)

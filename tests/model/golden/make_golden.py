@@ -6,7 +6,7 @@ prompt's full step-0 logits, float16).
 Run by hand, on a machine with the model pulled and the ``bench`` extra installed (it
 builds llama-cpp-python from PyPI's source with the machine's compiler)::
 
-    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/pip install -e './devtools[bench]'
     .venv/bin/python tests/model/golden/make_golden.py
 
 llama.cpp is fed the token ids our tokenizer gives (so the check compares the models,

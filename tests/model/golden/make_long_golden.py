@@ -5,7 +5,7 @@ margin of each choice (top-1 minus top-2 logit).
 
 Run by hand, on a machine with the model pulled and the ``bench`` extra installed::
 
-    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/pip install -e './devtools[bench]'
     .venv/bin/python tests/model/golden/make_long_golden.py
 
 llama.cpp is fed our token ids (the check compares the models, not the tokenizers) and

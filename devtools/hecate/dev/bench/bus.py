@@ -1,0 +1,449 @@
+"""``hecate bench bus``: routed requests against raw NATS request/reply, same run.
+
+Everything runs as separate processes on one embedded nats-server per configuration: an
+echo responder (the raw baseline), or one router and the nodes of a 1-stage or a
+3-stage pipeline (the plan is written to KV directly, as any valid plan writer may).
+Nodes run the ``null`` executor by default (no arithmetic), so a ratio prices the bus
+path alone; ``--executor toy`` adds the built-in model's compute. Every process runs on
+uvloop, the echo and the load generators included.
+
+Two measurements, and only the second gives ratios:
+
+* **Closed loop**: this process keeps ``inflight`` requests in flight for ``seconds``,
+  the configurations taking turns for ``rounds`` rounds (median round reported):
+  latency at a fixed concurrency. One generator process with a request/reply future
+  per request is its own limit for raw NATS, so its throughput is not a capacity and
+  no ratio is taken from it.
+* **Capacity, open loop**: per configuration, :class:`hecate.dev.bench.openloop.CapacitySearch`
+  offers fixed rates from ``generators`` processes (:mod:`hecate.dev.bench.generators`),
+  latency counted from each request's scheduled send, and keeps the highest rate
+  served in full (:func:`hecate.dev.bench.openloop.served_in_full`). The climb starts near
+  the closed-loop figure and goes on until two rates in a row fail, so it reaches past
+  raw's capacity whatever the closed loop said. The configurations take turns rate by
+  rate, so a slow minute of the machine falls on all of them. Every throughput ratio
+  (routed ÷ raw, secure ÷ open) is a ratio of these capacities. Only correct replies
+  count, in both measurements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+
+from hecate.bus import kv as kvs
+from hecate.bus.credentials import Credentials
+from hecate.bus.secure import SecureBus, prepare
+from hecate.bus.server import NatsServer
+from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.dev.bench.generators import Generators, run_on_uvloop
+from hecate.dev.bench.openloop import OK_SHARE, P99_BOUND_MS, CapacitySearch, served_in_full
+from hecate.launch import ProcessSpec, Supervisor
+from hecate.wire import subjects
+from hecate.wire.messages import InferReply, InferRequest
+
+ANONYMOUS = Credentials()
+
+ECHO = """
+import asyncio, sys, nats
+try:
+    import uvloop
+    uvloop.install()
+except ImportError:
+    pass
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    async def echo(msg):
+        await msg.respond(msg.data)
+    await nc.subscribe("bench.echo", cb=echo)
+    await nc.flush()
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+async def _drive(
+    url: str,
+    subject: str,
+    body: bytes,
+    inflight: int,
+    seconds: float,
+    check: bool,
+    creds: Credentials = ANONYMOUS,
+) -> dict[str, float]:
+    nc = await nats.connect(url, **creds.options())
+    latencies: list[float] = []
+    failures = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal failures
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            try:
+                msg = await nc.request(subject, body, timeout=5)
+            except Exception:
+                failures += 1
+                continue
+            if check and not _routed_ok(msg.data):
+                failures += 1  # an error reply is not throughput
+                continue
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    elapsed = time.perf_counter() - started
+    await nc.close()
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "rps": round(n / elapsed, 1),
+        "p50_us": round(latencies[n // 2] * 1e6, 1) if n else 0.0,
+        "p99_us": round(latencies[min(n - 1, int(n * 0.99))] * 1e6, 1) if n else 0.0,
+        "requests": n,
+        "failures": failures,
+    }
+
+
+async def _wait_ready(
+    url: str, subject: str, body: bytes, routed: bool, creds: Credentials = ANONYMOUS
+) -> None:
+    nc = await nats.connect(url, **creds.options())
+    try:
+        for _ in range(300):
+            try:
+                msg = await nc.request(subject, body, timeout=1)
+                if not routed or msgspec.json.decode(msg.data, type=InferReply).ok:
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"{subject} never answered")
+    finally:
+        await nc.close()
+
+
+async def _write_plan(
+    url: str, stages: int, layers: int, executor: str, creds: Credentials = ANONYMOUS
+) -> None:
+    """The benchmark's own plan: its model declares the executor its nodes run."""
+    per = layers // stages
+    nodes = tuple(
+        NodeProfile(node_id=f"bench-{i}", capacity_layers=per, executor=executor)
+        for i in range(stages)
+    )
+    plan = SwarmPlan(
+        epoch=0,
+        models=(ModelSpec(model_id="bench", layers=layers, executor=executor),),
+        nodes=nodes,
+        pipelines=(
+            Pipeline(
+                pipeline_id="bench-r0",
+                model_id="bench",
+                stages=tuple(
+                    Stage(node_id=n.node_id, layer_start=i * per, layer_end=(i + 1) * per)
+                    for i, n in enumerate(nodes)
+                ),
+            ),
+        ),
+    )
+    nc = await nats.connect(url, **creds.options())
+    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
+    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
+    await nc.close()
+
+
+CONFIGURATIONS = {  # label: (stages, dispatch); 0 stages is the raw echo
+    "raw": (0, ""),
+    "routed_1": (1, "hop"),
+    "routed_3": (3, "hop"),
+    "routed_3_chain": (3, "chain"),
+    "routed_1_secure": (1, "hop"),
+}
+# On a locked-down bus: TLS, and each process logs in as its role (``hecate up --secure``).
+SECURE = frozenset({"routed_1_secure"})
+RATIOS = {  # ratio name: (numerator, denominator), both capacities
+    "ratio_1": ("routed_1", "raw"),
+    "ratio_3": ("routed_3", "raw"),
+    "ratio_3_chain": ("routed_3_chain", "raw"),
+    "ratio_1_secure": ("routed_1_secure", "raw"),
+    "secure_over_open": ("routed_1_secure", "routed_1"),
+}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How the capacity search offers load, as fractions of a configuration's
+    closed-loop throughput (only a starting point: the climb goes on until two rates in
+    a row fail, or ``ceiling`` times that throughput)."""
+
+    low: tuple[float, ...] = (0.1, 0.5)  # below capacity: the latency curve
+    start: float = 0.8
+    step: float = 1.25
+    misses: int = 2
+    refine: int = 6  # at most; bisection stops once the bracket is within resolution
+    resolution: float = 1.08
+    ceiling: float = 20.0
+
+    def search(self, closed_rps: float) -> CapacitySearch:
+        base = max(closed_rps, 10.0)
+        return CapacitySearch(
+            start=base * self.start,
+            step=self.step,
+            misses=self.misses,
+            refine=self.refine,
+            resolution=self.resolution,
+            low=tuple(base * f for f in self.low),
+            ceiling=base * self.ceiling,
+        )
+
+
+SWEEP = Sweep()
+QUICK_SWEEP = Sweep(low=(0.5,), start=0.8, step=1.6, misses=1, refine=0, ceiling=8.0)
+GENERATORS = 2  # load generator processes per configuration for the open loop
+LAGGING_US = P99_BOUND_MS * 1000 / 2  # a generator this late spent half the budget itself
+
+
+def _start(
+    label: str,
+    url: str,
+    layers: int,
+    executor: str,
+    env: dict[str, str],
+    bus: SecureBus | None = None,
+) -> tuple[Supervisor, str, bytes, bool]:
+    """The processes of one configuration; returns their supervisor, the subject to
+    load, the request body and whether replies are routed ``InferReply``s."""
+    stages, mode = CONFIGURATIONS[label]
+    procs = Supervisor(env=env)
+    if stages == 0:
+        procs.start(ProcessSpec("echo", ("-c", ECHO, url), program=(sys.executable,)))
+        return procs, "bench.echo", b"x" * 256, False
+    asyncio.run(
+        _write_plan(url, stages, layers, executor, bus.credentials("planner") if bus else ANONYMOUS)
+    )
+    specs = [ProcessSpec("router", ("router", "--id", "bench-router", "--dispatch", mode))]
+    specs += [
+        ProcessSpec(
+            f"node-{i}",
+            (
+                "node",
+                "--id",
+                f"bench-{i}",
+                "--capacity-layers",
+                str(layers // stages),
+                "--executor",
+                executor,
+            ),
+        )
+        for i in range(stages)
+    ]
+    for spec in specs:
+        creds = bus.credentials(spec.argv[0]).to_env() if bus else {}
+        procs.start(ProcessSpec(spec.label, (*spec.argv, "--nats", url), creds))
+    body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
+    return procs, subjects.infer("bench"), body, True
+
+
+@dataclass
+class _Setup:
+    """One configuration standing: its server, its processes, what to send and as whom."""
+
+    label: str
+    server: NatsServer
+    procs: Supervisor
+    subject: str
+    body: bytes
+    routed: bool
+    creds: Credentials
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @classmethod
+    def start(
+        cls, label: str, tmp: Path, layers: int, executor: str, env: dict[str, str]
+    ) -> _Setup:
+        bus = prepare(tmp / label / "secure") if label in SECURE else None
+        server = NatsServer(
+            tmp / label,
+            extra_config=bus.server_config() if bus else "",
+            env=bus.server_env() if bus else None,
+        ).start()
+        try:
+            procs, subject, body, routed = _start(label, server.url, layers, executor, env, bus)
+        except BaseException:
+            server.stop()
+            raise
+        creds = bus.credentials("tenant-a") if bus else ANONYMOUS
+        return cls(label, server, procs, subject, body, routed, creds)
+
+    async def drive(self, inflight: int, seconds: float) -> dict[str, float]:
+        """The closed loop against this configuration."""
+        return await _drive(
+            self.url, self.subject, self.body, inflight, seconds, self.routed, self.creds
+        )
+
+    def stop(self) -> None:
+        self.procs.stop()
+        self.server.stop()
+
+
+def _routed_ok(data: bytes) -> bool:
+    try:
+        return msgspec.json.decode(data, type=InferReply).ok
+    except msgspec.DecodeError:
+        return False
+
+
+def capacity(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """A configuration's capacity from its swept points: the highest offered rate served
+    in full, and whether that is the path's limit (``exact``: a rate above it failed
+    while the generators kept to their schedule) or only a floor (``at_least``: the
+    search stopped at its ceiling, or the generators lagged where the path failed)."""
+    served = [p["offered_rps"] for p in points if p["served_in_full"]]
+    best = max(served, default=None)
+    above = sorted(
+        (p for p in points if not p["served_in_full"] and p["offered_rps"] > (best or 0.0)),
+        key=lambda p: p["offered_rps"],
+    )
+    lag = above[0]["send_lag_p99_us"] if above else None
+    lagging = lag is not None and lag > LAGGING_US
+    return {
+        "rps": best,
+        "exact": bool(above) and not lagging and best is not None,
+        "failed_at_rps": above[0]["offered_rps"] if above else None,
+        "send_lag_p99_us_at_failure": lag,
+    }
+
+
+def ratio(top: dict[str, Any], bottom: dict[str, Any]) -> tuple[float | None, str]:
+    """``top`` ÷ ``bottom`` capacities and what the figure is: ``exact``, ``at_most``
+    (the divisor is only a floor), ``at_least`` (the dividend is), or ``unknown``."""
+    if not top["rps"] or not bottom["rps"]:
+        return None, "unknown"
+    value = round(top["rps"] / bottom["rps"], 3)
+    kind = {
+        (True, True): "exact",
+        (True, False): "at_most",
+        (False, True): "at_least",
+        (False, False): "unknown",
+    }[(top["exact"], bottom["exact"])]
+    return value, kind
+
+
+def run_bus_bench(
+    *,
+    seconds: float = 3.0,
+    inflight: int = 64,
+    layers: int = 3,
+    executor: str = "null",
+    configurations: tuple[str, ...] = tuple(CONFIGURATIONS),
+    sweep: Sweep | None = SWEEP,
+    sweep_seconds: float = 3.0,
+    timeout_s: float = 2.0,
+    rounds: int = 3,
+    generators: int = GENERATORS,
+) -> dict[str, Any]:
+    """The closed loop (``inflight`` requesters, ``seconds`` per configuration per
+    round, the configurations interleaved for ``rounds`` rounds; each figure the median
+    round), then, unless ``sweep`` is ``None``, every configuration's capacity in open
+    loop (``sweep_seconds`` per offered rate, ``generators`` processes) and the ratios
+    of those capacities."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", HECATE_LOG_LEVEL="WARNING")
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
+    out: dict[str, Any] = {}
+    swept: dict[str, list[dict[str, Any]]] = {}
+    setups: list[_Setup] = []
+    loads: dict[str, Generators] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            # Every configuration stands at once (idle ones cost next to nothing), so
+            # both measurements can interleave them: a ratio compares figures taken
+            # seconds, not minutes, apart, on a machine whose speed drifts.
+            for label in configurations:
+                setups.append(_Setup.start(label, Path(tmp), layers, executor, env))
+            for st in setups:
+                run_on_uvloop(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                run_on_uvloop(st.drive(inflight, 0.5))  # warm up
+            runs: dict[str, list[dict[str, float]]] = {st.label: [] for st in setups}
+            for _ in range(rounds):
+                for st in setups:
+                    runs[st.label].append(run_on_uvloop(st.drive(inflight, seconds)))
+            for label, figures in runs.items():
+                by_rps = sorted(figures, key=lambda f: f["rps"])
+                out[label] = {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
+            if sweep is not None:
+                searches = {st.label: sweep.search(out[st.label]["rps"]) for st in setups}
+                for st in setups:
+                    loads[st.label] = Generators(
+                        st.url,
+                        st.subject,
+                        st.body,
+                        count=generators,
+                        routed=st.routed,
+                        env=env,
+                        creds=st.creds,
+                    )
+                    swept[st.label] = []
+                while True:
+                    offered = False
+                    for st in setups:  # one rate each, in turn
+                        rate = searches[st.label].next()
+                        if rate is None:
+                            continue
+                        offered = True
+                        point = loads[st.label].offer(rate, sweep_seconds, timeout_s)
+                        point["served_in_full"] = served_in_full(point)
+                        searches[st.label].record(rate, point["served_in_full"])
+                        swept[st.label].append(point)
+                        # A backlog left by an overload must not slow the next turn:
+                        # a request answered now has nothing queued ahead of it.
+                        run_on_uvloop(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                    if not offered:
+                        break
+        finally:
+            for load in loads.values():
+                load.stop()
+            for st in setups:
+                st.stop()
+    if swept:
+        out["sweep"] = {
+            label: sorted(points, key=lambda p: p["offered_rps"]) for label, points in swept.items()
+        }
+        caps = {label: capacity(points) for label, points in swept.items()}
+        out["capacity"] = caps
+        for name, (top, bottom) in RATIOS.items():
+            if top in caps and bottom in caps:
+                out[name], out[f"{name}_is"] = ratio(caps[top], caps[bottom])
+    out["meta"] = {
+        "inflight": inflight,
+        "seconds": seconds,
+        "rounds": rounds,
+        "layers": layers,
+        "executor": executor,
+        "ratio_basis": "open-loop capacity" if swept else "none: the sweep did not run",
+        "sweep": None if sweep is None else asdict(sweep),
+        "sweep_seconds": sweep_seconds,
+        "sweep_timeout_s": timeout_s,
+        "generators": generators,
+        "served_in_full": {"ok_share": OK_SHARE, "p99_bound_ms": P99_BOUND_MS},
+        "lagging_us": LAGGING_US,
+        "dispatch": "routed_*: the router calls each stage in turn (hop); routed_3_chain: "
+        "nodes forward to each other; both correlate replies, no task per request",
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+    }
+    return out

@@ -1,0 +1,144 @@
+"""The many-users part of the SmolLM2 section (``hecate bench llm --concurrency``): a
+table per level, the picture, and the targets judged from the saved rounds."""
+
+# Prose for people: its dashes and multiplication signs are meant.
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+from typing import Any
+
+from hecate.dev.bench.concurrency import TARGET_AT, TARGET_SPEEDUP, TARGET_TTFT, verdicts
+from hecate.dev.bench.report.markdown import Doc, Target, num, table, verdict
+
+PICTURE = "bench-llm-concurrency.png"
+WRONG = "failed: wrong text"
+
+ANSWERED = "many users: every request answered at every level (0 errors, 0 lost)"
+SPEEDUP = (
+    f"many users: aggregate tokens/s at {TARGET_AT} at once ≥ {TARGET_SPEEDUP:g}× the 1-user figure"
+)
+TTFT = f"many users: TTFT p99 at {TARGET_AT} at once ≤ {TARGET_TTFT:g}× the 1-user TTFT"
+
+
+def not_run(why: str = "not run") -> list[Target]:
+    """The many-users targets of a run that did not measure them."""
+    return [Target(ANSWERED, why, None), Target(SPEEDUP, why, None), Target(TTFT, why, None)]
+
+
+def _seconds(ms: float | None) -> str:
+    return "–" if ms is None else num(ms / 1000, 2)
+
+
+def _codes(codes: dict[str, int]) -> str:
+    return ", ".join(f"`{c}` {n:,}" for c, n in sorted(codes.items())) or "0"
+
+
+def _rows(levels: dict[str, Doc]) -> list[list[str]]:
+    rows = []
+    for level, f in levels.items():
+        wrong = f["wrong"]
+        rows.append(
+            [
+                level,
+                f"{f['answered']:,} / {f['sent']:,}",
+                _codes(f["errors_by_code"]),
+                f"{f['lost']:,}",
+                f"{f.get('resent', 0):,}",
+                WRONG if wrong else num(f["aggregate_tokens_per_s"], 1),
+                WRONG if wrong else num(f["per_user_tokens_per_s"], 1),
+                f"{_seconds(f['ttft_p50_ms'])} / {_seconds(f['ttft_p99_ms'])}",
+                f"**{wrong:,} wrong**" if wrong else "all right" if f["answered"] else "–",
+            ]
+        )
+    return rows
+
+
+def _ratio(v: Doc, level: str, figure: str) -> str:
+    median = v["median"]
+    if v["met"] is None:
+        return f"no level of {TARGET_AT} users in this run"
+    if median is None:
+        return f"no {figure} at 1 or {level} users in some round"
+    rounds = ", ".join("–" if x is None else num(x, 2) for x in v["rounds"])
+    return f"{num(median, 2)}× (per round: {rounds})"
+
+
+def section(users: Doc, img: str) -> tuple[str, list[Target]]:
+    """The many-users text and its targets, from the saved ``concurrency`` result."""
+    rounds: list[Doc] = users["rounds"]
+    meta = users["meta"]
+    v = verdicts(rounds)
+    levels: dict[str, Doc] = users["levels"]
+    answered, speedup, ttft = v["all_answered"], v["speedup"], v["ttft"]
+    codes: dict[str, int] = {}
+    for f in levels.values():
+        for code, n in f["errors_by_code"].items():
+            codes[code] = codes.get(code, 0) + n
+    answered_figure = (
+        f"{answered['answered']:,} of {answered['sent']:,} answered; "
+        f"{answered['errors']:,} errors{f' ({_codes(codes)})' if codes else ''}, "
+        f"{answered['lost']:,} lost"
+    )
+    at = str(TARGET_AT)
+    speed_figure = _ratio(speedup, at, "tokens/s")
+    ttft_figure = _ratio(ttft, at, "TTFT")
+    if v["texts_right"]["wrong"]:
+        speed_figure = f"{speed_figure}; {WRONG}" if speedup["met"] is not None else speed_figure
+    table_text = table(
+        [
+            "users at once",
+            "answered / sent",
+            "errors (by code)",
+            "lost",
+            "resent",
+            "aggregate tokens/s",
+            "per-user tokens/s",
+            "TTFT p50 / p99 (s)",
+            "text",
+        ],
+        _rows(levels),
+    )
+    n = meta["rounds"]
+    rounds_text = "one round" if n == 1 else f"{n} rounds (the level order rotated each round)"
+    text = f"""### Many users at once
+
+The swarm `make run` starts (`{meta["swarm"]}`: telemetry, planner, breaker
+service, two routers, six nodes making two 3-stage pipelines, each process with the
+command `hecate up` gives it),
+on its own embedded nats-server. At each level N, N users send at once, each through a
+`HecateClient` of its own streaming its tokens (`stream_to`), each with its own prompt
+(from a set of {meta["prompts"]}), greedy, {meta["tokens"]} tokens; {rounds_text}. A
+user's client honours a refusal's Retry-After and sends at most the SDK's default number
+of times (`resent`: sends beyond the first); a send with no reply after
+{num(max(meta["deadline_s"].values()), 0)} s at the most (a minute plus half a second
+per token of the level) is given up, and a user whose last send got none is lost; an
+error is the swarm's last word. Counts add up over the rounds; each figure is the
+median round's. Aggregate tokens/s: every answered token of a level ÷ the time from the
+first send to the last reply; per-user: the median user's tokens ÷ its own time from
+first send to reply; TTFT: from the first send to the first streamed token. Every
+answer's text, as replied and as streamed, is compared with its prompt's single-user
+greedy text, computed {meta["reference"]}.
+
+{table_text}
+
+![aggregate and per-user tokens/s, and TTFT p50 and p99, against users at once]({img}/{PICTURE})
+
+Against the targets (ratios taken within each round, then the median round):
+
+* **{ANSWERED}**: {verdict(answered["met"])} ({answered_figure}).
+* **{SPEEDUP}**: {verdict(speedup["met"])} ({speed_figure}).
+* **{TTFT}** (its p50 at 1 user): {verdict(ttft["met"])} ({ttft_figure}).
+* **every answer's text is its single-user greedy text**:
+  {verdict(v["texts_right"]["met"])} ({v["texts_right"]["wrong"]:,} wrong).
+"""
+    return text, [
+        Target(ANSWERED, answered_figure, answered["met"]),
+        Target(SPEEDUP, speed_figure, speedup["met"]),
+        Target(TTFT, ttft_figure, ttft["met"]),
+    ]
+
+
+def has_picture(report: Any) -> bool:
+    """Whether a saved llm result has the many-users figures to draw."""
+    return isinstance(report, dict) and bool((report.get("concurrency") or {}).get("levels"))

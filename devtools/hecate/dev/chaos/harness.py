@@ -1,0 +1,163 @@
+"""A swarm of real processes for a chaos scenario: an embedded nats-server (restartable
+on the same port, JetStream on disk) or a cluster of three, and each service started by
+the one supervisor (:class:`hecate.launch.Supervisor`) with the very ``hecate`` command
+an operator types, logs in files, so that any of them can be killed and restarted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hecate.bus.server import NatsServer
+from hecate.launch import ProcessSpec, Supervisor, node_argv, node_env
+from hecate.sim.topology import Topology, parse_topology
+
+BREAKER_COOLDOWN_S = 2.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Swarm:
+    workdir: Path
+    topology_path: Path
+    pipelines: int = 2
+    routers: int = 2
+    dispatch: str = "hop"
+    cluster: int = 1  # nats-servers: 1, or 3 routed together (JetStream replicated)
+    servers: list[NatsServer] = field(default_factory=list)
+    supervisor: Supervisor = field(init=False)
+
+    def __post_init__(self) -> None:
+        env = node_env(dict(os.environ, HECATE_LOG_LEVEL="INFO"))
+        env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+        self.supervisor = Supervisor(env=env, logs=self.workdir)
+
+    @property
+    def procs(self) -> dict[str, subprocess.Popen[bytes]]:
+        return self.supervisor.procs
+
+    @property
+    def topology(self) -> Topology:
+        return parse_topology(self.topology_path.read_bytes())
+
+    @property
+    def url(self) -> str:
+        """Every server, comma-separated (what ``--nats`` takes)."""
+        return ",".join(s.url for s in self.servers)
+
+    def _url_for(self, label: str) -> str:
+        """Every server, starting at a different one per process: connections spread
+        over a cluster, and each client can still reach the others."""
+        urls = [s.url for s in self.servers]
+        k = sum(label.encode()) % len(urls)
+        return ",".join(urls[k:] + urls[:k])
+
+    # -- servers -------------------------------------------------------------------------
+
+    def start_servers(self) -> None:
+        if self.cluster == 1:
+            self.servers = [NatsServer(self.workdir / "nats").start()]
+            return
+        routes = [_free_port() for _ in range(self.cluster)]
+        self.servers = [
+            NatsServer(
+                self.workdir / f"nats-{i}",
+                port=_free_port(),
+                extra_args=(
+                    "--server_name", f"hecate-{i}",
+                    "--cluster_name", "hecate",
+                    "--cluster", f"nats://127.0.0.1:{routes[i]}",
+                    "--routes",
+                    ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(routes) if j != i),
+                ),
+            )
+            for i in range(self.cluster)
+        ]  # fmt: skip
+        for server in self.servers:
+            server.launch()
+        for server in self.servers:
+            server.wait_ready(30)
+
+    def kill_server(self, index: int = 0) -> None:
+        process = self.servers[index].process
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    def start_server(self, index: int = 0) -> None:
+        """Start server ``index`` again, on its ports and with its JetStream store."""
+        old = self.servers[index]
+        new = NatsServer(old.state_dir, port=old.client_port, extra_args=old.extra_args)
+        self.servers[index] = new.start(30)
+
+    # -- services ------------------------------------------------------------------------
+
+    def start(self, label: str, *args: str) -> None:
+        self.supervisor.start(ProcessSpec(label, (*args, "--nats", self._url_for(label))))
+
+    def kill(self, label: str, sig: int = signal.SIGKILL, *, wait: bool = True) -> None:
+        """Send ``sig`` to a service; ``wait``: until it has exited (not for a signal
+        that only freezes it, such as SIGSTOP)."""
+        self.supervisor.kill(label, sig, wait=wait)
+
+    def restart(self, label: str) -> None:
+        self.supervisor.restart(label)
+
+    def start_services(self, *, router_args: tuple[str, ...] = ()) -> None:
+        topo = self.topology
+        self.start("telemetry", "telemetry", "--id", "telemetry")
+        # Short cooldowns, so that a tripped circuit is probed and closes within a run.
+        self.start(
+            "breaker",
+            "breaker",
+            "--id",
+            "breaker",
+            "--failure-threshold",
+            "3",
+            "--cooldown-s",
+            str(BREAKER_COOLDOWN_S),
+        )
+        self.start(
+            "planner",
+            "planner",
+            "--id",
+            "planner",
+            "--topology",
+            str(self.topology_path),
+            "--pipelines",
+            str(self.pipelines),
+            "--settle-ms",
+            "300",
+        )
+        for i in range(1, self.routers + 1):
+            self.start(
+                f"router-{i}",
+                "router",
+                "--id",
+                f"router-{i}",
+                "--topology",
+                str(self.topology_path),
+                "--stage-timeout-ms",
+                "1500",
+                "--dispatch",
+                self.dispatch,
+                *router_args,
+            )
+        for n in topo.nodes:
+            self.start(f"node-{n.id}", *node_argv(n), "--accept-faults")
+
+    def stop_all(self) -> None:
+        self.supervisor.stop()
+        for server in self.servers:
+            server.stop()

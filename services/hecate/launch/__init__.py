@@ -1,0 +1,28 @@
+"""Starting and stopping a swarm's processes: the commands (:mod:`.commands`, the very
+``hecate <service> ...`` an operator types, in start order) and the one supervisor that
+runs them (:mod:`.supervisor`)."""
+
+from hecate.launch.commands import (
+    BLAS_THREAD_TIMEOUT,
+    GATEWAY_KEYS,
+    GENERATIVE,
+    gateway_address,
+    node_argv,
+    node_env,
+    plan_commands,
+)
+from hecate.launch.supervisor import ProcessSpec, Supervisor, hecate_command, terminate
+
+__all__ = [
+    "BLAS_THREAD_TIMEOUT",
+    "GATEWAY_KEYS",
+    "GENERATIVE",
+    "ProcessSpec",
+    "Supervisor",
+    "gateway_address",
+    "hecate_command",
+    "node_argv",
+    "node_env",
+    "plan_commands",
+    "terminate",
+]
