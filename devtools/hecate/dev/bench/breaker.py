@@ -21,13 +21,13 @@ import tempfile
 import time
 import timeit
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
+from hecate.dev.bench.results import BreakerMeta, BreakerResult, Spread
 from hecate.launch import Supervisor
 from hecate.resilience.breaker import BreakerSnapshot, CircuitBreaker
 from hecate.wire import subjects
@@ -99,7 +99,7 @@ async def _propagation(url: str, watchers: int, trips: int) -> list[float]:
     return delays
 
 
-def run_breaker_bench(*, watchers: int = 3, trips: int = 50) -> dict[str, Any]:
+def run_breaker_bench(*, watchers: int = 3, trips: int = 50) -> BreakerResult:
     env = dict(os.environ, HECATE_LOG_LEVEL="WARNING")
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,20 +118,20 @@ def run_breaker_bench(*, watchers: int = 3, trips: int = 50) -> dict[str, Any]:
     assert breaker.state == "open"
     n = 200_000
     reject_us = timeit.timeit(breaker.allow, number=n) / n * 1e6
-    return {
-        "open_seen_ms": {
-            "p50": _pct(delays, 0.5),
-            "p99": _pct(delays, 0.99),
-            "max": round(max(delays), 3) if delays else None,
-            "samples": len(delays),
-            "expected": watchers * trips,
-        },
-        "open_reject_us": round(reject_us, 3),
-        "meta": {
-            "watchers": watchers,
-            "trips": trips,
-            "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        },
-    }
+    return BreakerResult(
+        open_seen_ms=Spread(
+            p50=_pct(delays, 0.5) if delays else None,
+            p99=_pct(delays, 0.99) if delays else None,
+            max=round(max(delays), 3) if delays else None,
+            samples=len(delays),
+            expected=watchers * trips,
+        ),
+        open_reject_us=round(reject_us, 3),
+        meta=BreakerMeta(
+            watchers=watchers,
+            trips=trips,
+            python=platform.python_version(),
+            machine=f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        ),
+    )
