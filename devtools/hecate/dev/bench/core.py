@@ -39,6 +39,7 @@ from hecate.core import (
     get_planner,
     route_request,
 )
+from hecate.dev.bench.results import CoreResult, load
 
 BATCH = 50
 SHAPES = ((2, 3), (8, 4), (32, 6))
@@ -168,11 +169,12 @@ def bench_plans(repeats: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_core_bench(*, quick: bool = False) -> dict[str, object]:
+def run_core_bench(*, quick: bool = False) -> CoreResult:
     samples, repeats = (200, 3) if quick else (2000, 9)
     route, floor, inflight, recost = bench_routes(samples)
     plans = bench_plans(repeats)
-    return {
+    # Checked against the declared shape as it is made, not first when the report reads it.
+    figures = {
         "route_us": route,
         "floor_us": floor,
         "route_over_floor": {k: round(route[k]["p50"] / floor[k]["p50"], 2) for k in route},
@@ -190,3 +192,4 @@ def run_core_bench(*, quick: bool = False) -> dict[str, object]:
             "plan_repeats": repeats,
         },
     }
+    return load(figures, CoreResult)
