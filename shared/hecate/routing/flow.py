@@ -47,6 +47,23 @@ class Routes(Protocol):
         ...
 
 
+# -- settings -----------------------------------------------------------------------------
+
+# Stage errors that are the request's own doing: no node failed and no other route
+# would do better, so the caller gets the error itself, not a failover.
+REQUEST_FAULTS: frozenset[str] = frozenset({"payload_too_large", "prompt_too_long", "bad_request"})
+
+
+@dataclass(frozen=True, slots=True)
+class FlowOptions:
+    max_attempts: int = 3  # routes tried per request, the first included
+    max_replays: int = 2  # migrations of a generation's state onto a rescue route
+    stage_timeout_s: float = 2.0  # per stage; a chain's deadline is per stage it spans
+    chain: bool = False  # nodes forward to each other (else the router calls each stage)
+    reconnect_grace_s: float = 3.0  # after the bus comes back, "no responders" may mean "not yet"
+    resend_delay_s: float = 0.1
+
+
 # -- failures -----------------------------------------------------------------------------
 
 FailureKind = Literal[
@@ -211,11 +228,11 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """The one reply: to the caller and every retry that joined. Always the last action
-    a machine emits; its route carries no more of this request's load."""
+    """The one reply: to the caller, and to ``also``, every retry of it that joined.
+    Only a :class:`Release` may follow it; its route carries no more of this load."""
 
     reply: InferReply
-    to: tuple[str, ...]
+    also: tuple[str, ...]
     route: Route
 
 

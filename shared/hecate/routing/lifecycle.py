@@ -29,17 +29,18 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
 
 from hecate.core import Recovered, Route, RoutingRequest
 from hecate.core.errors import ErrorCode
 from hecate.routing.flow import (
+    REQUEST_FAULTS,
     Abort,
     Action,
     Answer,
     Cancelled,
     Event,
     Failure,
+    FlowOptions,
     Move,
     NodeDown,
     PublishFailover,
@@ -55,6 +56,7 @@ from hecate.routing.flow import (
     Stream,
     Tick,
 )
+from hecate.routing.generation import Generation
 from hecate.wire.messages import (
     ErrorBody,
     InferReply,
@@ -85,20 +87,6 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     **{(s, RetryJoined): frozenset({s}) for s in (S.NEW, S.SENT, S.RESENDING)},
 }
 
-# Stage errors that are the request's own doing: no node failed and no other route
-# would do better, so the caller gets the error itself, not a failover.
-REQUEST_FAULTS: frozenset[str] = frozenset({"payload_too_large", "prompt_too_long", "bad_request"})
-
-
-@dataclass(frozen=True, slots=True)
-class FlowOptions:
-    max_attempts: int = 3  # routes tried per request, the first included
-    max_replays: int = 2  # migrations of a generation's state onto a rescue route
-    stage_timeout_s: float = 2.0  # per stage; a chain's deadline is per stage it spans
-    chain: bool = False  # nodes forward to each other (else the router calls each stage)
-    reconnect_grace_s: float = 3.0  # after the bus comes back, "no responders" may mean "not yet"
-    resend_delay_s: float = 0.1
-
 
 @dataclass(eq=False)
 class Lifecycle:
@@ -108,7 +96,6 @@ class Lifecycle:
     request_id: str
     model_id: str  # as asked for: a reserve model's route answers under this name
     route: Route
-    reply_to: str
     routes: Routes
     options: FlowOptions
     counters: Counter[str]
@@ -127,14 +114,7 @@ class Lifecycle:
     acts: dict[int, bytes] = field(default_factory=lambda: {0: b""})  # input of layer L
     also_reply_to: list[str] = field(default_factory=list)
     session: str = ""
-    position: int = 0
-    step_tokens: list[int] | None = None
-    prompt_tokens: list[int] | None = None
-    generated: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    replays: int = 0
-    finish_reason: Literal["stop", "length"] | None = None
-    eos: bool = False
+    gen: Generation = field(default_factory=Generation)  # a generative model's token loop
 
     def __post_init__(self) -> None:
         self.session = f"{self.request_id}.1"
@@ -177,6 +157,13 @@ class Lifecycle:
                 self._error(code, message, out)
         assert self.state in allowed, (event, self.state)
         return out
+
+    def due(self, now: float) -> bool:
+        """Whether a :class:`Tick` at ``now`` would do anything (a deadline passed, or a
+        resend is due): the shell's sweep skips the rest."""
+        if self.state is S.SENT:
+            return now > self.deadline
+        return self.state is S.RESENDING and now >= self.resend_at
 
     def _current(self, event: Event) -> bool:
         """The one rule: outcomes of a send that is not the current one act on nothing."""
@@ -225,13 +212,13 @@ class Lifecycle:
             chain=chain,
             stage_index=i,
             session=self.session,
-            position=self.position,
-            tokens=self.step_tokens if first else None,
+            position=self.gen.position,
+            tokens=self.gen.step_tokens if first else None,
             messages=r.messages if first else None,
             temperature=r.temperature,
             top_p=r.top_p,
             seed=r.seed,
-            step=len(self.generated),
+            step=len(self.gen.generated),
         )
         out.append(Send(self.send, i, stage.node_id, request, len(chain)))
 
@@ -252,59 +239,34 @@ class Lifecycle:
         for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
             self._report(Report(s.node_id, ok=True), out)
         if reply.prompt_tokens is not None:
-            self.prompt_tokens = reply.prompt_tokens
+            self.gen.prompt_tokens = reply.prompt_tokens
         if not last:
             self.acts[stages[at].layer_end] = reply.activation
             self.stage += 1
             return self._dispatch(ev.now, out)
         if reply.token is not None:
             return self._generated(reply, ev.now, out)
-        if self.prompt_tokens is None and self.attempts == 1:  # one pass, not generation
+        if not self.gen.started and self.attempts == 1:  # one pass, not generation
             out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
         return self._answer(True, reply.output or "", None, out)
 
     def _generated(self, reply: StageReply, now: float, out: list[Action]) -> None:
         """The last stage sampled a token: stream it, then the next step or the end."""
-        assert reply.token is not None
-        fed = self.step_tokens if self.step_tokens else (self.prompt_tokens or [])
-        steps = len(fed) if reply.positions is None else reply.positions
-        if steps == 1 and self.attempts == 1:  # a decode step: what admission is fitted to
+        step = self.gen.step(reply, self.request.max_tokens, self.request.stop)
+        if step.positions == 1 and self.attempts == 1:  # a decode step: what admission fits
             out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
-        self.position += steps
-        if 0 < steps < len(fed):
-            # A long prompt (or replay) runs a chunk per step, so that its activations fit
-            # the bus and other sessions' steps are served in between: no token yet.
+        if step.kind == "chunk":
             self.counters["prefill_chunks"] += 1
-            return self._next_step(fed[steps:], now, out)
-        self.generated.append(reply.token)
-        done = reply.eos or len(self.generated) >= self.request.max_tokens
-        if self.request.stop and not reply.eos:
-            text = "".join(self.text) + reply.text
-            found = (text.find(s) for s in self.request.stop if s)
-            cut = min((i for i in found if i >= 0), default=-1)
-            if cut >= 0:  # a stop string: end here, without it
-                self.text = [text[:cut]]
-                self.finish_reason = "stop"
-                return self._answer(True, self.text[0], None, out)
-        if not reply.eos:
-            self.text.append(reply.text)
-            if self.request.stream_to:
-                index = len(self.generated) - 1
-                token = StreamToken(
-                    request_id=self.request_id, index=index, token=reply.token, text=reply.text
-                )
-                out.append(Stream(token))
-        if done:
-            self.eos = reply.eos
-            self.finish_reason = "stop" if reply.eos else "length"
-            return self._answer(True, "".join(self.text), None, out)
-        return self._next_step([reply.token], now, out)
-
-    def _next_step(self, tokens: list[int], now: float, out: list[Action]) -> None:
-        self.step_tokens = tokens
+        if step.streamed is not None and self.request.stream_to:
+            index, token, text = step.streamed
+            out.append(
+                Stream(StreamToken(request_id=self.request_id, index=index, token=token, text=text))
+            )
+        if step.kind == "done":
+            return self._answer(True, self.gen.so_far() or "", None, out)
         self.stage = 0
         self.acts = {0: b""}
-        self._dispatch(now, out)
+        return self._dispatch(now, out)
 
     # -- failure and failover ---------------------------------------------------------
 
@@ -353,8 +315,8 @@ class Lifecycle:
                 return self._error("rate_limited", why.reason, out, why.retry_after_s)
             return self._error(result.code, result.message, out)
         loss = f"last loss: {node_id} ({why.reason})"
-        if self.prompt_tokens is not None and self.replays >= opts.max_replays:
-            n = self.replays
+        if self.gen.started and self.gen.replays >= opts.max_replays:
+            n = self.gen.replays
             msg = f"migration limit: the generation was already replayed {n} time(s); {loss}"
             return self._error("unrecoverable", msg, out)
         if self.attempts >= opts.max_attempts:
@@ -377,14 +339,12 @@ class Lifecycle:
         if self.routes.keeps_sessions(old.model_id):
             out.append(Release(old, self.session))
         self.session = f"{self.request_id}.{self.attempts}"
-        if self.prompt_tokens is not None:
+        if self.gen.started:
             # Generation: the rescue route's caches are empty; replay the prompt and every
             # token so far in one prefill, then carry on where the stream was.
             self.counters["replays"] += 1
-            self.replays += 1
+            self.gen.replay()
             self.acts = {0: b""}
-            self.position = 0
-            self.step_tokens = self.prompt_tokens + self.generated
         # Resume at the last stage whose input we already hold (layer 0 = the prompt).
         self.stage = max(i for i, s in enumerate(self.route.stages) if s.layer_start in self.acts)
         return self._dispatch(now, out)
@@ -404,7 +364,7 @@ class Lifecycle:
     ) -> None:
         self.counters[f"error_{code}"] += 1
         body = ErrorBody(code=code, message=message, retry_after_s=retry_after_s)
-        self._answer(False, "".join(self.text) or None, body, out)
+        self._answer(False, self.gen.so_far(), body, out)
 
     def _answer(
         self, ok: bool, output: str | None, error: ErrorBody | None, out: list[Action]
@@ -417,7 +377,7 @@ class Lifecycle:
             self.counters["answered"] += 1
             if self.degraded:
                 self.counters["degraded"] += 1
-        generation = self.prompt_tokens is not None
+        gen = self.gen
         reply = InferReply(
             ok=ok,
             output=output,
@@ -429,11 +389,10 @@ class Lifecycle:
             error=error,
             retry_after_s=error.retry_after_s if error is not None else None,
             # What the answer cost (a generation's end token is not text, nor counted).
-            prompt_tokens=len(self.prompt_tokens) if self.prompt_tokens is not None else None,
-            completion_tokens=len(self.generated) - self.eos if generation else None,
-            finish_reason=self.finish_reason,
+            prompt_tokens=len(gen.prompt_tokens) if gen.prompt_tokens is not None else None,
+            completion_tokens=gen.completion_tokens() if gen.started else None,
+            finish_reason=gen.finish_reason,
         )
-        to = tuple(t for t in (self.reply_to, *self.also_reply_to) if t)
-        out.append(Answer(reply, to, self.route))
+        out.append(Answer(reply, tuple(self.also_reply_to), self.route))
         if self.routes.keeps_sessions(self.route.model_id):
             out.append(Release(self.route, self.session))

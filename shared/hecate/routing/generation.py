@@ -1,0 +1,84 @@
+"""A generation's token loop, apart from where its steps are sent: what the first stage
+is fed each step, what came back, stop strings, and how a replay starts over. Pure.
+
+The router sends a generative model one step at a time: the prompt (or a chunk of a
+long one) first, then each sampled token. Its nodes keep per-session caches, so a
+rescue route starts empty: a *replay* feeds it the prompt and every token so far in
+one prefill, and the stream carries on where it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hecate.wire.messages import StageReply
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one step's last reply means: ``chunk`` (part of a long sequence ran, no
+    token yet), ``next`` (a token; send it) or ``done``; and a token to stream."""
+
+    kind: Literal["chunk", "next", "done"]
+    positions: int  # how many positions this step ran
+    streamed: tuple[int, int, str] | None = None  # (index, token, text)
+
+
+@dataclass(slots=True)
+class Generation:
+    prompt_tokens: list[int] | None = None  # the prompt's ids, once the first stage said
+    step_tokens: list[int] | None = None  # what the first stage is fed this step
+    position: int = 0  # how many positions the route's caches hold
+    generated: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    replays: int = 0
+    finish_reason: Literal["stop", "length"] | None = None
+    eos: bool = False  # the model's end token is the last of ``generated``
+
+    @property
+    def started(self) -> bool:
+        return self.prompt_tokens is not None
+
+    def so_far(self) -> str | None:
+        return "".join(self.text) or None
+
+    def completion_tokens(self) -> int:
+        """Tokens written: the end token is not text, and not counted."""
+        return len(self.generated) - self.eos
+
+    def step(self, reply: StageReply, max_tokens: int, stop: list[str]) -> Step:
+        assert reply.token is not None
+        fed = self.step_tokens if self.step_tokens else (self.prompt_tokens or [])
+        steps = len(fed) if reply.positions is None else reply.positions
+        self.position += steps
+        if 0 < steps < len(fed):
+            # A long prompt (or replay) runs a chunk per step, so that its activations
+            # fit the bus and other sessions' steps are served in between.
+            self.step_tokens = fed[steps:]
+            return Step("chunk", steps)
+        self.generated.append(reply.token)
+        if stop and not reply.eos:
+            text = "".join(self.text) + reply.text
+            cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+            if cut >= 0:  # a stop string: end here, without it
+                self.text = [text[:cut]]
+                self.finish_reason = "stop"
+                return Step("done", steps)
+        streamed = None
+        if not reply.eos:
+            self.text.append(reply.text)
+            streamed = (len(self.generated) - 1, reply.token, reply.text)
+        if reply.eos or len(self.generated) >= max_tokens:
+            self.eos = reply.eos
+            self.finish_reason = "stop" if reply.eos else "length"
+            return Step("done", steps, streamed)
+        self.step_tokens = [reply.token]
+        return Step("next", steps, streamed)
+
+    def replay(self) -> None:
+        """Start over on an empty route: the prompt and every token so far, at once."""
+        assert self.prompt_tokens is not None
+        self.replays += 1
+        self.position = 0
+        self.step_tokens = self.prompt_tokens + self.generated
