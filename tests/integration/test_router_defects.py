@@ -31,10 +31,10 @@ from hecate.bus.server import NatsServer
 from hecate.bus.service import connect
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.resilience.breaker import BreakerSnapshot
+from hecate.routing.flow import Failure, FailureKind, StageFailed
 from hecate.services.backlog import Backlog
 from hecate.services.breakers import BreakerView
-from hecate.services.flights import expired, waiting_on
-from hecate.services.router import RouterService
+from hecate.services.router import RouterConfig, RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import (
     ErrorBody,
@@ -91,7 +91,8 @@ async def router_on(
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan_of(nodes)))
     # Stages never time out by themselves here: the test decides when a sweep happens.
-    router = RouterService(instance_id="r1", log=_log, stage_timeout_s=600.0, **options)
+    config = RouterConfig(instance_id="r1", stage_timeout_s=600.0, **options)
+    router = RouterService(config, log=_log)
     stop = asyncio.Event()
     task = asyncio.create_task(router.run(server.url, stop, grace=2.0))
     try:
@@ -143,18 +144,17 @@ async def test_a_failure_decided_before_the_reply_landed_is_not_acted_on_after_i
         stage = await nodes.next_msg(timeout=5)
         assert node_of(stage) == "a"
 
-        decided = (
-            waiting_on(router.flights, "a", chained=False)
-            if decided_by == "node-down"
-            else expired(router.flights, now=float("inf"))  # its stage timed out
-        )
+        # The send each flight awaits, as the handler saw it before the reply landed.
+        decided = [(f, f.machine.send) for f in router.flights.values()]
         assert len(decided) == 1
         await answer(client, stage, DONE)
         first = _reply.decode((await caller.next_msg(timeout=5)).data)
         assert first.ok, first.error
 
+        kind: FailureKind = "node_down" if decided_by == "node-down" else "timeout"
         for flight, send in decided:  # what the handler does next with its list
-            await router._stage_failed(flight, send, "a", f"{decided_by}: after the reply")
+            failure = Failure(kind, f"{decided_by}: after the reply")
+            await router.deck.feed(flight, StageFailed(send, 0, failure, time.monotonic()))
         await settled(router, client)
 
         assert caller.pending_msgs == 0, "the caller got a second answer"
@@ -274,8 +274,10 @@ async def test_a_probe_rerouted_around_its_target_is_given_back(
         assert node_of(probe) == "t"
         assert view.probing == {"t"}
         # t never got it (NATS said no responders): the rescue goes to c instead.
-        for flight, send in expired(router.flights, now=float("inf")):
-            await router._stage_failed(flight, send, "t", "no responders")
+        for flight in list(router.flights.values()):
+            failure = Failure("no_responders", "no responders")
+            stale = StageFailed(flight.machine.send, 0, failure, time.monotonic())
+            await router.deck.feed(flight, stale)
         rescue = await nodes.next_msg(timeout=5)
         assert node_of(rescue) == "c"
         assert view.probing == set(), "the undelivered probe is still awaited"

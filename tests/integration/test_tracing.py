@@ -23,7 +23,7 @@ from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.model import reference
 from hecate.services.node import Node
 from hecate.services.node_config import NodeConfig
-from hecate.services.router import RouterService
+from hecate.services.router import RouterConfig, RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
@@ -56,7 +56,7 @@ async def test_one_trace_spans_client_router_and_every_stage(nats_server: NatsSe
 
     stop = asyncio.Event()
     services = [Node(NodeConfig(profile=p), log=log, tracer_provider=provider) for p in nodes]
-    router = RouterService(instance_id="r1", log=log, tracer_provider=provider)
+    router = RouterService(RouterConfig(instance_id="r1"), log=log, tracer_provider=provider)
     tasks = [asyncio.create_task(s.run(nats_server.url, stop)) for s in services]
     tasks.append(asyncio.create_task(router.run(nats_server.url, stop)))
     try:

@@ -43,7 +43,7 @@ def partitions(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
     return layers, list(itertools.pairwise(bounds))
 
 
-def through(model: Executor, model_id: str, ranges: list[tuple[int, int]], x: bytes) -> bytes:
+def through(model: ToyModel, model_id: str, ranges: list[tuple[int, int]], x: bytes) -> bytes:
     """Run ``x`` through ``ranges`` in order, as a pipeline of nodes would."""
     for start, end in ranges:
         x = model.run(model_id, start, end, x)

@@ -1,17 +1,17 @@
 """The router's side of tenant quotas: ask the shared desk, never block on the answer.
 
-A request of a tenant waits here (an :class:`Admission`) while the breaker service's
-quota desk decides; the answer comes back on the router's inbox like a stage reply.
-Admitted: it starts. Refused: the caller gets a 429-style reply with its own slot
-(``retry_after_s``, ``quota_ticket``, ``Retry-After`` headers). A tenant that prefers
-holding is held until its slot, when the caller's ``max_wait_ms`` allows, then asks
-again with its ticket. Without an answer from the desk the request is served:
-availability first, and counted (``quota_unavailable``).
+A request of a tenant waits here (an :class:`Admission` with its :class:`QuotaWait`,
+the pure machine in ``hecate.routing.quota``) while the breaker service's quota desk
+decides; the answer comes back on the router's inbox like a stage reply. Admitted: it
+starts. Refused: the caller gets a 429-style reply with its own slot (``retry_after_s``,
+``quota_ticket``, ``Retry-After`` headers). A tenant that prefers holding is held until
+its slot, when the caller's ``max_wait_ms`` allows, then asks again with its ticket.
+Without an answer from the desk the request is served: availability first, and counted
+(``quota_unavailable``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -19,35 +19,30 @@ from dataclasses import dataclass
 
 import msgspec
 from nats.aio.msg import Msg
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
-from hecate.bus.service import NO_RESPONDERS, Service, error_headers
+from hecate.bus.service import NO_RESPONDERS, Request, Service
+from hecate.routing.quota import Admit, AskDesk, QuotaAction, QuotaWait, Refuse, holds
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorBody, InferReply, InferRequest, QuotaReply, QuotaRequest
+
+__all__ = ["Admission", "QuotaGate", "holds"]  # holds: also the herd benchmark's rule
 
 _quota_reply = msgspec.json.Decoder(QuotaReply)
 _json = msgspec.json.Encoder()
 
 
-def holds(wait_s: float, max_wait_ms: int) -> bool:
-    """A tenant that prefers holding is held when its booked slot is within what the
-    caller will wait (``max_wait_ms``), and refused with its ticket otherwise."""
-    return wait_s * 1000 <= max_wait_ms
-
-
 @dataclass(slots=True, eq=False)
 class Admission:
-    """A request waiting for the quota desk (or held until its booked slot)."""
+    """A request on its way in: waiting for the quota desk, or for room on a pipeline;
+    answered through its deferred ``handle``."""
 
     key: int
     request_id: str
     model_id: str
-    reply_to: str
-    request: InferRequest
-    span: Span
+    handle: Request[InferRequest]
     ticket: int | None = None
-    deadline: float = math.inf
-    wake_at: float | None = None
+    quota: QuotaWait | None = None
 
 
 class QuotaGate:
@@ -67,69 +62,64 @@ class QuotaGate:
         self.admissions: dict[int, Admission] = {}
 
     async def ask(self, a: Admission) -> None:
-        """Ask the shared quota desk; the answer comes back on this router's inbox."""
-        a.deadline = time.monotonic() + self.quota_timeout_s
+        request = a.handle.body
+        a.quota = QuotaWait(
+            tenant=request.tenant,
+            max_wait_ms=request.max_wait_ms,
+            timeout_s=self.quota_timeout_s,
+            counters=self.counters,
+            ticket=a.ticket,
+        )
         self.admissions[a.key] = a
-        ask = QuotaRequest(tenant=a.request.tenant, tokens=a.request.max_tokens, ticket=a.ticket)
-        try:
-            await self.service.nc.publish(
-                subjects.QUOTA_ACQUIRE, _json.encode(ask), reply=f"{self.inbox}.q{a.key}"
-            )
-        except Exception:
-            await self._quota_unavailable(a)
-
-    async def _quota_unavailable(self, a: Admission) -> None:
-        # Availability over strictness: without the desk, serve (and count it).
-        self.counters["quota_unavailable"] += 1
-        self.admissions.pop(a.key, None)
-        await self._start(a)
+        await self._run(a, a.quota.start(time.monotonic()))
 
     async def on_reply(self, key: int, msg: Msg) -> None:
         a = self.admissions.get(key)
-        if a is None:
+        if a is None or a.quota is None:
             return None
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
-            return await self._quota_unavailable(a)
+            return await self._run(a, a.quota.unreachable())
         try:
             reply = _quota_reply.decode(msg.data)
         except msgspec.DecodeError:
-            return await self._quota_unavailable(a)
-        if reply.admitted:
-            del self.admissions[key]
-            return await self._start(a)
-        wait = reply.retry_after_s
-        if reply.hold and holds(wait, a.request.max_wait_ms):
-            # Held, not refused: ask again with the ticket when the booked slot comes.
-            self.counters["quota_held"] += 1
-            a.ticket = reply.ticket
-            a.wake_at = time.monotonic() + wait
-            a.deadline = math.inf
-            return None
-        del self.admissions[key]
-        self.counters["quota_refused"] += 1
-        a.span.set_status(Status(StatusCode.ERROR, "rate_limited"))
-        a.span.end()
-        message = (
-            f"tenant {a.request.tenant!r} is over its quota; retry in {wait:.3f} s "
-            "with the quota_ticket to claim the slot booked for you"
-        )
-        body = InferReply(
-            ok=False,
-            error=ErrorBody(code="rate_limited", message=message),
-            model_id=a.model_id,
-            request_id=a.request_id,
-            retry_after_s=wait,
-            quota_ticket=reply.ticket,
-        )
-        headers = error_headers("rate_limited", message, wait)
-        if a.reply_to:
-            await self.service.nc.publish(a.reply_to, _json.encode(body), headers=headers)
+            return await self._run(a, a.quota.unreachable())
+        await self._run(a, a.quota.answered(reply, time.monotonic()))
         return None
 
     async def sweep(self, now: float) -> None:
         for a in list(self.admissions.values()):
-            if a.wake_at is not None and now >= a.wake_at:
-                a.wake_at = None
-                await self.ask(a)
-            elif now > a.deadline:
-                await self._quota_unavailable(a)
+            if a.quota is not None:
+                await self._run(a, a.quota.tick(now))
+
+    async def _run(self, a: Admission, actions: list[QuotaAction]) -> None:
+        for action in actions:
+            match action:
+                case AskDesk(ticket):
+                    request = a.handle.body
+                    ask = QuotaRequest(
+                        tenant=request.tenant, tokens=request.max_tokens, ticket=ticket
+                    )
+                    try:
+                        await self.service.nc.publish(
+                            subjects.QUOTA_ACQUIRE,
+                            _json.encode(ask),
+                            reply=f"{self.inbox}.q{a.key}",
+                        )
+                    except Exception:
+                        assert a.quota is not None
+                        await self._run(a, a.quota.unreachable())
+                case Admit():
+                    del self.admissions[a.key]
+                    await self._start(a)
+                case Refuse(message, wait, ticket):
+                    del self.admissions[a.key]
+                    a.handle.span.set_status(Status(StatusCode.ERROR, "rate_limited"))
+                    body = InferReply(
+                        ok=False,
+                        error=ErrorBody(code="rate_limited", message=message),
+                        model_id=a.model_id,
+                        request_id=a.request_id,
+                        retry_after_s=wait,
+                        quota_ticket=ticket,
+                    )
+                    await a.handle.error("rate_limited", message, retry_after_s=wait, body=body)

@@ -179,6 +179,13 @@ class SwarmView:
             self.rebuild()  # the probe is out: block the target again until it reports
         return taken
 
+    def give_back(self, probes: set[str]) -> None:
+        """Probe leases a request took and will never deliver (its route changed, or
+        it was answered before reaching the target)."""
+        if probes and self.breakers is not None:
+            self.breakers.abandon(probes)
+            self.rebuild()
+
     def keeps_sessions(self, model_id: str) -> bool:
         """Whether ``model_id``'s nodes keep per-session state (a generative executor's
         KV caches) that the router must release when a generation ends or moves. The

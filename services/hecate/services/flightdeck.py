@@ -1,0 +1,279 @@
+"""Where the router's flights live, and the one place their actions meet the bus.
+
+A :class:`Flight` is a request's :class:`Lifecycle` (the pure machine that decides) with
+what only the shell holds: the caller's deferred :class:`Request` handle, the retries
+that joined it, and the span of the stage in flight. :meth:`FlightDeck.feed` gives the
+machine an event and carries out what it answers; :meth:`FlightDeck.on_inbox` turns the
+router's inbox (stage replies, NATS' no-responders status) into events.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+
+from hecate.bus import tracing
+from hecate.bus.logs import event
+from hecate.bus.service import NO_RESPONDERS, Request, Service, error_headers
+from hecate.core import Route
+from hecate.routing.flow import (
+    Action,
+    Answer,
+    Event,
+    Failure,
+    FlowOptions,
+    Move,
+    PublishFailover,
+    Release,
+    Report,
+    Sample,
+    Send,
+    StageFailed,
+    StageReplied,
+    Start,
+    Stream,
+)
+from hecate.routing.lifecycle import Lifecycle
+from hecate.services.admission import AdmissionDesk
+from hecate.services.quotagate import Admission, QuotaGate
+from hecate.services.retries import RetryLedger
+from hecate.services.swarmview import SwarmView
+from hecate.wire import subjects
+from hecate.wire.errors import as_code
+from hecate.wire.messages import FailoverEvent, InferRequest, SessionRelease, StageReply
+
+_stage_reply = msgspec.msgpack.Decoder(StageReply)
+_msgpack = msgspec.msgpack.Encoder()
+_json = msgspec.json.Encoder()
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    key: int
+    machine: Lifecycle
+    handle: Request[InferRequest]
+    ident: tuple[str, str] | None  # (tenant, client request_id), for idempotent retries
+    joined: list[Request[InferRequest]] = field(default_factory=list)  # retries seen here
+    stage_span: Span | None = None
+    answer: tuple[bytes, dict[str, str] | None] = (b"", None)
+
+
+async def _nothing(_flight: Flight) -> None:
+    return None
+
+
+def parse_token(token: str) -> tuple[int, int, int] | None:
+    """``<flight>-<send>-<stage>``, the last token of a stage reply's subject."""
+    parts = token.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+class FlightDeck:
+    def __init__(
+        self,
+        service: Service,
+        view: SwarmView,
+        admission: AdmissionDesk[Admission],
+        options: FlowOptions,
+        counters: Counter[str],
+    ) -> None:
+        self.service = service
+        self.view = view
+        self.admission = admission
+        self.options = options
+        self.counters = counters
+        self.flights: dict[int, Flight] = {}
+        self.inbox = ""
+        self.on_landed: Callable[[Flight], Awaitable[None]] = _nothing
+
+    async def launch(self, a: Admission, route: Route, degraded: bool, probes: set[str]) -> None:
+        request = a.handle.body
+        machine = Lifecycle(
+            request=request,
+            request_id=a.request_id,
+            model_id=a.model_id,
+            route=route,
+            routes=self.view,
+            options=self.options,
+            counters=self.counters,
+            degraded=degraded,
+            probes=probes,
+        )
+        ident = (request.tenant, request.request_id) if request.request_id else None
+        flight = Flight(a.key, machine, a.handle, ident)
+        self.flights[a.key] = flight
+        await self.feed(flight, Start(time.monotonic()))
+
+    async def feed(self, flight: Flight, ev: Event) -> None:
+        # The bus may have come back since the flight started: "no responders" right
+        # after means "not resubscribed yet" (the machine decides what to make of it).
+        flight.machine.reconnected_at = self.service.reconnected_at or float("-inf")
+        for action in flight.machine.handle(ev):
+            await self._act(flight, action)
+
+    async def on_inbox(self, msg: Msg, *, quotas: QuotaGate, retries: RetryLedger) -> None:
+        token = msg.subject.rsplit(".", 1)[-1]
+        if token[:1] == "q" and token[1:].isdigit():
+            return await quotas.on_reply(int(token[1:]), msg)
+        if token[:1] == "r" and token[1:].isdigit():
+            return retries.handed_over(int(token[1:]))  # its owner answered the client
+        ids = parse_token(token)
+        flight = self.flights.get(ids[0]) if ids is not None else None
+        if ids is None or flight is None:
+            self.counters["late_replies"] += 1  # an answer to a flight already answered
+            return None
+        _key, send, stage = ids
+        now = time.monotonic()
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            failure = Failure("no_responders", "no responders")
+            return await self.feed(flight, StageFailed(send, stage, failure, now))
+        try:
+            reply = _stage_reply.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            failure = Failure("unreadable", f"unreadable reply: {exc}")
+            return await self.feed(flight, StageFailed(send, stage, failure, now))
+        return await self.feed(flight, StageReplied(send, stage, reply, now))
+
+    # -- actions ----------------------------------------------------------------------
+
+    async def _act(self, flight: Flight, action: Action) -> None:
+        m = flight.machine
+        match action:
+            case Send():
+                await self._send(flight, action)
+            case Stream(token):
+                subject = subjects.token_stream(m.request.stream_to)
+                await self.service.nc.publish(subject, _json.encode(token))
+            case Report(node_id, ok, code, retry_after_s):
+                if self.view.breakers is not None:
+                    await self.view.breakers.report(
+                        node_id, ok=ok, code=code, retry_after_s=retry_after_s
+                    )
+            case PublishFailover():
+                await self._failover(flight, action)
+            case Move(old, new):
+                assert self.view.router is not None
+                self.view.router.end(old)
+                self.admission.moved(old.pipeline_id, new.pipeline_id)
+                self.view.router.begin(new)
+            case Release(route, session):
+                await self._release(route, session)
+            case Sample(pipeline_id, seconds, now):
+                self.admission.sample(pipeline_id, seconds, now)
+            case Answer():
+                await self._answer(flight, action)
+
+    async def _send(self, flight: Flight, s: Send) -> None:
+        base = f"{self.inbox}.{flight.key}-{s.send}"
+        request = msgspec.structs.replace(s.request, reply_base=base) if s.chained else s.request
+        headers = None
+        if self.service.tracing:
+            self._end_stage_span(flight)
+            flight.stage_span = self.service.tracer.start_span(
+                f"stage {s.node_id}",
+                context=set_span_in_context(flight.handle.span),
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "hecate.node": s.node_id,
+                    "hecate.layers": f"{request.layer_start}-{request.layer_end}",
+                    "hecate.attempt": flight.machine.attempts,
+                    "hecate.chained_stages": s.chained,
+                },
+            )
+            headers = tracing.inject({}, set_span_in_context(flight.stage_span))
+        body = _msgpack.encode(request)
+        failure: Failure | None = None
+        try:
+            await self.service.nc.publish(
+                subjects.node_run(s.node_id), body, reply=f"{base}-{s.stage}", headers=headers
+            )
+        except MaxPayloadError:  # the request outgrew the bus: nobody failed
+            failure = Failure(
+                "too_large",
+                f"stage {s.stage} of the route needs {len(body):,} bytes, over the bus's "
+                f"max_payload of {self.service.nc.max_payload:,}: the prompt is too long "
+                "for this swarm",
+            )
+        except Exception as exc:  # disconnected: fail over like any stage failure
+            failure = Failure("publish_failed", f"publish failed: {exc!r}")
+        if failure is not None:
+            await self.feed(flight, StageFailed(s.send, s.stage, failure, time.monotonic()))
+
+    async def _failover(self, flight: Flight, f: PublishFailover) -> None:
+        if flight.stage_span is not None:
+            flight.stage_span.set_status(Status(StatusCode.ERROR, f.reason))
+        self._end_stage_span(flight)
+        flight.handle.span.add_event(
+            "failover",
+            {"hecate.lost_node": f.lost_node, "hecate.kind": f.kind, "hecate.reason": f.reason},
+        )
+        failover = FailoverEvent(
+            request_id=f.request_id,
+            model_id=f.model_id,
+            lost_node=f.lost_node,
+            kind=f.kind,
+            old_route=f.old_route,
+            new_route=f.new_route,
+            attempt=f.attempt,
+            reason=f.reason,
+            router_id=self.service.instance_id,
+            at=time.time(),
+        )
+        await self.service.nc.publish(subjects.EVENT_FAILOVER, _json.encode(failover))
+        event(
+            self.service.log,
+            "failover",
+            request_id=f.request_id,
+            lost_node=f.lost_node,
+            kind=f.kind,
+            reason=f.reason,
+            attempt=f.attempt,
+        )
+
+    async def _answer(self, flight: Flight, a: Answer) -> None:
+        del self.flights[flight.key]
+        self._end_stage_span(flight)
+        reply, err = a.reply, a.reply.error
+        body = _json.encode(reply)
+        headers = error_headers(as_code(err.code), err.message, err.retry_after_s) if err else None
+        flight.answer = (body, headers)
+        if reply.degraded:
+            flight.handle.span.set_attribute("hecate.degraded", True)
+        for handle in (flight.handle, *flight.joined):
+            if err is None:
+                await handle.respond(body)
+            else:
+                handle.span.set_status(Status(StatusCode.ERROR, err.code))
+                code = as_code(err.code)
+                await handle.error(code, err.message, retry_after_s=err.retry_after_s, body=reply)
+        for reply_to in a.also:
+            await self.service.nc.publish(reply_to, body, headers=headers)
+        await self.on_landed(flight)
+
+    async def _release(self, route: Route, session: str) -> None:
+        """Tell the route's nodes that ``session`` is over: they drop its caches now,
+        not when they idle out, and refuse any step of it still on its way."""
+        body = _json.encode(SessionRelease(session=session))
+        for node_id in dict.fromkeys(s.node_id for s in route.stages):
+            try:
+                await self.service.nc.publish(subjects.node_release(node_id), body)
+            except Exception as exc:  # disconnected: the caches idle out instead
+                event(self.service.log, "release not sent", logging.DEBUG, error=repr(exc))
+                return
+        self.counters["sessions_released"] += 1
+
+    @staticmethod
+    def _end_stage_span(flight: Flight) -> None:
+        if flight.stage_span is not None:
+            flight.stage_span.end()
+            flight.stage_span = None

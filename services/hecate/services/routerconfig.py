@@ -1,0 +1,62 @@
+"""The router's settings: one validated struct, built by ``hecate router`` from its flags."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from hecate.core import FailoverOptions
+from hecate.core.admission import LimitOptions
+from hecate.routing.flow import FlowOptions
+
+
+class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
+    instance_id: str
+    failover: FailoverOptions = FailoverOptions()
+    max_attempts: int = 3  # routes tried per request, the first included
+    max_replays: int = 2  # migrations of a generation onto a rescue route
+    stage_timeout_s: float = 2.0
+    suspect_s: float = 2.0  # how long a node that failed a stage is routed around
+    stale_s: float = 2.0  # telemetry older than this is not trusted for load
+    max_request_bytes: int = 256 * 1024
+    dispatch: Literal["hop", "chain"] = "hop"
+    breaker_probe_timeout_s: float = 10.0
+    enforce_quotas: bool = False
+    quota_timeout_s: float = 1.0
+    remember_answers: int = 10_000  # answers kept for idempotent retries
+    limits: LimitOptions = LimitOptions()
+    queue_limit: int = 1024
+    queue_timeout_s: float = 5.0
+    reconnect_grace_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not self.instance_id:
+            raise ValueError("instance_id: must not be empty")
+        for name in ("max_attempts", "max_request_bytes", "queue_limit", "remember_answers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+        if self.max_replays < 0:
+            raise ValueError(f"max_replays: must not be negative, got {self.max_replays}")
+        for name in (
+            "stage_timeout_s",
+            "suspect_s",
+            "stale_s",
+            "breaker_probe_timeout_s",
+            "quota_timeout_s",
+            "queue_timeout_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be a positive number of seconds")
+        if self.reconnect_grace_s < 0:
+            raise ValueError("reconnect_grace_s: must not be negative")
+
+    def flow(self) -> FlowOptions:
+        """What each request's lifecycle needs of these."""
+        return FlowOptions(
+            max_attempts=self.max_attempts,
+            max_replays=self.max_replays,
+            stage_timeout_s=self.stage_timeout_s,
+            chain=self.dispatch == "chain",
+            reconnect_grace_s=self.reconnect_grace_s,
+        )
