@@ -496,7 +496,7 @@ class SwarmLifecycle(RuleBasedStateMachine):
         )
         if result.kind == "degraded":
             assert model.role == "reserve"
-        else:
+        if model.role != "reserve":
             assert route.model_id == self.swarm.config.model_id
 
     @precondition(has_members)

@@ -179,8 +179,11 @@ class Swarm:
             )
         # Nothing is kept: the chooser finds the splice again for each new request.
         result = self._policy().rescue(before, node_id, request)
-        if was_degraded and isinstance(result, Recovered) and result.kind == "unaffected":
-            return replace(result, degraded=True)  # still the reserve model's answer
+        if was_degraded and isinstance(result, Recovered) and result.route.model_id != model_id:
+            # Still the reserve model's answer: untouched by the loss, or moved to another
+            # of the reserve's routes, it is degraded all the same.
+            kind = "unaffected" if result.kind == "unaffected" else "degraded"
+            return replace(result, degraded=True, kind=kind)
         return result
 
     def mark_alive(self, node_id: str) -> None:
