@@ -20,7 +20,9 @@ The layers, lowest first (``LAYERS``):
    planner reads topologies through it (``hecate.sim.topology``), so it lives with the
    core.
 1. ``bus``, ``executors``: the NATS shell and the executor registry.
-2. ``routing``: the pure chooser shared by the router and ``hecate swarm-sim``.
+2. ``routing``: the router's pure policy: the chooser it shares with ``hecate swarm-sim``,
+   the request lifecycle, the quota wait and the retry book (no I/O; the router
+   service is their shell).
 3. ``services``, ``client``, ``launch``, ``gateway``: the service shells, the client SDK,
    process launching and the HTTP gateway (a service that speaks HTTP on one side).
 4. ``cli``: the ``hecate`` command.
