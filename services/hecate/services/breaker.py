@@ -69,14 +69,19 @@ from hecate.wire.messages import (
 
 CAS_ROUNDS = 5
 SILENCE_CAUSES = (
-    "node down",  # telemetry declared it dead while a call waited on it
-    "no reply within",  # the router's stage timeout
-    "no responders",  # nobody subscribed on its subject
-    "publish failed",  # the call never left the router
+    "timeout",  # the router's stage timeout
+    "publish_failed",  # the call never left the router
+    "node_down",  # telemetry declared it dead while a call waited on it
+    "no_responders",  # nobody subscribed on its subject
     "probe expired",  # the probe never reported: it went nowhere, or nowhere answered
+    # As routers before typed failures wrote them (a bucket may still hold these).
+    "node down",
+    "no reply within",
+    "no responders",
+    "publish failed",
 )
-"""Causes of an opening (router reasons, ``reason.split(":")[0]``) that say the target
-did not answer at all: news that it is back undoes them."""
+"""Causes of an opening (the failure kind a router reports, or the node's own error
+code) that say the target did not answer at all: news that it is back undoes them."""
 
 
 def opened_by_silence(snap: BreakerSnapshot) -> bool:

@@ -83,13 +83,14 @@ class Failure:
 
     kind: FailureKind
     reason: str
-    code: ErrorCode | None = None  # error_reply: the node's code
+    code: str | None = None  # error_reply: the node's code, as it sent it
     retry_after_s: float | None = None
 
     @property
     def breaker_code(self) -> str:
-        """What the shared breaker records as the cause (it tells silence by prefix)."""
-        return self.reason.split(":", 1)[0][:40]
+        """What the shared breaker records as the cause: the node's own error code, or
+        the kind of failure (the breaker tells silence from errors by it)."""
+        return self.code if self.kind == "error_reply" and self.code else self.kind
 
     @property
     def silent(self) -> bool:

@@ -233,7 +233,8 @@ class Lifecycle:
                 return self._failed(node_id, Failure("no_responders", "no responders"), ev.now, out)
             if err.code in REQUEST_FAULTS:
                 return self._error(err.code, err.message, out)  # type: ignore[arg-type]
-            why = Failure("error_reply", f"{err.code}: {err.message}", None, err.retry_after_s)
+            reason = f"{err.code}: {err.message}"
+            why = Failure("error_reply", reason, err.code, err.retry_after_s)
             return self._failed(node_id, why, ev.now, out)
         last = at == len(stages) - 1
         for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
@@ -310,7 +311,7 @@ class Lifecycle:
             )
         )
         if not isinstance(result, Recovered):
-            if why.reason.startswith("rate_limited") and why.retry_after_s is not None:
+            if why.code == "rate_limited" and why.retry_after_s is not None:
                 # Nothing else can serve it, and the upstream said when it can: pass it on.
                 return self._error("rate_limited", why.reason, out, why.retry_after_s)
             return self._error(result.code, result.message, out)
