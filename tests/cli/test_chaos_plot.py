@@ -9,7 +9,12 @@ from pathlib import Path
 from hecate.dev.chaos.cli import _line
 from hecate.dev.chaos.load import Record, Sample, summarize
 from hecate.dev.chaos.plot import record_of, timeline, timeline_doc
-from hecate.dev.chaos.scenarios import figures
+from hecate.dev.chaos.results import ScenarioResult
+from hecate.dev.chaos.scenarios import SCENARIOS, figures
+
+
+def _result(record: Record) -> ScenarioResult:
+    return SCENARIOS["node-kill"].result(record)
 
 
 def test_the_timeline_is_a_png_with_every_outcome(tmp_path: Path) -> None:
@@ -17,9 +22,10 @@ def test_the_timeline_is_a_png_with_every_outcome(tmp_path: Path) -> None:
     record.samples = [Sample(i * 0.01, i * 0.01 + 0.004, "ok", nodes=("a",)) for i in range(300)]
     record.faults = [(1.0, "SIGKILL node a"), (2.0, "restart node a")]
     record.samples += [Sample(1.01, 1.4, "error", "unrecoverable"), Sample(1.02, 3.0, "lost")]
-    result = summarize("node-kill", record)
-    assert (result["errors"], result["lost"]) == (1, 1)
-    assert result["recover_s"] > 0
+    summary = summarize("node-kill", record)
+    assert (summary["errors"], summary["lost"]) == (1, 1)
+    result = _result(record)
+    assert result.recover_s > 0
     out = tmp_path / "img" / "timeline.png"
     timeline(record, result, out, "hecate chaos node-kill --plot timeline.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -35,8 +41,8 @@ def test_a_saved_timeline_draws_the_same_points(tmp_path: Path) -> None:
     again = record_of(doc)
     assert [s.status for s in again.samples] == [s.status for s in record.samples]
     assert abs(again.samples[-1].latency_ms - 490.0) < 0.01
-    result = summarize("node-kill", again)
-    assert result["errors"] == 1
+    result = _result(again)
+    assert result.errors == 1
     out = tmp_path / "timeline.png"
     timeline(again, result, out, "hecate chaos node-kill --results build/bench")
     assert out.read_bytes()[:4] == b"\x89PNG"
@@ -59,6 +65,6 @@ def test_the_line_of_figures_names_degraded_answers_and_each_failed_criterion() 
     assert line.endswith(
         "FAILED: nothing_lost, no_degraded_answer_beside_an_intact_pipeline, shows_failover_events"
     )
-    shown = json.loads(json.dumps(result))  # what --json prints and --results saves
+    shown = json.loads(json.dumps(result.figures()))  # what --json prints and --results saves
     assert shown["degraded_while_intact"] == 1
     assert shown["acceptance"]["shows_failover_events"] is False

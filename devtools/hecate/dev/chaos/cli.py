@@ -9,6 +9,8 @@ status 1 if any scenario fails its acceptance (see :mod:`hecate.dev.chaos.accept
 ``make chaos`` fails loudly. ``--results DIR`` also saves every
 scenario's figures, and every request of it (for the latency timelines), in
 ``DIR/chaos.json``, from which ``hecate bench report`` writes its chaos section.
+Without ``--json``, each scenario's line is followed by its explanation: what the
+figures mean and why it passed or failed.
 """
 
 from __future__ import annotations
@@ -21,31 +23,34 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from hecate.dev.chaos.results import ScenarioResult, Skipped
+
 
 def _pairs(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
-def _line(result: dict[str, Any]) -> str:
-    codes = _pairs(result["error_codes"])
-    lost = _pairs(result["lost_codes"])
-    checks = _pairs(result["checks"])
-    notes = _pairs(result["notes"])
-    expect = result["expect"]
-    allowed = _pairs(expect["allowed_errors"]) or "none"
-    failed = [k for k, ok in result["acceptance"].items() if not ok]
+def _line(r: ScenarioResult) -> str:
+    codes = _pairs(r.error_codes)
+    lost = _pairs(r.lost_codes)
+    checks = _pairs(r.checks)
+    notes = _pairs(r.notes)
+    allowed = _pairs(r.expect.allowed_errors) or "none"
+    failed = [k for k, ok in r.acceptance.items() if not ok]
     return (
-        f"{result['scenario']:<14} sent={result['sent']:<6} ok={result['ok']:<6} "
-        f"errors={result['errors']:<4} lost={result['lost']:<3} wrong={result['wrong']:<3} "
-        f"degraded={result['degraded']:<3} "
-        f"p99_ms={result['p99_ms']:<8} max_ms={result['max_ms']:<8} "
-        f"recover_s={result['recover_s']}"
-        + f"  evidence: {_pairs(result['evidence'])}"
+        f"{r.scenario:<14} sent={r.sent:<6} ok={r.ok:<6} "
+        f"errors={r.errors:<4} lost={r.lost:<3} wrong={r.wrong:<3} "
+        f"degraded={r.degraded:<3} "
+        f"p99_ms={r.p99_ms:<8} max_ms={r.max_ms:<8} "
+        f"recover_s={r.recover_s}"
+        + f"  evidence: {_pairs(r.evidence)}"
         + (f"  errors: {codes}" if codes else "")
         + (f"  lost: {lost}" if lost else "")
         + (f"  checks: {checks}" if checks else "")
         + (f"  ({notes})" if notes else "")
-        + f"  expects: {', '.join(expect['evidence'])} ({expect['because']});"
+        + f"  expects: {', '.join(r.expect.evidence)} ({r.expect.because});"
         + f" errors allowed: {allowed}"
         + (f"  FAILED: {', '.join(failed)}" if failed else "  accepted")
     )
@@ -53,20 +58,21 @@ def _line(result: dict[str, Any]) -> str:
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from hecate.dev.bench import provenance
-    from hecate.dev.chaos.scenarios import SCENARIOS, Timing, available, run
+    from hecate.dev.chaos.results import ChaosResult, TimingDoc
+    from hecate.dev.chaos.scenarios import SCENARIOS, Timing, available, run_scenario
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     failed = False
-    saved: list[dict[str, Any]] = []
+    saved: list[ScenarioResult | Skipped] = []
     command = provenance.command_line(args.argv)
     started = time.monotonic()
+    timing = msgspec.convert(dataclasses.asdict(Timing.of(args.short)), TimingDoc)
 
-    def save(result: dict[str, Any]) -> None:  # after every scenario: a partial run counts
+    def save(result: ScenarioResult | Skipped) -> None:  # after every one: a partial run counts
         saved.append(result)
         if args.results is not None:
-            timing = dataclasses.asdict(Timing.of(args.short))
-            report = {"short": args.short, "timing": timing, "scenarios": saved}
-            doc = provenance.envelope("chaos", command, report)
+            report = ChaosResult(short=args.short, timing=timing, scenarios=saved)
+            doc = provenance.envelope("chaos", command, msgspec.to_builtins(report))
             doc["elapsed_s"] = round(time.monotonic() - started, 1)
             provenance.save(Path(args.results), "chaos", doc)
 
@@ -78,7 +84,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
                 if args.json
                 else f"{name:<14} {note}"
             )
-            save({"scenario": name, "skipped": note.removeprefix("skipped: ")})
+            save(Skipped(scenario=name, skipped=note.removeprefix("skipped: ")))
             continue
         plot = None
         if args.plot is not None:
@@ -86,12 +92,14 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
             if len(names) > 1:  # one picture per scenario
                 plot = plot.with_name(f"{plot.stem}-{name}{plot.suffix or '.png'}")
         result = asyncio.run(
-            run(name, short=args.short, plot=plot, keep_timeline=args.results is not None)
+            run_scenario(name, short=args.short, plot=plot, keep_timeline=args.results is not None)
         )
         save(result)
-        shown = {k: v for k, v in result.items() if k != "timeline"}
-        print(json.dumps(shown) if args.json else _line(shown), flush=True)
-        failed = failed or not all(result["acceptance"].values())
+        if args.json:
+            print(json.dumps(result.figures()), flush=True)
+        else:
+            print(f"{_line(result)}\n{'':<14} {SCENARIOS[name].explain(result)}", flush=True)
+        failed = failed or not result.accepted
     return 1 if failed else 0
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from hecate.dev.bench.plots import footer, pyplot
 from hecate.dev.chaos.load import Record, Sample
+from hecate.dev.chaos.results import ScenarioResult, Timeline
 
 COLOURS = {"ok": "#4c72b0", "error": "#dd8452", "lost": "#c44e52", "wrong": "#8172b3"}
 
@@ -34,22 +37,21 @@ def timeline_doc(record: Record) -> dict[str, Any]:
     }
 
 
-def record_of(doc: dict[str, Any]) -> Record:
+def record_of(doc: Timeline | dict[str, Any]) -> Record:
     """The record :func:`timeline_doc` saved (enough of it to draw the timeline)."""
+    t = doc if isinstance(doc, Timeline) else msgspec.convert(doc, Timeline)
     record = Record()
-    record.faults = [(float(when), str(what)) for when, what in doc["faults"]]
+    record.faults = list(t.faults)
     record.samples = [
         Sample(started, started + latency / 1000, status)
-        for started, latency, status in zip(
-            doc["started_s"], doc["latency_ms"], doc["status"], strict=True
-        )
+        for started, latency, status in zip(t.started_s, t.latency_ms, t.status, strict=True)
     ]
     return record
 
 
 def timeline(
     record: Record,
-    result: dict[str, Any],
+    result: ScenarioResult,
     path: Path,
     command: str,
     run: dict[str, Any] | None = None,
@@ -75,18 +77,19 @@ def timeline(
     for when, what in record.faults:
         ax.axvline(when - t0, color="black", linewidth=0.8, linestyle="--")
         ax.text(when - t0, top, f" {what}", rotation=90, va="top", fontsize=7)
-    if result["recover_s"]:
-        ax.axvspan(0, result["recover_s"], color="#c44e52", alpha=0.08, label="recovering")
-        ax.axvline(result["recover_s"], color="#c44e52", linewidth=0.8, linestyle=":")
+    recover_s = result.recover_s
+    if recover_s:
+        ax.axvspan(0, recover_s, color="#c44e52", alpha=0.08, label="recovering")
+        ax.axvline(recover_s, color="#c44e52", linewidth=0.8, linestyle=":")
         ax.text(
-            result["recover_s"], 0.02, f" recovered (+{result['recover_s']} s)",
+            recover_s, 0.02, f" recovered (+{recover_s} s)",
             rotation=90, va="bottom", fontsize=7, color="#c44e52",
             transform=ax.get_xaxis_transform(),
         )  # fmt: skip
     ax.set_title(
-        f"hecate chaos {result['scenario']}: sent {result['sent']}, ok {result['ok']}, "
-        f"errors {result['errors']}, lost {result['lost']}, wrong {result['wrong']}; "
-        f"recovered in {result['recover_s']} s",
+        f"hecate chaos {result.scenario}: sent {result.sent}, ok {result.ok}, "
+        f"errors {result.errors}, lost {result.lost}, wrong {result.wrong}; "
+        f"recovered in {recover_s} s",
         fontsize=9,
     )
     # At least a decade of latency, so that the log axis has a labelled tick.

@@ -31,6 +31,7 @@ from hecate.dev.bench.report.gateway import section_gateway
 from hecate.dev.bench.report.herd import section_herd
 from hecate.dev.bench.report.llm import section_llm
 from hecate.dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate.dev.chaos import results as chaos_results
 
 Section = Callable[[Doc, str], tuple[str, list[Target]]]
 
@@ -207,9 +208,9 @@ def pictures(results: dict[str, Doc]) -> list[tuple[str, str]]:
     if "llm" in results and users.has_picture(results["llm"]["report"]):
         out.append((users.PICTURE, "llm"))
     if "chaos" in results:
-        for s in results["chaos"]["report"]["scenarios"]:
-            if s["scenario"] in TIMELINES and "timeline" in s:
-                out.append((f"chaos-{s['scenario']}.png", "chaos"))
+        for s in chaos_results.load(results["chaos"]["report"]).ran:
+            if s.scenario in TIMELINES and s.timeline is not None:
+                out.append((f"chaos-{s.scenario}.png", "chaos"))
     return out
 
 
@@ -226,7 +227,6 @@ def load(folder: Path) -> dict[str, Doc]:
 def draw(name: str, env: Doc, path: Path) -> None:
     """Draw picture ``name`` from its suite's saved result, footed by that run."""
     from hecate.dev.bench import plots
-    from hecate.dev.chaos.load import summarize
     from hecate.dev.chaos.plot import record_of, timeline
 
     report: Any = env["report"]
@@ -240,11 +240,10 @@ def draw(name: str, env: Doc, path: Path) -> None:
         plots.llm_concurrency(report, path, env["command"], env)
     else:
         scenario = name.removeprefix("chaos-").removesuffix(".png")
-        result = next(s for s in report["scenarios"] if s["scenario"] == scenario)
-        record = record_of(result["timeline"])
+        result = next(s for s in chaos_results.load(report).ran if s.scenario == scenario)
+        assert result.timeline is not None, "pictures() draws only saved timelines"
         # The figures in the title are the saved ones; the record only draws the points.
-        summary = {**summarize(scenario, record), **result}
-        timeline(record, summary, path, env["command"], env)
+        timeline(record_of(result.timeline), result, path, env["command"], env)
 
 
 def write(folder: Path, doc: Path, img: Path, readme: Path | None = None) -> list[Path]:
