@@ -27,151 +27,18 @@ Two measurements, and only the second gives ratios:
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import os
 import platform
-import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import nats
-
-from hecate.bus import kv as kvs
-from hecate.bus.credentials import Credentials
-from hecate.bus.secure import SecureBus, prepare
-from hecate.bus.server import NatsServer
-from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.dev.bench.bus_setup import CONFIGURATIONS, Standing, wait_ready
 from hecate.dev.bench.generators import Generators, run_on_uvloop
 from hecate.dev.bench.openloop import OK_SHARE, P99_BOUND_MS, CapacitySearch, served_in_full
-from hecate.launch import ProcessSpec, Supervisor
-from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest
 
-ANONYMOUS = Credentials()
-
-ECHO = """
-import asyncio, sys, nats
-try:
-    import uvloop
-    uvloop.install()
-except ImportError:
-    pass
-async def main():
-    nc = await nats.connect(sys.argv[1])
-    async def echo(msg):
-        await msg.respond(msg.data)
-    await nc.subscribe("bench.echo", cb=echo)
-    await nc.flush()
-    await asyncio.Event().wait()
-asyncio.run(main())
-"""
-
-
-async def _drive(
-    url: str,
-    subject: str,
-    body: bytes,
-    inflight: int,
-    seconds: float,
-    check: bool,
-    creds: Credentials = ANONYMOUS,
-) -> dict[str, float]:
-    nc = await nats.connect(url, **creds.options())
-    latencies: list[float] = []
-    failures = 0
-    stop_at = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        nonlocal failures
-        while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            try:
-                msg = await nc.request(subject, body, timeout=5)
-            except Exception:
-                failures += 1
-                continue
-            if check and not _routed_ok(msg.data):
-                failures += 1  # an error reply is not throughput
-                continue
-            latencies.append(time.perf_counter() - t0)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(inflight)))
-    elapsed = time.perf_counter() - started
-    await nc.close()
-    latencies.sort()
-    n = len(latencies)
-    return {
-        "rps": round(n / elapsed, 1),
-        "p50_us": round(latencies[n // 2] * 1e6, 1) if n else 0.0,
-        "p99_us": round(latencies[min(n - 1, int(n * 0.99))] * 1e6, 1) if n else 0.0,
-        "requests": n,
-        "failures": failures,
-    }
-
-
-async def _wait_ready(
-    url: str, subject: str, body: bytes, routed: bool, creds: Credentials = ANONYMOUS
-) -> None:
-    nc = await nats.connect(url, **creds.options())
-    try:
-        for _ in range(300):
-            try:
-                msg = await nc.request(subject, body, timeout=1)
-                if not routed or msgspec.json.decode(msg.data, type=InferReply).ok:
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
-        raise RuntimeError(f"{subject} never answered")
-    finally:
-        await nc.close()
-
-
-async def _write_plan(
-    url: str, stages: int, layers: int, executor: str, creds: Credentials = ANONYMOUS
-) -> None:
-    """The benchmark's own plan: its model declares the executor its nodes run."""
-    per = layers // stages
-    nodes = tuple(
-        NodeProfile(node_id=f"bench-{i}", capacity_layers=per, executor=executor)
-        for i in range(stages)
-    )
-    plan = SwarmPlan(
-        epoch=0,
-        models=(ModelSpec(model_id="bench", layers=layers, executor=executor),),
-        nodes=nodes,
-        pipelines=(
-            Pipeline(
-                pipeline_id="bench-r0",
-                model_id="bench",
-                stages=tuple(
-                    Stage(node_id=n.node_id, layer_start=i * per, layer_end=(i + 1) * per)
-                    for i, n in enumerate(nodes)
-                ),
-            ),
-        ),
-    )
-    nc = await nats.connect(url, **creds.options())
-    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
-    await nc.close()
-
-
-CONFIGURATIONS = {  # label: (stages, dispatch); 0 stages is the raw echo
-    "raw": (0, ""),
-    "routed_1": (1, "hop"),
-    "routed_3": (3, "hop"),
-    "routed_3_chain": (3, "chain"),
-    "routed_1_secure": (1, "hop"),
-}
-# On a locked-down bus: TLS, and each process logs in as its role (``hecate up --secure``).
-SECURE = frozenset({"routed_1_secure"})
 RATIOS = {  # ratio name: (numerator, denominator), both capacities
     "ratio_1": ("routed_1", "raw"),
     "ratio_3": ("routed_3", "raw"),
@@ -212,99 +79,6 @@ SWEEP = Sweep()
 QUICK_SWEEP = Sweep(low=(0.5,), start=0.8, step=1.6, misses=1, refine=0, ceiling=8.0)
 GENERATORS = 2  # load generator processes per configuration for the open loop
 LAGGING_US = P99_BOUND_MS * 1000 / 2  # a generator this late spent half the budget itself
-
-
-def _start(
-    label: str,
-    url: str,
-    layers: int,
-    executor: str,
-    env: dict[str, str],
-    bus: SecureBus | None = None,
-) -> tuple[Supervisor, str, bytes, bool]:
-    """The processes of one configuration; returns their supervisor, the subject to
-    load, the request body and whether replies are routed ``InferReply``s."""
-    stages, mode = CONFIGURATIONS[label]
-    procs = Supervisor(env=env)
-    if stages == 0:
-        procs.start(ProcessSpec("echo", ("-c", ECHO, url), program=(sys.executable,)))
-        return procs, "bench.echo", b"x" * 256, False
-    asyncio.run(
-        _write_plan(url, stages, layers, executor, bus.credentials("planner") if bus else ANONYMOUS)
-    )
-    specs = [ProcessSpec("router", ("router", "--id", "bench-router", "--dispatch", mode))]
-    specs += [
-        ProcessSpec(
-            f"node-{i}",
-            (
-                "node",
-                "--id",
-                f"bench-{i}",
-                "--capacity-layers",
-                str(layers // stages),
-                "--executor",
-                executor,
-            ),
-        )
-        for i in range(stages)
-    ]
-    for spec in specs:
-        creds = bus.credentials(spec.argv[0]).to_env() if bus else {}
-        procs.start(ProcessSpec(spec.label, (*spec.argv, "--nats", url), creds))
-    body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
-    return procs, subjects.infer("bench"), body, True
-
-
-@dataclass
-class _Setup:
-    """One configuration standing: its server, its processes, what to send and as whom."""
-
-    label: str
-    server: NatsServer
-    procs: Supervisor
-    subject: str
-    body: bytes
-    routed: bool
-    creds: Credentials
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    @classmethod
-    def start(
-        cls, label: str, tmp: Path, layers: int, executor: str, env: dict[str, str]
-    ) -> _Setup:
-        bus = prepare(tmp / label / "secure") if label in SECURE else None
-        server = NatsServer(
-            tmp / label,
-            extra_config=bus.server_config() if bus else "",
-            env=bus.server_env() if bus else None,
-        ).start()
-        try:
-            procs, subject, body, routed = _start(label, server.url, layers, executor, env, bus)
-        except BaseException:
-            server.stop()
-            raise
-        creds = bus.credentials("tenant-a") if bus else ANONYMOUS
-        return cls(label, server, procs, subject, body, routed, creds)
-
-    async def drive(self, inflight: int, seconds: float) -> dict[str, float]:
-        """The closed loop against this configuration."""
-        return await _drive(
-            self.url, self.subject, self.body, inflight, seconds, self.routed, self.creds
-        )
-
-    def stop(self) -> None:
-        self.procs.stop()
-        self.server.stop()
-
-
-def _routed_ok(data: bytes) -> bool:
-    try:
-        return msgspec.json.decode(data, type=InferReply).ok
-    except msgspec.DecodeError:
-        return False
 
 
 def capacity(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -365,7 +139,7 @@ def run_bus_bench(
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
     out: dict[str, Any] = {}
     swept: dict[str, list[dict[str, Any]]] = {}
-    setups: list[_Setup] = []
+    setups: list[Standing] = []
     loads: dict[str, Generators] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -373,9 +147,9 @@ def run_bus_bench(
             # both measurements can interleave them: a ratio compares figures taken
             # seconds, not minutes, apart, on a machine whose speed drifts.
             for label in configurations:
-                setups.append(_Setup.start(label, Path(tmp), layers, executor, env))
+                setups.append(Standing.start(label, Path(tmp), layers, executor, env))
             for st in setups:
-                run_on_uvloop(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                run_on_uvloop(wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
                 run_on_uvloop(st.drive(inflight, 0.5))  # warm up
             runs: dict[str, list[dict[str, float]]] = {st.label: [] for st in setups}
             for _ in range(rounds):
@@ -410,7 +184,7 @@ def run_bus_bench(
                         swept[st.label].append(point)
                         # A backlog left by an overload must not slow the next turn:
                         # a request answered now has nothing queued ahead of it.
-                        run_on_uvloop(_wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
+                        run_on_uvloop(wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
                     if not offered:
                         break
         finally:

@@ -37,36 +37,30 @@ same the report gives.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import os
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import nats
 
-from hecate.bus.server import NatsServer
 from hecate.core import HecateError
+from hecate.dev.bench.gateway_capacity import capacity as measure_capacity
 from hecate.dev.bench.gateway_load import (
     TIMEOUT_S,
     Ask,
     Http1,
-    Workers,
     ask_direct,
     completion_body,
     text_of_completion,
 )
+from hecate.dev.bench.gateway_swarm import Standing, bench_env, standing, wait_serving
 from hecate.dev.bench.generators import run_on_uvloop
 from hecate.dev.bench.openloop import percentile
 from hecate.dev.bench.report.gateway import TARGETS_US, judge, said, wrong_answers
-from hecate.launch import ProcessSpec, Supervisor, plan_commands
+
+__all__ = ["QUICK", "Standing", "bench_env", "run_gateway_bench", "standing", "wait_serving"]
 
 TOY_MODEL = "ncm-base"
 TOY_TOPOLOGY = "examples/swarm.json"
@@ -92,111 +86,6 @@ def toy_topology() -> Path:
         if (root / TOY_TOPOLOGY).is_file():
             return root / TOY_TOPOLOGY
     raise HecateError(f"bench gateway: no {TOY_TOPOLOGY} here (run it from the repository)")
-
-
-# -- the swarm and its gateway ----------------------------------------------------------
-@dataclass
-class Standing:
-    """A swarm standing with its gateway: where to reach them, and every process."""
-
-    url: str  # NATS
-    base: str  # the gateway, http://127.0.0.1:PORT
-    pids: dict[str, int] = field(default_factory=dict)  # label -> pid
-
-
-def bench_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ, HECATE_LOG_LEVEL="WARNING", **extra)
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # measure without exporting
-    return env
-
-
-def _listening(log: Path, proc: subprocess.Popen[bytes], wait_s: float) -> int:
-    """The port the gateway says it listens on (its ``listening`` log line)."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        for line in log.read_text(errors="replace").splitlines():
-            if '"listening"' in line:
-                return int(json.loads(line)["port"])
-        if proc.poll() is not None:
-            raise RuntimeError(f"the gateway exited ({proc.returncode}); see {log}")
-        time.sleep(0.05)
-    raise RuntimeError(f"the gateway never said where it listens; see {log}")
-
-
-@contextlib.contextmanager
-def standing(workdir: Path, topology: Path, env: dict[str, str]) -> Iterator[Standing]:
-    """``hecate up --topology TOPOLOGY``'s processes and a gateway (``--open``, any free
-    port), logs in ``workdir``; everything stopped (SIGTERM, then SIGKILL) on the way out."""
-    server = NatsServer(workdir / "nats", max_payload=1024 * 1024).start()
-    swarm = Supervisor(env=env, logs=workdir)
-    try:
-        shape = argparse.Namespace(
-            topology=str(topology), strategy="greedy", pipelines=2, routers=2
-        )
-        for spec in plan_commands(shape, server.url):
-            swarm.start(spec)
-        # The gateway at its own default level: its "listening" line says the port.
-        gateway = ("gateway", "--nats", server.url, "--open", "--port", "0", "--id", "bench")
-        swarm.start(ProcessSpec("gateway", gateway, {"HECATE_LOG_LEVEL": "INFO"}))
-        port = _listening(swarm.log_path("gateway"), swarm.procs["gateway"], 60.0)
-        assert server.process is not None
-        pids = {"nats-server": server.process.pid, **{k: p.pid for k, p in swarm.procs.items()}}
-        yield Standing(server.url, f"http://127.0.0.1:{port}", pids)
-    finally:
-        swarm.stop()
-        server.stop()
-
-
-def wait_serving(st: Standing, model: str, wait_s: float) -> None:
-    """Until the gateway answers a completion of ``model`` (the plan is out, a router
-    and its pipeline serve it, the gateway sees it)."""
-    deadline = time.monotonic() + wait_s
-    body = {"model": model, "prompt": "ready?", "max_tokens": 1}
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.post(f"{st.base}/v1/completions", json=body, timeout=TIMEOUT_S)
-            if r.status_code == 200:
-                return
-            last = r.text
-        except httpx.HTTPError as exc:
-            last = repr(exc)
-        time.sleep(0.2)
-    raise RuntimeError(f"the gateway never served {model}: {last}")
-
-
-# -- CPU of the swarm's processes -------------------------------------------------------
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0 once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces
-    return (int(fields[11]) + int(fields[12])) * _TICK_S
-
-
-def role(label: str) -> str:
-    """A process's part of the CPU table."""
-    if label.startswith("router"):
-        return "routers"
-    if label.startswith("node"):
-        return "nodes"
-    if label in ("gateway", "nats-server"):
-        return label
-    return "other services"
-
-
-def cores(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
-    """Cores used per role between two readings of every process's CPU seconds."""
-    used: dict[str, float] = {}
-    for label, start in before.items():
-        r = role(label)
-        used[r] = used.get(r, 0.0) + (after.get(label, start) - start) / seconds
-    return {r: round(c, 2) for r, c in sorted(used.items())}
 
 
 # -- the toy model: latency ---------------------------------------------------------------
@@ -277,93 +166,6 @@ async def _latency(st: Standing, todo: list[Ask], samples: int, warmup: int) -> 
     return out
 
 
-# -- the toy model: capacity --------------------------------------------------------------
-def _window(workers: Workers, seconds: float, clients: int, pids: dict[str, int]) -> dict[str, Any]:
-    start, end = workers.start(seconds, clients)
-    time.sleep(max(0.0, start - time.monotonic()))
-    before = {label: cpu_s(pid) for label, pid in pids.items()}
-    t0 = time.monotonic()
-    time.sleep(max(0.0, end - time.monotonic()))
-    after = {label: cpu_s(pid) for label, pid in pids.items()}
-    used = cores(before, after, time.monotonic() - t0)
-    tally = workers.collect()
-    used["load generators"] = round(tally.cpu_s / seconds, 2)
-    return {
-        "clients": clients,
-        "rps": round(tally.ok / seconds, 1),
-        "ok": tally.ok,
-        "wrong": tally.wrong,
-        "failed": tally.failed,
-        "cores": used,
-    }
-
-
-def _median_round(figures: list[dict[str, Any]]) -> dict[str, Any]:
-    by_rps = sorted(figures, key=lambda f: float(f["rps"]))
-    return {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
-
-
-GROWING = 1.1  # the most clients gave this much more than the level below: not saturated
-
-
-def _capacity(
-    st: Standing,
-    todo: list[Ask],
-    env: dict[str, str],
-    *,
-    clients: tuple[int, ...],
-    processes: int,
-    seconds: float,
-    rounds: int,
-) -> dict[str, Any]:
-    """Each path at each number of clients, the paths and levels taking turns, round
-    after round. A path's capacity is its best level's median round; the ratio is the
-    median over rounds of the best gateway level ÷ the best direct level."""
-    started: dict[str, Workers] = {}
-    runs: dict[str, dict[int, list[dict[str, Any]]]] = {
-        path: {n: [] for n in clients} for path in ("direct", "gateway")
-    }
-    try:
-        started["direct"] = Workers("nats", st.url, todo, count=processes, env=env)
-        started["gateway"] = Workers("http", st.base, todo, count=processes, env=env)
-        for workers in started.values():
-            _window(workers, min(seconds, 0.5), clients[0], {})  # warm up
-        for _ in range(rounds):
-            for n in clients:
-                for label, workers in started.items():
-                    runs[label][n].append(_window(workers, seconds, n, st.pids))
-    finally:
-        for workers in started.values():
-            workers.stop()
-    out: dict[str, Any] = {}
-    best_by_round: dict[str, list[float]] = {}
-    for label, levels in runs.items():
-        medians = [_median_round(levels[n]) for n in clients]
-        best = max(medians, key=lambda f: float(f["rps"]))
-        growing = len(medians) > 1 and medians[-1]["rps"] > GROWING * medians[-2]["rps"]
-        out[label] = {
-            "rps": best["rps"],
-            "clients": best["clients"],
-            "growing": growing,
-            "levels": medians,
-        }
-        best_by_round[label] = [max(levels[n][i]["rps"] for n in clients) for i in range(rounds)]
-    ratios = [
-        round(g / d, 3) if d else 0.0
-        for d, g in zip(best_by_round["direct"], best_by_round["gateway"], strict=True)
-    ]
-    every = [f for levels in runs.values() for figures in levels.values() for f in figures]
-    out["ratio_rounds"] = ratios
-    out["ratio"] = sorted(ratios)[len(ratios) // 2]
-    out["wrong"] = sum(f["wrong"] for f in every)
-    out["failed"] = sum(f["failed"] for f in every)
-    out["clients"] = list(clients)
-    out["processes"] = processes
-    out["seconds"] = seconds
-    out["rounds"] = rounds
-    return out
-
-
 def run_toy(
     *,
     samples: int,
@@ -380,7 +182,7 @@ def run_toy(
         todo = asks(st.url, TOY_MODEL, TOY_TOKENS, PROMPTS)
         latency = run_on_uvloop(_latency(st, todo, samples, warmup))
         capacity = (
-            _capacity(
+            measure_capacity(
                 st,
                 todo,
                 env,

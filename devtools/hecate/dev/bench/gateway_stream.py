@@ -35,8 +35,8 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from hecate.dev.bench.gateway import Standing, bench_env, standing, wait_serving
 from hecate.dev.bench.gateway_load import TENANT, Http1, completion_body
+from hecate.dev.bench.gateway_swarm import Standing, bench_env, standing, wait_serving
 from hecate.dev.bench.generators import run_on_uvloop
 from hecate.dev.bench.openloop import percentile
 from hecate.gateway.openai import parse

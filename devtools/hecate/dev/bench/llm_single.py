@@ -1,0 +1,160 @@
+"""The single-process runs of ``hecate bench llm``: the numpy model in this process
+(or in a fresh one, to pin its BLAS threads), one stage's decode step, and llama.cpp on
+the same GGUF (see :mod:`hecate.dev.bench.llm`)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from hecate.llm.gguf_model import load_stage
+from hecate.llm.llama import LlamaStage
+from hecate.llm.reference import EOS
+from hecate.llm.tokenizer import load_tokenizer
+
+MODEL = "smollm2-135m"
+PROMPT = "The capital of France is"
+LLAMA_CPP_THREADS = 2
+LLAMA_CPP_EXTRA = "pip install './devtools[bench]'"
+
+
+def _text(path: Path, tokens: list[int]) -> str:
+    """The text of greedy ``tokens`` as the router streams it: each token decoded on its
+    own, up to the end-of-turn token."""
+    tok = load_tokenizer(path)
+    out = []
+    for token in tokens:
+        if token == EOS:
+            break
+        out.append(tok.decode([token]))
+    return "".join(out)
+
+
+def single(path: Path, tokens: int) -> dict[str, Any]:
+    stage = LlamaStage(load_stage(path, 0, 30))
+    ids = load_tokenizer(path).encode(PROMPT).ids
+    cache = stage.new_cache()
+    t0 = time.perf_counter()
+    hidden = stage.forward(stage.embed(ids), cache)
+    token = int(np.argmax(stage.logits(hidden)))
+    ttft = time.perf_counter() - t0
+    generated = [token]
+    for _ in range(tokens - 1):
+        hidden = stage.forward(stage.embed([token]), cache)
+        token = int(np.argmax(stage.logits(hidden)))
+        generated.append(token)
+    total = time.perf_counter() - t0
+    return {
+        "ttft_ms": round(ttft * 1000, 1),
+        "tokens_per_s": round((tokens - 1) / (total - ttft), 1),
+        "text": _text(path, generated),
+    }
+
+
+def llama_cpp_build() -> dict[str, Any]:
+    """The installed llama-cpp-python: its version and the flags its llama.cpp was built
+    with (the extra builds it from source with this machine's compiler, so they vary),
+    or why it is not there."""
+    try:
+        llama = importlib.import_module("llama_cpp")
+    except ImportError as exc:
+        return {"skipped": f"llama-cpp-python not installed ({LLAMA_CPP_EXTRA}): {exc}"}
+    info = llama.llama_print_system_info()
+    return {
+        "version": str(llama.__version__),
+        "system_info": (info.decode() if isinstance(info, bytes) else str(info)).strip(),
+        "threads": LLAMA_CPP_THREADS,
+    }
+
+
+class LlamaCpp:
+    """llama.cpp on the same GGUF, loaded once, decoded greedy like :func:`single`: the
+    same prompt token ids, an argmax over the last position's logits per step, and no
+    stop at the end-of-turn token (the same number of steps)."""
+
+    def __init__(self, path: Path) -> None:
+        llama = importlib.import_module("llama_cpp")
+        self.path = path
+        # logits_all: llama-cpp-python keeps a step's logits (``scores``) only then; the
+        # extra rows are the prompt's, computed once in the prefill.
+        self.llm = llama.Llama(
+            model_path=str(path),
+            n_threads=LLAMA_CPP_THREADS,
+            n_threads_batch=LLAMA_CPP_THREADS,
+            n_ctx=256,
+            logits_all=True,
+            verbose=False,
+        )
+
+    def _step(self, ids: list[int]) -> int:
+        self.llm.eval(ids)
+        return int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+
+    def run(self, tokens: int) -> dict[str, Any]:
+        ids = load_tokenizer(self.path).encode(PROMPT).ids
+        self.llm.reset()
+        t0 = time.perf_counter()
+        token = self._step(ids)
+        ttft = time.perf_counter() - t0
+        generated = [token]
+        for _ in range(tokens - 1):
+            token = self._step([token])
+            generated.append(token)
+        total = time.perf_counter() - t0
+        return {
+            "ttft_ms": round(ttft * 1000, 1),
+            "tokens_per_s": round((tokens - 1) / (total - ttft), 1),
+            "text": _text(self.path, generated),
+        }
+
+
+def stage_steps(path: Path, steps: int = 40, pause_s: float = 0.025) -> dict[str, float]:
+    """One 10-block stage's decode step (median ms), back to back and after a pause as
+    long as the other stages' share of a token: what a pipeline stage actually sees."""
+    stage = LlamaStage(load_stage(path, 10, 20))
+    cache = stage.new_cache()
+    rng = np.random.default_rng(0)
+    stage.forward(rng.standard_normal((5, 576), dtype=np.float32), cache)
+    out: dict[str, float] = {}
+    for label, pause in (("busy_ms", 0.0), ("after_pause_ms", pause_s)):
+        times = []
+        for _ in range(steps):
+            x = rng.standard_normal((1, 576), dtype=np.float32)
+            t = time.perf_counter()
+            stage.forward(x, cache)
+            times.append(time.perf_counter() - t)
+            if pause:
+                time.sleep(pause)
+        out[label] = round(float(np.median(times)) * 1000, 2)
+    return out
+
+
+def in_process(call: str, env: dict[str, str]) -> Any:
+    """``call`` (an expression over this module and ``path``) in a fresh interpreter, so
+    that BLAS starts with ``env``'s thread settings."""
+    code = (
+        "import json; from hecate.dev.bench.llm_single import *; from hecate.llm.store import "
+        f"model_path; path = model_path('{MODEL}'); print(json.dumps({call}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        check=True,
+    )
+    return msgspec.json.decode(out.stdout.strip().splitlines()[-1])
+
+
+def single_one_thread(tokens: int) -> dict[str, Any]:
+    """The single-process model with BLAS pinned to one thread."""
+    result: dict[str, Any] = in_process(f"single(path, {tokens})", {"OPENBLAS_NUM_THREADS": "1"})
+    return result

@@ -1,0 +1,170 @@
+"""The swarm runs of ``hecate bench llm``: a router and SmolLM2 node processes on an
+embedded nats-server, the plan written to KV directly, one streamed generation timed
+(and, given ``kill_after``, a node killed during it; see :mod:`hecate.dev.bench.llm`)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import numpy as np
+
+from hecate.bus import kv as kvs
+from hecate.bus.server import NatsServer
+from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.dev.bench.llm_single import MODEL, PROMPT
+from hecate.launch import Supervisor, node_env
+from hecate.wire import subjects
+from hecate.wire.messages import FailoverEvent, InferReply, InferRequest, StreamToken
+
+
+def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
+    nodes = sorted({n for p in pipelines for n, _, _ in p})
+    return SwarmPlan(
+        epoch=0,
+        models=(ModelSpec(model_id=MODEL, layers=30, replicas=len(pipelines), executor="smollm2"),),
+        nodes=tuple(NodeProfile(node_id=n, capacity_layers=30, executor="smollm2") for n in nodes),
+        pipelines=tuple(
+            Pipeline(
+                pipeline_id=f"{MODEL}-r{i}",
+                model_id=MODEL,
+                stages=tuple(Stage(node_id=n, layer_start=a, layer_end=b) for n, a, b in p),
+            )
+            for i, p in enumerate(pipelines)
+        ),
+    )
+
+
+async def _generate(
+    url: str, tokens: int, on_token: Any = None
+) -> tuple[float, float, list[float], list[str], InferReply, str]:
+    """One streamed generation: its start, token arrival times, failover reasons, reply
+    and the text as streamed."""
+    nc = await nats.connect(url)
+    inbox = nc.new_inbox()
+    stamps: list[float] = []
+    reasons: list[str] = []
+    streamed: list[StreamToken] = []
+
+    async def failover(msg: Any) -> None:
+        reasons.append(msgspec.json.decode(msg.data, type=FailoverEvent).reason)
+
+    await nc.subscribe(subjects.EVENT_FAILOVER, cb=failover)
+
+    async def got(msg: Any) -> None:
+        stamps.append(time.perf_counter())
+        token = msgspec.json.decode(msg.data, type=StreamToken)
+        streamed.append(token)
+        if on_token is not None:
+            on_token(token)
+
+    sub = await nc.subscribe(inbox, cb=got)
+    body = InferRequest(prompt=PROMPT, max_tokens=tokens, stream_to=inbox)
+    t0 = time.perf_counter()
+    msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=120)
+    await sub.unsubscribe()
+    await nc.close()
+    reply = msgspec.json.decode(msg.data, type=InferReply)
+    if not reply.ok or not stamps:
+        raise RuntimeError(f"generation failed: {reply.error}")
+    text = "".join(t.text for t in sorted(streamed, key=lambda t: t.index))
+    return t0, stamps[0], stamps, reasons, reply, text
+
+
+async def _ready(url: str) -> None:
+    for _ in range(600):
+        try:
+            await _generate(url, 1)
+            return
+        except Exception:
+            await asyncio.sleep(0.2)
+    raise RuntimeError("the swarm never served the model")
+
+
+def swarm(
+    pipelines: list[list[tuple[str, int, int]]],
+    tokens: int,
+    kill_after: int | None = None,
+    *,
+    kill_delay_s: float = 0.0,
+    dispatch: str = "chain",
+    blas_threads: int = 1,
+) -> dict[str, Any]:
+    env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(Path(tmp) / "nats").start()
+        swarm = Supervisor(env=env)
+        try:
+
+            async def write_plan() -> None:
+                nc = await nats.connect(server.url)
+                kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
+                await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines)))
+                await nc.close()
+
+            asyncio.run(write_plan())
+            nats_url = ("--nats", server.url)
+            swarm.run("telemetry", "telemetry", *nats_url, "--id", "telemetry")
+            swarm.run(
+                "router",
+                "router",
+                *nats_url,
+                "--id",
+                "bench",
+                "--stage-timeout-ms",
+                "5000",
+                "--dispatch",
+                dispatch,
+            )
+            for node in sorted({n for p in pipelines for n, _, _ in p}):
+                swarm.run(
+                    node,
+                    "node",
+                    *nats_url,
+                    "--id",
+                    node,
+                    "--capacity-layers",
+                    "30",
+                    "--executor",
+                    "smollm2",
+                )
+            asyncio.run(_ready(server.url))
+            # On an idle swarm the next generation takes the route this probe took.
+            probe = asyncio.run(_generate(server.url, 1))[4].route
+            assert probe is not None
+            victim = probe.stages[len(probe.stages) // 2].node_id
+
+            def maybe_kill(token: StreamToken) -> None:
+                if kill_after is not None and token.index == kill_after - 1:
+                    if kill_delay_s:  # aim at the victim's share of the next step
+                        threading.Timer(kill_delay_s, swarm.kill, (victim,)).start()
+                    else:
+                        swarm.kill(victim, wait=False)
+
+            t0, first, stamps, reasons, reply, streamed = asyncio.run(
+                _generate(server.url, tokens, maybe_kill)
+            )
+        finally:
+            swarm.stop(grace_s=15)
+            server.stop()
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    out: dict[str, Any] = {
+        "ttft_ms": round((first - t0) * 1000, 1),
+        "tokens_per_s": round((len(stamps) - 1) / (stamps[-1] - first), 1),
+    }
+    out["gap_ms"] = round(float(np.median(gaps)) * 1000, 1)
+    if kill_after is not None:
+        out["kill_stall_ms"] = round(max(gaps) * 1000, 1)
+        out["failover_reason"] = reasons[0] if reasons else "none"
+    out["text"] = reply.output or ""
+    out["streamed_text"] = streamed
+    return out
