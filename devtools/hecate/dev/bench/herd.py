@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any
 
 from hecate.client.sdk import MAX_ATTEMPTS
+from hecate.dev.bench.results import HerdMeta, HerdPolicy, HerdResult
 from hecate.resilience.backoff import DecorrelatedJitter, FullJitter, SeedPolicy, WaitPolicy
 from hecate.resilience.bucket import Quota, TokenBucket
 from hecate.services.quotagate import holds
@@ -180,28 +180,28 @@ POLICY_NAMES = (
 )
 
 
-def run_herd_bench(*, seeds: int = 5) -> dict[str, Any]:
+def run_herd_bench(*, seeds: int = 5) -> HerdResult:
     """Every policy, averaged over ``seeds`` runs of the jittered ones."""
-    out: dict[str, Any] = {}
+    out: dict[str, HerdPolicy] = {}
     for name in POLICY_NAMES:
         runs = [simulate(name, seed=s) for s in range(1, seeds + 1)]
-        out[name] = {
-            "attempts_per_success": round(sum(r["attempts_per_success"] for r in runs) / seeds, 3),
-            "last_success_s": round(sum(r["last_success_s"] for r in runs) / seeds, 3),
-            "successes": min(int(r.get("successes", CLIENTS)) for r in runs),
-        }
-        if name in QUEUE_WAITS_MS:
-            out[name]["max_wait_ms"] = QUEUE_WAITS_MS[name]
-            out[name]["refused"] = round(sum(r["refused"] for r in runs) / seeds, 1)
-    return {
-        "policies": out,
-        "ideal_last_success_s": round((CLIENTS - BURST) / RATE, 3),
-        "meta": {
-            "clients": CLIENTS,
-            "rate_per_s": RATE,
-            "burst": BURST,
-            "seeds": seeds,
-            "retry_after": "integer delay-seconds (ceil), except hecate: exact",
-            "queue_max_wait_ms": dict(QUEUE_WAITS_MS),
-        },
-    }
+        held = name in QUEUE_WAITS_MS
+        out[name] = HerdPolicy(
+            attempts_per_success=round(sum(r["attempts_per_success"] for r in runs) / seeds, 3),
+            last_success_s=round(sum(r["last_success_s"] for r in runs) / seeds, 3),
+            successes=min(int(r.get("successes", CLIENTS)) for r in runs),
+            max_wait_ms=QUEUE_WAITS_MS[name] if held else None,
+            refused=round(sum(r["refused"] for r in runs) / seeds, 1) if held else None,
+        )
+    return HerdResult(
+        policies=out,
+        ideal_last_success_s=round((CLIENTS - BURST) / RATE, 3),
+        meta=HerdMeta(
+            clients=CLIENTS,
+            rate_per_s=RATE,
+            burst=BURST,
+            seeds=seeds,
+            retry_after="integer delay-seconds (ceil), except hecate: exact",
+            queue_max_wait_ms=dict(QUEUE_WAITS_MS),
+        ),
+    )

@@ -84,3 +84,32 @@ class CoreResult(Result, frozen=True, kw_only=True):
     plan_ms: dict[str, float]  # greedy planner
     plan_ms_proportional: dict[str, float]
     meta: CoreMeta
+
+
+# -- hecate bench herd -------------------------------------------------------------------
+
+
+class HerdPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One retry policy, averaged over the seeds; a held-caller policy (``hecate-queue``)
+    also names the callers' max wait and how many were refused past it."""
+
+    attempts_per_success: float
+    last_success_s: float
+    successes: int | None = None  # results saved before it was counted: every client
+    max_wait_ms: int | None = None
+    refused: float | None = None
+
+
+class HerdMeta(msgspec.Struct, frozen=True, kw_only=True):
+    clients: int
+    rate_per_s: float
+    burst: float
+    seeds: int
+    retry_after: str = ""
+    queue_max_wait_ms: dict[str, int] = {}
+
+
+class HerdResult(Result, frozen=True, kw_only=True):
+    policies: dict[str, HerdPolicy]  # by policy name, in the simulation's order
+    ideal_last_success_s: float
+    meta: HerdMeta

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from hecate.dev.bench.report.markdown import Doc, Target, num, provenance, table, verdict
+from hecate.dev.bench.results import HerdResult, load
 
 HERD_TARGET_HECATE = 1.95  # attempts per success, refused callers
 HERD_TARGET_QUEUE = 1.05  # attempts per success, held callers
@@ -24,16 +25,16 @@ HERD_ROWS = {
 
 
 def section_herd(env: Doc, img: str) -> tuple[str, list[Target]]:
-    r = env["report"]
-    meta, pol = r["meta"], r["policies"]
-    ideal = r["ideal_last_success_s"]
-    floor = 1 + (meta["clients"] - meta["burst"]) / meta["clients"]
+    r = load(env["report"], HerdResult)
+    meta, pol = r.meta, r.policies
+    ideal = r.ideal_last_success_s
+    floor = 1 + (meta.clients - meta.burst) / meta.clients
     bold = {"hecate", "hecate-queue"}
-    waits = meta.get("queue_max_wait_ms", {})
+    waits = meta.queue_max_wait_ms
     rows = []
     for name, label in HERD_ROWS.items():
         if name in pol:
-            a, t = num(pol[name]["attempts_per_success"], 2), num(pol[name]["last_success_s"], 2)
+            a, t = num(pol[name].attempts_per_success, 2), num(pol[name].last_success_s, 2)
             wait = waits.get(name)
             label = label.format(wait="–" if wait is None else f"{num(wait / 1000, 0)} s")
             rows.append([label, f"**{a}**", f"**{t}**"] if name in bold else [label, a, t])
@@ -41,10 +42,10 @@ def section_herd(env: Doc, img: str) -> tuple[str, list[Target]]:
     policies = table(["policy", "attempts per success", "last success (s)"], rows)
 
     def attempts(name: str) -> float:
-        return float(pol[name]["attempts_per_success"])
+        return pol[name].attempts_per_success
 
     def last(name: str) -> float:
-        return float(pol[name]["last_success_s"])
+        return pol[name].last_success_s
 
     exact_ok = abs(attempts("exact") - HERD_ANCHOR_EXACT) <= 0.25
     lo, hi = HERD_ANCHOR_JITTER
@@ -52,16 +53,16 @@ def section_herd(env: Doc, img: str) -> tuple[str, list[Target]]:
     anchors = "reproduces" if exact_ok and seed_ok else "**does not reproduce**"
     met_hecate = attempts("hecate") <= HERD_TARGET_HECATE and last("hecate") <= 1.1 * ideal
     queue = pol["hecate-queue"]
-    served = int(queue.get("successes", meta["clients"]))
+    served = meta.clients if queue.successes is None else queue.successes
     # Held callers are simulated (hold, slot, refusal past max_wait, the SDK's retry), so
     # this can fail: a wait shorter than the herd's, or a hold that misses its slot.
-    met_queue = attempts("hecate-queue") <= HERD_TARGET_QUEUE and served == meta["clients"]
+    met_queue = attempts("hecate-queue") <= HERD_TARGET_QUEUE and served == meta.clients
     short = ""
     if "hecate-queue-5s" in pol:
         s5 = pol["hecate-queue-5s"]
         short = (
             f" With callers that wait at most {num(waits.get('hecate-queue-5s', 0) / 1000, 0)} s,"
-            f" the {num(s5.get('refused', 0), 0)} whose slot is later are refused with their"
+            f" the {num(s5.refused or 0, 0)} whose slot is later are refused with their"
             f" ticket and come back (the SDK's Retry-After + U(0.1, 0.5) s): "
             f"{num(attempts('hecate-queue-5s'), 2)} attempts per success."
         )
@@ -69,9 +70,9 @@ def section_herd(env: Doc, img: str) -> tuple[str, list[Target]]:
 
 {provenance(env)}
 A deterministic discrete-event simulation: no sleeping, no network; jittered policies
-averaged over {meta["seeds"]} seeds. {meta["clients"]:,} clients send at t = 0 to an
-upstream admitting {num(meta["rate_per_s"], 0)} requests/s with a burst of
-{num(meta["burst"], 0)}, so {meta["clients"] - meta["burst"]:,.0f} must wait. Upstream
+averaged over {meta.seeds} seeds. {meta.clients:,} clients send at t = 0 to an
+upstream admitting {num(meta.rate_per_s, 0)} requests/s with a burst of
+{num(meta.burst, 0)}, so {meta.clients - meta.burst:,.0f} must wait. Upstream
 refusals carry an integer Retry-After (HTTP delay-seconds, rounded up), except for
 `hecate`, whose quota books each refused caller its own slot and returns the exact wait
 with a ticket.
@@ -90,7 +91,7 @@ serves the last one at {num(last("hecate"), 2)} s (ideal {num(ideal, 2)} s); hol
 request instead of refusing it (`hecate-queue`) sends each request once when the
 caller's `max_wait_ms` covers its slot: the router holds it, wakes it on its 20 ms sweep
 at the slot and asks the desk again with the ticket ({num(attempts("hecate-queue"), 2)}
-attempts per success, {served:,} of {meta["clients"]:,} served, callers waiting at most
+attempts per success, {served:,} of {meta.clients:,} served, callers waiting at most
 {num(waits.get("hecate-queue", 0) / 1000, 0)} s).{short}
 
 Targets: `hecate` ≤ {HERD_TARGET_HECATE} attempts per success, last success within 10 %
