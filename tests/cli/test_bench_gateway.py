@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from hecate.cli.main import main
@@ -20,6 +21,8 @@ from hecate.dev.bench.gateway_load import Http1
 from hecate.dev.bench.gateway_stream import SseText, matched, tokens_per_s
 from hecate.dev.bench.report import render
 from hecate.dev.bench.report.gateway import judge
+from hecate.dev.bench.results import load
+from hecate.dev.bench.results_gateway import GatewayResult
 from tests.cli.bench_results import GATEWAY, results
 
 
@@ -37,23 +40,26 @@ def test_a_short_run_checks_every_answer_and_renders(tmp_path: Path) -> None:
     report = run_gateway_bench(
         samples=30, warmup=5, clients=(8,), processes=2, seconds=0.5, rounds=1, stream=False
     )
-    lat = report["toy"]["latency"]
-    for path in ("direct", "gateway", "gateway_httpx"):
-        assert lat[f"{path}_us"]["samples"] == 30, path  # every answer came and was right
-        assert lat["wrong"][path] == lat["failed"][path] == 0
-    cap = report["toy"]["capacity"]
-    ((direct,), (gateway,)) = (cap["direct"]["levels"], cap["gateway"]["levels"])
-    assert direct["ok"] > 0
-    assert gateway["ok"] > 0
-    assert cap["wrong"] == 0
-    assert gateway["cores"]["gateway"] > 0  # the gateway process did the work
-    assert cap["ratio"] == cap["ratio_rounds"][0]
-    assert report["failed_checks"] == []
-    assert report["verdicts"]["answers_right"] == "met"
-    assert report["verdicts"]["stream_added_p50"] == "not measured"
+    lat = report.toy.latency
+    for timed in (lat.direct_us, lat.gateway_us, lat.gateway_httpx_us):
+        assert timed.samples == 30  # every answer came and was right
+    assert set(lat.wrong.values()) == set(lat.failed.values()) == {0}
+    cap = report.toy.capacity
+    assert cap is not None
+    ((direct,), (gateway,)) = (cap.direct.levels, cap.gateway.levels)
+    assert direct.ok > 0
+    assert gateway.ok > 0
+    assert cap.wrong == 0
+    assert gateway.cores["gateway"] > 0  # the gateway process did the work
+    assert cap.ratio == cap.ratio_rounds[0]
+    assert report.failed_checks == []
+    assert report.verdicts["answers_right"] == "met"
+    assert report.verdicts["stream_added_p50"] == "not measured"
     saved = tmp_path / "results"
     provenance.save(
-        saved, "gateway", provenance.envelope("gateway", "hecate bench gateway", report)
+        saved,
+        "gateway",
+        provenance.envelope("gateway", "hecate bench gateway", msgspec.to_builtins(report)),
     )
     doc = tmp_path / "BENCHMARKS.md"
     argv = ["bench", "report", "--results", str(saved), "--doc", str(doc)]
@@ -126,7 +132,7 @@ def _report(**changes: Any) -> dict[str, Any]:
 def test_verdicts_come_from_the_figures(
     changes: dict[str, Any], expected: dict[str, bool | None]
 ) -> None:
-    verdicts = judge(_report(**changes))
+    verdicts = judge(load(_report(**changes), GatewayResult))
     for name, met in expected.items():
         assert verdicts[name] is met, name
 

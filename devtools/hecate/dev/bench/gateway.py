@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import nats
 
 from hecate.core import HecateError
@@ -59,6 +60,7 @@ from hecate.dev.bench.gateway_swarm import Standing, bench_env, standing, wait_s
 from hecate.dev.bench.generators import run_on_uvloop
 from hecate.dev.bench.openloop import percentile
 from hecate.dev.bench.report.gateway import TARGETS_US, judge, said, wrong_answers
+from hecate.dev.bench.results_gateway import GatewayResult
 
 __all__ = ["QUICK", "Standing", "bench_env", "run_gateway_bench", "standing", "wait_serving"]
 
@@ -215,7 +217,7 @@ def run_gateway_bench(
     stream: bool = True,
     stream_tokens: int = 48,
     stream_rounds: int = 5,
-) -> dict[str, Any]:
+) -> GatewayResult:
     """Both parts (``stream=False``: the toy model's only), the failed checks and the
     verdicts."""
     report: dict[str, Any] = {
@@ -234,8 +236,11 @@ def run_gateway_bench(
         report["stream"] = run_stream(tokens=stream_tokens, rounds=stream_rounds)
     else:
         report["stream"] = {"skipped": "not asked for (toy model only)"}
-    wrong = wrong_answers(report)
-    report["failed_checks"] = [f"{wrong} wrong answers"] if wrong else []
-    report["verdicts"] = {k: said(v) for k, v in judge(report).items()}
-    report["targets_us"] = dict(TARGETS_US)
-    return report
+    result = msgspec.convert(report, GatewayResult)
+    wrong = wrong_answers(result)
+    return msgspec.structs.replace(
+        result,
+        failed_checks=[f"{wrong} wrong answers"] if wrong else [],
+        verdicts={k: said(v) for k, v in judge(result).items()},
+        targets_us=dict(TARGETS_US),
+    )
