@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hecate.cli.main import main
@@ -63,20 +64,24 @@ def test_a_quick_bus_sweep_runs_on_real_processes_and_renders(tmp_path: Path) ->
         sweep_seconds=0.3,
         generators=2,
     )
-    assert report["raw"]["requests"] > 0
-    assert report["routed_1"]["requests"] > 0
-    assert report["meta"]["ratio_basis"] == "open-loop capacity"
+    assert report.raw is not None
+    assert report.raw.requests > 0
+    assert report.routed_1 is not None
+    assert report.routed_1.requests > 0
+    assert report.meta.ratio_basis == "open-loop capacity"
+    assert report.sweep is not None
     for label in ("raw", "routed_1"):
-        points = report["sweep"][label]
-        assert [p["offered_rps"] for p in points] == sorted(p["offered_rps"] for p in points)
+        points = report.sweep[label]
+        assert [p.offered_rps for p in points] == sorted(p.offered_rps for p in points)
         assert len(points) >= 2  # a low rate, then the climb until a miss or the ceiling
         for p in points:  # every request offered is accounted for, by both generators
-            assert p["sent"] == p["ok"] + p["failed"] + p["timed_out"] > 0
-            assert p["generators"] == 2
-        assert set(report["capacity"][label]) >= {"rps", "exact"}
-    assert report["ratio_1_is"] in {"exact", "at_most", "at_least", "unknown"}
+            assert p.sent == p.ok + p.failed + p.timed_out > 0
+            assert p.generators == 2
+        assert label in report.capacity
+    assert report.ratio_1_is in {"exact", "at_most", "at_least", "unknown"}
     results = tmp_path / "results"
-    provenance.save(results, "bus", provenance.envelope("bus", "hecate bench bus", report))
+    saved = msgspec.to_builtins(report)
+    provenance.save(results, "bus", provenance.envelope("bus", "hecate bench bus", saved))
     doc, img = tmp_path / "BENCHMARKS.md", tmp_path / "img"
     assert (
         main(["bench", "report", "--results", str(results), "--doc", str(doc), "--img", str(img)])

@@ -35,9 +35,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from hecate.dev.bench.bus_setup import CONFIGURATIONS, Standing, wait_ready
 from hecate.dev.bench.generators import Generators, run_on_uvloop
 from hecate.dev.bench.openloop import OK_SHARE, P99_BOUND_MS, CapacitySearch, served_in_full
+from hecate.dev.bench.results_bus import BusResult
 
 RATIOS = {  # ratio name: (numerator, denominator), both capacities
     "ratio_1": ("routed_1", "raw"),
@@ -129,7 +132,7 @@ def run_bus_bench(
     timeout_s: float = 2.0,
     rounds: int = 3,
     generators: int = GENERATORS,
-) -> dict[str, Any]:
+) -> BusResult:
     """The closed loop (``inflight`` requesters, ``seconds`` per configuration per
     round, the configurations interleaved for ``rounds`` rounds; each figure the median
     round), then, unless ``sweep`` is ``None``, every configuration's capacity in open
@@ -220,4 +223,4 @@ def run_bus_bench(
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
-    return out
+    return msgspec.convert(out, BusResult)

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 from hecate.dev.bench.report.markdown import Doc, Target, num, provenance, table, verdict
+from hecate.dev.bench.results import load
+from hecate.dev.bench.results_bus import BusResult
 
 BUS_TARGET_RATIO = 0.4  # routed 1-stage throughput / raw request-reply
 
@@ -44,23 +46,22 @@ def judged(value: float | None, kind: str, target: float) -> bool | None:
     return None
 
 
-def shown_ratio(r: Doc, name: str, digits: int = 2) -> str:
-    value = r.get(name)
+def shown_ratio(r: BusResult, name: str, digits: int = 2) -> str:
+    value, kind = r.ratio(name)
     if value is None:
         return "–"
-    return BOUND.get(r.get(f"{name}_is", "exact"), "") + num(value, digits)
+    return BOUND.get(kind, "") + num(value, digits)
 
 
-def _capacity_row(r: Doc, key: str, label: str, ratio: str | None) -> list[str]:
-    cap = r["capacity"][key]
-    meta = r["meta"]
-    rps = "none served in full" if cap["rps"] is None else num(cap["rps"], 0)
-    if cap["rps"] is not None and not cap["exact"]:
+def _capacity_row(r: BusResult, key: str, label: str, ratio: str | None) -> list[str]:
+    cap = r.capacity[key]
+    rps = "none served in full" if cap.rps is None else num(cap.rps, 0)
+    if cap.rps is not None and not cap.exact:
         rps = "≥ " + rps
-    failed = "–" if cap["failed_at_rps"] is None else num(cap["failed_at_rps"], 0)
-    lag = cap["send_lag_p99_us_at_failure"]
+    failed = "–" if cap.failed_at_rps is None else num(cap.failed_at_rps, 0)
+    lag = cap.send_lag_p99_us_at_failure
     lag_text = "–" if lag is None else num(lag / 1000, 2)
-    if lag is not None and lag > meta["lagging_us"]:
+    if lag is not None and lag > r.meta.lagging_us:
         lag_text += " (generators lagging)"
     shown = "1" if ratio is None else shown_ratio(r, ratio)
     if ratio == "ratio_1":
@@ -68,23 +69,23 @@ def _capacity_row(r: Doc, key: str, label: str, ratio: str | None) -> list[str]:
     return [label, rps, failed, lag_text, shown]
 
 
-def _sweep(r: Doc, img: str) -> str:
-    meta = r["meta"]
-    sweep: dict[str, list[Doc]] = r.get("sweep") or {}
+def _sweep(r: BusResult, img: str) -> str:
+    meta = r.meta
+    sweep = r.sweep or {}
     if not sweep:
         return "The open-loop sweep did not run in this report.\n"
     blocks = []
     for label, points in sweep.items():
         rows = [
             [
-                num(p["offered_rps"], 0),
-                num(p["achieved_rps"], 0),
-                num(p["p50_us"] / 1000, 2),
-                ("≥ " if p["p99_capped"] else "") + num(p["p99_us"] / 1000, 2),
-                f"{p['failed']:,}",
-                f"{p['timed_out']:,}",
-                num(p["send_lag_p99_us"] / 1000, 2),
-                "yes" if p.get("served_in_full") else "**no**",
+                num(p.offered_rps, 0),
+                num(p.achieved_rps, 0),
+                num(p.p50_us / 1000, 2),
+                ("≥ " if p.p99_capped else "") + num(p.p99_us / 1000, 2),
+                f"{p.failed:,}",
+                f"{p.timed_out:,}",
+                num(p.send_lag_p99_us / 1000, 2),
+                "yes" if p.served_in_full else "**no**",
             ]
             for p in points
         ]
@@ -102,9 +103,9 @@ def _sweep(r: Doc, img: str) -> str:
     tables = "\n\n".join(blocks)
     return f"""### Offered load: every rate tried, open loop
 
-Each configuration's rates as the capacity search offered them ({meta["sweep_seconds"]} s
+Each configuration's rates as the capacity search offered them ({meta.sweep_seconds} s
 each), in order of rate. A request that fails or gets no reply within
-{num(meta["sweep_timeout_s"], 1)} s counts as that timeout in the percentiles (≥ in the
+{num(meta.sweep_timeout_s, 1)} s counts as that timeout in the percentiles (≥ in the
 table: p99 is at that bound, the real figure is higher). Achieved throughput counts
 correct replies that arrived within the offered window. The send lag column is how late
 the generators themselves sent (they share the cores with the server and the services).
@@ -115,19 +116,17 @@ the generators themselves sent (they share the cores with the server and the ser
 """
 
 
-def _capacities(r: Doc) -> str:
-    meta = r["meta"]
-    if "capacity" not in r:
+def _capacities(r: BusResult) -> str:
+    meta = r.meta
+    if not r.capacity or meta.sweep is None:
         return (
             "The open-loop capacity search did not run in this report, so no throughput "
             "ratio was measured.\n"
         )
-    rule = meta["served_in_full"]
-    sweep = meta["sweep"]
+    rule = meta.served_in_full
+    sweep = meta.sweep
     rows = [
-        _capacity_row(r, key, label, ratio)
-        for key, label, ratio in BUS_ROWS
-        if key in r["capacity"]
+        _capacity_row(r, key, label, ratio) for key, label, ratio in BUS_ROWS if key in r.capacity
     ]
     caps = table(
         [
@@ -140,7 +139,7 @@ def _capacities(r: Doc) -> str:
         rows,
     )
     secure = ""
-    if r.get("secure_over_open") is not None:
+    if r.secure_over_open is not None:
         secure = (
             "On the locked-down bus (`hecate up --secure`: TLS between every process and "
             "the server, each process logged in as its role's NATS user, the server "
@@ -152,24 +151,24 @@ def _capacities(r: Doc) -> str:
 
 Every ratio in this section and in the headline is a ratio of these capacities, not of
 the closed loop's figures. Load is *offered* at a fixed rate, whatever the replies do,
-by {meta["generators"]} generator processes per configuration (each on uvloop, sharing
+by {meta.generators} generator processes per configuration (each on uvloop, sharing
 one schedule: `devtools/hecate/dev/bench/generators.py`), and a request's latency is counted
 from its **scheduled** send time, so a generator that falls behind charges its own lag
 to the figures (no coordinated omission). A rate is **served in full** when at least
-{rule["ok_share"]:.0%} of the requests offered got a correct reply within
-{num(meta["sweep_timeout_s"], 1)} s and p99 from the scheduled send is at most
-{num(rule["p99_bound_ms"], 0)} ms (failed and lost requests counting as the timeout). Over
-a {meta["sweep_seconds"]} s window a rate above capacity builds a queue whose p99 grows
+{rule.ok_share:.0%} of the requests offered got a correct reply within
+{num(meta.sweep_timeout_s, 1)} s and p99 from the scheduled send is at most
+{num(rule.p99_bound_ms, 0)} ms (failed and lost requests counting as the timeout). Over
+a {meta.sweep_seconds} s window a rate above capacity builds a queue whose p99 grows
 with the excess, so that bound also caps how far past the true capacity a served rate can
 be. The search (`devtools/hecate/dev/bench/openloop.py`, `CapacitySearch`) offers
-{", ".join(f"{f:.0%}" for f in sweep["low"])} of the configuration's closed-loop figure
-for the latency curve, then climbs from {sweep["start"]:.0%} of it by ×{sweep["step"]} until
-{sweep["misses"]} rate(s) in a row fail, then bisects (geometrically, at most {sweep["refine"]}
+{", ".join(f"{f:.0%}" for f in sweep.low)} of the configuration's closed-loop figure
+for the latency curve, then climbs from {sweep.start:.0%} of it by ×{sweep.step} until
+{sweep.misses} rate(s) in a row fail, then bisects (geometrically, at most {sweep.refine}
 times) between the best rate served and the failure above it until they are within
-{(sweep.get("resolution", 1.0) - 1):.0%} of each other; the configurations take turns rate
+{(sweep.resolution - 1):.0%} of each other; the configurations take turns rate
 by rate.
 A capacity marked ≥ is only a floor: the search reached its ceiling, or the generators
-were more than {num(meta["lagging_us"] / 1000, 0)} ms late (half the p99 bound) at the
+were more than {num(meta.lagging_us / 1000, 0)} ms late (half the p99 bound) at the
 rate that failed, so the failure may be theirs. A ratio whose divisor is such a floor is
 marked ≤, one whose dividend is, ≥; a verdict is given only where that bound decides it.
 
@@ -180,25 +179,23 @@ marked ≤, one whose dividend is, ≥; a verdict is given only where that bound
 
 
 def section_bus(env: Doc, img: str) -> tuple[str, list[Target]]:
-    r = env["report"]
-    meta = r["meta"]
-    rows = [
-        [label, num(r[key]["rps"], 0), num(r[key]["p50_us"], 0), num(r[key]["p99_us"], 0)]
-        for key, label, _ in BUS_ROWS
-        if key in r
-    ]
+    r = load(env["report"], BusResult)
+    meta = r.meta
+    loops = [(label, f) for key, label, _ in BUS_ROWS if (f := r.closed(key)) is not None]
+    rows = [[label, num(f.rps, 0), num(f.p50_us, 0), num(f.p99_us, 0)] for label, f in loops]
     closed = table(["configuration", "req/s (correct replies)", "p50 µs", "p99 µs"], rows)
-    failures = sum(r[k]["failures"] for k, _, _ in BUS_ROWS if k in r)
-    ratio_1 = r.get("ratio_1")
-    kind = r.get("ratio_1_is", "unknown")
+    failures = sum(f.failures for _, f in loops)
+    ratio_1, kind = r.ratio_1, r.ratio_1_is or "unknown"
     met = judged(ratio_1, kind, BUS_TARGET_RATIO)
     figure = "–" if ratio_1 is None else f"{BOUND.get(kind, '')}{num(ratio_1, 3)}× raw"
-    caps = r.get("capacity", {})
-    raw_cap = caps.get("raw", {}).get("rps")
+    caps = r.capacity
+    raw_cap = caps["raw"].rps if "raw" in caps else None
     raw_note = "" if raw_cap is None else f"; raw NATS {num(raw_cap, 0)} req/s in full"
     chain = ""
-    if caps.get("routed_3", {}).get("rps") and caps.get("routed_3_chain", {}).get("rps"):
-        gain = caps["routed_3_chain"]["rps"] / caps["routed_3"]["rps"] - 1
+    hop3 = caps["routed_3"].rps if "routed_3" in caps else None
+    chain3 = caps["routed_3_chain"].rps if "routed_3_chain" in caps else None
+    if hop3 and chain3:
+        gain = chain3 / hop3 - 1
         chain = (
             f"Chained dispatch {'gains' if gain >= 0 else 'loses'} {abs(gain):.0%} of capacity "
             "against the router calling each stage at 3 stages here; on this machine every "
@@ -211,10 +208,10 @@ def section_bus(env: Doc, img: str) -> tuple[str, list[Target]]:
 {provenance(env)}
 What runs, each in its own process, on one embedded nats-server per configuration: the
 load generators, and either an echo responder (**raw**) or one router plus the nodes of a
-1-stage or 3-stage pipeline ({meta["layers"]} layers in all); 256-byte payload for raw, a
+1-stage or 3-stage pipeline ({meta.layers} layers in all); 256-byte payload for raw, a
 short JSON `InferRequest` for routed. The plan is written to KV directly; no telemetry
 service runs. Every process runs on uvloop, the echo and the load generators included.
-Nodes here run the `{meta["executor"]}` executor: with `null` (no arithmetic) a ratio
+Nodes here run the `{meta.executor}` executor: with `null` (no arithmetic) a ratio
 prices the routing path: decoding, choosing, dispatching, correlating, replying, with
 failure detection (no-responders, error replies, timeout sweep), failover and in-flight
 accounting all live. Only correct replies count as throughput. `--quick` shortens every
@@ -228,12 +225,12 @@ failure handling intact, as a ratio of capacities): {verdict(met)} ({figure}{raw
 
 ### Closed loop: latency at a fixed concurrency
 
-One generator process (this one) keeps {meta["inflight"]} requests in flight; every
-configuration stands at once and they take turns for {meta.get("rounds", 1)} round(s) of
-{meta["seconds"]} s each after a 0.5 s warm-up; each figure is the configuration's median
+One generator process (this one) keeps {meta.inflight} requests in flight; every
+configuration stands at once and they take turns for {meta.rounds} round(s) of
+{meta.seconds} s each after a 0.5 s warm-up; each figure is the configuration's median
 round. A closed loop slows down whenever replies do, and one process waiting on a
 request/reply future per request is the limit of its own raw figure, so no ratio is
-taken from this table: it shows latency under {meta["inflight"]} requests in flight, on
+taken from this table: it shows latency under {meta.inflight} requests in flight, on
 {cores} cores shared by every process and the server.
 
 {closed}
