@@ -140,10 +140,11 @@ def _bench(args: argparse.Namespace) -> int:
 def _run_suite(args: argparse.Namespace) -> object:
     if args.suite == "llm":
         from hecate.dev.bench.llm import MODEL, run_llm_bench
+        from hecate.dev.bench.results_llm import LlmResult
         from hecate.llm.store import present
 
         if args.if_present and not present(MODEL):
-            return {"skipped": f"{MODEL} is not pulled (hecate model pull {MODEL})"}
+            return LlmResult(skipped=f"{MODEL} is not pulled (hecate model pull {MODEL})")
         from hecate.dev.bench.concurrency import DEFAULT_LEVELS
 
         return run_llm_bench(

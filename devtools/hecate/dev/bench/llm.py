@@ -52,6 +52,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from hecate.dev.bench.concurrency import DEFAULT_LEVELS
 from hecate.dev.bench.llm_concurrency import run_concurrency
 from hecate.dev.bench.llm_single import (
@@ -67,6 +69,7 @@ from hecate.dev.bench.llm_single import (
     stage_steps,
 )
 from hecate.dev.bench.llm_swarm import swarm
+from hecate.dev.bench.results_llm import LlmResult
 from hecate.launch import BLAS_THREAD_TIMEOUT
 from hecate.llm.gguf_model import prepare
 from hecate.llm.reference import greedy_text
@@ -136,7 +139,7 @@ def run_llm_bench(
     rounds: int = 3,
     concurrency: Sequence[int] = DEFAULT_LEVELS,
     only_concurrency: bool = False,
-) -> dict[str, Any]:
+) -> LlmResult:
     """Every part of the suite, then the many users at once at each of ``concurrency``'s
     levels (:mod:`hecate.dev.bench.llm_concurrency`; ``only_concurrency``: that part alone,
     under ``"concurrency"``). A wrong text anywhere is listed in ``failed_checks``."""
@@ -144,11 +147,12 @@ def run_llm_bench(
     prepare(path)  # once, before six node processes would each build it
     if only_concurrency:
         users = run_concurrency(path, concurrency, tokens, rounds)
-        return {
+        only = {
             "concurrency": users,
-            "failed_checks": users["failed_checks"],
+            "failed_checks": users.failed_checks,
             "meta": {**_meta(tokens, blas_threads, rounds), "only_concurrency": True},
         }
+        return msgspec.convert(only, LlmResult)
     expected = greedy_text(path, PROMPT, tokens)
     three = [("s0", 0, 10), ("s1", 10, 20), ("s2", 20, 30)]
     two_pipelines = [
@@ -228,9 +232,10 @@ def run_llm_bench(
     result["failed_checks"] = failed_checks(result)
     result["meta"] = {**_meta(tokens, blas_threads, rounds), "text": expected}
     if concurrency:
-        result["concurrency"] = run_concurrency(path, concurrency, tokens, rounds)
-        result["failed_checks"] += result["concurrency"]["failed_checks"]
-    return result
+        users = run_concurrency(path, concurrency, tokens, rounds)
+        result["concurrency"] = users
+        result["failed_checks"] += users.failed_checks
+    return msgspec.convert(result, LlmResult)
 
 
 def _meta(tokens: int, blas_threads: int, rounds: int) -> dict[str, Any]:

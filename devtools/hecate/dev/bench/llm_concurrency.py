@@ -56,6 +56,7 @@ from hecate.dev.bench.concurrency import (
     prompts_for,
     verdicts,
 )
+from hecate.dev.bench.results_llm import Users
 from hecate.dev.chaos.acceptance import classify
 from hecate.launch import Supervisor, node_env, plan_commands
 from hecate.wire import subjects
@@ -174,7 +175,7 @@ def _say(line: str) -> None:
     print(f"hecate bench llm: {line}", file=sys.stderr, flush=True)
 
 
-def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int) -> dict[str, Any]:
+def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int) -> Users:
     """Every level in every round on a fresh ``make run`` swarm; the figures, verdicts
     and failed text checks (see :mod:`hecate.dev.bench.concurrency`)."""
     from hecate.llm.reference import greedy_text
@@ -211,7 +212,7 @@ def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int)
         make_run_swarm(Path(tmp)) as url,
     ):
         warm = asyncio.run(measure(url))
-    return {
+    users = {
         "levels": over_rounds(saved),
         "verdicts": verdicts(saved),
         "failed_checks": failed_checks(saved),
@@ -227,3 +228,4 @@ def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int)
             "warmed_pipelines": warm,
         },
     }
+    return msgspec.convert(users, Users)

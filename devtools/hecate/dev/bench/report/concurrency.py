@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from hecate.dev.bench.concurrency import TARGET_AT, TARGET_SPEEDUP, TARGET_TTFT, verdicts
 from hecate.dev.bench.report.markdown import Doc, Target, num, table, verdict
+from hecate.dev.bench.results_llm import Level, Users
 
 PICTURE = "bench-llm-concurrency.png"
 WRONG = "failed: wrong text"
@@ -34,21 +37,25 @@ def _codes(codes: dict[str, int]) -> str:
     return ", ".join(f"`{c}` {n:,}" for c, n in sorted(codes.items())) or "0"
 
 
-def _rows(levels: dict[str, Doc]) -> list[list[str]]:
+def _speed(x: float | None) -> str:
+    return "–" if x is None else num(x, 1)
+
+
+def _rows(levels: dict[str, Level]) -> list[list[str]]:
     rows = []
     for level, f in levels.items():
-        wrong = f["wrong"]
+        wrong = f.wrong
         rows.append(
             [
                 level,
-                f"{f['answered']:,} / {f['sent']:,}",
-                _codes(f["errors_by_code"]),
-                f"{f['lost']:,}",
-                f"{f.get('resent', 0):,}",
-                WRONG if wrong else num(f["aggregate_tokens_per_s"], 1),
-                WRONG if wrong else num(f["per_user_tokens_per_s"], 1),
-                f"{_seconds(f['ttft_p50_ms'])} / {_seconds(f['ttft_p99_ms'])}",
-                f"**{wrong:,} wrong**" if wrong else "all right" if f["answered"] else "–",
+                f"{f.answered:,} / {f.sent:,}",
+                _codes(f.errors_by_code),
+                f"{f.lost:,}",
+                f"{f.resent:,}",
+                WRONG if wrong else _speed(f.aggregate_tokens_per_s),
+                WRONG if wrong else _speed(f.per_user_tokens_per_s),
+                f"{_seconds(f.ttft_p50_ms)} / {_seconds(f.ttft_p99_ms)}",
+                f"**{wrong:,} wrong**" if wrong else "all right" if f.answered else "–",
             ]
         )
     return rows
@@ -64,16 +71,16 @@ def _ratio(v: Doc, level: str, figure: str) -> str:
     return f"{num(median, 2)}× (per round: {rounds})"
 
 
-def section(users: Doc, img: str) -> tuple[str, list[Target]]:
+def section(users: Users, img: str) -> tuple[str, list[Target]]:
     """The many-users text and its targets, from the saved ``concurrency`` result."""
-    rounds: list[Doc] = users["rounds"]
-    meta = users["meta"]
-    v = verdicts(rounds)
-    levels: dict[str, Doc] = users["levels"]
+    meta = users.meta
+    # Judged again from the saved rounds, by the rule the suite applies to its own.
+    v = verdicts(msgspec.to_builtins(users.rounds))
+    levels = users.levels
     answered, speedup, ttft = v["all_answered"], v["speedup"], v["ttft"]
     codes: dict[str, int] = {}
     for f in levels.values():
-        for code, n in f["errors_by_code"].items():
+        for code, n in f.errors_by_code.items():
             codes[code] = codes.get(code, 0) + n
     answered_figure = (
         f"{answered['answered']:,} of {answered['sent']:,} answered; "
@@ -99,26 +106,26 @@ def section(users: Doc, img: str) -> tuple[str, list[Target]]:
         ],
         _rows(levels),
     )
-    n = meta["rounds"]
+    n = meta.rounds
     rounds_text = "one round" if n == 1 else f"{n} rounds (the level order rotated each round)"
     text = f"""### Many users at once
 
-The swarm `make run` starts (`{meta["swarm"]}`: telemetry, planner, breaker
+The swarm `make run` starts (`{meta.swarm}`: telemetry, planner, breaker
 service, two routers, six nodes making two 3-stage pipelines, each process with the
 command `hecate up` gives it),
 on its own embedded nats-server. At each level N, N users send at once, each through a
 `HecateClient` of its own streaming its tokens (`stream_to`), each with its own prompt
-(from a set of {meta["prompts"]}), greedy, {meta["tokens"]} tokens; {rounds_text}. A
+(from a set of {meta.prompts}), greedy, {meta.tokens} tokens; {rounds_text}. A
 user's client honours a refusal's Retry-After and sends at most the SDK's default number
 of times (`resent`: sends beyond the first); a send with no reply after
-{num(max(meta["deadline_s"].values()), 0)} s at the most (a minute plus half a second
+{num(max(meta.deadline_s.values()), 0)} s at the most (a minute plus half a second
 per token of the level) is given up, and a user whose last send got none is lost; an
 error is the swarm's last word. Counts add up over the rounds; each figure is the
 median round's. Aggregate tokens/s: every answered token of a level ÷ the time from the
 first send to the last reply; per-user: the median user's tokens ÷ its own time from
 first send to reply; TTFT: from the first send to the first streamed token. Every
 answer's text, as replied and as streamed, is compared with its prompt's single-user
-greedy text, computed {meta["reference"]}.
+greedy text, computed {meta.reference}.
 
 {table_text}
 

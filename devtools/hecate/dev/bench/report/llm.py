@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeVar
 
 from hecate.dev.bench.report import concurrency as users
 from hecate.dev.bench.report.markdown import Doc, Target, num, provenance, span, table, verdict
+from hecate.dev.bench.results import load
+from hecate.dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round
 
 LLM_TARGET_STAGES = 0.8  # 3 stages / single process, tokens/s
 LLM_TARGET_LLAMA = 0.35  # single process / llama.cpp, tokens/s
@@ -18,71 +20,81 @@ LLM_TARGET_STALL_MS = 1500.0  # longest gap in a stream when a stage is killed
 
 
 WRONG = "failed: wrong text"
+T = TypeVar("T")
 
 
-def _wrong(run: Any) -> bool:
+def _need(value: T | None, name: str) -> T:
+    """A figure every full run saves (one with its rounds: not skipped, not
+    ``--only-concurrency``)."""
+    if value is None:
+        raise ValueError(f"the llm result has its rounds but no {name}")
+    return value
+
+
+def _wrong(run: Generation | None) -> bool:
     """Whether a timed generation produced other than the single-process text (results
     saved before the check carry no verdict on their text)."""
-    return isinstance(run, dict) and run.get("text_ok") is False
+    return run is not None and run.wrong
 
 
-def _speed(run: Doc | None) -> str:
-    if run is None:
+def _speed(run: Generation | LlamaCpp | None) -> str:
+    if run is None or run.ttft_ms is None or run.tokens_per_s is None:
         return "not measured"
-    if _wrong(run):
+    if isinstance(run, Generation) and run.wrong:
         return WRONG
-    return f"{num(run['ttft_ms'], 1)} / {num(run['tokens_per_s'], 1)}"
+    return f"{num(run.ttft_ms, 1)} / {num(run.tokens_per_s, 1)}"
 
 
-def _in_rounds(r: Doc, *names: str) -> list[Any]:
-    """Every round's run of each of ``names`` (the median one alone in older results)."""
-    rounds = r.get("rounds") or [{name: r.get(name) for name in names}]
-    return [rnd.get(name) for rnd in rounds for name in names]
+def _in_rounds(r: LlmResult, name: str) -> list[Generation | None]:
+    """Every round's run of ``name`` (the median one alone in older results)."""
+    rounds = r.rounds or [Round(single=r.single, stages_3=r.stages_3)]
+    runs: list[Generation | None] = [getattr(rnd, name) for rnd in rounds]
+    return runs
 
 
-def _llama(r: Doc) -> tuple[Doc | None, str]:
+def _llama(r: LlmResult) -> tuple[LlamaCpp | None, str]:
     """llama.cpp's median run, or None and why it was not run."""
-    llama = r.get("llama_cpp")
+    llama = r.llama_cpp
     if llama is None:
         return None, "llama-cpp-python not installed"
-    if "skipped" in llama:
-        return None, str(llama["skipped"])
+    if llama.skipped is not None:
+        return None, llama.skipped
     return llama, ""
 
 
-def _built_with(llama: Doc) -> str:
+def _built_with(llama: LlamaCpp) -> str:
     """The features llama.cpp was compiled with, from its system info."""
-    enabled = re.findall(r"([A-Z][A-Z0-9_]*) = 1", llama.get("system_info", ""))
+    enabled = re.findall(r"([A-Z][A-Z0-9_]*) = 1", llama.system_info)
     return ", ".join(dict.fromkeys(enabled)) or "not recorded"
 
 
-def _users(r: Doc, img: str) -> tuple[str, list[Target]]:
+def _users(r: LlmResult, img: str) -> tuple[str, list[Target]]:
     """The many-users part, or why it is not in this result."""
-    if "concurrency" not in r:
+    if r.concurrency is None:
         return "", users.not_run("not run (a result saved before it existed)")
-    text, targets = users.section(r["concurrency"], img)
+    text, targets = users.section(r.concurrency, img)
     return f"\n{text}", targets
 
 
-def _text_check(r: Doc) -> tuple[str, bool | None]:
-    failed = r.get("failed_checks")
+def _text_check(r: LlmResult) -> tuple[str, bool | None]:
+    failed = r.failed_checks
     if failed is None:
         return "not checked in this run", None
     return ("; ".join(failed) if failed else "all equal"), not failed
 
 
 def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
-    r = env["report"]
+    r = load(env["report"], LlmResult)
     title = "## SmolLM2-135M: one process and across the swarm\n\n"
     single_user_not_run = [
         Target("3 stages ≥ 0.8× single process (tokens/s)", "not run", None),
         Target("single process ≥ 0.35× llama.cpp", "not run", None),
         Target("a kill stalls the stream < 1.5 s", "not run", None),
     ]
-    if "skipped" in r:
-        text = f"{title}{provenance(env)}\nNot measured in this run: {r['skipped']}.\n"
+    if r.skipped is not None:
+        text = f"{title}{provenance(env)}\nNot measured in this run: {r.skipped}.\n"
         return text, [*single_user_not_run, *users.not_run()]
-    if "ratio_3_stages_rounds" not in r:  # --only-concurrency
+    if r.ratio_3_stages_rounds is None:  # --only-concurrency
         text_figure, met_text = _text_check(r)
         part, targets = _users(r, img)
         text = (
@@ -94,91 +106,93 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
             "every timed generation gives the single-process text", text_figure, met_text
         )
         return text, [every, *single_user_not_run, *targets]
-    meta = r["meta"]
-    rounds = r["ratio_3_stages_rounds"]
+    meta = _need(r.meta, "meta")
+    ratio = _need(r.ratio_3_stages, "ratio_3_stages")
+    ratio_1_thread = _need(r.ratio_3_stages_1_thread, "ratio_3_stages_1_thread")
+    kill_between = _need(r.kill_between_steps, "kill_between_steps")
+    kill_mid = _need(r.kill_mid_step, "kill_mid_step")
+    sleep = _need(r.stage_steps_2_threads_sleep_at_once, "stage_steps_2_threads_sleep_at_once")
+    rounds = r.ratio_3_stages_rounds
     llama, why_not = _llama(r)
-    kills = [r["kill_between_steps"], r["kill_mid_step"]]
-    llama_rounds = r.get("ratio_single_llama_cpp_rounds")
+    kills = [kill_between, kill_mid]
+    llama_rounds = r.ratio_single_llama_cpp_rounds
+    ratio_llama = r.ratio_single_llama_cpp
     wrong_single = any(_wrong(x) for x in _in_rounds(r, "single"))
     rows = [
-        ["single process, BLAS default (spinning threads)", _speed(r["single"])],
-        ["single process, BLAS 1 thread", _speed(r["single_1_thread"])],
+        ["single process, BLAS default (spinning threads)", _speed(r.single)],
+        ["single process, BLAS 1 thread", _speed(r.single_1_thread)],
         [
-            f"llama.cpp {llama['version']}, {llama['threads']} threads (median round)"
-            if llama and "version" in llama
+            f"llama.cpp {llama.version}, {llama.threads} threads (median round)"
+            if llama and llama.version is not None
             else "llama.cpp, 2 threads",
             _speed(llama) if llama else f"skipped: {why_not}",
         ],
-        ["1 stage over NATS", _speed(r["stages_1"])],
-        ["2 stages", _speed(r["stages_2"])],
-        ["3 stages, chained (median round)", _speed(r["stages_3"])],
-        ["3 stages, router calls each stage (hop)", _speed(r["stages_3_hop"])],
-        ["3 stages, BLAS 1 thread per node", _speed(r["stages_3_1_thread"])],
+        ["1 stage over NATS", _speed(r.stages_1)],
+        ["2 stages", _speed(r.stages_2)],
+        ["3 stages, chained (median round)", _speed(r.stages_3)],
+        ["3 stages, router calls each stage (hop)", _speed(r.stages_3_hop)],
+        ["3 stages, BLAS 1 thread per node", _speed(r.stages_3_1_thread)],
         ["**3 stages ÷ single process**, per round", ", ".join(num(x, 3) for x in rounds)],
-        ["3 stages ÷ single process, median round", f"**{num(r['ratio_3_stages'], 3)}**"],
-        ["3 stages at 1 thread ÷ single at 1 thread", num(r["ratio_3_stages_1_thread"], 2)],
+        ["3 stages ÷ single process, median round", f"**{num(ratio, 3)}**"],
+        ["3 stages at 1 thread ÷ single at 1 thread", num(ratio_1_thread, 2)],
         [
             "single process ÷ llama.cpp, per round",
             ", ".join(num(x, 3) for x in llama_rounds) if llama_rounds else "–",
         ],
         [
             "single process ÷ llama.cpp, median round (range)",
-            f"{num(r['ratio_single_llama_cpp'], 3)} ({span(llama_rounds, 3)})"
-            if llama_rounds
-            else num(r["ratio_single_llama_cpp"], 2)
-            if "ratio_single_llama_cpp" in r
+            f"{num(ratio_llama, 3)} ({span(llama_rounds, 3)})"
+            if llama_rounds and ratio_llama is not None
+            else num(ratio_llama, 2)
+            if ratio_llama is not None
             else "–",
         ],
         [
             "kill as a token arrives: longest gap (ms), how the router heard",
-            WRONG
-            if _wrong(kills[0])
-            else f"{num(kills[0]['kill_stall_ms'], 1)}, {kills[0]['failover_reason']}",
+            WRONG if _wrong(kills[0]) else _stall(kills[0]),
         ],
         [
             "kill ~40 % into the next step: longest gap (ms), how",
-            WRONG
-            if _wrong(kills[1])
-            else f"{num(kills[1]['kill_stall_ms'], 1)}, {kills[1]['failover_reason']}",
+            WRONG if _wrong(kills[1]) else _stall(kills[1]),
         ],
     ]
     figures = table(["figure (TTFT ms / tokens/s unless stated)", "this run"], rows)
     steps = {
-        "1 thread": r["stage_steps_1_thread"],
-        "2 threads, sleep after every call (`THREAD_TIMEOUT=4`)": r[
-            "stage_steps_2_threads_sleep_at_once"
-        ],
-        "2 threads, short spin (`=20`, what nodes run)": r["stage_steps_2_threads_short_spin"],
-        "2 threads, default spin (`=28`, about 0.1 s)": r["stage_steps_2_threads_default_spin"],
+        "1 thread": r.stage_steps_1_thread,
+        "2 threads, sleep after every call (`THREAD_TIMEOUT=4`)": sleep,
+        "2 threads, short spin (`=20`, what nodes run)": r.stage_steps_2_threads_short_spin,
+        "2 threads, default spin (`=28`, about 0.1 s)": r.stage_steps_2_threads_default_spin,
     }
     step_table = table(
         ["BLAS setting", "back to back (ms)", "after a 25 ms pause (ms)"],
-        [[k, num(v["busy_ms"], 2), num(v["after_pause_ms"], 2)] for k, v in steps.items()],
+        [
+            [k, num(v.busy_ms, 2), num(v.after_pause_ms, 2)]
+            for k, v in steps.items()
+            if v is not None
+        ],
     )
-    ratio = r["ratio_3_stages"]
     wrong_stages = wrong_single or any(_wrong(x) for x in _in_rounds(r, "stages_3"))
     met_stages = ratio >= LLM_TARGET_STAGES and not wrong_stages
     stages_figure = WRONG if wrong_stages else f"{num(ratio, 3)}×"
     above = sum(1 for x in rounds if x >= LLM_TARGET_STAGES)
     met_llama = None
     llama_figure = why_not
-    if "ratio_single_llama_cpp" in r:
-        met_llama = r["ratio_single_llama_cpp"] >= LLM_TARGET_LLAMA and not wrong_single
-        llama_figure = WRONG if wrong_single else f"{num(r['ratio_single_llama_cpp'], 2)}×"
-    stall = max(k["kill_stall_ms"] for k in kills)
+    if ratio_llama is not None:
+        met_llama = ratio_llama >= LLM_TARGET_LLAMA and not wrong_single
+        llama_figure = WRONG if wrong_single else f"{num(ratio_llama, 2)}×"
+    stall = max(k.kill_stall_ms or 0.0 for k in kills)
     wrong_kill = any(_wrong(k) for k in kills)
     met_stall = stall < LLM_TARGET_STALL_MS and not wrong_kill
     stall_figure = WRONG if wrong_kill else f"{num(stall / 1000, 2)} s"
     text_figure, met_text = _text_check(r)
-    sleep = r["stage_steps_2_threads_sleep_at_once"]
-    n = meta["rounds"]
+    n = meta.rounds
     rounds_text = "one round" if n == 1 else f"{n} interleaved rounds"
     text = f"""{title}{provenance(env)}
-Greedy, prompt "{meta["prompt"]}", {meta["tokens"]} tokens; the fields are explained at
+Greedy, prompt "{meta.prompt}", {meta.tokens} tokens; the fields are explained at
 the top of `devtools/hecate/dev/bench/llm.py`. Separate processes on one embedded
 nats-server: a telemetry service, a router (`--dispatch chain` unless noted) and 1-3
 nodes (`--executor smollm2`), the plan written to KV; nodes run
-{meta["node_blas_threads"]} BLAS threads with a short spin (`OPENBLAS_THREAD_TIMEOUT=20`),
+{meta.node_blas_threads} BLAS threads with a short spin (`OPENBLAS_THREAD_TIMEOUT=20`),
 as `hecate up` runs them. The headline ratios are measured in {rounds_text} (single,
 llama.cpp when installed, 3 stages, single, ...) and the median round is reported: this
 machine's speed drifts over minutes, and a ratio within one round cancels most of it.
@@ -205,7 +219,7 @@ Against the issue's targets:
   is made of: the bus and the router take a small share of a token (measured once with
   timestamps in each stage); each stage pays a wake-up after idling while the others
   compute (the pause column above: with threads that sleep at once, a step takes
-  {num(sleep["after_pause_ms"], 2)} ms after a pause against {num(sleep["busy_ms"], 2)} ms
+  {num(sleep.after_pause_ms, 2)} ms after a pause against {num(sleep.busy_ms, 2)} ms
   back to back); and the single process runs its BLAS threads spinning, which a stage
   cannot afford: threads that spin long after a call steal the cores the next stage
   needs. What moved it this far, each measured at the time (the history of this file
@@ -239,17 +253,21 @@ Against the issue's targets:
     ]
 
 
-def _llama_prose(r: Doc, llama: Doc | None, why_not: str) -> str:
+def _stall(kill: Generation) -> str:
+    return f"{num(kill.kill_stall_ms or 0.0, 1)}, {kill.failover_reason}"
+
+
+def _llama_prose(r: LlmResult, llama: LlamaCpp | None, why_not: str) -> str:
     if llama is None:
         return (
             f"llama.cpp reference: skipped ({why_not}), so no verdict against it. "
             "`pip install './devtools[bench]'` installs the pinned llama-cpp-python, built "
             "from PyPI's source with this machine's compiler."
         )
-    if "version" not in llama:  # saved before its build was recorded
+    if llama.version is None:  # saved before its build was recorded
         return "llama.cpp: llama-cpp-python, 2 threads, the same GGUF."
-    rounds = r.get("ratio_single_llama_cpp_rounds") or []
-    same = llama.get("matches_numpy_text")
+    rounds = r.ratio_single_llama_cpp_rounds or []
+    same = llama.matches_numpy_text
     text = ""
     if same is not None:
         text = (
@@ -260,9 +278,9 @@ def _llama_prose(r: Doc, llama: Doc | None, why_not: str) -> str:
             "agreement where the choice is clear)."
         )
     return (
-        f"llama.cpp reference: llama-cpp-python {llama['version']} (`pip install "
+        f"llama.cpp reference: llama-cpp-python {llama.version} (`pip install "
         f"'./devtools[bench]'`, built from PyPI's source with this machine's compiler; its "
-        f"llama.cpp was built with {_built_with(llama)}), {llama['threads']} threads, the "
+        f"llama.cpp was built with {_built_with(llama)}), {llama.threads} threads, the "
         "same GGUF and prompt token ids, greedy for the same number of tokens, timed in "
         f"the same {len(rounds)} rounds as the single process (single, llama.cpp, 3 "
         f"stages, ...), the ratio taken per round.{text}"
