@@ -5,6 +5,11 @@ decode, with its path, instead of as a ``KeyError`` deep in the prose.
 
 Fields keep the names of the JSON the earlier, untyped results were saved with, so
 saved results still load; fields the older files lack have defaults.
+
+The breaker, core and herd suites' structs are here; the larger ones have modules of
+their own: :mod:`hecate.dev.bench.results_bus`, :mod:`hecate.dev.bench.results_gateway`,
+:mod:`hecate.dev.bench.results_llm` (many users at once included) and, for ``hecate
+chaos``, :mod:`hecate.dev.chaos.results`.
 """
 
 from __future__ import annotations
