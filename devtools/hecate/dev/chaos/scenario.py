@@ -19,7 +19,7 @@ from hecate.dev.chaos.acceptance import Expect, judge
 from hecate.dev.chaos.faults import Timing
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.load import Record, summarize
-from hecate.dev.chaos.results import ExpectDoc, ScenarioResult
+from hecate.dev.chaos.results import ScenarioResult
 from hecate.dev.chaos.setup import Setup
 
 # How each evidence figure reads in a sentence.
@@ -93,9 +93,6 @@ class Scenario:
     def explain(self, r: ScenarioResult) -> str:
         """What the figures mean and why the run passed or failed."""
         return f"{self.meaning(r)} {self.verdict(r)}"
-
-    def expect_doc(self) -> ExpectDoc:
-        return msgspec.convert(self.expect.doc(), ExpectDoc)
 
 
 class Unknown(Scenario):
