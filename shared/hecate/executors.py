@@ -50,6 +50,29 @@ def _smollm2() -> Executor:
 EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null, "smollm2": _smollm2}
 
 
+#: The kind each built-in declares, and the executors a node is handed by its caller
+#: rather than built here (an upstream provider takes arguments): what a router needs
+#: to know to send a model's stages, without importing what computes them.
+DECLARED_KINDS: dict[str, ExecutorKind] = {
+    "toy": "layers",
+    "null": "layers",
+    "smollm2": "steps",
+    "upstream": "whole",
+}
+
+
+def declared_kind(name: str) -> ExecutorKind | None:
+    """The kind the executor registered as ``name`` declares (an entry point's factory
+    is loaded, not called, and read for its ``kind``); None when nobody here knows it."""
+    if name in DECLARED_KINDS:
+        return DECLARED_KINDS[name]
+    for ep in entry_points(group=GROUP):
+        if ep.name == name:
+            kind = getattr(ep.load(), "kind", None)
+            return next((k for k in KINDS if k == kind), None)
+    return None
+
+
 def available() -> dict[str, str]:
     """Every executor name and where it comes from."""
     names = dict.fromkeys(EXECUTORS, "hecate (built in)")

@@ -33,6 +33,9 @@ INFER_SIDE = (
     SERVICES / "flightdeck.py",
     SERVICES / "quotagate.py",
     SHARED / "routing" / "lifecycle.py",
+    # The service shell's layers wrap the infer endpoint as any other (an unexpected
+    # failure in the router answers ``internal``).
+    SHARED / "bus" / "layers.py",
 )
 # Modules whose error replies go to a node's caller: the node, the service shell it runs
 # in, and the executors it runs (the registry's unknown_executor stops a start, not a stage).

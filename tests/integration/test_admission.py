@@ -20,7 +20,7 @@ from hecate.bus.server import NatsServer
 from hecate.core.admission import LimitOptions
 from hecate.services.router import RouterService
 from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest, StageReply
+from hecate.wire.messages import InferReply, InferRequest, OutputReply
 
 from .test_router_defects import router_on, settled
 from .waits import until
@@ -52,7 +52,7 @@ async def ask(nc: Client, inbox: str, prompt: str, tenant: str = "default") -> N
 
 
 async def answer(nc: Client, stage: Msg) -> None:
-    await nc.publish(stage.reply, msgspec.msgpack.encode(StageReply(ok=True, output="done")))
+    await nc.publish(stage.reply, msgspec.msgpack.encode(OutputReply(output="done")))
 
 
 async def test_requests_past_the_limit_wait_for_room_then_are_served(

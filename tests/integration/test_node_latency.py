@@ -21,7 +21,8 @@ from hecate.services.node import Node
 from hecate.services.node_config import NodeConfig
 from hecate.services.upstream import UpstreamModel
 from hecate.wire import subjects
-from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, StageReply, StageRequest
+from hecate.wire.messages import ErrorReply, FaultAck, Heartbeat, LayersStage, NodeFault
+from hecate.wire.stages import StageReply, reply_decoder
 
 from ..support.provider import FakeProvider, provider
 from .conftest import EXAMPLES, Processes
@@ -29,7 +30,8 @@ from .test_faults import telemetry
 from .waits import until
 
 _beat = msgspec.json.Decoder(Heartbeat)
-_stage_reply = msgspec.msgpack.Decoder(StageReply)
+_stage_reply = reply_decoder()
+_error_reply = msgspec.msgpack.Decoder(ErrorReply)
 NODE = "solo"
 DECLARED_MS = 40.0
 
@@ -104,7 +106,7 @@ async def run_stage(client: Client, within: float = 15.0) -> StageReply:
                 for s in p.stages
                 if s.node_id == NODE
             )
-            req = StageRequest(
+            req = LayersStage(
                 request_id=f"direct-{time.monotonic_ns()}",
                 model_id="ncm-base",
                 layer_start=stage.layer_start,
@@ -117,10 +119,10 @@ async def run_stage(client: Client, within: float = 15.0) -> StageReply:
             msg = await client.request(
                 subjects.node_run(NODE), msgspec.msgpack.encode(req), timeout=5
             )
-            reply = _stage_reply.decode(msg.data)
-            if reply.ok:
-                return reply
-            last = reply.error
+            try:
+                return _stage_reply.decode(msg.data)
+            except msgspec.ValidationError:
+                last = _error_reply.decode(msg.data).error
         except Exception as exc:  # no plan yet, or the node has not adopted it
             last = exc
         await asyncio.sleep(0.05)

@@ -38,12 +38,13 @@ from hecate.services.router import RouterConfig, RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import (
     ErrorBody,
+    ErrorReply,
     InferReply,
     InferRequest,
     NodeEvent,
     ProbeGrant,
-    StageReply,
 )
+from hecate.wire.stages import OutputReply, StageReply
 
 from .conftest import Processes
 from .waits import until
@@ -108,7 +109,7 @@ async def ask(nc: Client, inbox: str, prompt: str) -> None:
     await nc.publish(subjects.infer("m"), body, reply=inbox)
 
 
-async def answer(nc: Client, stage: Msg, reply: StageReply) -> None:
+async def answer(nc: Client, stage: Msg, reply: StageReply | ErrorReply) -> None:
     await nc.publish(stage.reply, msgspec.msgpack.encode(reply))
 
 
@@ -123,7 +124,7 @@ def node_of(stage: Msg) -> str:
     return stage.subject.split(".")[2]  # hecate.node.<id>.run
 
 
-DONE = StageReply(ok=True, output="done")
+DONE = OutputReply(output="done")
 
 
 # -- one answer per request (a flight that answered is never failed over) ----------------
@@ -184,7 +185,7 @@ async def test_a_reply_after_the_node_down_failover_is_late_and_the_rescue_answe
         assert node_of(on_t) == "t"
 
         await answer(client, on_a, DONE)  # the "dead" node answers after all
-        await answer(client, on_t, StageReply(ok=True, output="rescued"))
+        await answer(client, on_t, OutputReply(output="rescued"))
         only = _reply.decode((await caller.next_msg(timeout=5)).data)
         await settled(router, client)
 
@@ -230,7 +231,7 @@ async def test_a_failover_onto_a_half_open_target_carries_its_one_probe(
         await ask(client, caller.subject, "fails over onto t")
         on_a = await nodes.next_msg(timeout=5)
         assert node_of(on_a) == "a"
-        await answer(client, on_a, StageReply(ok=False, error=ErrorBody(code="x", message="x")))
+        await answer(client, on_a, ErrorReply(error=ErrorBody(code="x", message="x")))
         probe = await nodes.next_msg(timeout=5)
         assert node_of(probe) == "t", "the rescue goes through t, the probe"
 

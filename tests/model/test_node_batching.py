@@ -17,17 +17,17 @@ from hecate.bus import kv as kvs
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.dev.bench.concurrency import PROMPTS
 from hecate.wire import subjects
-from hecate.wire.messages import StageReply, StageRequest
+from hecate.wire.messages import StepStage, TokenReply
 
 from ..integration.conftest import Processes
 from ..integration.waits import until
 from .test_swarm_generation import MODEL
 
-_reply = msgspec.msgpack.Decoder(StageReply)
+_reply = msgspec.msgpack.Decoder(TokenReply)
 
 
-def step(prompt: str, session: str) -> StageRequest:
-    return StageRequest(
+def step(prompt: str, session: str) -> StepStage:
+    return StepStage(
         request_id=session,
         model_id=MODEL,
         layer_start=0,
@@ -39,7 +39,7 @@ def step(prompt: str, session: str) -> StageRequest:
     )
 
 
-async def run(client: Client, req: StageRequest) -> StageReply:
+async def run(client: Client, req: StepStage) -> TokenReply:
     msg = await client.request(subjects.node_run("solo"), msgspec.msgpack.encode(req), timeout=120)
     return _reply.decode(msg.data)
 

@@ -19,6 +19,7 @@ from hecate.core import (
     RoutingRequest,
     Unrecoverable,
 )
+from hecate.model.executor import ExecutorKind
 from hecate.routing import Chooser
 from hecate.routing.flow import (
     Abort,
@@ -42,7 +43,8 @@ from hecate.routing.flow import (
     Tick,
 )
 from hecate.routing.lifecycle import TRANSITIONS, Lifecycle, State
-from hecate.wire.messages import ErrorBody, InferRequest, StageReply
+from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
+from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
 from tests.unit.builders import pipeline, plan
 
 RACKS = ("a", "b", "c")
@@ -87,6 +89,9 @@ class Swarm:
     def keeps_sessions(self, model_id: str) -> bool:
         return self.generative and model_id == "m"
 
+    def executor_kind(self, model_id: str) -> ExecutorKind:
+        return "steps" if self.keeps_sessions(model_id) else "layers"
+
     def rescue(self, route: Route, lost: str, request: RoutingRequest) -> Recovered | Unrecoverable:
         return self.chooser.rescue(route, lost, request)
 
@@ -121,20 +126,16 @@ def machine(
     return m
 
 
-def answer(send: Send, *, generative: bool) -> StageReply:
-    """What a healthy node says to ``send``."""
+def answer(send: Send) -> StageReply:
+    """What a healthy node says to ``send``: a generative model's stages are steps."""
     r = send.request
-    said = PROMPT_IDS if generative and r.tokens is None and r.layer_start == 0 else None
+    step = r if isinstance(r, StepStage) else None
+    said = PROMPT_IDS if step and step.tokens is None and r.layer_start == 0 else None
     if r.layer_end < r.model_layers and not send.chained:
-        return StageReply(ok=True, activation=bytes([r.layer_end]), prompt_tokens=said)
-    if not generative:
-        return StageReply(ok=True, output=f"out-{r.model_id}")
-    return StageReply(
-        ok=True,
-        prompt_tokens=said,
-        token=10 + r.step,
-        text=f"t{r.step} ",
-    )
+        return ActivationReply(activation=bytes([r.layer_end]), prompt_tokens=said)
+    if step is None:
+        return OutputReply(output=f"out-{r.model_id}")
+    return TokenReply(prompt_tokens=said, token=10 + step.step, text=f"t{step.step} ")
 
 
 @dataclass
@@ -180,7 +181,7 @@ class Run:
     def reply_ok(self) -> list[Action]:
         s = self.last
         stage = s.stage + s.chained
-        reply = answer(s, generative=self.m.routes.keeps_sessions(s.request.model_id))
+        reply = answer(s)
         return self.feed(StageReplied(s.send, stage, reply, self.now))
 
     def finish(self) -> None:
@@ -256,7 +257,7 @@ def test_a_late_reply_of_an_old_send_is_ignored_and_counted() -> None:
     run = started(Swarm())
     first = run.last
     run.reply_ok()
-    out = run.feed(StageReplied(first.send, 0, answer(first, generative=False), 0.0))
+    out = run.feed(StageReplied(first.send, 0, answer(first), 0.0))
     assert out == []
     assert run.m.counters["late_replies"] == 1
 
@@ -283,14 +284,14 @@ def test_no_responders_moves_to_another_replica_and_resumes_where_it_was() -> No
 
 def test_an_error_reply_is_reported_to_the_breaker_with_its_code() -> None:
     run = started(Swarm())
-    err = StageReply(ok=False, error=ErrorBody(code="overloaded", message="busy"))
+    err = ErrorReply(error=ErrorBody(code="overloaded", message="busy"))
     out = run.feed(StageReplied(run.last.send, 0, err, 0.1))
     assert Report(run.sends[0].node_id, False, "overloaded", None) in out
 
 
 def test_the_request_s_own_fault_is_answered_without_a_failover() -> None:
     run = started(Swarm())
-    err = StageReply(ok=False, error=ErrorBody(code="prompt_too_long", message="long"))
+    err = ErrorReply(error=ErrorBody(code="prompt_too_long", message="long"))
     out = run.feed(StageReplied(run.last.send, 0, err, 0.1))
     assert not any(isinstance(a, PublishFailover) for a in out)
     [a] = run.answers()
@@ -370,10 +371,6 @@ ops = st.lists(
 )
 
 
-def swarm_generates(run: Run) -> bool:
-    return run.m.routes.keeps_sessions("m")
-
-
 def apply(run: Run, op: Op) -> None:
     kind, n = op
     run.now += 0.05
@@ -382,7 +379,7 @@ def apply(run: Run, op: Op) -> None:
     if kind == "ok" and live:
         run.reply_ok()
     elif kind == "error" and live:
-        err = StageReply(ok=False, error=ErrorBody(code="internal", message="boom"))
+        err = ErrorReply(error=ErrorBody(code="internal", message="boom"))
         run.feed(StageReplied(s.send, s.stage + s.chained, err, run.now))
     elif kind == "no_responders" and live:
         failure = Failure("no_responders", "no responders")
@@ -390,7 +387,7 @@ def apply(run: Run, op: Op) -> None:
     elif kind == "stale":
         old = run.sends[n % len(run.sends)]
         if old.send != run.m.send:
-            reply = answer(old, generative=swarm_generates(run))
+            reply = answer(old)
             run.feed(StageReplied(old.send, old.stage + old.chained, reply, run.now))
     elif kind == "tick":
         run.now += 1.0 * n

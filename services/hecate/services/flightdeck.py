@@ -48,9 +48,12 @@ from hecate.services.retries import RetryLedger
 from hecate.services.swarmview import SwarmView
 from hecate.wire import subjects
 from hecate.wire.errors import as_code
-from hecate.wire.messages import FailoverEvent, InferRequest, SessionRelease, StageReply
+from hecate.wire.messages import ErrorReply, FailoverEvent, InferRequest, SessionRelease
+from hecate.wire.stages import StageReply, reply_decoder
 
-_stage_reply = msgspec.msgpack.Decoder(StageReply)
+_stage_reply = reply_decoder()
+# Refusals come from the service shell, untagged, like every subject's error replies.
+_error_reply = msgspec.msgpack.Decoder(ErrorReply)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -76,6 +79,17 @@ def parse_token(token: str) -> tuple[int, int, int] | None:
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
     return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def _read_reply(data: bytes) -> StageReply | ErrorReply | str:
+    """A stage's answer or refusal, or why it could not be read."""
+    try:
+        return _stage_reply.decode(data)
+    except msgspec.DecodeError as exc:
+        try:
+            return _error_reply.decode(data)
+        except msgspec.DecodeError:
+            return str(exc)
 
 
 class FlightDeck:
@@ -137,10 +151,9 @@ class FlightDeck:
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
             failure = Failure("no_responders", "no responders")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
-        try:
-            reply = _stage_reply.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            failure = Failure("unreadable", f"unreadable reply: {exc}")
+        reply = _read_reply(msg.data)
+        if isinstance(reply, str):
+            failure = Failure("unreadable", f"unreadable reply: {reply}")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
         return await self.feed(flight, StageReplied(send, stage, reply, now))
 

@@ -1,8 +1,9 @@
 """node: hosts the layer ranges the plan gives it and executes them.
 
-Listens: ``hecate.node.<id>.run`` (StageRequest, msgpack), ``hecate.node.roll-call``,
-``hecate.node.<id>.release`` (a router done with a session), and with
-``accept_faults`` ``hecate.node.<id>.fault``.
+Listens: ``hecate.node.<id>.run`` (a stage: ``LayersStage``, ``StepStage`` or
+``WholeStage``, msgpack), ``hecate.node.roll-call``, ``hecate.node.<id>.release`` (a
+router done with a session), and with ``accept_faults`` ``hecate.node.<id>.fault``;
+a chained stage's forward and the relay of its failures: :mod:`.node_chain`.
 Computes: through one path (:meth:`Node.execute`) and one timer, whatever its
 executor's kind (:mod:`hecate.services.node_executor`): a generative model's steps in
 batches on one compute thread (:mod:`hecate.services.compute`), so that the event loop
@@ -22,34 +23,25 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from typing import cast
 
 import msgspec
-from nats.aio.msg import Msg
-from nats.errors import MaxPayloadError
 from opentelemetry.trace import TracerProvider
 
-from hecate.bus import tracing
 from hecate.bus.logs import event
-from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
+from hecate.bus.service import Service, ServiceError, encode
 from hecate.core.batching import MAX_BATCH
 from hecate.executors import checked, get_executor
 from hecate.model.executor import Executor, ExecutorError
+from hecate.services.node_chain import Chain
 from hecate.services.node_config import NodeConfig
 from hecate.services.node_executor import runner_for
 from hecate.services.node_holdings import Holdings
 from hecate.services.node_meter import StageMeter, slow_down
 from hecate.wire import subjects
 from hecate.wire.errors import as_code
-from hecate.wire.messages import (
-    FaultAck,
-    Heartbeat,
-    NodeFault,
-    NodeJoin,
-    NodeLeave,
-    SessionRelease,
-    StageReply,
-    StageRequest,
-)
+from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, NodeJoin, NodeLeave, SessionRelease
+from hecate.wire.stages import StageReply, StageRequest
 
 
 class Node:
@@ -100,8 +92,8 @@ class Node:
             draining=lambda: self.draining,
             remeasure_s=config.remeasure_s,
         )
+        self.chain = Chain(self.service, log)
         self._seq = 0
-        self._relay_prefix = ""
 
     @property
     def latency_ms(self) -> float | None:
@@ -119,7 +111,8 @@ class Node:
         run = await svc.add_endpoint(
             "run",
             subjects.node_run(node_id),
-            StageRequest,
+            # A tagged union: its variant says what the stage carries.
+            cast("type[StageRequest]", StageRequest),
             self.execute,
             codec="msgpack",
             concurrency=self.runner.concurrency,
@@ -138,11 +131,7 @@ class Node:
         )
         if self.config.accept_faults:
             await svc.add_endpoint("fault", subjects.node_fault(node_id), NodeFault, self._on_fault)
-        # Chained routes: NATS sends a no-responders status only to a subscription of the
-        # connection that published, so forwards carry this node's relay subject as their
-        # reply; what comes back on it (errors, no-responders) goes on to the router.
-        self._relay_prefix = svc.nc.new_inbox()
-        await svc.nc.subscribe(f"{self._relay_prefix}.>", cb=self._relay)
+        await self.chain.start()  # chained routes: forwards and their failures' relay
         await svc.ready()
         await self._join()
         beat = svc.spawn(self._heartbeats())
@@ -195,17 +184,7 @@ class Node:
                 meter.stage(spent, ok)
         if runner.per_stage:
             reply = msgspec.structs.replace(reply, compute_ms=spent / 1e6)
-        if req.chain:
-            await self._forward(req, reply)
-            return None  # the next stage (in the end, the last one) answers the router
-        if req.reply_base:
-            # A chained stage answers the router itself: its own reply subject is the
-            # previous node's relay, which only carries failures back.
-            await self.service.nc.publish(
-                f"{req.reply_base}-{req.stage_index}", encode(reply, "msgpack")
-            )
-            return None
-        return reply
+        return await self.chain.pass_on(req, reply)
 
     async def _check_hosted(self, req: StageRequest) -> None:
         held = self.holdings
@@ -230,60 +209,6 @@ class Node:
     async def _on_release(self, release: SessionRelease, _headers: Mapping[str, str]) -> None:
         """The router is done with a session: its executor lets go of it."""
         await self.runner.release(release.session)
-
-    async def _forward(self, req: StageRequest, reply: StageReply) -> None:
-        """Send the next stage of a chained route, replying-to the router's inbox token
-        for that stage: if the next node is gone, NATS tells the router directly. A
-        generation step carries its session, position and sampling along."""
-        nxt, rest = req.chain[0], req.chain[1:]
-        forward = msgspec.structs.replace(
-            req,
-            layer_start=nxt.layer_start,
-            layer_end=nxt.layer_end,
-            activation=reply.activation,
-            chain=rest,
-            stage_index=req.stage_index + 1,
-            prompt_tokens=reply.prompt_tokens,
-            # The first stage's inputs stop here: later stages take the activation.
-            prompt="",
-            tokens=None,
-            messages=None,
-        )
-        headers = tracing.inject({}) if self.service.tracing else None
-        body = encode(forward, "msgpack")
-        nc = self.service.nc
-        try:
-            await nc.publish(
-                subjects.node_run(nxt.node_id),
-                body,
-                reply=f"{self._relay_prefix}.{req.reply_base}-{req.stage_index + 1}",
-                headers=headers,
-            )
-        except MaxPayloadError:  # the activation outgrew the bus: no node is at fault
-            raise ServiceError(
-                "payload_too_large",
-                f"the activation for {nxt.node_id} is {len(body):,} bytes, over the bus's "
-                f"max_payload of {nc.max_payload:,}: the prompt is too long for this swarm",
-            ) from None
-        except Exception as exc:
-            raise ServiceError(
-                "forward_failed", f"could not forward to {nxt.node_id}: {exc!r}"
-            ) from None
-
-    async def _relay(self, msg: Msg) -> None:
-        """A failure answering one of our forwards: pass it to the router's subject for
-        that stage, a no-responders status as the explicit ``no_responders`` error."""
-        target = msg.subject[len(self._relay_prefix) + 1 :]
-        try:
-            if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
-                stage = target.rsplit("-", 1)[-1]
-                await self.service.reply_error(
-                    target, "no_responders", f"no node took chained stage {stage}", "msgpack"
-                )
-            else:
-                await self.service.nc.publish(target, msg.data, headers=msg.headers)
-        except Exception as exc:  # disconnected: the router's stage timeout covers it
-            event(self.log, "relay failed", logging.WARNING, error=repr(exc))
 
     def _status(self) -> dict[str, object]:
         """What ``$SRV.STATS`` shows of the node's work: in flight, its stage latency, and

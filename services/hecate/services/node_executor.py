@@ -1,15 +1,21 @@
 """How a node runs its executor: one adapter per kind, behind one interface.
 
 The node serves every stage through :class:`Runner.run`, with one timer around it
-(:mod:`hecate.services.node_meter`); the adapter turns the wire's ``StageRequest`` into
-the kind's typed input (:mod:`hecate.model.executor`), runs it where that kind must run
-and turns the typed output into the ``StageReply``:
+(:mod:`hecate.services.node_meter`); the adapter takes the wire's stage variant its kind
+is sent (:mod:`hecate.wire.stages`), turns it into the kind's typed input
+(:mod:`hecate.model.executor`), runs it where that kind must run and turns the typed
+output into the reply:
 
-* ``layers``: inline on the event loop (microseconds of numpy; a task or a thread per
-  stage would cost more than the work);
-* ``steps``: in a batch with every other step waiting, on the compute thread
-  (:mod:`hecate.services.compute`), its time recorded per batch;
-* ``whole``: one awaited call covering every layer.
+* ``layers`` (a ``LayersStage``): inline on the event loop (microseconds of numpy; a
+  task or a thread per stage would cost more than the work); an activation, or the
+  decoded text at a route's end;
+* ``steps`` (a ``StepStage``): in a batch with every other step waiting, on the compute
+  thread (:mod:`hecate.services.compute`), its time recorded per batch; an activation,
+  or the sampled token at a route's end;
+* ``whole`` (a ``WholeStage``): one awaited call covering every layer; the text.
+
+A stage of another variant is refused (``bad_request``): its model is not this
+executor's.
 """
 
 from __future__ import annotations
@@ -31,7 +37,16 @@ from hecate.model.executor import (
 )
 from hecate.services.compute import Compute, Waiting
 from hecate.services.node_meter import StageMeter, timed
-from hecate.wire.messages import StageReply, StageRequest
+from hecate.wire.stages import (
+    ActivationReply,
+    LayersStage,
+    OutputReply,
+    StageReply,
+    StageRequest,
+    StepStage,
+    TokenReply,
+    WholeStage,
+)
 
 Holding = tuple[str, int, int]  # (model, start, end) from the plan
 # Sessions released by their router, remembered so that a step of one still on its way
@@ -100,6 +115,8 @@ class LayerRunner(_Base):
 
     async def run(self, req: StageRequest, delay_ns: int) -> StageReply:
         del delay_ns
+        if not isinstance(req, LayersStage):
+            raise _mismatch(self, req)
         out = self.executor.execute(
             LayerInput(
                 model_id=req.model_id,
@@ -112,7 +129,9 @@ class LayerRunner(_Base):
                 decode_tokens=None if req.chain else req.decode_tokens,
             )
         )
-        return StageReply(ok=True, activation=out.activation, output=out.output)
+        if out.output is not None:
+            return OutputReply(output=out.output)
+        return ActivationReply(activation=out.activation)
 
     async def warm_pass(self, holding: Holding) -> int:
         return await asyncio.to_thread(timed, self.executor.warm_up, holding)
@@ -127,10 +146,12 @@ class WholeRunner(_Base):
 
     async def run(self, req: StageRequest, delay_ns: int) -> StageReply:
         del delay_ns
+        if not isinstance(req, WholeStage):
+            raise _mismatch(self, req)
         if req.layer_start != 0 or req.layer_end != req.model_layers or req.chain:
             raise ExecutorError("bad_range", f"{self.executor.name} serves whole requests only")
         output = await self.executor.complete(req.prompt, req.decode_tokens or 16)
-        return StageReply(ok=True, output=str(output))
+        return OutputReply(output=str(output))
 
     async def warm_pass(self, holding: Holding) -> int:
         raise ExecutorError("bad_request", f"{self.executor.name} does not warm up {holding}")
@@ -159,6 +180,8 @@ class StepRunner(_Base):
         )
 
     async def run(self, req: StageRequest, delay_ns: int) -> StageReply:
+        if not isinstance(req, StepStage):
+            raise _mismatch(self, req)
         if req.session in self.released:
             raise _released(req.session)
         out = await self.compute.step(_step_input(req), delay_ns)
@@ -213,7 +236,15 @@ def _released(session: str) -> ExecutorError:
     return ExecutorError("cancelled", f"session {session!r} was released by its router")
 
 
-def _step_input(req: StageRequest) -> StepInput:
+def _mismatch(runner: LayerRunner | StepRunner | WholeRunner, req: StageRequest) -> ExecutorError:
+    return ExecutorError(
+        "bad_request",
+        f"{req.model_id} was sent as a {type(req).__name__}, but this node's executor "
+        f"({runner.executor.name}, kind {runner.kind!r}) does not take those",
+    )
+
+
+def _step_input(req: StepStage) -> StepInput:
     return StepInput(
         model_id=req.model_id,
         layer_start=req.layer_start,
@@ -233,12 +264,14 @@ def _step_input(req: StageRequest) -> StepInput:
 
 
 def _step_reply(out: StepOutput, prompt_tokens: list[int] | None) -> StageReply:
-    return StageReply(
-        ok=True,
-        activation=out.activation,
+    if out.token is None:  # a stage with stages after it
+        return ActivationReply(
+            activation=out.activation, prompt_tokens=prompt_tokens, positions=out.positions
+        )
+    return TokenReply(
         token=out.token,
         text=out.text,
         eos=out.eos,
-        prompt_tokens=prompt_tokens,
         positions=out.positions,
+        prompt_tokens=prompt_tokens,
     )

@@ -29,6 +29,8 @@ from hecate.core import (
     SwarmPlan,
     Unrecoverable,
 )
+from hecate.executors import declared_kind
+from hecate.model.executor import ExecutorKind
 from hecate.routing import Chooser, telemetry_nodes
 from hecate.services.breakers import BreakerView
 from hecate.wire import subjects
@@ -192,6 +194,13 @@ class SwarmView:
         activation-passing networks hold nothing between requests."""
         m = self.plan.model(model_id) if self.plan is not None else None
         return m is not None and m.executor not in SESSIONLESS_EXECUTORS
+
+    def executor_kind(self, model_id: str) -> ExecutorKind:
+        """The kind of executor the plan gives ``model_id`` to, which says what its
+        stage messages carry; an executor this router does not know is taken for a
+        layer network, as every stage was before stages had kinds."""
+        m = self.plan.model(model_id) if self.plan is not None else None
+        return (declared_kind(m.executor) if m is not None else None) or "layers"
 
     def layers(self, model_id: str) -> int:
         assert self.plan is not None

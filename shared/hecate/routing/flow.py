@@ -13,7 +13,8 @@ from typing import Literal, Protocol
 
 from hecate.core import Recovered, Route, RoutingRequest, Unrecoverable
 from hecate.core.errors import ErrorCode
-from hecate.wire.messages import InferReply, StageReply, StageRequest, StreamToken
+from hecate.model.executor import ExecutorKind
+from hecate.wire.messages import ErrorReply, InferReply, StageReply, StageRequest, StreamToken
 
 # -- what the machine needs to know of the swarm ------------------------------------------
 
@@ -25,6 +26,10 @@ class Routes(Protocol):
     def epoch(self) -> int: ...
 
     def layers(self, model_id: str) -> int: ...
+
+    def executor_kind(self, model_id: str) -> ExecutorKind:
+        """What executes the model's stages, so which stage message they take."""
+        ...
 
     def keeps_sessions(self, model_id: str) -> bool:
         """Whether the model's nodes hold per-session caches to release."""
@@ -111,7 +116,7 @@ class Start:
 class StageReplied:
     send: int
     stage: int  # which stage of the route answered (in a chain, the last one, or a failure's)
-    reply: StageReply
+    reply: StageReply | ErrorReply
     now: float
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hecate.wire.messages import StageReply
+from hecate.wire.stages import TokenReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +47,7 @@ class Generation:
         """Tokens written: the end token is not text, and not counted."""
         return len(self.generated) - self.eos
 
-    def step(self, reply: StageReply, max_tokens: int, stop: list[str]) -> Step:
-        assert reply.token is not None
+    def step(self, reply: TokenReply, max_tokens: int, stop: list[str]) -> Step:
         fed = self.step_tokens if self.step_tokens else (self.prompt_tokens or [])
         steps = len(fed) if reply.positions is None else reply.positions
         self.position += steps

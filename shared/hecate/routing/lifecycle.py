@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from hecate.core import Recovered, Route, RoutingRequest
 from hecate.core.errors import ErrorCode
+from hecate.model.executor import ExecutorKind
 from hecate.routing.flow import (
     REQUEST_FAULTS,
     Abort,
@@ -57,14 +58,9 @@ from hecate.routing.flow import (
     Tick,
 )
 from hecate.routing.generation import Generation
-from hecate.wire.messages import (
-    ErrorBody,
-    InferReply,
-    InferRequest,
-    StageReply,
-    StageRequest,
-    StreamToken,
-)
+from hecate.routing.stages import Dispatch, stage_request
+from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest, StreamToken
+from hecate.wire.stages import ActivationReply, OutputReply, TokenReply
 
 
 class State(enum.Enum):
@@ -115,6 +111,7 @@ class Lifecycle:
     also_reply_to: list[str] = field(default_factory=list)
     session: str = ""
     gen: Generation = field(default_factory=Generation)  # a generative model's token loop
+    kinds: dict[str, ExecutorKind] = field(default_factory=dict)  # what executes each model
 
     def __post_init__(self) -> None:
         self.session = f"{self.request_id}.1"
@@ -189,46 +186,35 @@ class Lifecycle:
 
     def _dispatch(self, now: float, out: list[Action]) -> None:
         route, i = self.route, self.stage
-        stage = route.stages[i]
-        chain = route.stages[i + 1 :] if self.options.chain else ()
-        first = stage.layer_start == 0
+        chained = len(route.stages) - 1 - i if self.options.chain else 0
         self.sends += 1
         self.send = self.sends
         if i == 0:
             self.step_at = now
-        self.deadline = now + self.options.stage_timeout_s * (1 + len(chain))
+        self.deadline = now + self.options.stage_timeout_s * (1 + chained)
         self.state = S.SENT
-        r = self.request
-        request = StageRequest(
-            request_id=self.request_id,
-            model_id=route.model_id,
-            layer_start=stage.layer_start,
-            layer_end=stage.layer_end,
-            model_layers=self.routes.layers(route.model_id),
-            epoch=self.routes.epoch,
-            prompt=r.prompt if first else "",
-            activation=self.acts.get(stage.layer_start, b""),
-            decode_tokens=r.max_tokens if (i == len(route.stages) - 1 or chain) else None,
-            chain=chain,
-            stage_index=i,
-            session=self.session,
-            position=self.gen.position,
-            tokens=self.gen.step_tokens if first else None,
-            messages=r.messages if first else None,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            seed=r.seed,
-            step=len(self.gen.generated),
+        if route.model_id not in self.kinds:
+            self.kinds[route.model_id] = self.routes.executor_kind(route.model_id)
+        d = Dispatch(route, i, chained, self.routes.layers(route.model_id), self.routes.epoch)
+        act = self.acts.get(route.stages[i].layer_start, b"")
+        request = stage_request(
+            self.kinds[route.model_id],
+            d,
+            self.request,
+            self.request_id,
+            act,
+            self.session,
+            self.gen,
         )
-        out.append(Send(self.send, i, stage.node_id, request, len(chain)))
+        out.append(Send(self.send, i, route.stages[i].node_id, request, chained))
 
     def _replied(self, ev: StageReplied, out: list[Action]) -> None:
         at, reply, stages = ev.stage, ev.reply, self.route.stages
         self.stage = at
         self.send = 0
         node_id = stages[at].node_id
-        if not reply.ok:
-            err = reply.error or ErrorBody(code="internal", message="no error body")
+        if isinstance(reply, ErrorReply):
+            err = reply.error
             if err.code == "no_responders":  # relayed by the node that chained to it
                 return self._failed(node_id, Failure("no_responders", "no responders"), ev.now, out)
             if err.code in REQUEST_FAULTS:
@@ -239,19 +225,21 @@ class Lifecycle:
         last = at == len(stages) - 1
         for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
             self._report(Report(s.node_id, ok=True), out)
-        if reply.prompt_tokens is not None:
+        if not isinstance(reply, OutputReply) and reply.prompt_tokens is not None:
             self.gen.prompt_tokens = reply.prompt_tokens
         if not last:
-            self.acts[stages[at].layer_end] = reply.activation
+            act = reply.activation if isinstance(reply, ActivationReply) else b""
+            self.acts[stages[at].layer_end] = act
             self.stage += 1
             return self._dispatch(ev.now, out)
-        if reply.token is not None:
+        if isinstance(reply, TokenReply):
             return self._generated(reply, ev.now, out)
         if not self.gen.started and self.attempts == 1:  # one pass, not generation
             out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
-        return self._answer(True, reply.output or "", None, out)
+        output = reply.output if isinstance(reply, OutputReply) else ""
+        return self._answer(True, output, None, out)
 
-    def _generated(self, reply: StageReply, now: float, out: list[Action]) -> None:
+    def _generated(self, reply: TokenReply, now: float, out: list[Action]) -> None:
         """The last stage sampled a token: stream it, then the next step or the end."""
         step = self.gen.step(reply, self.request.max_tokens, self.request.stop)
         if step.positions == 1 and self.attempts == 1:  # a decode step: what admission fits

@@ -255,24 +255,60 @@ _MSGPACK_BYTES = (
     "`bytes` fields (`activation`) are msgpack `bin` on the wire; JSON Schema can only "
     "show them as base64 strings."
 )
-STAGE_REQUEST = Message(
-    "StageRequest",
-    m.StageRequest,
+_STAGE_KINDS = (
+    " One of three variants, told apart by `kind` (a msgspec tagged union): what a stage "
+    "carries is what the model's executor takes (`layers`, `step` or `whole`), and every "
+    "variant shares the header (request, model, layer range, plan epoch, chain)."
+)
+STAGE_LAYERS = Message(
+    "LayersStage",
+    m.LayersStage,
     MSGPACK,
-    "Run layers `[layer_start, layer_end)` of a model on one node.",
-    _MSGPACK_BYTES,
+    "Run layers `[layer_start, layer_end)` of a layer network on one node (`kind` "
+    "`layers`): the activation in (the prompt, on a first stage).",
+    _MSGPACK_BYTES + _STAGE_KINDS,
     headers="TraceHeaders",
 )
-STAGE_REPLY = Message(
-    "StageReply",
-    m.StageReply,
+STAGE_STEP = Message(
+    "StepStage",
+    m.StepStage,
     MSGPACK,
-    "The stage's result (`ok` true): the activation leaving it, or the decoded output.",
-    _MSGPACK_BYTES
-    + " A generative step says how many positions it ran (`positions`): a first stage "
+    "One generation step of a session on a stage of a generative model (`kind` `step`).",
+    _MSGPACK_BYTES + _STAGE_KINDS,
+    headers="TraceHeaders",
+)
+STAGE_WHOLE = Message(
+    "WholeStage",
+    m.WholeStage,
+    MSGPACK,
+    "A whole request to a model computed in one call, an upstream provider (`kind` `whole`).",
+    _STAGE_KINDS.strip(),
+    headers="TraceHeaders",
+)
+STAGE_ACTIVATION = Message(
+    "ActivationReply",
+    m.ActivationReply,
+    MSGPACK,
+    "The activation leaving a stage with stages after it (`kind` `activation`).",
+    _MSGPACK_BYTES,
+    narrow={"ok": {"const": True}},
+)
+STAGE_TOKEN = Message(
+    "TokenReply",
+    m.TokenReply,
+    MSGPACK,
+    "The token a generation's last stage sampled (`kind` `token`).",
+    "A generative step says how many positions it ran (`positions`): a first stage "
     "runs at most a chunk of the tokens it is sent, so that no activation outgrows the "
     "bus; while `position + positions` is short of the sequence the sampled `token` is "
     "not the next one, and the caller sends `tokens` from the new position on.",
+    narrow={"ok": {"const": True}},
+)
+STAGE_OUTPUT = Message(
+    "OutputReply",
+    m.OutputReply,
+    MSGPACK,
+    "Text decoded at a route's end (`kind` `output`).",
     narrow={"ok": {"const": True}},
 )
 STAGE_ERROR = Message(
@@ -280,7 +316,8 @@ STAGE_ERROR = Message(
     m.ErrorReply,
     MSGPACK,
     "A refused or failed stage (`ok` false), msgpack like the request.",
-    "Shaped so that it also decodes as a StageReply. Codes: "
+    "The error reply of every subject, untagged (no `kind`: the service shell sends it "
+    "before a handler knows what it was sent). Codes: "
     + "; ".join(f"`{code}` ({why})" for code, why in STAGE_CODES.items())
     + ". A node that is gone shows as NATS no-responders (status 503, empty body) instead.",
     narrow={"ok": {"const": False}},
@@ -456,7 +493,7 @@ NODE_RUN = Channel(
     "Stage execution on one node",
     "Request/reply, msgpack: the router chooses the node (no queue group) and calls each "
     "stage of the route in turn, keeping the activation between stages.",
-    (STAGE_REQUEST,),
+    (STAGE_LAYERS, STAGE_STEP, STAGE_WHOLE),
 )
 STAGE_REPLY_CHANNEL = Channel(
     "stageReply",
@@ -467,7 +504,7 @@ STAGE_REPLY_CHANNEL = Channel(
     "`_INBOX.<user>` for a connection with credentials (`_INBOX` otherwise). In chained "
     "dispatch the last stage publishes its reply to `<reply_base>-<stage index>` under "
     "the same inbox.",
-    (STAGE_REPLY, STAGE_ERROR),
+    (STAGE_ACTIVATION, STAGE_TOKEN, STAGE_OUTPUT, STAGE_ERROR),
 )
 FAULT = Channel(
     "nodeFault",

@@ -4,7 +4,8 @@ Rules that keep it evolvable: structs are frozen and keyword-only; fields are ad
 with defaults and a default never changes meaning; unknown fields are ignored on decode
 (forward compatible). Client-facing messages, events and KV values are JSON (readable
 with standard NATS tooling); stage traffic between routers and nodes is msgpack (it
-carries raw activations).
+carries raw activations) and lives in :mod:`hecate.wire.stages`; the shapes both use
+(errors, chat messages) in :mod:`hecate.wire.common`. Everything is importable from here.
 """
 
 from __future__ import annotations
@@ -13,31 +14,28 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from hecate.core.plan import NodeProfile, Slug, Stage, SwarmPlan
+from hecate.core.plan import NodeProfile, Slug, SwarmPlan
 from hecate.core.routing import Route
 from hecate.resilience.breaker import BreakerSnapshot
 
-MAX_PROMPT_CHARS = 64 * 1024
-MAX_TOKENS = 4096
-
-
-class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A typed error: a stable code to act on and a message for a human; an upstream
-    that said "slow down" also says for how long (``retry_after_s``)."""
-
-    # One of hecate.wire.errors.ErrorCode when this side sends it, but read as any
-    # string: a newer peer may send a code this one does not know (``as_code``).
-    code: str
-    message: str
-    retry_after_s: float | None = None
+# Re-exported: the shared shapes, and the stage messages (routers <-> nodes, msgpack,
+# tagged unions), which live in modules of their own.
+from hecate.wire.common import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS
+from hecate.wire.common import MAX_TOKENS as MAX_TOKENS
+from hecate.wire.common import ChatMessage as ChatMessage
+from hecate.wire.common import ErrorBody as ErrorBody
+from hecate.wire.common import ErrorReply as ErrorReply
+from hecate.wire.stages import ActivationReply as ActivationReply
+from hecate.wire.stages import LayersStage as LayersStage
+from hecate.wire.stages import OutputReply as OutputReply
+from hecate.wire.stages import StageReply as StageReply
+from hecate.wire.stages import StageRequest as StageRequest
+from hecate.wire.stages import StepStage as StepStage
+from hecate.wire.stages import TokenReply as TokenReply
+from hecate.wire.stages import WholeStage as WholeStage
 
 
 # -- clients <-> routers (JSON) --------------------------------------------------------
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
-    role: Annotated[str, msgspec.Meta(pattern="^(system|user|assistant)$")]
-    content: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_CHARS)]
-
-
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Body of a request on ``hecate.infer.<model_id>``.
 
@@ -106,71 +104,6 @@ class SessionRelease(msgspec.Struct, frozen=True, kw_only=True):
     refuses later steps of it."""
 
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
-
-
-# -- routers <-> nodes (msgpack) -------------------------------------------------------
-class StageRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Run layers ``[layer_start, layer_end)`` of ``model_id``.
-
-    The first stage receives ``prompt`` (and an empty ``activation``) and embeds it; later
-    stages receive the activation leaving the previous stage. The last stage (empty
-    ``chain``) decodes ``decode_tokens`` tokens when it is set.
-
-    ``chain`` is the rest of the route when nodes forward to each other: the node runs
-    its range, then sends the next request itself, with reply subject
-    ``{reply_base}-{stage_index + 1}``, so that the router hears the final answer, or
-    which stage failed, without touching the stages in between.
-
-    A generative first stage may be sent more ``tokens`` than it runs in one step: it
-    runs the first chunk and says how many in its reply (``StageReply.positions``).
-    """
-
-    request_id: str
-    model_id: str
-    layer_start: int
-    layer_end: int
-    model_layers: int
-    epoch: int = 0
-    prompt: str = ""
-    activation: bytes = b""
-    decode_tokens: int | None = None
-    chain: tuple[Stage, ...] = ()
-    reply_base: str = ""
-    stage_index: int = 0
-    # Generative models: one KV cache per session on every stage; ``position`` is how
-    # many positions the stage should already hold; the first stage takes token ids
-    # (``tokens``; None with a prompt: tokenize it), the last samples the next token.
-    session: str = ""
-    position: int = 0
-    tokens: list[int] | None = None
-    messages: list[ChatMessage] | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    step: int = 0
-    # Down a chain: the first stage's tokenization of the prompt, so that the last
-    # stage's reply carries it back to the router (which needs it to replay).
-    prompt_tokens: list[int] | None = None
-
-
-class StageReply(msgspec.Struct, frozen=True, kw_only=True):
-    ok: bool
-    activation: bytes = b""
-    output: str | None = None
-    compute_ms: float = 0.0
-    error: ErrorBody | None = None
-    # Generative models: the prompt's token ids (first stage, for replays), the sampled
-    # token and its text (last stage), and whether it ends the generation.
-    prompt_tokens: list[int] | None = None
-    token: int | None = None
-    text: str = ""
-    eos: bool = False
-    # How many positions this step ran (the last stage: as many as it was sent). The
-    # first stage runs at most a chunk of a long sequence: while ``position + positions``
-    # is short of the sequence (prompt, or prompt and generated tokens on a replay), the
-    # token is not the next one; the caller sends ``tokens`` from there on. None from a
-    # node that ran everything it was sent.
-    positions: int | None = None
 
 
 # -- nodes -> planner / telemetry (JSON) -----------------------------------------------
@@ -341,10 +274,3 @@ class NodeEvent(msgspec.Struct, frozen=True, kw_only=True):
     state: Literal["down", "up"]
     reason: str
     at: float
-
-
-class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
-    """The shape of every error reply on every subject: ``{"ok": false, "error": {...}}``."""
-
-    ok: bool = False
-    error: ErrorBody

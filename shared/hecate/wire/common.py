@@ -1,0 +1,35 @@
+"""The shapes the other wire modules share: a typed error, the error reply every
+subject answers with, and a chat message (a client's request and a generation's first
+stage both carry them). Re-exported by :mod:`hecate.wire.messages`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+MAX_PROMPT_CHARS = 64 * 1024
+MAX_TOKENS = 4096
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A typed error: a stable code to act on and a message for a human; an upstream
+    that said "slow down" also says for how long (``retry_after_s``)."""
+
+    # One of hecate.wire.errors.ErrorCode when this side sends it, but read as any
+    # string: a newer peer may send a code this one does not know (``as_code``).
+    code: str
+    message: str
+    retry_after_s: float | None = None
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The shape of every error reply on every subject: ``{"ok": false, "error": {...}}``."""
+
+    ok: bool = False
+    error: ErrorBody
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: Annotated[str, msgspec.Meta(pattern="^(system|user|assistant)$")]
+    content: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_CHARS)]
