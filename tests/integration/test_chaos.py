@@ -20,10 +20,12 @@ async def test_the_swarm_loses_nothing_and_answers_right(name: str, tmp_path: Pa
     assert not SCENARIOS[name].expect.allowed_errors
     assert SCENARIOS[name].expect.evidence  # every scenario must prove its fault bit
     result = await run(name, short=True, workdir=tmp_path)
-    assert result["sent"] > 100, result  # the load really ran
-    assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), result
+    # What a failure needs to be understood (pytest shortens a whole result to "...").
+    seen = {k: result.get(k) for k in ("sent", "errors", "error_codes", "lost_codes", "evidence")}
+    assert result["sent"] > 100, seen  # the load really ran
+    assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), seen
     # A reserve answer is a failure only beside an intact pipeline: a server's death cuts
     # off the nodes connected to it, and then the reserve is the right answer.
     assert result["degraded_while_intact"] == 0, result
     failed = [k for k, ok in result["acceptance"].items() if not ok]
-    assert not failed, (failed, result)
+    assert not failed, (failed, seen)
