@@ -13,19 +13,28 @@ import pytest
 
 from hecate.dev.chaos.scenarios import SCENARIOS, run
 
-
 # The SmolLM2 scenarios run in tests/model (they need the model pulled).
+# A fault that hit no live traffic proves nothing either way; one that did must lose
+# nothing. So a run whose only shortfall is its evidence (the fault did not bite) is run
+# again, at most this many runs in all; never one that lost, erred or answered wrong.
+RUNS_TO_BITE = 3
+
+
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in ("llm-kill", "llm-overload")])
 async def test_the_swarm_loses_nothing_and_answers_right(name: str, tmp_path: Path) -> None:
     assert not SCENARIOS[name].expect.allowed_errors
     assert SCENARIOS[name].expect.evidence  # every scenario must prove its fault bit
-    result = await run(name, short=True, workdir=tmp_path)
-    # What a failure needs to be understood (pytest shortens a whole result to "...").
-    seen = {k: result.get(k) for k in ("sent", "errors", "error_codes", "lost_codes", "evidence")}
-    assert result["sent"] > 100, seen  # the load really ran
-    assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), seen
-    # A reserve answer is a failure only beside an intact pipeline: a server's death cuts
-    # off the nodes connected to it, and then the reserve is the right answer.
-    assert result["degraded_while_intact"] == 0, result
-    failed = [k for k, ok in result["acceptance"].items() if not ok]
+    for attempt in range(RUNS_TO_BITE):
+        result = await run(name, short=True, workdir=tmp_path / str(attempt))
+        # What a failure needs to be understood (pytest shortens a whole result to "...").
+        keys = ("sent", "errors", "error_codes", "lost_codes", "evidence")
+        seen = {k: result.get(k) for k in keys}
+        assert result["sent"] > 100, seen  # the load really ran
+        assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), seen
+        # A reserve answer is a failure only beside an intact pipeline: a server's death
+        # cuts off the nodes connected to it, and then the reserve is the right answer.
+        assert result["degraded_while_intact"] == 0, result
+        failed = [k for k, ok in result["acceptance"].items() if not ok]
+        if not all(k.startswith("shows_") for k in failed):
+            break
     assert not failed, (failed, seen)

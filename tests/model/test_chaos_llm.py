@@ -9,17 +9,26 @@ from pathlib import Path
 
 from hecate.dev.chaos.scenarios import SCENARIOS, available, run
 
+# A kill that found no generation on its node proves nothing either way; one that bit
+# must lose nothing. So a run whose only shortfall is that its fault did not bite is
+# run again (at most this many runs in all), never one that lost, erred or changed text.
+RUNS_TO_BITE = 3
+
 
 async def test_a_mid_generation_kill_loses_nothing_and_changes_no_text(tmp_path: Path) -> None:
     assert available("llm-kill")  # the conftest pulled the model
-    result = await run("llm-kill", short=True, workdir=tmp_path)
-    # Every caller had a generation answered. Not a count of generations: how many fit
-    # in the short run is the machine's speed (one took 8.9 s on a busy machine, so two
-    # callers sent two in all); the acceptance's failover events prove the kill bit.
-    assert result["ok"] >= SCENARIOS["llm-kill"].setup.workers, result
-    assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), result
-    failed = [k for k, ok in result["acceptance"].items() if not ok]
-    assert not failed, (failed, result)
+    for attempt in range(RUNS_TO_BITE):
+        result = await run("llm-kill", short=True, workdir=tmp_path / str(attempt))
+        # Every caller had a generation answered. Not a count of generations: how many
+        # fit in the short run is the machine's speed (one took 8.9 s on a busy machine,
+        # so two callers sent two in all); the failover events prove the kill bit.
+        seen = {k: result.get(k) for k in ("sent", "ok", "error_codes", "evidence", "faults")}
+        assert result["ok"] >= SCENARIOS["llm-kill"].setup.workers, seen
+        assert (result["lost"], result["wrong"], result["errors"]) == (0, 0, 0), seen
+        failed = [k for k, ok in result["acceptance"].items() if not ok]
+        if failed != ["shows_failover_events"]:
+            break
+    assert not failed, (failed, seen)
 
 
 async def test_many_users_and_a_stage_killed_lose_nothing_and_the_swarm_comes_back(
