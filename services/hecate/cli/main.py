@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="kill this node (repeatable; one failover step each, in order)",
     )
     sim.add_argument(
-        "--pipelines", type=_positive, default=2, help="replicas of the base model (default 2)"
+        "--pipelines", type=positive_int, default=2, help="replicas of the base model (default 2)"
     )
     sim.add_argument(
         "--planner",
@@ -88,7 +88,7 @@ def _add_plugins(sub: Any) -> None:
         point.load()(sub)
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from hecate.cli.main import positive_int
 from hecate.core import HecateError
 
 
@@ -67,13 +68,13 @@ def add_parser(sub: Any) -> None:
     )
     bench.add_argument(
         "--rounds",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="llm: interleaved rounds (default 3; --quick 1)",
     )
     bench.add_argument(
         "--tokens",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="llm: tokens per generation (default 48; --quick 16)",
     )
@@ -192,16 +193,6 @@ def _bench_report(args: argparse.Namespace) -> int:
     for path in write(folder, Path(args.doc), Path(args.img), readme):
         print(path)
     return 0
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
-    return value
 
 
 def _levels(text: str) -> tuple[int, ...]:
