@@ -35,6 +35,6 @@ async def test_the_swarm_loses_nothing_and_answers_right(name: str, tmp_path: Pa
         # cuts off the nodes connected to it, and then the reserve is the right answer.
         assert result["degraded_while_intact"] == 0, result
         failed = [k for k, ok in result["acceptance"].items() if not ok]
-        if not all(k.startswith("shows_") for k in failed):
-            break
+        if not failed or not all(k.startswith("shows_") for k in failed):
+            break  # passed, or failed on more than evidence: no second run
     assert not failed, (failed, seen)
