@@ -34,7 +34,6 @@ from hecate.core import Recovered, Route, RoutingRequest
 from hecate.core.errors import ErrorCode
 from hecate.model.executor import ExecutorKind
 from hecate.routing.flow import (
-    REQUEST_FAULTS,
     Abort,
     Action,
     Answer,
@@ -58,6 +57,7 @@ from hecate.routing.flow import (
     Tick,
 )
 from hecate.routing.generation import Generation
+from hecate.routing.rescue import GiveUp, ResendSoon, classify, triage, verdict
 from hecate.routing.stages import Dispatch, stage_request
 from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest, StreamToken
 from hecate.wire.stages import ActivationReply, OutputReply, TokenReply
@@ -214,13 +214,9 @@ class Lifecycle:
         self.send = 0
         node_id = stages[at].node_id
         if isinstance(reply, ErrorReply):
-            err = reply.error
-            if err.code == "no_responders":  # relayed by the node that chained to it
-                return self._failed(node_id, Failure("no_responders", "no responders"), ev.now, out)
-            if err.code in REQUEST_FAULTS:
-                return self._error(err.code, err.message, out)  # type: ignore[arg-type]
-            reason = f"{err.code}: {err.message}"
-            why = Failure("error_reply", reason, err.code, err.retry_after_s)
+            why = classify(reply.error)
+            if isinstance(why, GiveUp):
+                return self._give_up(why, out)
             return self._failed(node_id, why, ev.now, out)
         last = at == len(stages) - 1
         for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
@@ -263,20 +259,14 @@ class Lifecycle:
         """The current dispatch failed on ``node_id``: resend, reroute or answer."""
         self.send = 0
         opts = self.options
-        if why.kind == "too_large":
-            return self._error("payload_too_large", why.reason, out)
-        if (
-            why.kind == "no_responders"
-            and now - self.reconnected_at < opts.reconnect_grace_s
-            and (not opts.chain or self.stage == 0)
-        ):
-            # The server just came back: the node may simply not have resubscribed yet.
-            # The same stage goes again shortly, and nobody is blamed (in a chain only when
-            # its first stage was missing: later ones already ran).
+        first = triage(why, now, reconnected_at=self.reconnected_at, stage=self.stage, opts=opts)
+        if isinstance(first, ResendSoon):
             self.counters["resent_after_reconnect"] += 1
             self.state = S.RESENDING
-            self.resend_at = now + opts.resend_delay_s
+            self.resend_at = first.at
             return None
+        if first is not None:
+            return self._give_up(first, out)
         if not why.silent:  # errors and slowness are the breaker's; liveness, telemetry's
             self._report(Report(node_id, False, why.breaker_code, why.retry_after_s), out)
         self.routes.suspect(node_id)
@@ -298,32 +288,27 @@ class Lifecycle:
                 reason=why.reason,
             )
         )
-        if not isinstance(result, Recovered):
-            if why.code == "rate_limited" and why.retry_after_s is not None:
-                # Nothing else can serve it, and the upstream said when it can: pass it on.
-                return self._error("rate_limited", why.reason, out, why.retry_after_s)
-            return self._error(result.code, result.message, out)
-        loss = f"last loss: {node_id} ({why.reason})"
-        if self.gen.started and self.gen.replays >= opts.max_replays:
-            n = self.gen.replays
-            msg = f"migration limit: the generation was already replayed {n} time(s); {loss}"
-            return self._error("unrecoverable", msg, out)
-        if self.attempts >= opts.max_attempts:
-            return self._error(
-                "unrecoverable", f"gave up after {self.attempts} attempts; {loss}", out
-            )
+        replays = self.gen.replays if self.gen.started else None
+        rescue = verdict(result, why, node_id, attempts=self.attempts, replays=replays, opts=opts)
+        if isinstance(rescue, GiveUp):
+            return self._give_up(rescue, out)
+        return self._move(rescue, now, out)
+
+    def _move(self, rescue: Recovered, now: float, out: list[Action]) -> None:
+        """Carry the request onto the rescue route and send its next stage there."""
+        old = self.route
         self.attempts += 1
         self.counters["retries"] += 1
-        if result.route.model_id != old.model_id:  # a reserve model starts from its prompt
+        if rescue.route.model_id != old.model_id:  # a reserve model starts from its prompt
             self.acts = {0: b""}
-        self.degraded = self.degraded or result.degraded
-        out.append(Move(old, result.route))
-        self.route = result.route
+        self.degraded = self.degraded or rescue.degraded
+        out.append(Move(old, rescue.route))
+        self.route = rescue.route
         # The rescue route spends any probe lease held for a target on it, as a first
         # route does; a probe for a target it leaves out is given back.
-        kept = {t for t in self.probes if t in result.route.node_ids}
+        kept = {t for t in self.probes if t in rescue.route.node_ids}
         self._give_back(self.probes - kept)
-        self.probes = kept | self.routes.take(result.route)
+        self.probes = kept | self.routes.take(rescue.route)
         # A fresh session per attempt: caches a dead route left half-built are never mixed.
         if self.routes.keeps_sessions(old.model_id):
             out.append(Release(old, self.session))
@@ -336,7 +321,7 @@ class Lifecycle:
             self.acts = {0: b""}
         # Resume at the last stage whose input we already hold (layer 0 = the prompt).
         self.stage = max(i for i, s in enumerate(self.route.stages) if s.layer_start in self.acts)
-        return self._dispatch(now, out)
+        self._dispatch(now, out)
 
     def _report(self, report: Report, out: list[Action]) -> None:
         self.probes.discard(report.node_id)  # a probe we carried is delivered with it
@@ -354,6 +339,9 @@ class Lifecycle:
         self.counters[f"error_{code}"] += 1
         body = ErrorBody(code=code, message=message, retry_after_s=retry_after_s)
         self._answer(False, self.gen.so_far(), body, out)
+
+    def _give_up(self, why: GiveUp, out: list[Action]) -> None:
+        self._error(why.code, why.message, out, why.retry_after_s)
 
     def _answer(
         self, ok: bool, output: str | None, error: ErrorBody | None, out: list[Action]
