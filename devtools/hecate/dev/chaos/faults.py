@@ -144,8 +144,19 @@ async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timin
     restart it."""
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     before = await kv.get(subjects.PLAN_KEY)
+    # The server itself says which one holds the callers' connection (by its name);
+    # the port the client believes it is on only when no server does.
+    monitors = [s.monitor_port for s in swarm.servers]
+    holding = await asyncio.to_thread(_holding, monitors, nc.options.get("name") or "")
     ours = nc.connected_url.port if nc.connected_url else None
-    index = next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), 0)
+    index = (
+        holding
+        if holding is not None
+        else next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), 0)
+    )
+    # Whether the client's own idea of its server was right (1) or not (0).
+    guess = next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), None)
+    record.notes["client_knew_its_server"] = float(guess == index)
     # A node whose connection is on the killed server is cut off until it reconnects:
     # for that while, its pipelines are not intact, and a reserve answer is right.
     for node in await asyncio.to_thread(nodes_connected_to, swarm.servers[index].monitor_port):
@@ -167,16 +178,28 @@ async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timin
     await asyncio.to_thread(swarm.start_server, index)
 
 
-def nodes_connected_to(monitor_port: int) -> set[str]:
-    """The node ids with a connection on the server whose monitoring port this is, read
-    from its ``/connz`` (a node's connections are named ``<service>-<node id>-in|out``)."""
+def _holding(monitor_ports: list[int], name: str) -> int | None:
+    """Which server (by index) has a connection named ``name``."""
+    for i, port in enumerate(monitor_ports):
+        if name in _connection_names(port):
+            return i
+    return None
+
+
+def _connection_names(monitor_port: int) -> list[str]:
     url = f"http://127.0.0.1:{monitor_port}/connz?limit=4096"
     with urllib.request.urlopen(url, timeout=5) as answer:
         connz = json.load(answer)
+    return [str(c.get("name", "")) for c in connz.get("connections", [])]
+
+
+def nodes_connected_to(monitor_port: int) -> set[str]:
+    """The node ids with a connection on the server whose monitoring port this is, read
+    from its ``/connz`` (a node's connections are named ``<service>-<node id>-in|out``)."""
     return {
         node
-        for c in connz.get("connections", [])
-        if (node := node_of_connection(str(c.get("name", "")))) is not None
+        for name in _connection_names(monitor_port)
+        if (node := node_of_connection(name)) is not None
     }
 
 
