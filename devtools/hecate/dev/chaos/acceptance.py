@@ -26,17 +26,10 @@ if TYPE_CHECKING:
 
 Status = Literal["ok", "wrong", "error", "lost"]
 
-Evidence = Literal[
-    "failover_events",
-    "client_retries",
-    "recover_s",
-    "answered_during_outages",
-    "in_flight_at_fault",
-]
+Evidence = Literal["failover_events", "client_retries", "recover_s", "answered_during_outages"]
 """Figures that prove a fault hit requests in flight: router failovers, sends the callers
-had to repeat, time until the service looked normal again, (for a part that is not on
-the request path) the fewest requests answered from start to end within one outage, and
-the requests sent before the first fault that ended after it."""
+had to repeat, time until the service looked normal again, and (for a part that is not
+on the request path) the fewest requests answered from start to end within one outage."""
 
 
 def classify(

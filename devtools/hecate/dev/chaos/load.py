@@ -182,7 +182,6 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
         "failover_events": float(record.failover_events),
         "client_retries": float(sum(max(0, s.sends - 1) for s in samples)),
         "recover_s": round(recover_s, 2),
-        "in_flight_at_fault": float(sum(1 for s in samples if s.started < first_fault <= s.ended)),
     }
     outage = answered_during(
         record.outages, ((s.started, s.ended) for s in samples if s.status == "ok")
