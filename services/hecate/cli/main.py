@@ -7,8 +7,11 @@ one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +83,25 @@ def build_parser() -> argparse.ArgumentParser:
 PLUGIN_GROUP = "hecate.cli"
 
 
-def _add_plugins(sub: Any) -> None:
-    """Each ``hecate.cli`` entry point names a function that adds its subcommand."""
-    from importlib.metadata import entry_points
+def _add_plugins(sub: Any, points: Iterable[EntryPoint] | None = None) -> None:
+    """Each ``hecate.cli`` entry point names a function that adds its subcommand. One
+    that fails to load leaves its command saying why, and every other command working:
+    a broken dev-tools install must not take ``hecate up`` down with it."""
+    if points is None:
+        points = entry_points(group=PLUGIN_GROUP)
+    for point in sorted(points, key=lambda p: p.name):
+        try:
+            point.load()(sub)
+        except Exception as exc:
+            why = f"the {point.name!r} command ({point.value}) failed to load: {exc!r}"
+            with contextlib.suppress(Exception):  # it may have added itself before failing
+                broken = sub.add_parser(point.name, help=f"unavailable: {why}")
+                broken.set_defaults(run=functools.partial(_unavailable, why))
 
-    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
-        point.load()(sub)
+
+def _unavailable(why: str, _args: argparse.Namespace) -> int:
+    print(f"hecate: error: {why}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def positive_int(text: str) -> int:
