@@ -115,6 +115,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
                 queue_timeout_s=args.queue_timeout_ms / 1000,
                 breaker_probe_timeout_s=args.breaker_probe_timeout_s,
                 enforce_quotas=args.enforce_quotas,
+                tenant_from=args.tenant_from,
                 quota_timeout_s=args.quota_timeout_ms / 1000,
             ),
             log=log,
@@ -221,6 +222,14 @@ def add_parsers(sub: Any) -> None:
         "--enforce-quotas",
         action="store_true",
         help="admit each request through the shared tenant quota desk (breaker service)",
+    )
+    router.add_argument(
+        "--tenant-from",
+        choices=("body", "bus"),
+        default="body",
+        help="bus: a request's tenant is the NATS account the server vouches for (a bus "
+        "with one account per tenant), and a body naming another is refused; body: the "
+        "request's own tenant field, unauthenticated (development)",
     )
     router.add_argument(
         "--quota-timeout-ms",

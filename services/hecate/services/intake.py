@@ -10,15 +10,19 @@ come back. Each request is answered through its deferred :class:`Request` handle
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, OrderedDict
 
+import msgspec
 from opentelemetry.trace import Status, StatusCode
 
+from hecate.bus.logs import event
 from hecate.bus.service import Request, Service
 from hecate.core import RoutingError, RoutingRequest
 from hecate.core.errors import ErrorCode, Saturated
 from hecate.routing.flow import RetryJoined
+from hecate.routing.identity import Refused, tenant_of
 from hecate.services.admission import AdmissionDesk
 from hecate.services.flightdeck import Flight, FlightDeck
 from hecate.services.quotagate import Admission, QuotaGate
@@ -70,6 +74,8 @@ class Intake:
         if self.view.router is None:
             await req.error("no_plan", "no plan yet: the planner has not published one")
             return
+        if not await self.vouch(req):
+            return
         request = req.body
         if request.request_id:
             ident = (request.tenant, request.request_id)
@@ -80,6 +86,28 @@ class Intake:
                 await self.retries.ask_owner(req, ident)
                 return
         await self.admit(req)
+
+    async def vouch(self, req: Request[InferRequest]) -> bool:
+        """Settle whom the request acts for (routing/identity.py): from here on its body
+        names that tenant, so quotas, retries, cancels and the line all key on it. A
+        request refused is answered ``forbidden``, logged once and counted."""
+        tenant = tenant_of(self.config.tenant_from, req.headers, req.body.tenant)
+        if isinstance(tenant, Refused):
+            self.counters["forbidden"] += 1
+            event(
+                self.service.log,
+                "refused: tenant",
+                logging.WARNING,
+                vouched=tenant.vouched,
+                named=req.body.tenant,
+                subject=req.subject,
+            )
+            await req.error("forbidden", tenant.message)
+            return False
+        if tenant != req.body.tenant:
+            req.body = msgspec.structs.replace(req.body, tenant=tenant)
+        req.span.set_attribute("hecate.tenant", tenant)
+        return True
 
     async def admit(self, req: Request[InferRequest]) -> None:
         """A new request: an id, then the quota desk or a route."""

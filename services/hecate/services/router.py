@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 
 from nats.aio.msg import Msg
 from opentelemetry.trace import TracerProvider
@@ -31,6 +32,7 @@ from opentelemetry.trace import TracerProvider
 from hecate.bus.logs import event
 from hecate.bus.service import Service
 from hecate.routing.flow import Abort, Cancelled, NodeDown, Tick
+from hecate.routing.identity import Refused, tenant_of
 from hecate.services.admission import AdmissionDesk
 from hecate.services.breakers import BreakerView
 from hecate.services.flightdeck import Flight, FlightDeck
@@ -175,10 +177,16 @@ class RouterService:
         for flight in list(self.flights.values()):
             await self.deck.feed(flight, NodeDown(down.node_id, down.reason, now))
 
-    async def _on_cancel(self, cancel: InferCancel, _headers: object) -> None:
+    async def _on_cancel(self, cancel: InferCancel, headers: Mapping[str, str]) -> None:
         """A caller gave up: its flight, if it runs here, is answered ``cancelled`` now
-        and its nodes drop the session (else the intake remembers the cancel)."""
-        flight = self.intake.cancelled((cancel.tenant, cancel.request_id))
+        and its nodes drop the session (else the intake remembers the cancel). A tenant
+        cancels only its own requests: the tenant is settled as for a request."""
+        tenant = tenant_of(self.config.tenant_from, headers, cancel.tenant)
+        if isinstance(tenant, Refused):
+            self.counters["forbidden"] += 1
+            event(self.log, "refused: cancel", logging.WARNING, vouched=tenant.vouched)
+            return
+        flight = self.intake.cancelled((tenant, cancel.request_id))
         if flight is not None:
             event(self.log, "cancelled", request_id=flight.machine.request_id)
             await self.deck.feed(flight, Cancelled(time.monotonic()))

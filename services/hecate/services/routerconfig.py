@@ -9,6 +9,7 @@ import msgspec
 from hecate.core import FailoverOptions
 from hecate.core.admission import LimitOptions
 from hecate.routing.flow import FlowOptions
+from hecate.routing.identity import TenantSource
 
 
 class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,6 +30,9 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     queue_limit: int = 1024
     queue_timeout_s: float = 5.0
     reconnect_grace_s: float = 3.0
+    # Where a request's tenant comes from: the account the bus vouches for ("bus", for a
+    # bus with one account per tenant), or the body's unauthenticated field ("body").
+    tenant_from: TenantSource = "body"
 
     def __post_init__(self) -> None:
         if not self.instance_id:

@@ -15,6 +15,7 @@ from typing import ClassVar, Literal
 
 ErrorCode = Literal[
     "bad_request",
+    "forbidden",
     "unknown_type",
     "bad_activation",
     "bad_range",

@@ -33,6 +33,7 @@ __all__ = [
 
 STATUS: Final[Mapping[ErrorCode, int]] = {
     "bad_request": 400,
+    "forbidden": 403,
     "unknown_type": 400,
     "bad_activation": 400,
     "bad_range": 400,
@@ -63,6 +64,8 @@ STATUS: Final[Mapping[ErrorCode, int]] = {
 
 INFER_CODES: Final[Mapping[ErrorCode, str]] = {
     "bad_request": "the request is not a valid InferRequest, or asks for nothing",
+    "forbidden": "the request names a tenant other than the one the bus vouches for, or "
+    "the bus vouches for none where the router requires it",
     "payload_too_large": "the request, or a stage's activations for its prompt, is larger "
     "than the bus carries (NATS max_payload)",
     "prompt_too_long": "the prompt and the tokens asked for exceed the model's context length",

@@ -1,0 +1,140 @@
+"""The router reads a request's tenant from the account the bus vouches for
+(``hecate router --tenant-from bus``), on a real server with one account per tenant.
+
+The services share one account; each tenant's account imports ``hecate.infer.>`` and
+``hecate.router.cancel`` from it, so the server stamps every request and cancel with the
+tenant's account (tests/integration/test_bus_identity.py shows the server side).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+
+from hecate.bus.server import NatsServer
+from hecate.wire import subjects
+from hecate.wire.messages import InferReply, InferRequest
+
+from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm
+
+ACCOUNTS = """
+accounts {
+  SWARM: {
+    jetstream: enabled
+    users: [{ user: svc, password: s }]
+    exports: [
+      { service: "hecate.infer.>", response_type: stream }
+      { service: "hecate.router.cancel" }
+    ]
+  }
+  tenant-a: {
+    users: [{ user: a, password: a }]
+    imports: [
+      { service: { account: SWARM, subject: "hecate.infer.>" } }
+      { service: { account: SWARM, subject: "hecate.router.cancel" } }
+    ]
+  }
+  tenant-b: {
+    users: [{ user: b, password: b }]
+    imports: [
+      { service: { account: SWARM, subject: "hecate.infer.>" } }
+      { service: { account: SWARM, subject: "hecate.router.cancel" } }
+    ]
+  }
+}
+"""
+MODEL = "ncm-base"
+_reply = msgspec.json.Decoder(InferReply)
+
+
+def _url(server: NatsServer, user: str, password: str) -> str:
+    return server.url.replace("nats://", f"nats://{user}:{password}@")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[NatsServer]:
+    srv = NatsServer(tmp_path / "nats", extra_config=ACCOUNTS).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def swarm(server: NatsServer, tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(url=_url(server, "svc", "s"), logs=tmp_path)
+    start_swarm(procs, EXAMPLES / "swarm.json", SWARM_NODES, routers=0)
+    procs.start("router-1", "router", "--id", "router-1", "--tenant-from", "bus")
+    yield procs
+    procs.stop_all()
+
+
+@pytest.fixture
+async def tenants(server: NatsServer) -> AsyncIterator[tuple[Client, Client, Client]]:
+    a = await nats.connect(_url(server, "a", "a"))
+    b = await nats.connect(_url(server, "b", "b"))
+    svc = await nats.connect(_url(server, "svc", "s"))
+    yield a, b, svc
+    for nc in (a, b, svc):
+        await nc.close()
+
+
+async def _ask(nc: Client, tenant: str = "default", request_id: str = "") -> InferReply:
+    body = InferRequest(prompt="hello", max_tokens=4, tenant=tenant, request_id=request_id)
+    msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=10)
+    return _reply.decode(msg.data)
+
+
+async def _serving(nc: Client) -> InferReply:
+    for _ in range(200):
+        try:
+            reply = await _ask(nc)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            reply = None
+        if reply is not None and reply.ok:
+            return reply
+        await asyncio.sleep(0.1)
+    raise AssertionError("the swarm never answered tenant a")
+
+
+async def _counters(svc: Client) -> dict[str, int]:
+    msg = await svc.request("$SRV.STATS.hecate-router", b"", timeout=2)
+    data = next(e["data"] for e in json.loads(msg.data)["endpoints"] if e["name"] == "infer")
+    return dict(data["counters"])
+
+
+async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
+    swarm: Processes, tenants: tuple[Client, Client, Client]
+) -> None:
+    a, b, svc = tenants
+    await _serving(a)
+
+    # Naming itself, or nobody, is fine; naming another tenant is refused.
+    assert (await _ask(a, tenant="tenant-a")).ok
+    refused = await _ask(a, tenant="tenant-b")
+    assert not refused.ok
+    assert refused.error is not None
+    assert refused.error.code == "forbidden"
+    assert "'tenant-b'" in refused.error.message
+    assert "'tenant-a'" in refused.error.message
+
+    # A request the server vouched for no tenant (from inside the services' account).
+    inside = await _ask(svc)
+    assert inside.error is not None
+    assert inside.error.code == "forbidden"
+
+    # B replaying A's request_id is B's own request, not A's remembered answer.
+    first = await _ask(a, request_id="shared-id")
+    assert first.ok
+    before = (await _counters(svc)).get("retries_answered_again", 0)
+    assert (await _ask(b, request_id="shared-id")).ok
+    assert (await _counters(svc)).get("retries_answered_again", 0) == before
+    assert (await _ask(a, request_id="shared-id")).ok  # A's own retry is remembered
+    assert (await _counters(svc)).get("retries_answered_again", 0) == before + 1
+    assert (await _counters(svc))["forbidden"] == 2
+    assert "refused: tenant" in swarm.log("router-1")
