@@ -84,8 +84,12 @@ async def tenants(server: NatsServer) -> AsyncIterator[tuple[Client, Client, Cli
         await nc.close()
 
 
-async def _ask(nc: Client, tenant: str = "default", request_id: str = "") -> InferReply:
-    body = InferRequest(prompt="hello", max_tokens=4, tenant=tenant, request_id=request_id)
+async def _ask(
+    nc: Client, tenant: str = "default", request_id: str = "", stream_to: str = ""
+) -> InferReply:
+    body = InferRequest(
+        prompt="hello", max_tokens=4, tenant=tenant, request_id=request_id, stream_to=stream_to
+    )
     msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=10)
     return _reply.decode(msg.data)
 
@@ -123,6 +127,13 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
     assert "'tenant-b'" in refused.error.message
     assert "'tenant-a'" in refused.error.message
 
+    # A request may not name where the router publishes: tokens come back on the
+    # caller's own reply subject (``stream``), never on a subject of its choosing.
+    deputy = await _ask(a, stream_to=subjects.EVENT_FAILOVER)
+    assert deputy.error is not None
+    assert deputy.error.code == "forbidden"
+    assert "stream_to" in deputy.error.message
+
     # A request the server vouched for no tenant (from inside the services' account).
     inside = await _ask(svc)
     assert inside.error is not None
@@ -136,5 +147,5 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
     assert (await _counters(svc)).get("retries_answered_again", 0) == before
     assert (await _ask(a, request_id="shared-id")).ok  # A's own retry is remembered
     assert (await _counters(svc)).get("retries_answered_again", 0) == before + 1
-    assert (await _counters(svc))["forbidden"] == 2
+    assert (await _counters(svc))["forbidden"] == 3
     assert "refused: tenant" in swarm.log("router-1")

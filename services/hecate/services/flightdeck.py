@@ -48,7 +48,13 @@ from hecate.services.retries import RetryLedger
 from hecate.services.swarmview import SwarmView
 from hecate.wire import subjects
 from hecate.wire.errors import as_code
-from hecate.wire.messages import ErrorReply, FailoverEvent, InferRequest, SessionRelease
+from hecate.wire.messages import (
+    STREAM_TOKEN_HEADERS,
+    ErrorReply,
+    FailoverEvent,
+    InferRequest,
+    SessionRelease,
+)
 from hecate.wire.stages import StageReply, reply_decoder
 
 _stage_reply = reply_decoder()
@@ -164,6 +170,13 @@ class FlightDeck:
         match action:
             case Send():
                 await self._send(flight, action)
+            case Stream(token) if m.request.stream:
+                # On the caller's own reply path, from the connection the answer leaves
+                # by, so the tokens arrive before it.
+                if flight.handle.reply:
+                    await self.service.nc.publish(
+                        flight.handle.reply, _json.encode(token), headers=STREAM_TOKEN_HEADERS
+                    )
             case Stream(token):
                 subject = subjects.token_stream(m.request.stream_to)
                 await self.service.nc.publish(subject, _json.encode(token))

@@ -92,6 +92,11 @@ class Intake:
         names that tenant, so quotas, retries, cancels and the line all key on it. A
         request refused is answered ``forbidden``, logged once and counted."""
         tenant = tenant_of(self.config.tenant_from, req.headers, req.body.tenant)
+        if self.config.tenant_from == "bus" and req.body.stream_to and isinstance(tenant, str):
+            # A subject of the caller's choosing: the router would publish where the
+            # caller may not. Tokens come back on the caller's own reply path instead.
+            why = "stream_to is refused on this bus: set stream to hear the tokens on your reply"
+            tenant = Refused(why, tenant)
         if isinstance(tenant, Refused):
             self.counters["forbidden"] += 1
             event(

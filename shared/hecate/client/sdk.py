@@ -21,6 +21,8 @@ caller that must tell the two apart (the chaos load counts such a call as lost).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -39,7 +41,13 @@ from hecate.resilience.backoff import SeedPolicy, WaitPolicy
 from hecate.resilience.breaker import CircuitBreaker
 from hecate.resilience.hints import parse_retry_after
 from hecate.wire import subjects
-from hecate.wire.messages import ErrorBody, InferReply, InferRequest, StreamToken
+from hecate.wire.messages import (
+    STREAM_HEADER,
+    ErrorBody,
+    InferReply,
+    InferRequest,
+    StreamToken,
+)
 
 MAX_ATTEMPTS = 3  # sends per call unless the caller says otherwise
 RETRYABLE = frozenset({"rate_limited", "no_plan", "draining", "timeout", "internal"})
@@ -140,35 +148,55 @@ class HecateClient:
         when its reply (or its absence) is known; never for a send the client's breaker
         refused, since nothing went out."""
         request_id = request_id or uuid.uuid4().hex
-        stream_to = ""
-        sub = None
+        deliver: Callable[[StreamToken], None] | None = None
         if on_token is not None:
             seen: set[int] = set()
             callback = on_token
 
-            async def deliver(msg: Msg) -> None:
-                token = _token.decode(msg.data)
-                if token.index not in seen:
+            def deliver(token: StreamToken) -> None:
+                if token.index not in seen:  # each index once, across retries too
                     seen.add(token.index)
                     callback(token)
 
-            stream_to = self.nc.new_inbox()
-            sub = await self.nc.subscribe(stream_to, cb=deliver)
+        return await self._infer(
+            model,
+            prompt,
+            max_tokens,
+            tenant,
+            request_id,
+            max_wait_ms,
+            temperature,
+            deliver,
+            on_attempt or _ignore,
+        )
+
+    async def _ask(
+        self, subject: str, body: bytes, timeout: float, deliver: Callable[[StreamToken], None]
+    ) -> Msg:
+        """A request whose one reply is preceded by its streamed tokens on the same inbox
+        (``InferRequest.stream``): the tokens go to ``deliver``, the reply is returned."""
+        inbox = self.nc.new_inbox()
+        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+
+        async def on_msg(msg: Msg) -> None:
+            headers = msg.headers or {}
+            if headers.get(STREAM_HEADER) == "token":
+                with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
+                    deliver(_token.decode(msg.data))
+            elif not reply.done():
+                reply.set_result(msg)
+
+        sub = await self.nc.subscribe(inbox, cb=on_msg)
         try:
-            return await self._infer(
-                model,
-                prompt,
-                max_tokens,
-                tenant,
-                request_id,
-                max_wait_ms,
-                temperature,
-                stream_to,
-                on_attempt or _ignore,
-            )
+            await self.nc.publish(subject, body, reply=inbox)
+            msg = await asyncio.wait_for(reply, timeout)
+        except TimeoutError:
+            raise NatsTimeout from None
         finally:
-            if sub is not None:
-                await sub.unsubscribe()
+            await sub.unsubscribe()
+        if (msg.headers or {}).get("Status") == "503":  # the server: nobody listens
+            raise NoRespondersError
+        return msg
 
     async def _infer(
         self,
@@ -179,7 +207,7 @@ class HecateClient:
         request_id: str,
         max_wait_ms: int,
         temperature: float,
-        stream_to: str,
+        deliver: Callable[[StreamToken], None] | None,
         on_attempt: Callable[[Attempt], None],
     ) -> InferReply:
         breaker = self._breaker(model)
@@ -204,14 +232,16 @@ class HecateClient:
                     max_wait_ms=max_wait_ms,
                     attempt=attempt,
                     temperature=temperature,
-                    stream_to=stream_to,
+                    stream=deliver is not None,
                 )
             )
             hint: float | None = None
             try:
-                msg = await self.nc.request(
-                    subjects.infer(model), body, timeout=self.timeout_s + max_wait_ms / 1000
-                )
+                timeout = self.timeout_s + max_wait_ms / 1000
+                if deliver is None:
+                    msg = await self.nc.request(subjects.infer(model), body, timeout=timeout)
+                else:
+                    msg = await self._ask(subjects.infer(model), body, timeout, deliver)
             except NoRespondersError:
                 on_attempt(Attempt(attempt, replied=False, code="client_no_router"))
                 breaker.record_failure()

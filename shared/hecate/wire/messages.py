@@ -57,9 +57,18 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
     seed: int | None = None
     stream_to: Annotated[str, msgspec.Meta(max_length=256)] = ""
+    # Stream the tokens back on the request's own reply subject, each a StreamToken with
+    # the header STREAM_HEADER: token, before the one InferReply (which has no such
+    # header). A caller hears only its own inbox, and a router publishes nowhere else.
+    stream: bool = False
     messages: Annotated[list[ChatMessage], msgspec.Meta(max_length=256)] | None = None
     # Generation ends before any of these strings (which are not part of the output).
     stop: Annotated[list[str], msgspec.Meta(max_length=8)] = []
+
+
+# Marks a streamed token on a request's reply subject (``InferRequest.stream``).
+STREAM_HEADER = "Hecate-Stream"
+STREAM_TOKEN_HEADERS: dict[str, str] = {STREAM_HEADER: "token"}
 
 
 class InferReply(msgspec.Struct, frozen=True, kw_only=True):
