@@ -1,5 +1,6 @@
 """The NATS side of one HTTP request: one request on ``hecate.infer.<model>``, its
-tokens from a ``stream_to`` inbox, its one reply; a cancel when the HTTP client hangs up.
+tokens and then its one reply on the request's own inbox; a cancel when the HTTP client
+hangs up.
 
 No retries here: the official clients retry 429 and 5xx themselves, and a retry the
 client does not know about would spend its time budget twice. What makes their retry
@@ -24,7 +25,14 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.wire import subjects
 from hecate.wire.errors import ErrorCode
-from hecate.wire.messages import ErrorBody, InferCancel, InferReply, InferRequest, StreamToken
+from hecate.wire.messages import (
+    STREAM_HEADER,
+    ErrorBody,
+    InferCancel,
+    InferReply,
+    InferRequest,
+    StreamToken,
+)
 
 _reply = msgspec.json.Decoder(InferReply)
 _token = msgspec.json.Decoder(StreamToken)
@@ -100,20 +108,30 @@ class Call:
         self._next_index = 0
         self._early: dict[int, StreamToken] = {}
         self._sub: object | None = None
+        self._inbox = ""  # streaming: where the tokens, then the reply, come back
+        self._final: asyncio.Future[Msg] | None = None
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
 
     async def start(self, headers: dict[str, str] | None) -> None:
         nc = self.bridge.nc
-        if self.request.stream_to:
+        if self.request.stream:
+            self._inbox = nc.new_inbox()
+            self._final = asyncio.get_running_loop().create_future()
             try:
-                self._sub = await nc.subscribe(self.request.stream_to, cb=self._on_token)
+                self._sub = await nc.subscribe(self._inbox, cb=self._on_msg)
             except Exception as exc:  # no connection: the caller gets a 503, not a 500
                 self.answered = True
                 message = f"the gateway's bus connection: {exc}"
                 self._events.put_nowait(_failed("no_responders", message, self.request))
                 return
         self._task = asyncio.create_task(self._ask(headers))
+
+    async def _on_msg(self, msg: Msg) -> None:
+        if (msg.headers or {}).get(STREAM_HEADER) == "token":
+            await self._on_token(msg)
+        elif self._final is not None and not self._final.done():
+            self._final.set_result(msg)
 
     async def _on_token(self, msg: Msg) -> None:
         if self.answered:
@@ -131,14 +149,9 @@ class Call:
             self.tokens += 1
 
     async def _ask(self, headers: dict[str, str] | None) -> None:
-        nc, request = self.bridge.nc, self.request
+        request = self.request
         try:
-            msg = await nc.request(
-                subjects.infer(self.model),
-                _encode(request),
-                timeout=self.bridge.timeout_s,
-                headers=headers,
-            )
+            msg = await self._send(headers)
             reply = _reply.decode(msg.data)
         except NoRespondersError:
             reply = _failed("no_responders", "no router is serving hecate.infer.*", request)
@@ -156,6 +169,20 @@ class Call:
             )
         self.answered = True
         self._events.put_nowait(reply)
+
+    async def _send(self, headers: dict[str, str] | None) -> Msg:
+        nc, subject, body = self.bridge.nc, subjects.infer(self.model), _encode(self.request)
+        timeout = self.bridge.timeout_s
+        if self._final is None:
+            return await nc.request(subject, body, timeout=timeout, headers=headers)
+        await nc.publish(subject, body, reply=self._inbox, headers=headers)
+        try:
+            msg = await asyncio.wait_for(asyncio.shield(self._final), timeout)
+        except TimeoutError:
+            raise NatsTimeout from None
+        if (msg.headers or {}).get("Status") == "503":  # the server: nobody listens
+            raise NoRespondersError
+        return msg
 
     async def next(self) -> StreamToken | InferReply | None:
         """The next token, else the reply; None once the caller hung up."""
@@ -227,9 +254,8 @@ class Bridge:
         """Send ``request`` (its tenant and request id set) and return the call. A retry
         of a refused body claims the slot booked for it."""
         ticket = self.tickets.take(request.tenant, body_hash, self.clock())
-        stream_to = self.nc.new_inbox() if stream else ""
-        if ticket is not None or stream_to:
-            request = msgspec.structs.replace(request, quota_ticket=ticket, stream_to=stream_to)
+        if ticket is not None or stream:
+            request = msgspec.structs.replace(request, quota_ticket=ticket, stream=stream)
         call = Call(self, model, request, body_hash)
         await call.start(headers)
         return call
