@@ -47,6 +47,8 @@ NOT_SUBJECTS = {
     "BUCKET_HISTORY": "bucket configuration (history), not an address",
     "INBOX_ROOT": "the inbox rule: checked in info.description",
     "inbox_prefix": "the inbox rule: checked in info.description",
+    "NODE_USER_PREFIX": "node users' names (node-<id>), part of the inbox rule",
+    "node_of": "a parser, not a subject builder",
 }
 
 

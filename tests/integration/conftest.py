@@ -79,7 +79,7 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 class Processes:
     """Service processes started with the real ``hecate`` command by the one supervisor
     (:class:`hecate.launch.Supervisor`); logs go to files. ``secure``: a locked-down bus,
-    each service logging in as its role."""
+    each service logging in as its role, each node as itself."""
 
     def __init__(self, url: str, logs: Path, secure: SecureBus | None = None) -> None:
         self.url = url
@@ -94,7 +94,7 @@ class Processes:
     def start(self, label: str, *args: str) -> subprocess.Popen[bytes]:
         env = {"OPENBLAS_NUM_THREADS": "1", "HECATE_LOG_LEVEL": "INFO"}
         if self.secure is not None:
-            env.update(self.secure.credentials(args[0]).to_env())
+            env.update(self.secure.service_credentials(args).to_env())
         return self.supervisor.start(ProcessSpec(label, (*args, "--nats", self.url), env))
 
     def node(

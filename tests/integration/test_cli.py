@@ -114,6 +114,10 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
             assert "Traceback" not in anonymous.stderr
             log = (state / "nats" / "nats.log").read_text(errors="replace")
             assert "Violation" not in log, [ln for ln in log.splitlines() if "Violation" in ln]
+            # Each node logged in as itself: no user speaks for every node.
+            for node_id, *_ in SWARM_NODES:
+                assert (state / "secure" / f"node-{node_id}.env").exists()
+            assert not (state / "secure" / "node.env").exists()
     finally:
         up.send_signal(signal.SIGINT)  # what Ctrl-C does
         out, _ = up.communicate(timeout=60)
@@ -121,7 +125,7 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
     assert "Traceback" not in out, out[-3000:]
     assert "hecate up: NATS at nats://127.0.0.1:" in out
     assert f"OpenAI-compatible API at http://127.0.0.1:{port}/v1" in out
-    assert ("secure bus (TLS, one user per role)" in out) == secure
+    assert ("secure bus (TLS, one user per role and per node)" in out) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
     assert not url_file.exists()
 

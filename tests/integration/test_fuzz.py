@@ -108,8 +108,10 @@ REQUEST_REPLY = [
 LISTEN_ONLY = [
     subjects.heartbeat("gpu"),
     subjects.heartbeat("nobody"),
-    subjects.NODE_JOIN,
-    subjects.NODE_LEAVE,
+    subjects.node_join("gpu"),
+    subjects.node_join("nobody"),
+    subjects.node_leave("gpu"),
+    subjects.node_leave("nobody"),
     subjects.NODE_ROLL_CALL,
     subjects.breaker_report("gpu"),
     subjects.EVENT_NODE_DOWN,

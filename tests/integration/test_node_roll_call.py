@@ -20,7 +20,7 @@ _join = msgspec.json.Decoder(NodeJoin)
 
 
 async def test_a_roll_call_brings_the_join_again(nats_server: NatsServer, client: Client) -> None:
-    joins = await client.subscribe(subjects.NODE_JOIN)
+    joins = await client.subscribe(subjects.node_join("solo"))
     profile = NodeProfile(node_id="solo", capacity_layers=4, latency_ms=5.0)
     node = Node(NodeConfig(profile=profile, executor="null"), log=logging.getLogger("test.node"))
     stop = asyncio.Event()

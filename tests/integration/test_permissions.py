@@ -89,31 +89,38 @@ async def login(server: NatsServer, bus: SecureBus) -> AsyncIterator[object]:
 
 # (who, publishes to, a witness allowed to hear that subject)
 FORBIDDEN_PUBLISH: list[tuple[str, str, str | None]] = [
-    ("node", f"$KV.{subjects.PLAN_BUCKET}.{subjects.PLAN_KEY}", "router"),
+    ("node-gpu", f"$KV.{subjects.PLAN_BUCKET}.{subjects.PLAN_KEY}", "router"),
     ("router", f"$KV.{subjects.PLAN_BUCKET}.{subjects.PLAN_KEY}", "router"),
     ("telemetry", f"$KV.{subjects.PLAN_BUCKET}.{subjects.PLAN_KEY}", "router"),
     ("router", f"$KV.{subjects.BREAKER_BUCKET}.gpu", "router"),
     ("planner", f"$KV.{subjects.BREAKER_BUCKET}.gpu", "router"),
-    ("node", f"$KV.{subjects.TELEMETRY_BUCKET}.{subjects.TELEMETRY_KEY}", "router"),
+    ("node-gpu", f"$KV.{subjects.TELEMETRY_BUCKET}.{subjects.TELEMETRY_KEY}", "router"),
     ("tenant-a", subjects.heartbeat("gpu"), "telemetry"),
     ("tenant-a", subjects.EVENT_FAILOVER, "operator"),
     ("tenant-a", subjects.EVENT_NODE_DOWN, "router"),
-    ("tenant-a", subjects.NODE_JOIN, "planner"),
-    ("tenant-a", subjects.node_run("gpu"), "node"),
+    ("tenant-a", subjects.node_join("gpu"), "planner"),
+    ("tenant-a", subjects.node_run("gpu"), "node-gpu"),
     ("tenant-a", subjects.breaker_report("gpu"), "breaker"),
     ("tenant-a", subjects.BREAKER_PROBE, "breaker"),
-    ("node", subjects.EVENT_PLAN, "operator"),
-    ("node", subjects.infer("ncm-base"), "router"),
+    ("node-gpu", subjects.EVENT_PLAN, "operator"),
+    ("node-gpu", subjects.infer("ncm-base"), "router"),
     ("operator", subjects.node_fault("gpu"), None),  # chaos runs only: nobody may
     ("router", subjects.heartbeat("gpu"), "telemetry"),
+    # A node speaks for itself only.
+    ("node-laptop", subjects.node_join("gpu"), "planner"),
+    ("node-laptop", subjects.node_leave("gpu"), "planner"),
+    ("node-laptop", subjects.node_leave("gpu"), "telemetry"),
+    ("node-laptop", subjects.heartbeat("gpu"), "telemetry"),
 ]
 # The same subjects, by the role the contract gives them to.
 ALLOWED_PUBLISH = [
     ("telemetry", subjects.EVENT_NODE_DOWN, "router"),
-    ("node", subjects.heartbeat("gpu"), "telemetry"),
+    ("node-gpu", subjects.heartbeat("gpu"), "telemetry"),
     ("router", subjects.EVENT_FAILOVER, "operator"),
-    ("node", subjects.NODE_JOIN, "planner"),
-    ("router", subjects.node_run("gpu"), "node"),
+    ("node-gpu", subjects.node_join("gpu"), "planner"),
+    ("node-gpu", subjects.node_leave("gpu"), "telemetry"),
+    ("router", subjects.node_run("gpu"), "node-gpu"),
+    ("node-laptop", subjects.node_run("gpu"), "node-gpu"),  # a chained stage
     ("router", subjects.breaker_report("gpu"), "breaker"),
     ("planner", subjects.EVENT_PLAN, "operator"),
     ("tenant-a", subjects.infer("ncm-base"), "router"),
@@ -195,7 +202,7 @@ async def _buckets(server: NatsServer, bus: SecureBus) -> None:
 
 
 async def test_only_the_owner_creates_a_bucket(login: object) -> None:
-    node = await login("node")  # type: ignore[operator]
+    node = await login("node-gpu")  # type: ignore[operator]
     with pytest.raises(nats.errors.TimeoutError):  # refused: no reply
         await node.nc.jetstream(timeout=0.5).create_key_value(bucket="hecate-forged")
     assert "$js.api.stream.create.kv_hecate-forged" in (await node.refused()).lower()
@@ -208,8 +215,11 @@ async def test_only_the_owner_creates_a_bucket(login: object) -> None:
         ("tenant-b", "_INBOX.>"),
         ("tenant-b", subjects.INFER_ALL),  # other tenants' prompts
         ("tenant-b", subjects.EVENTS_ALL),
-        ("node", subjects.INFER_ALL),
-        ("node", "_INBOX.router.>"),  # routers' stage replies
+        ("node-gpu", subjects.INFER_ALL),
+        ("node-gpu", "_INBOX.router.>"),  # routers' stage replies
+        ("node-gpu", "_INBOX.node.laptop.>"),  # another node's replies
+        ("node-gpu", subjects.node_run("laptop")),  # another node's stages
+        ("node-gpu", subjects.NODE_JOIN_ALL),
         ("breaker", "_INBOX.tenant-a.>"),
         ("operator", "_INBOX.tenant-a.>"),
     ],

@@ -6,11 +6,12 @@ very ``hecate <service> ...`` command an operator would type (``ps`` shows which
 which; any one can be killed or restarted by hand). Logs stream with a service prefix.
 Ctrl-C stops everything: services drain first, the server goes last.
 
-``--secure`` locks the bus down as a deployment would: one NATS user per service role
-and per tenant, with the permissions ``deploy/nats/auth.conf`` ships (derived from the
-wire contract), fresh random passwords, and TLS with a throwaway CA, all under
-``<state>/secure/`` (mode 0700). Each service gets its role's credentials in its
-environment; ``<user>.env`` files there give a shell a tenant's or the operator's.
+``--secure`` locks the bus down as a deployment would: one NATS user per service role,
+per node of the topology (``node-<id>``: it joins, leaves, heartbeats and serves as
+itself only) and per tenant, with the permissions ``deploy/nats/auth.conf`` ships
+(derived from the wire contract), fresh random passwords, and TLS with a throwaway CA,
+all under ``<state>/secure/`` (mode 0700). Each service gets its own user's credentials
+in its environment; ``<user>.env`` files there give a shell a tenant's or the operator's.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ async def up(args: argparse.Namespace) -> int:
     if args.secure:
         if url is not None:
             raise HecateError("--secure starts its own locked-down server; drop --nats")
-        bus = await asyncio.to_thread(prepare, state / "secure", tenants(args))
+        nodes = [n.id for n in topology.nodes]
+        bus = await asyncio.to_thread(prepare, state / "secure", tenants(args), nodes=nodes)
         bus.write_env_files()
     if url is None:
         server = NatsServer(
@@ -136,8 +138,8 @@ async def up(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         for spec in plan_commands(args, url):
-            # argv[0] is the service, which is also its NATS user under --secure.
-            creds = bus.credentials(spec.argv[0]).to_env() if bus else {}
+            # Under --secure each service logs in as its role, each node as itself.
+            creds = bus.service_credentials(spec.argv).to_env() if bus else {}
             supervisor.start(dataclasses.replace(spec, env=creds))
         print(
             f"hecate up: NATS at {url}"
@@ -150,7 +152,7 @@ async def up(args: argparse.Namespace) -> int:
         if bus is not None:
             tenant = bus.tenants[0] if bus.tenants else "operator"
             print(
-                f"hecate up: secure bus (TLS, one user per role); tenants: "
+                f"hecate up: secure bus (TLS, one user per role and per node); tenants: "
                 f"{', '.join(bus.tenants)}; credentials in {bus.directory}/<user>.env\n"
                 f"hecate up: try  . {bus.directory}/{tenant}.env && "
                 f'.venv/bin/hecate infer {model} "hello swarm"  and  '
@@ -208,7 +210,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--secure",
         action="store_true",
-        help="lock the bus down: a NATS user per role and tenant, TLS, random passwords",
+        help="lock the bus down: a NATS user per role, node and tenant, TLS, random passwords",
     )
     add_tenant_option(p, "with --secure: a tenant user")
     p.add_argument(

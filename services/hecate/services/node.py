@@ -10,10 +10,11 @@ batches on one compute thread (:mod:`hecate.services.compute`), so that the even
 is always free to heartbeat.
 Holds: the latest plan (KV watch) → the ranges it hosts, pre-loaded in its executor and
 each run once on adoption (a timed warm-up pass; :mod:`hecate.services.node_holdings`).
-Publishes: ``hecate.node.join`` on start and on roll-call, a heartbeat every interval
+Publishes, on subjects naming its own id (on a locked-down bus its user may use no
+other): ``hecate.node.<id>.join`` on start and on roll-call, a heartbeat every interval
 (stage latency as measured: none before the node has run anything, then its warm-up
 passes refined by real stages; busy fraction, in-flight; :mod:`.node_meter`),
-``hecate.node.leave`` when draining.
+``hecate.node.<id>.leave`` when draining.
 On SIGTERM it drains: no new work, in-flight work finishes, then it leaves.
 """
 
@@ -141,7 +142,7 @@ class Node:
         self.draining = True
         event(self.log, "draining", in_flight=self.meter.in_flight)
         await self._heartbeat()  # tell telemetry before the last work finishes
-        await svc.nc.publish(subjects.NODE_LEAVE, encode(NodeLeave(node_id=node_id)))
+        await svc.nc.publish(subjects.node_leave(node_id), encode(NodeLeave(node_id=node_id)))
         beat.cancel()
         await svc.stop(grace)
         self.runner.close()
@@ -149,7 +150,7 @@ class Node:
 
     async def _join(self) -> None:
         join = NodeJoin(profile=self.profile, executor=self.config.executor)
-        await self.service.nc.publish(subjects.NODE_JOIN, encode(join))
+        await self.service.nc.publish(subjects.node_join(self.profile.node_id), encode(join))
 
     async def _on_roll_call(self, _body: msgspec.Raw, _headers: Mapping[str, str]) -> None:
         if not self.draining:

@@ -1,6 +1,7 @@
 """planner: membership in, the plan out (KV ``hecate-plan/current``; revision = epoch).
 
-Listens: ``hecate.node.join`` / ``hecate.node.leave``.
+Listens: ``hecate.node.*.join`` / ``hecate.node.*.leave``, each taken only when the
+node its subject names is the node its body names (:mod:`.vouching`).
 Holds: the membership (each node's profile with the executor it runs) and a core
 :class:`Swarm` built with the chosen strategy. A model's layers go only to nodes running
 its executor; a model no member runs is not planned, and is logged once as such.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 
 import msgspec
 from opentelemetry.trace import TracerProvider
@@ -36,6 +36,7 @@ from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, Swarm
 from hecate.core.planners import unexecutable
 from hecate.services.config import PlannerConfig
 from hecate.services.planstore import PlanStore, plan_digest, same_plan
+from hecate.services.vouching import NodeIdentity
 from hecate.wire import subjects
 from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
 
@@ -80,6 +81,7 @@ class PlannerService:
         self.conflicts = 0
         self.adopted = 0
         self._unexecutable: set[str] = set()  # models logged as having no executor here
+        self.identity = NodeIdentity(log)
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
@@ -87,7 +89,14 @@ class PlannerService:
         self._store = PlanStore(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET))
         self.stored, self.revision = await self._store.read()
         self._start_revision = self.revision
-        joins = await svc.add_endpoint("join", subjects.NODE_JOIN, NodeJoin, self._on_join)
+        guard = self.identity.guard
+        joins = await svc.add_endpoint(
+            "join",
+            subjects.NODE_JOIN_ALL,
+            NodeJoin,
+            guard(self._on_join, lambda join: join.profile.node_id),
+            deferred=True,
+        )
         joins.status = lambda: {
             "epoch": self.revision,
             "plan": plan_digest(self.stored) if self.stored is not None else "",
@@ -95,8 +104,15 @@ class PlannerService:
             "pending": self._changed.is_set() or self._lock.locked(),
             "conflicts": self.conflicts,
             "adopted": self.adopted,
+            "identity_mismatch": self.identity.refused,
         }
-        await svc.add_endpoint("leave", subjects.NODE_LEAVE, NodeLeave, self._on_leave)
+        await svc.add_endpoint(
+            "leave",
+            subjects.NODE_LEAVE_ALL,
+            NodeLeave,
+            guard(self._on_leave, lambda leave: leave.node_id),
+            deferred=True,
+        )
         await svc.ready()
         await svc.nc.publish(subjects.NODE_ROLL_CALL, b"{}")
         svc.spawn(self._follow())
@@ -105,7 +121,7 @@ class PlannerService:
         await stop.wait()
         await svc.stop()
 
-    async def _on_join(self, join: NodeJoin, _headers: Mapping[str, str]) -> None:
+    async def _on_join(self, join: NodeJoin) -> None:
         # The join's own field is what every node has always sent; the profile carries it
         # on into the plan, where the strategy and the nodes read it.
         profile = msgspec.structs.replace(join.profile, executor=join.executor)
@@ -130,7 +146,7 @@ class PlannerService:
         else:
             self._changed.set()
 
-    async def _on_leave(self, leave: NodeLeave, _headers: Mapping[str, str]) -> None:
+    async def _on_leave(self, leave: NodeLeave) -> None:
         self.gone.add(leave.node_id)
         if self.members.pop(leave.node_id, None) is None:
             return

@@ -1,6 +1,8 @@
 """telemetry: heartbeats in, EWMA state and liveness out.
 
-Listens: ``hecate.telemetry.heartbeat.*`` (Heartbeat), ``hecate.node.leave``.
+Listens: ``hecate.telemetry.heartbeat.*`` (Heartbeat), ``hecate.node.*.leave``, each
+taken only when the node its subject names is the node its body names
+(:mod:`.vouching`: a node cannot fake another's liveness or its leaving).
 Holds: per node, the core's :class:`NodeState` (EWMA of latency, load, score) and its
 heartbeat history in a :class:`FailureDetector` (monotonic clock).
 Decides: a node is down when the detector suspects it: when its silence is unlikely
@@ -27,7 +29,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
@@ -39,6 +40,7 @@ from hecate.bus.service import Service, encode
 from hecate.core.liveness import FailureDetector
 from hecate.core.telemetry import NodeState, Sample, observe
 from hecate.services.config import TelemetryConfig
+from hecate.services.vouching import NodeIdentity
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
 
@@ -77,17 +79,30 @@ class Telemetry:
         self._urgent_event = asyncio.Event()
         self._seq = 0
         self.rejected = 0
+        self.identity = NodeIdentity(log)
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
         self._kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
         # Fire-and-forget subjects: the shell decodes, counts and logs bad messages once.
+        guard = self.identity.guard
         beats = await svc.add_endpoint(
-            "heartbeat", subjects.HEARTBEAT_ALL, Heartbeat, self._on_heartbeat, traced=False
+            "heartbeat",
+            subjects.HEARTBEAT_ALL,
+            Heartbeat,
+            guard(self._on_heartbeat, lambda beat: beat.node_id),
+            traced=False,
+            deferred=True,
         )
         beats.status = self.figures
-        await svc.add_endpoint("leave", subjects.NODE_LEAVE, NodeLeave, self._on_leave)
+        await svc.add_endpoint(
+            "leave",
+            subjects.NODE_LEAVE_ALL,
+            NodeLeave,
+            guard(self._on_leave, lambda leave: leave.node_id),
+            deferred=True,
+        )
         await svc.ready()
         svc.spawn(self._sweep())
         svc.spawn(self._writer())
@@ -97,7 +112,7 @@ class Telemetry:
 
     # -- inputs ------------------------------------------------------------------------
 
-    async def _on_heartbeat(self, beat: Heartbeat, _headers: Mapping[str, str]) -> None:
+    async def _on_heartbeat(self, beat: Heartbeat) -> None:
         node_id = beat.node_id
         was = self.nodes.get(node_id)
         state = observe(
@@ -121,7 +136,7 @@ class Telemetry:
             await self._liveness(node_id, up=True, reason="heartbeat")
         self._dirty.set()
 
-    async def _on_leave(self, leave: NodeLeave, _headers: Mapping[str, str]) -> None:
+    async def _on_leave(self, leave: NodeLeave) -> None:
         if leave.node_id in self.nodes and self.nodes[leave.node_id].alive:
             self.nodes[leave.node_id] = msgspec.structs.replace(
                 self.nodes[leave.node_id], alive=False, in_flight=0
@@ -186,6 +201,7 @@ class Telemetry:
             "sweeps": self.sweeps,
             "stalls": self.stalls,
             "blind_s": round(self.blind_s, 3),
+            "identity_mismatch": self.identity.refused,
         }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:

@@ -26,7 +26,8 @@ from hecate.wire.subjects import inbox_prefix
 ENV_USER = "HECATE_NATS_USER"
 ENV_PASSWORD = "HECATE_NATS_PASSWORD"
 ENV_CA = "HECATE_NATS_CA"
-USER_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # one subject token
+# One subject token: a slug, or node-<slug> for a node's user.
+USER_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,68}$")
 
 
 class CredentialsError(ValueError):

@@ -1,5 +1,6 @@
-"""A locked-down bus for one machine: per-role NATS users with the permissions derived
-from the wire contract, random passwords, and TLS with a throwaway CA.
+"""A locked-down bus for one machine: per-role, per-node and per-tenant NATS users with
+the permissions derived from the wire contract, random passwords, and TLS with a
+throwaway CA.
 
 ``hecate up --secure``, the permission tests and anyone wanting to try the deployment
 configuration locally use :func:`prepare`. Production keeps its own CA and secrets and
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import itertools
 import os
 import secrets
 from collections.abc import Sequence
@@ -35,7 +37,7 @@ class SecureBus:
 
     def server_config(self) -> str:
         """What goes into nats-server's configuration besides ports and limits."""
-        parts = [permissions.render_authorization(self.tenants)]
+        parts = [permissions.render_authorization(self.tenants, self.nodes)]
         if self.tls:
             parts.append(
                 "tls {\n"
@@ -49,18 +51,38 @@ class SecureBus:
     @property
     def tenants(self) -> tuple[str, ...]:
         roles = {*permissions.SERVICE_USERS, permissions.GATEWAY, permissions.OPERATOR}
-        return tuple(u for u in self.passwords if u not in roles)
+        return tuple(
+            u for u in self.passwords if u not in roles and not permissions.is_node_user(u)
+        )
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The ids of the nodes that have a user."""
+        prefix = len(permissions.node_user(""))
+        return tuple(u[prefix:] for u in self.passwords if permissions.is_node_user(u))
 
     def server_env(self) -> dict[str, str]:
         """The variables the configuration reads passwords from."""
         return {permissions.password_variable(u): pw for u, pw in self.passwords.items()}
 
     def credentials(self, user: str) -> Credentials:
+        """The credentials of ``user`` (a node's user is ``node-<id>``:
+        :meth:`service_credentials` finds it from the command)."""
         return Credentials(
             user=user,
             password=self.passwords[user],
             ca_file=str(self.ca_file) if self.ca_file else "",
         )
+
+    def service_credentials(self, argv: Sequence[str]) -> Credentials:
+        """Whom the service ``hecate <argv>`` logs in as: its role's user, or, for a
+        node, the user of the node ``--id`` names."""
+        if argv[0] == permissions.NODE:
+            node_id = next((b for a, b in itertools.pairwise(argv) if a == "--id"), "")
+            if node_id not in self.nodes:
+                raise KeyError(f"no NATS user for node {node_id!r}: add it to the topology")
+            return self.credentials(permissions.node_user(node_id))
+        return self.credentials(argv[0])
 
     def write_env_files(self) -> dict[str, Path]:
         """``<user>.env`` per user (mode 0600): ``. tenant-a.env`` gives a shell the
@@ -75,13 +97,17 @@ class SecureBus:
 
 
 def prepare(
-    directory: Path, tenants: Sequence[str] = permissions.DEFAULT_TENANTS, *, tls: bool = True
+    directory: Path,
+    tenants: Sequence[str] = permissions.DEFAULT_TENANTS,
+    *,
+    nodes: Sequence[str] = permissions.DEFAULT_NODES,
+    tls: bool = True,
 ) -> SecureBus:
-    """Fresh passwords for every user (and a CA and server certificate with ``tls``),
-    kept under ``directory`` (mode 0700)."""
+    """Fresh passwords for every user, one per node of ``nodes`` among them (and a CA and
+    server certificate with ``tls``), kept under ``directory`` (mode 0700)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    users = [*permissions.users(tenants)]
+    users = [*permissions.users(tenants, nodes)]
     passwords = {user: new_password() for user in users}
     if not tls:
         return SecureBus(directory, passwords)

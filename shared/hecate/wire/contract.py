@@ -104,6 +104,10 @@ class Operation:
     description: str = ""
     reply: Channel | None = None
     queue: str | None = None
+    # The placeholder of the address that is the actor's own id (a node's ``node_id``):
+    # each of the role's users may use its own id there and no other, so no node can
+    # join, leave, heartbeat or serve stages as another.
+    own: str | None = None
 
 
 def _ref(name: str) -> str:
@@ -517,16 +521,34 @@ FAULT = Channel(
 FAULT_REPLY_CHANNEL = Channel(
     "nodeFaultReply", None, "Fault acknowledgements", "The reply subject of a fault.", (FAULT_ACK,)
 )
+_OWN_SUBJECT = (
+    "The `node_id` of the subject is the sender's own: on a locked-down bus each node's "
+    "user may publish only its own, and a body naming another node is refused "
+    "(`forbidden`, to a message with a reply subject), logged and counted, and changes "
+    "nothing."
+)
 HEARTBEATS = Channel(
     "heartbeat",
     subjects.heartbeat("{node_id}"),
     "Node heartbeats",
-    f"Telemetry subscribes to `{subjects.HEARTBEAT_ALL}`; `node_id` in the body is the "
-    "one it uses.",
+    f"Fire-and-forget; telemetry subscribes to `{subjects.HEARTBEAT_ALL}`. {_OWN_SUBJECT}",
     (HEARTBEAT,),
 )
-JOIN = Channel("nodeJoin", subjects.NODE_JOIN, "Node joins", "Fire-and-forget.", (NODE_JOIN,))
-LEAVE = Channel("nodeLeave", subjects.NODE_LEAVE, "Node leaves", "Fire-and-forget.", (NODE_LEAVE,))
+JOIN = Channel(
+    "nodeJoin",
+    subjects.node_join("{node_id}"),
+    "Node joins",
+    f"Fire-and-forget; the planner subscribes to `{subjects.NODE_JOIN_ALL}`. {_OWN_SUBJECT}",
+    (NODE_JOIN,),
+)
+LEAVE = Channel(
+    "nodeLeave",
+    subjects.node_leave("{node_id}"),
+    "Node leaves",
+    f"Fire-and-forget; the planner and telemetry subscribe to `{subjects.NODE_LEAVE_ALL}`. "
+    + _OWN_SUBJECT,
+    (NODE_LEAVE,),
+)
 ROLL_CALL_CHANNEL = Channel(
     "nodeRollCall", subjects.NODE_ROLL_CALL, "Roll-call", "Fire-and-forget.", (ROLL_CALL,)
 )
@@ -745,6 +767,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "receive",
         NODE_RELEASE,
         "Drop the session's KV cache between two batches; refuse later steps of it.",
+        own="node_id",
     ),
     Operation(
         "node.receiveStageRun",
@@ -753,6 +776,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         NODE_RUN,
         "Execute a stage of a layer range this node hosts in the current plan.",
         reply=STAGE_REPLY_CHANNEL,
+        own="node_id",
     ),
     Operation(
         "node.forwardStage",
@@ -780,8 +804,11 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         FAULT,
         "Apply the fault to every stage from now.",
         reply=FAULT_REPLY_CHANNEL,
+        own="node_id",
     ),
-    Operation("node.sendHeartbeat", "node", "send", HEARTBEATS, "Report every interval."),
+    Operation(
+        "node.sendHeartbeat", "node", "send", HEARTBEATS, "Report every interval.", own="node_id"
+    ),
     Operation(
         "telemetry.receiveHeartbeat",
         "telemetry",
@@ -789,9 +816,11 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         HEARTBEATS,
         "Fold heartbeats into liveness and EWMA state.",
     ),
-    Operation("node.sendJoin", "node", "send", JOIN, "Join on start and on roll-call."),
+    Operation(
+        "node.sendJoin", "node", "send", JOIN, "Join on start and on roll-call.", own="node_id"
+    ),
     Operation("planner.receiveJoin", "planner", "receive", JOIN, "Admit or re-admit a node."),
-    Operation("node.sendLeave", "node", "send", LEAVE, "Leave when draining."),
+    Operation("node.sendLeave", "node", "send", LEAVE, "Leave when draining.", own="node_id"),
     Operation("planner.receiveLeave", "planner", "receive", LEAVE, "Retire the node's layers."),
     Operation(
         "telemetry.receiveLeave", "telemetry", "receive", LEAVE, "Mark the node down at once."
@@ -1002,9 +1031,11 @@ ErrorReply elsewhere) and the headers `Nats-Service-Error` (message), \
 503, empty body).
 
 **Inboxes and permissions.** A process with a NATS user creates its reply inboxes \
-under `_INBOX.<user>` (anonymous ones under `_INBOX`). On a locked-down server each user \
-subscribes to its own inboxes only, and may publish and subscribe exactly where the \
-operations below give its role (`hecate nats-config` renders those permissions).
+under `_INBOX.<user>` (anonymous ones under `_INBOX`; a node's user, `node-<id>`, under \
+`_INBOX.node.<id>`). On a locked-down server each user subscribes to its own inboxes \
+only, and may publish and subscribe exactly where the operations below give its role \
+(`hecate nats-config` renders those permissions). Each node is a user of its own: where \
+an operation names `x-own-parameter`, that parameter is the node's own id and no other.
 
 **Tracing.** Requests may carry W3C trace context headers (`traceparent`, `tracestate`).
 
@@ -1117,6 +1148,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         }
     if op.queue is not None:
         out["bindings"] = {"nats": {"queue": op.queue, "bindingVersion": "0.1.0"}}
+    if op.own is not None:
+        out["x-own-parameter"] = op.own
     return out
 
 

@@ -2,7 +2,8 @@
 
 Every operation in :mod:`hecate.wire.contract` names a role, an action (send or
 receive) and a channel; this module turns them into one NATS user per service role
-(planner, telemetry, router, breaker, node, operator) and one per tenant (the contract's
+(planner, telemetry, router, breaker, operator), one per node (``node-<id>``: the
+contract's ``node`` role, held to its own id) and one per tenant (the contract's
 ``client`` role), and renders the ``authorization`` block of a nats-server
 configuration. Deriving them, rather than writing them by hand, keeps the permissions
 and the contract from drifting apart: a new operation without its permission fails on
@@ -12,18 +13,21 @@ The rules:
 
 * **send** on a subject: publish to it (``{placeholders}`` become ``*``); **receive**:
   subscribe to it.
-* **Replies**: every user subscribes to its own inboxes only (``_INBOX.<user>.>``, see
-  :mod:`hecate.bus.credentials`). A role that receives a request publishes to the
-  inboxes of the roles that send it (a node answers ``_INBOX.router.>`` and, chained,
-  ``_INBOX.node.>``); only the router, which answers tenants and streams their tokens,
-  may publish to every inbox.
+* **Own ids**: where an operation names its ``own`` placeholder, a node's user gets its
+  own id there instead of ``*``: it joins, leaves, heartbeats and serves stages as
+  itself only, while it may still forward a stage to any node.
+* **Replies**: every user subscribes to its own inboxes only (``_INBOX.<user>.>``, a
+  node's ``_INBOX.node.<id>.>``, see :mod:`hecate.bus.credentials`). A role that
+  receives a request publishes to the inboxes of the roles that send it (a node answers
+  ``_INBOX.router.>`` and, chained, ``_INBOX.node.*.>``); only the router, which answers
+  tenants and streams their tokens, may publish to every inbox.
 * **KV**: the role that sends to a KV channel owns its bucket (creates it, writes it);
   one that receives from it may look the bucket up, read keys and watch them, nothing
   more. JetStream's API subjects are granted per bucket, never ``$JS.API.>``.
 * **Discovery**: services answer the NATS service API (``$SRV.>``) to the operator.
 
-So a node cannot write the plan, a tenant cannot publish telemetry or failover events,
-and nobody but the breaker service writes breaker state.
+So a node cannot write the plan nor speak for another node, a tenant cannot publish
+telemetry or failover events, and nobody but the breaker service writes breaker state.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from dataclasses import dataclass
 from hecate.wire import contract, subjects
 from hecate.wire.subjects import INBOX_ROOT, inbox_prefix
 
-SERVICE_USERS: tuple[str, ...] = ("planner", "telemetry", "router", "breaker", "node")
+# One user per role, shared by the role's replicas; nodes are users of their own.
+SERVICE_USERS: tuple[str, ...] = ("planner", "telemetry", "router", "breaker")
+NODE = "node"  # the contract role every node user acts as; no user has this name
 OPERATOR = "operator"
 # The HTTP gateway: a client of the swarm (it asks for inference and cancels) that also
 # observes it (events, circuits) for its page, /v1/models and readiness.
@@ -48,6 +54,9 @@ ACTS_AS: dict[str, tuple[str, ...]] = {
     GATEWAY: ("client", "observer"),
 }
 DEFAULT_TENANTS: tuple[str, ...] = ("tenant-a", "tenant-b")
+# The nodes of examples/swarm.json, which docker-compose.yml runs: a deployment with
+# other nodes renders its own (``hecate nats-config --topology FILE``).
+DEFAULT_NODES: tuple[str, ...] = ("gpu", "laptop", "desktop", "pi")
 # Channels no deployment grants: fault injection exists for chaos runs only.
 NOT_DEPLOYED: frozenset[str] = frozenset({contract.FAULT.id, contract.FAULT_REPLY_CHANNEL.id})
 # Where a receiver subscribes wider than the channel: routers take every
@@ -97,13 +106,18 @@ def _requester_inboxes(channel: contract.Channel) -> list[str]:
 
 
 def _inboxes_of(role: str) -> str:
+    if role == NODE:  # every node's, and no other user's
+        return f"{inbox_prefix(node_user('*'))}.>"
     for user, roles in ACTS_AS.items():
         if role in roles:
             return f"{inbox_prefix(user)}.>"
     raise ValueError(f"role {role!r} has no user")
 
 
-def _from_contract(roles: Iterable[str], *, kv_reads_of: Iterable[str] = ()) -> Permissions:
+def _from_contract(
+    roles: Iterable[str], *, kv_reads_of: Iterable[str] = (), own: str = "*"
+) -> Permissions:
+    """``own``: the actor's own id, put where an operation names its ``own`` placeholder."""
     roles = set(roles)
     publish: list[str] = []
     subscribe: list[str] = []
@@ -124,10 +138,13 @@ def _from_contract(roles: Iterable[str], *, kv_reads_of: Iterable[str] = ()) -> 
             if op.action == "send":
                 publish.append(f"{INBOX_ROOT}.>")
             continue  # receiving: the tenant's own inbox, granted below
+        address = channel.address
+        if op.own is not None:
+            address = address.replace(f"{{{op.own}}}", own)
         if op.action == "send":
-            publish.append(_subject(channel.address))
+            publish.append(_subject(address))
         else:
-            subscribe.append(_subject(SUBSCRIBED_AS.get(channel.address, channel.address)))
+            subscribe.append(_subject(SUBSCRIBED_AS.get(address, address)))
             if op.reply is not None:
                 publish += _requester_inboxes(channel)
     return Permissions(tuple(_unique(publish)), tuple(_unique(subscribe)))
@@ -143,7 +160,10 @@ def _unique(items: Iterable[str]) -> list[str]:
 def user_permissions(user: str) -> Permissions:
     """A service role's (or the operator's) permissions."""
     if user not in ACTS_AS:
-        raise ValueError(f"no such role user {user!r}; tenants use tenant_permissions()")
+        raise ValueError(
+            f"no such role user {user!r}; nodes use node_permissions(), "
+            "tenants tenant_permissions()"
+        )
     derived = _from_contract(ACTS_AS[user], kv_reads_of=("client",) if user == OPERATOR else ())
     publish = list(derived.publish)
     subscribe = [*derived.subscribe, f"{inbox_prefix(user)}.>"]
@@ -156,6 +176,24 @@ def user_permissions(user: str) -> Permissions:
     else:
         subscribe.append("$SRV.>")
         publish.append(f"{inbox_prefix(OPERATOR)}.>")
+    return Permissions(tuple(_unique(publish)), tuple(_unique(subscribe)))
+
+
+def node_user(node_id: str) -> str:
+    """The NATS user of one node."""
+    return f"{subjects.NODE_USER_PREFIX}{node_id}"
+
+
+def node_permissions(node_id: str) -> Permissions:
+    """One node's permissions: join, leave and heartbeat as itself, serve its own stages
+    and releases, forward a stage to any node and answer routers, other nodes (chained)
+    and the operator's discovery; read the plan; hear the roll-call and its own inboxes."""
+    if not subjects.SLUG.fullmatch(node_id):
+        raise ValueError(f"node id {node_id!r} must match {subjects.SLUG.pattern}")
+    derived = _from_contract((NODE,), own=node_id)
+    user = node_user(node_id)
+    publish = [*derived.publish, f"{inbox_prefix(OPERATOR)}.>"]
+    subscribe = [*derived.subscribe, f"{inbox_prefix(user)}.>", "$SRV.>"]
     return Permissions(tuple(_unique(publish)), tuple(_unique(subscribe)))
 
 
@@ -192,16 +230,38 @@ def password_variable(user: str) -> str:
     return f"HECATE_{user.upper().replace('-', '_')}_PASSWORD"
 
 
-def users(tenants: Sequence[str] = DEFAULT_TENANTS) -> dict[str, Permissions]:
-    """Every user, in configuration order: the roles, the operator, then the tenants."""
+def users(
+    tenants: Sequence[str] = DEFAULT_TENANTS, nodes: Sequence[str] = DEFAULT_NODES
+) -> dict[str, Permissions]:
+    """Every user, in configuration order: the roles, the operator, the nodes
+    (``node-<id>`` each), then the tenants."""
     out = {user: user_permissions(user) for user in (*SERVICE_USERS, GATEWAY, OPERATOR)}
+    for node_id in nodes:
+        user = node_user(node_id)
+        if user in out:
+            raise ValueError(f"node {node_id!r} is listed twice")
+        out[user] = node_permissions(node_id)
     for tenant in tenants:
         if not subjects.SLUG.fullmatch(tenant):
             raise ValueError(f"tenant {tenant!r} must match {subjects.SLUG.pattern}")
-        if tenant in out:
+        if tenant in out or tenant == NODE:
             raise ValueError(f"tenant {tenant!r} has the name of a role")
+        if tenant.startswith(subjects.NODE_USER_PREFIX):  # its inboxes would be a node's
+            raise ValueError(
+                f"tenant {tenant!r} starts with {subjects.NODE_USER_PREFIX!r}, "
+                "which names node users"
+            )
         out[tenant] = tenant_permissions(tenant)
+    variables: dict[str, str] = {}
+    for user in out:  # "-" and "_" read alike there: edge-1 and edge_1 would share one
+        other = variables.setdefault(password_variable(user), user)
+        if other != user:
+            raise ValueError(f"users {other!r} and {user!r} would share a password variable")
     return out
+
+
+def is_node_user(user: str) -> bool:
+    return user.startswith(subjects.NODE_USER_PREFIX)
 
 
 def _list(items: Sequence[str], indent: str) -> str:
@@ -209,19 +269,22 @@ def _list(items: Sequence[str], indent: str) -> str:
     return f"[\n{inner}{indent}]"
 
 
-def render_authorization(tenants: Sequence[str] = DEFAULT_TENANTS) -> str:
+def render_authorization(
+    tenants: Sequence[str] = DEFAULT_TENANTS, nodes: Sequence[str] = DEFAULT_NODES
+) -> str:
     """The ``authorization`` block of a nats-server configuration, passwords read from
     the environment (:func:`password_variable`); the server refuses to start when one
     is missing."""
     lines = [
-        "# One NATS user per HECATE service role, the operator, and one per tenant.",
+        "# One NATS user per HECATE service role, the operator, one per node (each may",
+        "# join, leave, heartbeat and serve as itself only) and one per tenant.",
         "# Generated from the wire contract by `hecate nats-config`; regenerate, do not",
         "# edit (a test checks this file against the contract). Passwords come from the",
         "# environment of nats-server: one HECATE_<USER>_PASSWORD variable per user.",
         "authorization {",
         "  users: [",
     ]
-    for user, perms in users(tenants).items():
+    for user, perms in users(tenants, nodes).items():
         lines += [
             "    {",
             f"      user: {user}",

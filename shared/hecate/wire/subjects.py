@@ -44,9 +44,17 @@ def model_from_infer_subject(subject: str) -> str | None:
 INBOX_ROOT = "_INBOX"
 
 
+NODE_USER_PREFIX = "node-"  # a node's NATS user is node-<its id>
+
+
 def inbox_prefix(user: str) -> str:
     """Where a connection's reply inboxes live: ``_INBOX.<user>`` for a named NATS user
-    (whose permissions let it subscribe there only), plain ``_INBOX`` for an anonymous one."""
+    (whose permissions let it subscribe there only), plain ``_INBOX`` for an anonymous one.
+    A node's user (``node-<id>``) has them under ``_INBOX.node.<id>``: one grant,
+    ``_INBOX.node.*.>``, then lets a node answer any other in a chain, and each node still
+    hears its own only."""
+    if user.startswith(NODE_USER_PREFIX):
+        return f"{INBOX_ROOT}.node.{user.removeprefix(NODE_USER_PREFIX)}"
     return f"{INBOX_ROOT}.{user}" if user else INBOX_ROOT
 
 
@@ -67,8 +75,21 @@ def node_fault(node_id: str) -> str:
     return f"hecate.node.{node_id}.fault"
 
 
-NODE_JOIN = "hecate.node.join"
-NODE_LEAVE = "hecate.node.leave"
+# A node speaks for itself only: its join, leave and heartbeats carry its id in the
+# subject, where the bus can hold it to its own (a node's user may publish there and
+# nowhere else of the kind), and the receivers check the body names the same node.
+def node_join(node_id: str) -> str:
+    """A node announces itself (on start and on every roll-call)."""
+    return f"hecate.node.{node_id}.join"
+
+
+def node_leave(node_id: str) -> str:
+    """A node leaves (drain on shutdown)."""
+    return f"hecate.node.{node_id}.leave"
+
+
+NODE_JOIN_ALL = "hecate.node.*.join"
+NODE_LEAVE_ALL = "hecate.node.*.leave"
 NODE_ROLL_CALL = "hecate.node.roll-call"  # a (re)started planner asks nodes to re-join
 
 
@@ -77,6 +98,19 @@ def heartbeat(node_id: str) -> str:
 
 
 HEARTBEAT_ALL = "hecate.telemetry.heartbeat.*"
+
+
+def node_of(subject: str) -> str | None:
+    """The node id a node's own subject names (a join, a leave or a heartbeat), or None
+    when it names none that is a slug."""
+    tokens = subject.split(".")
+    if len(tokens) == 4 and tokens[:2] == ["hecate", "node"] and tokens[3] in ("join", "leave"):
+        found = tokens[2]
+    elif len(tokens) == 4 and tokens[:3] == ["hecate", "telemetry", "heartbeat"]:
+        found = tokens[3]
+    else:
+        return None
+    return found if SLUG.fullmatch(found) else None
 
 
 # -- circuit breakers -------------------------------------------------------------------

@@ -180,7 +180,7 @@ def _start(
         for i in range(stages)
     ]
     for spec in specs:
-        creds = bus.credentials(spec.argv[0]).to_env() if bus else {}
+        creds = bus.service_credentials(spec.argv).to_env() if bus else {}
         procs.start(ProcessSpec(spec.label, (*spec.argv, "--nats", url), creds))
     body = msgspec.json.encode(InferRequest(prompt="bench", max_tokens=1))
     return procs, subjects.infer("bench"), body, True
@@ -206,7 +206,9 @@ class Standing:
     def start(
         cls, label: str, tmp: Path, layers: int, executor: str, env: dict[str, str]
     ) -> Standing:
-        bus = prepare(tmp / label / "secure") if label in SECURE else None
+        stages = CONFIGURATIONS[label][0]
+        nodes = [f"bench-{i}" for i in range(stages)]
+        bus = prepare(tmp / label / "secure", nodes=nodes) if label in SECURE else None
         server = NatsServer(
             tmp / label,
             extra_config=bus.server_config() if bus else "",
