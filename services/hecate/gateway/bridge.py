@@ -23,10 +23,10 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from hecate.bus.streamed import request_streamed
 from hecate.wire import subjects
 from hecate.wire.errors import ErrorCode
 from hecate.wire.messages import (
-    STREAM_HEADER,
     ErrorBody,
     InferCancel,
     InferReply,
@@ -107,31 +107,11 @@ class Call:
         self._events: asyncio.Queue[StreamToken | InferReply | None] = asyncio.Queue()
         self._next_index = 0
         self._early: dict[int, StreamToken] = {}
-        self._sub: object | None = None
-        self._inbox = ""  # streaming: where the tokens, then the reply, come back
-        self._final: asyncio.Future[Msg] | None = None
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
 
     async def start(self, headers: dict[str, str] | None) -> None:
-        nc = self.bridge.nc
-        if self.request.stream:
-            self._inbox = nc.new_inbox()
-            self._final = asyncio.get_running_loop().create_future()
-            try:
-                self._sub = await nc.subscribe(self._inbox, cb=self._on_msg)
-            except Exception as exc:  # no connection: the caller gets a 503, not a 500
-                self.answered = True
-                message = f"the gateway's bus connection: {exc}"
-                self._events.put_nowait(_failed("no_responders", message, self.request))
-                return
         self._task = asyncio.create_task(self._ask(headers))
-
-    async def _on_msg(self, msg: Msg) -> None:
-        if (msg.headers or {}).get(STREAM_HEADER) == "token":
-            await self._on_token(msg)
-        elif self._final is not None and not self._final.done():
-            self._final.set_result(msg)
 
     async def _on_token(self, msg: Msg) -> None:
         if self.answered:
@@ -173,16 +153,11 @@ class Call:
     async def _send(self, headers: dict[str, str] | None) -> Msg:
         nc, subject, body = self.bridge.nc, subjects.infer(self.model), _encode(self.request)
         timeout = self.bridge.timeout_s
-        if self._final is None:
+        if not self.request.stream:
             return await nc.request(subject, body, timeout=timeout, headers=headers)
-        await nc.publish(subject, body, reply=self._inbox, headers=headers)
-        try:
-            msg = await asyncio.wait_for(asyncio.shield(self._final), timeout)
-        except TimeoutError:
-            raise NatsTimeout from None
-        if (msg.headers or {}).get("Status") == "503":  # the server: nobody listens
-            raise NoRespondersError
-        return msg
+        return await request_streamed(
+            nc, subject, body, timeout=timeout, on_token=self._on_token, headers=headers
+        )
 
     async def next(self) -> StreamToken | InferReply | None:
         """The next token, else the reply; None once the caller hung up."""
@@ -214,13 +189,7 @@ class Call:
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
-            self._task.cancel()
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            try:
-                await sub.unsubscribe()  # type: ignore[attr-defined]
-            except Exception:  # the connection is gone, and the subscription with it
-                return
+            self._task.cancel()  # a streamed request's inbox goes with it
 
 
 class Bridge:

@@ -21,11 +21,10 @@ caller that must tell the two apart (the chaos load counts such a call as lost).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -36,13 +35,13 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.bus.credentials import Credentials
+from hecate.bus.streamed import request_streamed
 from hecate.resilience.aio import pause
 from hecate.resilience.backoff import SeedPolicy, WaitPolicy
 from hecate.resilience.breaker import CircuitBreaker
 from hecate.resilience.hints import parse_retry_after
 from hecate.wire import subjects
 from hecate.wire.messages import (
-    STREAM_HEADER,
     ErrorBody,
     InferReply,
     InferRequest,
@@ -75,6 +74,14 @@ def _error(code: str, message: str, request_id: str, model_id: str, attempts: in
         model_id=model_id,
         attempts=attempts,
     )
+
+
+def _decoding(deliver: Callable[[StreamToken], None]) -> Callable[[Msg], Awaitable[None]]:
+    async def on_token(msg: Msg) -> None:
+        with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
+            deliver(_token.decode(msg.data))
+
+    return on_token
 
 
 def _ignore(_attempt: Attempt) -> None:
@@ -170,34 +177,6 @@ class HecateClient:
             on_attempt or _ignore,
         )
 
-    async def _ask(
-        self, subject: str, body: bytes, timeout: float, deliver: Callable[[StreamToken], None]
-    ) -> Msg:
-        """A request whose one reply is preceded by its streamed tokens on the same inbox
-        (``InferRequest.stream``): the tokens go to ``deliver``, the reply is returned."""
-        inbox = self.nc.new_inbox()
-        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
-
-        async def on_msg(msg: Msg) -> None:
-            headers = msg.headers or {}
-            if headers.get(STREAM_HEADER) == "token":
-                with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
-                    deliver(_token.decode(msg.data))
-            elif not reply.done():
-                reply.set_result(msg)
-
-        sub = await self.nc.subscribe(inbox, cb=on_msg)
-        try:
-            await self.nc.publish(subject, body, reply=inbox)
-            msg = await asyncio.wait_for(reply, timeout)
-        except TimeoutError:
-            raise NatsTimeout from None
-        finally:
-            await sub.unsubscribe()
-        if (msg.headers or {}).get("Status") == "503":  # the server: nobody listens
-            raise NoRespondersError
-        return msg
-
     async def _infer(
         self,
         model: str,
@@ -241,7 +220,10 @@ class HecateClient:
                 if deliver is None:
                     msg = await self.nc.request(subjects.infer(model), body, timeout=timeout)
                 else:
-                    msg = await self._ask(subjects.infer(model), body, timeout, deliver)
+                    on_token = _decoding(deliver)
+                    msg = await request_streamed(
+                        self.nc, subjects.infer(model), body, timeout=timeout, on_token=on_token
+                    )
             except NoRespondersError:
                 on_attempt(Attempt(attempt, replied=False, code="client_no_router"))
                 breaker.record_failure()

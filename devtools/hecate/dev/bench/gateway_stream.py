@@ -3,7 +3,7 @@ adds when it streams SmolLM2, on ``make run``'s swarm (two 3-stage pipelines, tw
 routers; :mod:`hecate.dev.bench.gateway`'s :func:`standing`, with the gateway beside it).
 
 Each token is timed twice, in this process, on one clock: when the router's
-``StreamToken`` for it is published to the gateway's ``stream_to`` inbox (an observer
+``StreamToken`` for it is published to the gateway's reply inbox (an observer
 connection subscribed to ``_INBOX.>`` on the open bus sees the same message the gateway
 does, at the same moment), and when its SSE chunk reaches the HTTP client. Two clients,
 as for the toy model's latency: the minimal HTTP/1.1 client (the figure the target
@@ -13,7 +13,7 @@ that request. The k-th chunk with text is the k-th token with text (no stop stri
 set, so nothing is held back); a pair whose texts differ ends the pairing, and what is
 left is counted as unmatched.
 
-Streams run one at a time, direct (NATS with a ``stream_to`` of its own) and through the
+Streams run one at a time, direct (NATS, streamed on an inbox of its own) and through the
 gateway with each client, taking turns (the order rotated) for ``rounds`` rounds, the
 same prompt and ``max_tokens``: tokens/s of each (the tokens after the first, over the
 time after the first) and the text check (every stream's text and every direct reply
@@ -35,6 +35,7 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bus.streamed import request_streamed
 from hecate.dev.bench.gateway_load import TENANT, Http1, completion_body
 from hecate.dev.bench.gateway_swarm import Standing, bench_env, standing, wait_serving
 from hecate.dev.bench.generators import run_on_uvloop
@@ -90,22 +91,21 @@ class Observer:
 async def _direct(nc: Client, tokens: int) -> tuple[list[float], str, str]:
     """One direct stream: its tokens' arrival times, the streamed text, the reply text."""
     request = parse("completion", completion_body(MODEL, PROMPT, tokens)).request
-    inbox = nc.new_inbox()
     request = msgspec.structs.replace(
-        request, tenant=TENANT, request_id=uuid.uuid4().hex, stream_to=inbox
+        request, tenant=TENANT, request_id=uuid.uuid4().hex, stream=True
     )
     got: list[tuple[float, StreamToken]] = []
 
     async def on_token(msg: Msg) -> None:
         got.append((time.perf_counter(), msgspec.json.decode(msg.data, type=StreamToken)))
 
-    sub = await nc.subscribe(inbox, cb=on_token)
-    try:
-        msg = await nc.request(
-            subjects.infer(MODEL), msgspec.json.encode(request), timeout=STREAM_TIMEOUT_S
-        )
-    finally:
-        await sub.unsubscribe()
+    msg = await request_streamed(
+        nc,
+        subjects.infer(MODEL),
+        msgspec.json.encode(request),
+        timeout=STREAM_TIMEOUT_S,
+        on_token=on_token,
+    )
     reply = msgspec.json.decode(msg.data, type=InferReply)
     if not reply.ok:
         raise RuntimeError(f"a direct stream failed: {reply.error}")

@@ -9,9 +9,9 @@ its ``max_payload``; nothing is tuned for the benchmark. Logs go to files in the
 temporary folder.
 
 At each level N, N users send at once, each through a :class:`HecateClient` of its own
-(as a person would: it streams the tokens to an inbox of its own through
-``stream_to``, honours a refusal's Retry-After and sends at most the SDK's default
-number of times), each send given up after :func:`hecate.dev.bench.concurrency.deadline_s`.
+(as a person would: it streams the tokens back on its own request's inbox, honours a
+refusal's Retry-After and sends at most the SDK's default number of times), each send
+given up after :func:`hecate.dev.bench.concurrency.deadline_s`.
 A user is lost when its last send got no reply at all, and an error when the swarm's
 last word was an error reply (:func:`hecate.dev.chaos.acceptance.classify`). Each user has
 its own prompt (:data:`hecate.dev.bench.concurrency.PROMPTS`) and asks for the same number
@@ -92,13 +92,11 @@ def make_run_swarm(workdir: Path) -> Iterator[str]:
 
 
 async def _send(
-    nc: Client, prompt: str, inbox: str, tokens: int, wait_s: float
+    nc: Client, prompt: str, tokens: int, wait_s: float
 ) -> tuple[float, float | None, InferReply | str]:
     """One bare request (no retry): when it was sent, when its reply came (None: not by
     ``wait_s``) and the reply, or the bus's own error code when nobody listened."""
-    body = InferRequest(
-        prompt=prompt, max_tokens=tokens, request_id=uuid.uuid4().hex, stream_to=inbox
-    )
+    body = InferRequest(prompt=prompt, max_tokens=tokens, request_id=uuid.uuid4().hex)
     sent = time.perf_counter()
     try:
         msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=wait_s)
@@ -158,7 +156,7 @@ async def _warm(nc: Client, pipelines: int = 2, timeout_s: float = 600.0) -> lis
     while len(seen) < pipelines and loop.time() < deadline:
         gens = await asyncio.gather(
             *(
-                _send(nc, PROMPTS[i], nc.new_inbox(), 2, 30.0)
+                _send(nc, PROMPTS[i], 2, 30.0)
                 for i in range(pipelines)  # at once: the routers spread them
             )
         )

@@ -19,6 +19,7 @@ import numpy as np
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
+from hecate.bus.streamed import request_streamed
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.dev.bench.llm_single import MODEL, PROMPT
 from hecate.launch import Supervisor, node_env
@@ -49,7 +50,6 @@ async def _generate(
     """One streamed generation: its start, token arrival times, failover reasons, reply
     and the text as streamed."""
     nc = await nats.connect(url)
-    inbox = nc.new_inbox()
     stamps: list[float] = []
     reasons: list[str] = []
     streamed: list[StreamToken] = []
@@ -66,11 +66,11 @@ async def _generate(
         if on_token is not None:
             on_token(token)
 
-    sub = await nc.subscribe(inbox, cb=got)
-    body = InferRequest(prompt=PROMPT, max_tokens=tokens, stream_to=inbox)
+    body = InferRequest(prompt=PROMPT, max_tokens=tokens, stream=True)
     t0 = time.perf_counter()
-    msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=120)
-    await sub.unsubscribe()
+    msg = await request_streamed(
+        nc, subjects.infer(MODEL), msgspec.json.encode(body), timeout=120, on_token=got
+    )
     await nc.close()
     reply = msgspec.json.decode(msg.data, type=InferReply)
     if not reply.ok or not stamps:

@@ -114,7 +114,7 @@ The swarm `make run` starts (`{meta.swarm}`: telemetry, planner, breaker
 service, two routers, six nodes making two 3-stage pipelines, each process with the
 command `hecate up` gives it),
 on its own embedded nats-server. At each level N, N users send at once, each through a
-`HecateClient` of its own streaming its tokens (`stream_to`), each with its own prompt
+`HecateClient` of its own streaming its tokens (on its request's inbox), each with its own prompt
 (from a set of {meta.prompts}), greedy, {meta.tokens} tokens; {rounds_text}. A
 user's client honours a refusal's Retry-After and sends at most the SDK's default number
 of times (`resent`: sends beyond the first); a send with no reply after

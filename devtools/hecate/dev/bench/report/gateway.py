@@ -126,11 +126,11 @@ def _stream(s: Stream) -> tuple[str, str]:
     ]
     header = ["figure", "minimal HTTP/1.1 client", "httpx"]
     text = f"""SmolLM2-135M on `make run`'s swarm (two 3-stage pipelines, two routers), the
-gateway beside it; {s.rounds} round(s), each one stream direct (NATS with its own
-`stream_to`) and one through the gateway with each client (streaming
+gateway beside it; {s.rounds} round(s), each one stream direct (NATS, on its own
+request's inbox) and one through the gateway with each client (streaming
 `/v1/completions`), one at a time, the order rotated, prompt "{s.prompt}",
 {s.tokens} tokens. Each token is timed twice, in the bench process on one clock:
-when the router publishes it to the gateway's `stream_to` inbox (an observer subscribed
+when the router publishes it to the gateway's request inbox (an observer subscribed
 to `_INBOX.>` sees the same message the gateway does) and when its SSE chunk reaches the
 client; the difference is what the gateway adds to that token, plus what the client
 spends reading it: the target judges the minimal client's. Chunks and tokens are paired
