@@ -1,0 +1,46 @@
+"""The Kubernetes manifests are valid objects of the API they target.
+
+No cluster runs here, so each document of deploy/k8s is checked against the Kubernetes
+OpenAPI schemas that ``kubernetes-validate`` ships, strictly (a misspelt or misplaced
+field fails, as ``kubectl apply --validate=strict`` would). The Kustomization is
+kustomize's, not the API's (test_deploy_commands.py checks that it lists every file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+MANIFESTS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+# An older release still run on managed clusters, and the newest the package knows.
+VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_is_a_valid_kubernetes_object(path: Path, version: str) -> None:
+    documents = _documents(path)
+    assert documents, f"{path.name} holds no object"
+    for doc in documents:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            name = doc.get("metadata", {}).get("name")
+            pytest.fail(f"{path.name}: {doc.get('kind')} {name!r} on {version}: {exc.message}")
+
+
+def test_a_broken_manifest_is_caught() -> None:
+    """The check can fail: a field the API does not have is refused."""
+    (deployment,) = _documents(K8S / "router.yaml")[:1]
+    deployment["spec"]["replicaz"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, VERSIONS[0], strict=True)
