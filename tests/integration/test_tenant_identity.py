@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import msgspec
 import nats
 import pytest
@@ -23,6 +24,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm
+from .test_gateway import _key, gateway_port
 
 ACCOUNTS = """
 accounts {
@@ -35,14 +37,14 @@ accounts {
     ]
   }
   tenant-a: {
-    users: [{ user: a, password: a }]
+    users: [{ user: tenant-a, password: a }]
     imports: [
       { service: { account: SWARM, subject: "hecate.infer.>" } }
       { service: { account: SWARM, subject: "hecate.router.cancel" } }
     ]
   }
   tenant-b: {
-    users: [{ user: b, password: b }]
+    users: [{ user: tenant-b, password: b }]
     imports: [
       { service: { account: SWARM, subject: "hecate.infer.>" } }
       { service: { account: SWARM, subject: "hecate.router.cancel" } }
@@ -76,8 +78,8 @@ def swarm(server: NatsServer, tmp_path: Path) -> Iterator[Processes]:
 
 @pytest.fixture
 async def tenants(server: NatsServer) -> AsyncIterator[tuple[Client, Client, Client]]:
-    a = await nats.connect(_url(server, "a", "a"))
-    b = await nats.connect(_url(server, "b", "b"))
+    a = await nats.connect(_url(server, "tenant-a", "a"))
+    b = await nats.connect(_url(server, "tenant-b", "b"))
     svc = await nats.connect(_url(server, "svc", "s"))
     yield a, b, svc
     for nc in (a, b, svc):
@@ -149,3 +151,38 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
     assert (await _counters(svc)).get("retries_answered_again", 0) == before + 1
     assert (await _counters(svc))["forbidden"] == 3
     assert "refused: tenant" in swarm.log("router-1")
+
+
+async def test_the_gateway_asks_as_each_keys_tenant_with_that_tenants_identity(
+    swarm: Processes, tenants: tuple[Client, Client, Client], tmp_path: Path
+) -> None:
+    a, _b, _svc = tenants
+    await _serving(a)
+    identities = tmp_path / "identities"
+    identities.mkdir()
+    (identities / "tenant-a.env").write_text(
+        "export HECATE_NATS_USER=tenant-a\nexport HECATE_NATS_PASSWORD=a\n"
+    )
+    keyfile = tmp_path / "keys.json"
+    key_a, key_c = _key(keyfile, "tenant-a"), _key(keyfile, "tenant-c")
+    swarm.start(
+        "gateway",
+        "gateway",
+        *("--keys", str(keyfile), "--port", "0", "--tenant-identities", str(identities)),
+    )
+    base = f"http://127.0.0.1:{gateway_port(swarm)}/v1"
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 4}
+    async with httpx.AsyncClient(timeout=30) as http:
+        ok = await http.post(
+            f"{base}/completions", json=body, headers={"authorization": f"Bearer {key_a}"}
+        )
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["choices"][0]["text"]
+        # A key whose tenant the gateway holds no identity for cannot ask at all.
+        none = await http.post(
+            f"{base}/completions", json=body, headers={"authorization": f"Bearer {key_c}"}
+        )
+    assert none.status_code == 403, none.text
+    assert "no bus identity for tenant 'tenant-c'" in none.text
+    # The router was asked as tenant-a by the bus, and refused nobody.
+    assert "forbidden" not in await _counters(_svc)

@@ -18,7 +18,12 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     from hecate.gateway.service import GatewayService
 
     try:
-        config = GatewayConfig(host=args.host, port=args.port, timeout_s=args.timeout_s)
+        config = GatewayConfig(
+            host=args.host,
+            port=args.port,
+            timeout_s=args.timeout_s,
+            tenant_identities=args.tenant_identities,
+        )
     except ValueError as exc:
         print(f"hecate gateway: {exc}", file=sys.stderr)
         return 2
@@ -68,6 +73,14 @@ def add_parsers(sub: Any) -> None:
         type=float,
         default=300.0,
         help="how long a request may wait for the swarm's answer (default 300)",
+    )
+    gw.add_argument(
+        "--tenant-identities",
+        default="",
+        metavar="DIR",
+        help="a directory of <tenant>.env credentials (as hecate up --secure writes): each "
+        "key's tenant asks with its own NATS identity, for routers that take the tenant "
+        "from the bus (--tenant-from bus); default: the gateway's own connection",
     )
     gw.set_defaults(run=_cmd_gateway)
 

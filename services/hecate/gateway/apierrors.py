@@ -48,6 +48,8 @@ SWARM_ERRORS: Mapping[wire_errors.ErrorCode, tuple[int, str, str | None]] = {
     "payload_too_large": (400, "invalid_request_error", "context_length_exceeded"),
     "prompt_too_long": (400, "invalid_request_error", "context_length_exceeded"),
     "no_such_model": (404, "invalid_request_error", "model_not_found"),
+    # The key's tenant may not ask (openai's client raises PermissionDeniedError).
+    "forbidden": (403, "invalid_request_error", "permission_denied"),
     "rate_limited": (429, "requests", "rate_limit_exceeded"),
     # Nobody serves it now, however the swarm says it: the client may try again.
     "unknown_node": (503, "server_error", "unknown_node"),

@@ -24,6 +24,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.bus.streamed import request_streamed
+from hecate.gateway.identities import NoIdentity, TenantLinks
 from hecate.wire import subjects
 from hecate.wire.errors import ErrorCode
 from hecate.wire.messages import (
@@ -133,6 +134,8 @@ class Call:
         try:
             msg = await self._send(headers)
             reply = _reply.decode(msg.data)
+        except NoIdentity as exc:
+            reply = _failed("forbidden", str(exc), request)
         except NoRespondersError:
             reply = _failed("no_responders", "no router is serving hecate.infer.*", request)
         except NatsTimeout:
@@ -151,7 +154,8 @@ class Call:
         self._events.put_nowait(reply)
 
     async def _send(self, headers: dict[str, str] | None) -> Msg:
-        nc, subject, body = self.bridge.nc, subjects.infer(self.model), _encode(self.request)
+        nc = await self.bridge.links.client(self.request.tenant)
+        subject, body = subjects.infer(self.model), _encode(self.request)
         timeout = self.bridge.timeout_s
         if not self.request.stream:
             return await nc.request(subject, body, timeout=timeout, headers=headers)
@@ -183,7 +187,8 @@ class Call:
         self._cancelled = True
         cancel = InferCancel(request_id=self.request.request_id, tenant=self.request.tenant)
         try:
-            await self.bridge.nc.publish(subjects.ROUTER_CANCEL, _encode(cancel))
+            nc = await self.bridge.links.client(self.request.tenant)
+            await nc.publish(subjects.ROUTER_CANCEL, _encode(cancel))
         except Exception:  # no connection: the router's own timeout ends the request
             return
 
@@ -193,18 +198,22 @@ class Call:
 
 
 class Bridge:
-    """The gateway's one NATS connection, as the HTTP side uses it."""
+    """The gateway's NATS side, as the HTTP side uses it: its own connection (the swarm
+    watch, readiness) and, through ``links``, the one each tenant's requests and cancels
+    go on (its own too, unless the gateway holds per-tenant identities)."""
 
     def __init__(
         self,
         nc: Client,
         *,
+        links: TenantLinks | None = None,
         timeout_s: float = 300.0,
         tickets: TicketMemory | None = None,
         ping_ttl_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.nc = nc
+        self.links = links if links is not None else TenantLinks(nc)
         self.timeout_s = timeout_s
         self.tickets = tickets if tickets is not None else TicketMemory()
         self.ping_ttl_s = ping_ttl_s

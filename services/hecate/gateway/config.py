@@ -16,6 +16,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 8000
     timeout_s: float = 300.0
     grace_s: float = 10.0
+    # A directory of <tenant>.env files: each key's tenant asks with its own bus
+    # identity (identities.py). "": every request goes on the gateway's own connection.
+    tenant_identities: str = ""
 
     def __post_init__(self) -> None:
         if not self.host:

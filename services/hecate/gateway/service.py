@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from pathlib import Path
 
 import uvicorn
 from nats.aio.client import Client
@@ -23,6 +24,7 @@ from hecate.core.errors import HecateError
 from hecate.gateway.app import Gateway, build_app
 from hecate.gateway.bridge import Bridge
 from hecate.gateway.config import GatewayConfig
+from hecate.gateway.identities import TenantLinks
 from hecate.gateway.keys import Auth
 from hecate.gateway.metrics import METRICS, Metrics
 from hecate.gateway.swarm import SwarmWatch
@@ -48,12 +50,16 @@ class GatewayService:
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         nc = await connect(url, "hecate-gateway")
+        identities = self.config.tenant_identities
+        links = TenantLinks(
+            nc, url=url, directory=Path(identities) if identities else None, log=self.log
+        )
         watch = SwarmWatch(log=self.log)
         watch.register_metrics(self.metrics.registry)
         following = asyncio.create_task(self._follow(watch, nc))
         app = build_app(
             Gateway(
-                bridge=Bridge(nc, timeout_s=self.config.timeout_s),
+                bridge=Bridge(nc, links=links, timeout_s=self.config.timeout_s),
                 auth=self.auth,
                 watch=watch,
                 metrics=self.metrics,
@@ -90,6 +96,7 @@ class GatewayService:
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await following
+            await links.close()
             await nc.drain()
             event(self.log, "stopped")
 
