@@ -275,6 +275,11 @@ def test_the_shipped_authorization_is_the_one_the_contract_gives() -> None:
         "deploy/nats/auth.conf differs from the contract's permissions: regenerate it "
         "with `hecate nats-config > deploy/nats/auth.conf`"
     )
+    accounts = (REPO / "deploy" / "nats" / "accounts.conf").read_text()
+    assert accounts == permissions.render_accounts(), (
+        "deploy/nats/accounts.conf differs from the contract's permissions: regenerate it "
+        "with `hecate nats-config --accounts > deploy/nats/accounts.conf`"
+    )
 
 
 async def test_the_shipped_server_configuration_starts_and_serves_over_tls(

@@ -1,7 +1,11 @@
 """``hecate nats-config``: the ``authorization`` block of nats-server's configuration,
 one user per service role, per node and per tenant, with the permissions the wire
 contract gives them (see :mod:`hecate.wire.permissions`). ``deploy/nats/auth.conf`` is
-its output for the nodes of ``examples/swarm.json`` (those docker-compose runs)."""
+its output for the nodes of ``examples/swarm.json`` (those docker-compose runs).
+
+With ``--accounts``, the same users in an ``accounts`` block instead: the services in
+one account and each tenant in its own, so the server vouches for a request's tenant
+(``deploy/nats/accounts.conf``)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ from hecate.wire import permissions
 def _run(args: argparse.Namespace) -> int:
     try:
         chosen = nodes(args)
-        text = permissions.render_authorization(tenants(args), chosen)
+        render = permissions.render_accounts if args.accounts else permissions.render_authorization
+        text = render(tenants(args), chosen)
     except ValueError as exc:  # a node listed twice (a bad topology: main says why)
         sys.stderr.write(f"hecate nats-config: {exc}\n")
         return 2
@@ -87,5 +92,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="a node user for each node of this topology file "
         f"(default, without --node: {', '.join(permissions.DEFAULT_NODES)})",
+    )
+    p.add_argument(
+        "--accounts",
+        action="store_true",
+        help="print an accounts block instead: the services in one account and one account "
+        "per tenant importing what tenants send on, so the server names each request's "
+        "tenant (routers run --tenant-from bus)",
     )
     p.set_defaults(run=_run)

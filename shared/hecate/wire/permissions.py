@@ -28,12 +28,19 @@ The rules:
 
 So a node cannot write the plan nor speak for another node, a tenant cannot publish
 telemetry or failover events, and nobody but the breaker service writes breaker state.
+
+Two layouts render these users. :func:`render_authorization`: one account for everyone
+(an ``authorization`` block), where a tenant is only what a request's body says.
+:func:`render_accounts`: an ``accounts`` block with the services in one account and one
+account per tenant, importing the channels tenants send on as services, so the server
+names the requesting tenant on every request (``Nats-Request-Info``) and no client can
+forge it; routers run with ``--tenant-from bus`` there.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hecate.wire import contract, subjects
@@ -63,6 +70,12 @@ NOT_DEPLOYED: frozenset[str] = frozenset({contract.FAULT.id, contract.FAULT_REPL
 # ``hecate.infer.>`` so that a malformed model id still gets a typed error reply.
 SUBSCRIBED_AS: dict[str, str] = {subjects.infer("{model_id}"): subjects.INFER_ALL}
 _PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
+# Where nats-server maps the reply subject of a request crossing a service import: the
+# responder publishes there, and the server passes it on to the requester's inbox.
+REPLY_MAPPING = "_R_"
+# The account every service, the gateway, the operator and the nodes share (upper case:
+# no tenant, a slug, can take its name).
+SERVICES_ACCOUNT = "HECATE"
 _STREAM_TO = subjects.token_stream("{stream_to}")
 
 
@@ -96,12 +109,20 @@ def kv_owner(bucket: str) -> list[str]:
     return [*kv_reader(bucket), f"$JS.API.STREAM.CREATE.KV_{bucket}", f"$KV.{bucket}.>"]
 
 
-def _requester_inboxes(channel: contract.Channel) -> list[str]:
-    """The inboxes that requests on ``channel`` come from (its senders')."""
+def _requester_inboxes(channel: contract.Channel, *, accounts: bool) -> list[str]:
+    """The inboxes that requests on ``channel`` come from (its senders'). With
+    ``accounts``, a tenant's request crosses a service import and is answered on the
+    reply subject the server mapped for it (``_R_.…``), never on the tenant's inbox; only
+    the clients inside the services' account (the gateway) are answered on their own."""
     out = []
     for op in contract.OPERATIONS:
         if op.channel is channel and op.action == "send":
-            out.append(f"{INBOX_ROOT}.>" if op.role == "client" else _inboxes_of(op.role))
+            if op.role != "client":
+                out.append(_inboxes_of(op.role))
+            elif accounts:
+                out += [_inboxes_of(op.role), f"{REPLY_MAPPING}.>"]
+            else:
+                out.append(f"{INBOX_ROOT}.>")
     return out
 
 
@@ -115,9 +136,16 @@ def _inboxes_of(role: str) -> str:
 
 
 def _from_contract(
-    roles: Iterable[str], *, kv_reads_of: Iterable[str] = (), own: str = "*"
+    roles: Iterable[str],
+    *,
+    kv_reads_of: Iterable[str] = (),
+    own: str = "*",
+    accounts: bool = False,
+    jetstream: bool = True,
 ) -> Permissions:
-    """``own``: the actor's own id, put where an operation names its ``own`` placeholder."""
+    """``own``: the actor's own id, put where an operation names its ``own`` placeholder.
+    ``accounts``: for the layout with an account per tenant, where tokens stream on the
+    request's reply path only; ``jetstream`` False: in an account without the buckets."""
     roles = set(roles)
     publish: list[str] = []
     subscribe: list[str] = []
@@ -126,6 +154,8 @@ def _from_contract(
         if channel.id in NOT_DEPLOYED:
             continue
         if channel.kv is not None:
+            if not jetstream:
+                continue
             bucket = channel.kv[0]
             if op.role in roles:
                 publish += kv_owner(bucket) if op.action == "send" else kv_reader(bucket)
@@ -135,7 +165,7 @@ def _from_contract(
         if op.role not in roles or channel.address is None:
             continue
         if channel.address == _STREAM_TO:  # the router streams to a tenant's inbox
-            if op.action == "send":
+            if op.action == "send" and not accounts:  # across accounts: the reply path
                 publish.append(f"{INBOX_ROOT}.>")
             continue  # receiving: the tenant's own inbox, granted below
         address = channel.address
@@ -146,7 +176,7 @@ def _from_contract(
         else:
             subscribe.append(_subject(SUBSCRIBED_AS.get(address, address)))
             if op.reply is not None:
-                publish += _requester_inboxes(channel)
+                publish += _requester_inboxes(channel, accounts=accounts)
     return Permissions(tuple(_unique(publish)), tuple(_unique(subscribe)))
 
 
@@ -157,21 +187,24 @@ def _unique(items: Iterable[str]) -> list[str]:
     return [s for s in seen if not any(s != w + ">" and s.startswith(w) for w in wide)]
 
 
-def user_permissions(user: str) -> Permissions:
-    """A service role's (or the operator's) permissions."""
+def user_permissions(user: str, *, accounts: bool = False) -> Permissions:
+    """A service role's (or the operator's) permissions; ``accounts``: in the services'
+    account of the layout with an account per tenant."""
     if user not in ACTS_AS:
         raise ValueError(
             f"no such role user {user!r}; nodes use node_permissions(), "
             "tenants tenant_permissions()"
         )
-    derived = _from_contract(ACTS_AS[user], kv_reads_of=("client",) if user == OPERATOR else ())
+    derived = _from_contract(
+        ACTS_AS[user], kv_reads_of=("client",) if user == OPERATOR else (), accounts=accounts
+    )
     publish = list(derived.publish)
     subscribe = [*derived.subscribe, f"{inbox_prefix(user)}.>"]
     if user == OPERATOR:
         publish.append("$SRV.>")  # discovery: hecate status
     elif user == GATEWAY:
-        # Readiness: a router answers a ping (routers may answer any inbox: they
-        # stream to callers).
+        # Readiness: a router answers a ping (routers answer the gateway's inboxes:
+        # it asks them as a client).
         publish.append(f"$SRV.PING.{subjects.SERVICE_NAMES['router']}")
     else:
         subscribe.append("$SRV.>")
@@ -197,10 +230,11 @@ def node_permissions(node_id: str) -> Permissions:
     return Permissions(tuple(_unique(publish)), tuple(_unique(subscribe)))
 
 
-def tenant_permissions(tenant: str) -> Permissions:
+def tenant_permissions(tenant: str, *, accounts: bool = False) -> Permissions:
     """A tenant (the contract's client role): ask for inference, read the plan and the
-    telemetry snapshot, and hear its own inboxes only."""
-    derived = _from_contract(("client",))
+    telemetry snapshot (not in its own account, ``accounts``: the buckets live in the
+    services' account), and hear its own inboxes only."""
+    derived = _from_contract(("client",), accounts=accounts, jetstream=not accounts)
     return Permissions(
         derived.publish, tuple(_unique([*derived.subscribe, f"{inbox_prefix(tenant)}.>"]))
     )
@@ -285,15 +319,129 @@ def render_authorization(
         "  users: [",
     ]
     for user, perms in users(tenants, nodes).items():
-        lines += [
-            "    {",
-            f"      user: {user}",
-            f"      password: ${password_variable(user)}",
-            "      permissions: {",
-            f"        publish: {{ allow: {_list(perms.publish, '        ')} }}",
-            f"        subscribe: {{ allow: {_list(perms.subscribe, '        ')} }}",
-            "      }",
-            "    }",
-        ]
+        lines += _user_block(user, perms, "    ")
     lines += ["  ]", "}", ""]
+    return "\n".join(lines)
+
+
+def _user_block(user: str, perms: Permissions, indent: str) -> list[str]:
+    inner, lists = indent + "  ", indent + "    "
+    return [
+        f"{indent}{{",
+        f"{inner}user: {user}",
+        f"{inner}password: ${password_variable(user)}",
+        f"{inner}permissions: {{",
+        f"{lists}publish: {{ allow: {_list(perms.publish, lists)} }}",
+        f"{lists}subscribe: {{ allow: {_list(perms.subscribe, lists)} }}",
+        f"{inner}}}",
+        f"{indent}}}",
+    ]
+
+
+# -- one account per tenant --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    """A subject tenants send on, served from the services' account."""
+
+    subject: str
+    streamed: bool  # answered with many messages (tokens, then the reply), not one
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    users: Mapping[str, Permissions]
+    exports: tuple[Export, ...] = ()
+    imports: tuple[str, ...] = ()  # subjects the services' account exports
+    jetstream: bool = False
+
+
+def service_exports() -> tuple[Export, ...]:
+    """Every channel the contract's client sends on, as its receivers subscribe to it
+    (routers take all of ``hecate.infer.>``). One whose sender waits for an answer is a
+    streamed service: a router may stream tokens on the reply subject before its reply,
+    and a service import with the default (singleton) response type would let the first
+    message through only. One without is fire-and-forget (a cancel)."""
+    out: list[Export] = []
+    for op in contract.OPERATIONS:
+        channel = op.channel
+        if op.role != "client" or op.action != "send" or channel.id in NOT_DEPLOYED:
+            continue
+        if channel.kv is not None or channel.address is None:
+            continue
+        subject = _subject(SUBSCRIBED_AS.get(channel.address, channel.address))
+        out.append(Export(subject, streamed=op.reply is not None))
+    return tuple(out)
+
+
+def accounts(
+    tenants: Sequence[str] = DEFAULT_TENANTS, nodes: Sequence[str] = DEFAULT_NODES
+) -> dict[str, Account]:
+    """The services' account (:data:`SERVICES_ACCOUNT`, with JetStream) holding every
+    role's user, the gateway's, the operator's and one per node, exporting
+    :func:`service_exports`; then one account per tenant, named as the tenant (the
+    router reads the tenant from the account the server names), holding the tenant's
+    user and importing every export.
+
+    A tenant's user may send what the contract's client sends, less the KV reads: its
+    account holds no JetStream, so in this layout a tenant cannot read the plan or the
+    telemetry snapshot (``hecate status`` runs as the operator). Everyone keeps the
+    permissions of the single-account layout (:func:`users`), except that a responder
+    to a tenant's request answers on the reply subject the server mapped (``_R_.>``)
+    instead of any inbox: no service may publish into a tenant's account otherwise."""
+    everyone = users(tenants, nodes)  # names checked as in the single-account layout
+    services: dict[str, Permissions] = {
+        user: user_permissions(user, accounts=True) for user in (*SERVICE_USERS, GATEWAY, OPERATOR)
+    }
+    services.update({node_user(n): everyone[node_user(n)] for n in nodes})
+    exports = service_exports()
+    out = {SERVICES_ACCOUNT: Account(services, exports=exports, jetstream=True)}
+    for tenant in tenants:
+        out[tenant] = Account(
+            {tenant: tenant_permissions(tenant, accounts=True)},
+            imports=tuple(e.subject for e in exports),
+        )
+    return out
+
+
+def render_accounts(
+    tenants: Sequence[str] = DEFAULT_TENANTS, nodes: Sequence[str] = DEFAULT_NODES
+) -> str:
+    """The ``accounts`` block of a nats-server configuration (:func:`accounts`),
+    passwords read from the environment as in :func:`render_authorization`."""
+    lines = [
+        f"# The services in one account ({SERVICES_ACCOUNT}: JetStream, one NATS user per",
+        "# role, the gateway, the operator and one per node) and one account per tenant,",
+        "# importing what tenants send on as services: the server names the tenant of",
+        "# every request (Nats-Request-Info), and routers run with --tenant-from bus.",
+        "# Tenants cannot read the plan or telemetry buckets (JetStream stays in the",
+        "# services' account). Generated from the wire contract by",
+        "# `hecate nats-config --accounts`; regenerate, do not edit (a test checks this",
+        "# file against the contract). Passwords come from the environment of",
+        "# nats-server: one HECATE_<USER>_PASSWORD variable per user.",
+        "accounts {",
+    ]
+    for name, account in accounts(tenants, nodes).items():
+        lines.append(f'  "{name}": {{')
+        if account.jetstream:
+            lines.append("    jetstream: enabled")
+        lines.append("    users: [")
+        for user, perms in account.users.items():
+            lines += _user_block(user, perms, "      ")
+        lines.append("    ]")
+        if account.exports:
+            lines.append("    exports: [")
+            for export in account.exports:
+                stream = ", response_type: stream" if export.streamed else ""
+                lines.append(f'      {{ service: "{export.subject}"{stream} }}')
+            lines.append("    ]")
+        if account.imports:
+            lines.append("    imports: [")
+            for subject in account.imports:
+                source = f'account: "{SERVICES_ACCOUNT}", subject: "{subject}"'
+                lines.append(f"      {{ service: {{ {source} }} }}")
+            lines.append("    ]")
+        lines.append("  }")
+    lines += ["}", ""]
     return "\n".join(lines)
