@@ -5,7 +5,8 @@ throwaway CA.
 ``hecate up --secure``, the permission tests and anyone wanting to try the deployment
 configuration locally use :func:`prepare`. Production keeps its own CA and secrets and
 uses the same authorization block (``deploy/nats/auth.conf``, rendered by
-:func:`hecate.wire.permissions.render_authorization`).
+:func:`hecate.wire.permissions.render_authorization`), or the same accounts, one per
+tenant (``deploy/nats/accounts.conf``, :func:`hecate.wire.permissions.render_accounts`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from hecate.bus.credentials import Credentials
 from hecate.wire import permissions
+
+# How :mod:`hecate.wire.permissions` lays the users out: one account, or one per tenant.
+Layout = Literal["authorization", "accounts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +40,16 @@ class SecureBus:
     def tls(self) -> bool:
         return self.ca_file is not None
 
-    def server_config(self) -> str:
-        """What goes into nats-server's configuration besides ports and limits."""
-        parts = [permissions.render_authorization(self.tenants, self.nodes)]
+    def server_config(self, layout: Layout = "authorization") -> str:
+        """What goes into nats-server's configuration besides ports and limits.
+        ``layout``: everyone in one account (``authorization``), or the services in one
+        and each tenant in its own (``accounts``, for routers run ``--tenant-from bus``)."""
+        render = (
+            permissions.render_accounts
+            if layout == "accounts"
+            else permissions.render_authorization
+        )
+        parts = [render(self.tenants, self.nodes)]
         if self.tls:
             parts.append(
                 "tls {\n"

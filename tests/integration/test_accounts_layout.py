@@ -1,0 +1,179 @@
+"""The layout with one account per tenant, as rendered from the wire contract
+(``SecureBus.server_config(layout="accounts")``, ``deploy/nats/accounts.conf``), on a
+real server with TLS: the toy swarm runs with each service as its own user and routers
+reading the tenant from the bus, and a tenant is who the server says, hears only its own
+answers and reaches nothing but the services it imports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.aio.msg import Msg
+
+from hecate.bus import kv as kvs
+from hecate.bus.secure import SecureBus, prepare
+from hecate.bus.server import NatsServer
+from hecate.bus.streamed import request_streamed
+from hecate.routing.identity import REQUEST_INFO
+from hecate.wire import subjects
+from hecate.wire.messages import (
+    STREAM_TOKEN_HEADERS,
+    InferReply,
+    InferRequest,
+    PlanValue,
+    StreamToken,
+)
+
+from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
+from .test_permissions import Session
+
+MODEL = "ncm-base"
+TOPOLOGY = EXAMPLES / "swarm.json"
+_reply = msgspec.json.Decoder(InferReply)
+_token = msgspec.json.Decoder(StreamToken)
+
+Login = Callable[[str], Awaitable[Session]]
+
+
+@pytest.fixture
+def bus(tmp_path: Path) -> SecureBus:
+    return prepare(tmp_path / "secure", nodes=[n for n, *_ in SWARM_NODES])
+
+
+@pytest.fixture
+def server(tmp_path: Path, bus: SecureBus) -> Iterator[NatsServer]:
+    srv = NatsServer(
+        tmp_path / "nats", extra_config=bus.server_config(layout="accounts"), env=bus.server_env()
+    ).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def swarm(server: NatsServer, bus: SecureBus, tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(url=server.url, logs=tmp_path, secure=bus)
+    start_swarm(procs, TOPOLOGY, SWARM_NODES, routers=0)
+    procs.start(
+        "router-1",
+        "router",
+        *("--id", "router-1", "--topology", str(TOPOLOGY), "--tenant-from", "bus"),
+    )
+    yield procs
+    procs.stop_all()
+
+
+@pytest.fixture
+async def login(server: NatsServer, bus: SecureBus) -> AsyncIterator[Login]:
+    sessions: list[Session] = []
+
+    async def connect(user: str) -> Session:
+        errors: list[str] = []
+
+        async def on_error(exc: Exception) -> None:
+            if "permissions violation" in str(exc).lower():
+                errors.append(str(exc))
+
+        nc = await nats.connect(server.url, error_cb=on_error, **bus.credentials(user).options())
+        sessions.append(Session(nc, errors))
+        return sessions[-1]
+
+    yield connect
+    for s in sessions:
+        await s.nc.close()
+
+
+async def _ask(session: Session, tenant: str) -> InferReply:
+    body = msgspec.json.encode(InferRequest(prompt="hello", max_tokens=4, tenant=tenant))
+    msg = await session.nc.request(subjects.infer(MODEL), body, timeout=10)
+    return _reply.decode(msg.data)
+
+
+@pytest.mark.usefixtures("swarm")
+async def test_the_swarm_serves_each_tenant_as_the_server_names_it(
+    server: NatsServer, bus: SecureBus, login: Login
+) -> None:
+    a = await login("tenant-a")
+    await wait_until_serving(a.nc, MODEL)
+
+    assert (await _ask(a, "tenant-a")).ok
+
+    # Naming another tenant in the body is refused: the bus said who asked.
+    refused = await _ask(a, "tenant-b")
+    assert refused.error is not None
+    assert refused.error.code == "forbidden"
+    assert "'tenant-a'" in refused.error.message
+
+    # A tenant hears nothing of the swarm's subjects nor another tenant's answers.
+    for subject in ("hecate.>", "_INBOX.tenant-b.>"):
+        await a.nc.subscribe(subject)
+        assert f'subscription to "{subject.lower()}"' in (await a.refused()).lower()
+
+    # The plan stays with the services: the operator reads it.
+    operator = await login("operator")
+    kv = await kvs.wait_bucket(operator.nc, subjects.PLAN_BUCKET)
+    entry = await kv.get(subjects.PLAN_KEY)
+    plan = msgspec.json.decode(entry.value or b"", type=PlanValue)
+    assert plan.pipelines_of(MODEL)
+    assert not operator.errors
+
+    # Without credentials, no connection at all.
+    with pytest.raises(nats.errors.Error, match=r"(?i)authorization"):
+        await nats.connect(
+            server.url,
+            tls=ssl.create_default_context(cafile=str(bus.ca_file)),
+            connect_timeout=2,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+        )
+
+    # Not one refusal of the services' own traffic: the layout gives each what it needs.
+    log = server.log_file.read_text(errors="replace")
+    refused_lines = [
+        line for line in log.splitlines() if "Violation" in line and "user:tenant-a" not in line
+    ]
+    assert not refused_lines, refused_lines[:5]
+
+
+async def test_a_responder_streams_to_the_tenant_and_hears_its_cancels_stamped(
+    login: Login,
+) -> None:
+    """What the toy swarm cannot show (its model streams no tokens): the rendered
+    exports let a router answer a tenant many times on the tenant's own inbox, and a
+    cancel reaches it stamped with the tenant's account."""
+    router, a = await login("router"), await login("tenant-a")
+    cancels: asyncio.Queue[str] = asyncio.Queue()
+
+    async def serve(msg: Msg) -> None:
+        for text in ("one", "two"):
+            token = StreamToken(request_id="r", index=0, token=0, text=text)
+            await router.nc.publish(
+                msg.reply, msgspec.json.encode(token), headers=STREAM_TOKEN_HEADERS
+            )
+        await msg.respond(msgspec.json.encode(InferReply(ok=True, output="onetwo")))
+
+    async def cancel(msg: Msg) -> None:
+        await cancels.put(json.loads((msg.headers or {})[REQUEST_INFO])["acc"])
+
+    await router.nc.subscribe(subjects.INFER_ALL, cb=serve)
+    await router.nc.subscribe(subjects.ROUTER_CANCEL, cb=cancel)
+    await router.nc.flush()
+    tokens: list[str] = []
+
+    async def on_token(msg: Msg) -> None:
+        tokens.append(_token.decode(msg.data).text)
+
+    msg = await request_streamed(a.nc, subjects.infer(MODEL), b"{}", timeout=5, on_token=on_token)
+    assert _reply.decode(msg.data).output == "onetwo"
+    assert tokens == ["one", "two"]
+    await a.nc.publish(subjects.ROUTER_CANCEL, b"{}")
+    assert await asyncio.wait_for(cancels.get(), 5) == "tenant-a"
+    assert not router.errors
+    assert not a.errors
