@@ -125,7 +125,9 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
     assert "Traceback" not in out, out[-3000:]
     assert "hecate up: NATS at nats://127.0.0.1:" in out
     assert f"OpenAI-compatible API at http://127.0.0.1:{port}/v1" in out
-    assert ("secure bus (TLS, one user per role and per node)" in out) == secure
+    assert (
+        "secure bus (TLS, one user per role and per node, one account per tenant)" in out
+    ) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
     assert not url_file.exists()
 

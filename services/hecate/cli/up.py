@@ -6,12 +6,15 @@ very ``hecate <service> ...`` command an operator would type (``ps`` shows which
 which; any one can be killed or restarted by hand). Logs stream with a service prefix.
 Ctrl-C stops everything: services drain first, the server goes last.
 
-``--secure`` locks the bus down as a deployment would: one NATS user per service role,
-per node of the topology (``node-<id>``: it joins, leaves, heartbeats and serves as
-itself only) and per tenant, with the permissions ``deploy/nats/auth.conf`` ships
-(derived from the wire contract), fresh random passwords, and TLS with a throwaway CA,
-all under ``<state>/secure/`` (mode 0700). Each service gets its own user's credentials
-in its environment; ``<user>.env`` files there give a shell a tenant's or the operator's.
+``--secure`` locks the bus down as a deployment would: one NATS user per service role
+and per node of the topology (``node-<id>``: it joins, leaves, heartbeats and serves as
+itself only) in the services' account, and one account per tenant importing inference
+and cancels from it (``deploy/nats/accounts.conf``'s layout, derived from the wire
+contract), fresh random passwords, and TLS with a throwaway CA, all under
+``<state>/secure/`` (mode 0700). The routers take a request's tenant from the account
+the server vouches for, and the gateway asks as each key's tenant with that tenant's
+credentials. Each service gets its own user's credentials in its environment;
+``<user>.env`` files there give a shell a tenant's or the operator's.
 """
 
 from __future__ import annotations
@@ -119,7 +122,7 @@ async def up(args: argparse.Namespace) -> int:
         server = NatsServer(
             state / "nats",
             max_payload=1024 * 1024,
-            extra_config=bus.server_config() if bus else "",
+            extra_config=bus.server_config(layout="accounts") if bus else "",
             env=bus.server_env() if bus else None,
         )
         await asyncio.to_thread(server.start)
@@ -137,7 +140,8 @@ async def up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        for spec in plan_commands(args, url):
+        identities = str(bus.directory) if bus else ""
+        for spec in plan_commands(args, url, identities=identities):
             # Under --secure each service logs in as its role, each node as itself.
             creds = bus.service_credentials(spec.argv).to_env() if bus else {}
             supervisor.start(dataclasses.replace(spec, env=creds))
@@ -152,7 +156,8 @@ async def up(args: argparse.Namespace) -> int:
         if bus is not None:
             tenant = bus.tenants[0] if bus.tenants else "operator"
             print(
-                f"hecate up: secure bus (TLS, one user per role and per node); tenants: "
+                f"hecate up: secure bus (TLS, one user per role and per node, one account "
+                f"per tenant); tenants: "
                 f"{', '.join(bus.tenants)}; credentials in {bus.directory}/<user>.env\n"
                 f"hecate up: try  . {bus.directory}/{tenant}.env && "
                 f'.venv/bin/hecate infer {model} "hello swarm"  and  '

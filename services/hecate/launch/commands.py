@@ -21,12 +21,16 @@ from hecate.sim.topology import NodeEntry, parse_topology
 GENERATIVE = {"smollm2": "smollm2-135m"}
 
 
-def plan_commands(args: argparse.Namespace, url: str) -> list[ProcessSpec]:
-    """Every process of the swarm, in start order."""
+def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -> list[ProcessSpec]:
+    """Every process of the swarm, in start order. ``identities``: on a bus with an
+    account per tenant, the directory of the tenants' credentials: the routers take a
+    request's tenant from the bus, and the gateway asks as each key's tenant."""
     topo = parse_topology(Path(args.topology).read_bytes())
     common = ["--nats", url]
     generative = any(n.executor in GENERATIVE for n in topo.nodes)
     routing = ["--dispatch", "chain"] if generative else []
+    if identities:
+        routing += ["--tenant-from", "bus"]
     cmds: list[tuple[str, list[str]]] = [
         ("telemetry", ["telemetry", *common, "--id", "telemetry"]),
         (
@@ -59,9 +63,10 @@ def plan_commands(args: argparse.Namespace, url: str) -> list[ProcessSpec]:
     if getattr(args, "gateway", "off") != "off":
         host, port = gateway_address(args.gateway)
         keys = str(Path(args.state) / GATEWAY_KEYS)
-        cmds.append(
-            ("gateway", ["gateway", *common, "--host", host, "--port", str(port), "--keys", keys])
-        )
+        gateway = ["gateway", *common, "--host", host, "--port", str(port), "--keys", keys]
+        if identities:
+            gateway += ["--tenant-identities", identities]
+        cmds.append(("gateway", gateway))
     return [ProcessSpec(label, tuple(argv)) for label, argv in cmds]
 
 
