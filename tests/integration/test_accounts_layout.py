@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import msgspec
@@ -33,14 +33,12 @@ from hecate.wire.messages import (
 )
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
-from .test_permissions import Session
+from .securebus import Login, Session, secure_server, sessions
 
 MODEL = "ncm-base"
 TOPOLOGY = EXAMPLES / "swarm.json"
 _reply = msgspec.json.Decoder(InferReply)
 _token = msgspec.json.Decoder(StreamToken)
-
-Login = Callable[[str], Awaitable[Session]]
 
 
 @pytest.fixture
@@ -50,9 +48,7 @@ def bus(tmp_path: Path) -> SecureBus:
 
 @pytest.fixture
 def server(tmp_path: Path, bus: SecureBus) -> Iterator[NatsServer]:
-    srv = NatsServer(
-        tmp_path / "nats", extra_config=bus.server_config(layout="accounts"), env=bus.server_env()
-    ).start()
+    srv = secure_server(tmp_path / "nats", bus, layout="accounts")
     yield srv
     srv.stop()
 
@@ -72,22 +68,8 @@ def swarm(server: NatsServer, bus: SecureBus, tmp_path: Path) -> Iterator[Proces
 
 @pytest.fixture
 async def login(server: NatsServer, bus: SecureBus) -> AsyncIterator[Login]:
-    sessions: list[Session] = []
-
-    async def connect(user: str) -> Session:
-        errors: list[str] = []
-
-        async def on_error(exc: Exception) -> None:
-            if "permissions violation" in str(exc).lower():
-                errors.append(str(exc))
-
-        nc = await nats.connect(server.url, error_cb=on_error, **bus.credentials(user).options())
-        sessions.append(Session(nc, errors))
-        return sessions[-1]
-
-    yield connect
-    for s in sessions:
-        await s.nc.close()
+    async with sessions(server.url, bus) as connect:
+        yield connect
 
 
 async def _ask(session: Session, tenant: str) -> InferReply:

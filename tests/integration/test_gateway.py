@@ -59,7 +59,7 @@ class Swarm:
     procs: Processes
 
 
-def _key(path: Path, tenant: str) -> str:
+def api_key(path: Path, tenant: str) -> str:
     out = subprocess.run(
         [*hecate_argv(), "keys", "add", tenant, "--file", str(path)],
         capture_output=True,
@@ -112,7 +112,7 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
             procs.start(f"node-{node}", "node", "--id", node, "--capacity-layers", layers,
                         "--accept-faults")  # fmt: skip
         keyfile = tmp / "keys.json"
-        keys = {t: _key(keyfile, t) for t in ("alice", "slow")}
+        keys = {t: api_key(keyfile, t) for t in ("alice", "slow")}
         procs.start(
             "gateway", "gateway", "--keys", str(keyfile), "--port", "0", "--timeout-s", "60"
         )

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import pytest
 from nats.aio.client import Client
 
@@ -29,6 +28,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import ErrorReply, Heartbeat, NodeJoin, NodeLeave, TelemetrySnapshot
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes
+from .securebus import secure_server, sessions
 from .waits import endpoint_data, listening, stats, until
 
 TOPOLOGY = EXAMPLES / "swarm.json"
@@ -40,10 +40,8 @@ def bus(tmp_path: Path) -> SecureBus:
 
 
 @pytest.fixture
-def secure_server(tmp_path: Path, bus: SecureBus) -> Iterator[NatsServer]:
-    srv = NatsServer(
-        tmp_path / "nats", extra_config=bus.server_config(), env=bus.server_env()
-    ).start()
+def server(tmp_path: Path, bus: SecureBus) -> Iterator[NatsServer]:
+    srv = secure_server(tmp_path / "nats", bus)
     yield srv
     srv.stop()
 
@@ -73,23 +71,6 @@ async def _alive(client: Client) -> dict[str, bool]:
     return {node_id: n.alive for node_id, n in snapshot.nodes.items()}
 
 
-@contextlib.asynccontextmanager
-async def _login(
-    server: NatsServer, bus: SecureBus, user: str
-) -> AsyncIterator[tuple[Client, list[str]]]:
-    refused: list[str] = []
-
-    async def on_error(exc: Exception) -> None:
-        if "permissions violation" in str(exc).lower():
-            refused.append(str(exc))
-
-    nc = await nats.connect(server.url, error_cb=on_error, **bus.credentials(user).options())
-    try:
-        yield nc, refused
-    finally:
-        await nc.close()
-
-
 def _refusals(log: str, subject_node: str, body_node: str) -> int:
     """How many times a service's log says it refused ``body_node`` on
     ``subject_node``'s subject."""
@@ -106,15 +87,15 @@ def _refusals(log: str, subject_node: str, body_node: str) -> int:
 
 
 async def test_a_node_cannot_join_leave_or_heartbeat_as_another(
-    secure_server: NatsServer, bus: SecureBus, tmp_path: Path
+    server: NatsServer, bus: SecureBus, tmp_path: Path
 ) -> None:
-    procs = Processes(url=secure_server.url, logs=tmp_path, secure=bus)
+    procs = Processes(url=server.url, logs=tmp_path, secure=bus)
     try:
         _services(procs, nodes=True)
-        async with (
-            _login(secure_server, bus, "operator") as (op, _),
-            _login(secure_server, bus, "node-laptop") as (laptop, refused),
-        ):
+        async with sessions(server.url, bus) as login:
+            op = (await login("operator")).nc
+            node = await login("node-laptop")
+            laptop, refused = node.nc, node.errors
 
             async def settled() -> bool:
                 p = await _planner(op)
@@ -178,7 +159,7 @@ async def test_a_node_cannot_join_leave_or_heartbeat_as_another(
             assert _refusals(procs.log("telemetry"), "laptop", "ghost") == 1
     finally:
         procs.stop_all()
-    log = secure_server.log_file.read_text(errors="replace")
+    log = server.log_file.read_text(errors="replace")
     violations = [line for line in log.splitlines() if "Violation" in line]
     assert violations  # the three forgeries
     assert all("user:node-laptop" in line for line in violations), violations[:5]

@@ -18,13 +18,11 @@ import re
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import nats
 import pytest
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
@@ -33,6 +31,7 @@ from hecate.bus.server import NatsServer, server_binary
 from hecate.wire import permissions, subjects
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
+from .securebus import Login, Session, secure_server, sessions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,47 +43,15 @@ def bus(tmp_path: Path) -> SecureBus:
 
 @pytest.fixture
 def server(tmp_path: Path, bus: SecureBus) -> Iterator[NatsServer]:
-    srv = NatsServer(
-        tmp_path / "nats", extra_config=bus.server_config(), env=bus.server_env()
-    ).start()
+    srv = secure_server(tmp_path / "nats", bus)
     yield srv
     srv.stop()
 
 
-@dataclass
-class Session:
-    """One user's connection and the permission errors the server sent it."""
-
-    nc: Client
-    errors: list[str]
-
-    async def refused(self, timeout: float = 2.0) -> str:
-        for _ in range(int(timeout / 0.02)):
-            if self.errors:
-                return self.errors.pop(0)
-            await asyncio.sleep(0.02)
-        raise AssertionError("the server did not refuse")
-
-
 @pytest.fixture
-async def login(server: NatsServer, bus: SecureBus) -> AsyncIterator[object]:
-    sessions: list[Session] = []
-
-    async def connect(user: str) -> Session:
-        errors: list[str] = []
-
-        async def on_error(exc: Exception) -> None:
-            if "permissions violation" in str(exc).lower():
-                errors.append(str(exc))
-
-        nc = await nats.connect(server.url, error_cb=on_error, **bus.credentials(user).options())
-        session = Session(nc, errors)
-        sessions.append(session)
-        return session
-
-    yield connect
-    for s in sessions:
-        await s.nc.close()
+async def login(server: NatsServer, bus: SecureBus) -> AsyncIterator[Login]:
+    async with sessions(server.url, bus) as connect:
+        yield connect
 
 
 # (who, publishes to, a witness allowed to hear that subject)
@@ -148,13 +115,13 @@ async def _heard(witness: Session, subject: str, publisher: Session, *, within: 
 
 @pytest.mark.parametrize(("user", "subject", "witness"), FORBIDDEN_PUBLISH)
 async def test_a_forbidden_publish_is_refused_and_reaches_nobody(
-    login: object, user: str, subject: str, witness: str | None
+    login: Login, user: str, subject: str, witness: str | None
 ) -> None:
-    me = await login(user)  # type: ignore[operator]
+    me = await login(user)
     if witness is None:
         await me.nc.publish(subject, b"{}")
     else:
-        them = await login(witness)  # type: ignore[operator]
+        them = await login(witness)
         if subject.startswith("$KV."):  # KV values: the witness reads the bucket instead
             assert not await _kv_write(me, them, subject)
         else:
@@ -166,9 +133,9 @@ async def test_a_forbidden_publish_is_refused_and_reaches_nobody(
 
 @pytest.mark.parametrize(("user", "subject", "witness"), ALLOWED_PUBLISH)
 async def test_the_role_the_contract_names_may_publish(
-    login: object, user: str, subject: str, witness: str
+    login: Login, user: str, subject: str, witness: str
 ) -> None:
-    me, them = await login(user), await login(witness)  # type: ignore[operator]
+    me, them = await login(user), await login(witness)
     assert await _heard(them, subject, me, within=5.0), (user, subject, me.errors, them.errors)
     assert not me.errors
     assert not them.errors
@@ -201,8 +168,8 @@ async def _buckets(server: NatsServer, bus: SecureBus) -> None:
         await nc.close()
 
 
-async def test_only_the_owner_creates_a_bucket(login: object) -> None:
-    node = await login("node-gpu")  # type: ignore[operator]
+async def test_only_the_owner_creates_a_bucket(login: Login) -> None:
+    node = await login("node-gpu")
     with pytest.raises(nats.errors.TimeoutError):  # refused: no reply
         await node.nc.jetstream(timeout=0.5).create_key_value(bucket="hecate-forged")
     assert "$js.api.stream.create.kv_hecate-forged" in (await node.refused()).lower()
@@ -224,21 +191,21 @@ async def test_only_the_owner_creates_a_bucket(login: object) -> None:
         ("operator", "_INBOX.tenant-a.>"),
     ],
 )
-async def test_a_forbidden_subscription_is_refused(login: object, user: str, subject: str) -> None:
-    me = await login(user)  # type: ignore[operator]
+async def test_a_forbidden_subscription_is_refused(login: Login, user: str, subject: str) -> None:
+    me = await login(user)
     await me.nc.subscribe(subject)
     message = await me.refused()
     assert f'subscription to "{subject.lower()}"' in message.lower(), message
 
 
 async def test_a_swarm_runs_on_the_locked_down_bus_and_tenants_hear_only_their_replies(
-    server: NatsServer, bus: SecureBus, tmp_path: Path, login: object
+    server: NatsServer, bus: SecureBus, tmp_path: Path, login: Login
 ) -> None:
     procs = Processes(url=server.url, logs=tmp_path, secure=bus)
     try:
         start_swarm(procs, EXAMPLES / "swarm.json", SWARM_NODES, routers=2, dispatch="chain")
         procs.start("breaker", "breaker", "--id", "breaker")
-        a, b = await login("tenant-a"), await login("tenant-b")  # type: ignore[operator]
+        a, b = await login("tenant-a"), await login("tenant-b")
         await wait_until_serving(a.nc, "ncm-base")
         # Tenant b listens wherever it can; tenant a's answers never reach it.
         overheard: list[bytes] = []

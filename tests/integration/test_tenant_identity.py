@@ -24,7 +24,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm
-from .test_gateway import _key, gateway_port
+from .test_gateway import api_key, gateway_port
 
 ACCOUNTS = """
 accounts {
@@ -164,7 +164,7 @@ async def test_the_gateway_asks_as_each_keys_tenant_with_that_tenants_identity(
         "export HECATE_NATS_USER=tenant-a\nexport HECATE_NATS_PASSWORD=a\n"
     )
     keyfile = tmp_path / "keys.json"
-    key_a, key_c = _key(keyfile, "tenant-a"), _key(keyfile, "tenant-c")
+    key_a, key_c = api_key(keyfile, "tenant-a"), api_key(keyfile, "tenant-c")
     swarm.start(
         "gateway",
         "gateway",
