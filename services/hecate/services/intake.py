@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 
 import msgspec
 from opentelemetry.trace import Status, StatusCode
@@ -91,12 +92,22 @@ class Intake:
         """Settle whom the request acts for (routing/identity.py): from here on its body
         names that tenant, so quotas, retries, cancels and the line all key on it. A
         request refused is answered ``forbidden``, logged once and counted."""
-        tenant = tenant_of(self.config.tenant_from, req.headers, req.body.tenant)
-        if self.config.tenant_from == "bus" and req.body.stream_to and isinstance(tenant, str):
-            # A subject of the caller's choosing: the router would publish where the
-            # caller may not. Tokens come back on the caller's own reply path instead.
-            why = "stream_to is refused on this bus: set stream to hear the tokens on your reply"
-            tenant = Refused(why, tenant)
+        body = req.body
+        tenant = self.tenant(req.headers, body.tenant, req.subject, stream_to=body.stream_to)
+        if isinstance(tenant, Refused):
+            await req.error("forbidden", tenant.message)
+            return False
+        if tenant != req.body.tenant:
+            req.body = msgspec.structs.replace(req.body, tenant=tenant)
+        req.span.set_attribute("hecate.tenant", tenant)
+        return True
+
+    def tenant(
+        self, headers: Mapping[str, str], named: str, subject: str, *, stream_to: str = ""
+    ) -> str | Refused:
+        """Whom a request or a cancel acts for (routing/identity.py); a refusal is
+        logged, with the account the server named, and counted."""
+        tenant = tenant_of(self.config.tenant_from, headers, named, stream_to=stream_to)
         if isinstance(tenant, Refused):
             self.counters["forbidden"] += 1
             event(
@@ -104,15 +115,10 @@ class Intake:
                 "refused: tenant",
                 logging.WARNING,
                 vouched=tenant.vouched,
-                named=req.body.tenant,
-                subject=req.subject,
+                named=named,
+                subject=subject,
             )
-            await req.error("forbidden", tenant.message)
-            return False
-        if tenant != req.body.tenant:
-            req.body = msgspec.structs.replace(req.body, tenant=tenant)
-        req.span.set_attribute("hecate.tenant", tenant)
-        return True
+        return tenant
 
     async def admit(self, req: Request[InferRequest]) -> None:
         """A new request: an id, then the quota desk or a route."""

@@ -32,7 +32,7 @@ from opentelemetry.trace import TracerProvider
 from hecate.bus.logs import event
 from hecate.bus.service import Service
 from hecate.routing.flow import Abort, Cancelled, NodeDown, Tick
-from hecate.routing.identity import Refused, tenant_of
+from hecate.routing.identity import Refused
 from hecate.services.admission import AdmissionDesk
 from hecate.services.breakers import BreakerView
 from hecate.services.flightdeck import Flight, FlightDeck
@@ -181,10 +181,8 @@ class RouterService:
         """A caller gave up: its flight, if it runs here, is answered ``cancelled`` now
         and its nodes drop the session (else the intake remembers the cancel). A tenant
         cancels only its own requests: the tenant is settled as for a request."""
-        tenant = tenant_of(self.config.tenant_from, headers, cancel.tenant)
+        tenant = self.intake.tenant(headers, cancel.tenant, subjects.ROUTER_CANCEL)
         if isinstance(tenant, Refused):
-            self.counters["forbidden"] += 1
-            event(self.log, "refused: cancel", logging.WARNING, vouched=tenant.vouched)
             return
         flight = self.intake.cancelled((tenant, cancel.request_id))
         if flight is not None:
