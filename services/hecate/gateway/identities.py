@@ -74,10 +74,6 @@ class TenantLinks:
         self._links: dict[str, Client] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
-    @property
-    def per_tenant(self) -> bool:
-        return self.directory is not None
-
     async def client(self, tenant: str) -> Client:
         """The connection that asks as ``tenant``. Raises :class:`NoIdentity`."""
         if self.directory is None:

@@ -13,7 +13,7 @@ publishing as another by mistake.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,19 +22,19 @@ from hecate.bus.logs import event
 from hecate.wire import subjects
 
 T = TypeVar("T")
+REMEMBER_PAIRS = 1024
 
 
 class NodeIdentity:
     """The check one service makes on every node message it takes."""
 
-    def __init__(self, log: logging.Logger) -> None:
+    def __init__(self, log: logging.Logger, remember: int = REMEMBER_PAIRS) -> None:
         self.log = log
-        # (subject's node id, body's node id) -> messages refused
-        self.mismatches: Counter[tuple[str, str]] = Counter()
-
-    @property
-    def refused(self) -> int:
-        return sum(self.mismatches.values())
+        self.refused = 0
+        # The pairs (subject's node id, body's node id) already logged, the latest kept:
+        # a sender inventing ids cannot grow this without bound.
+        self._logged: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._remember = remember
 
     async def vouch(self, req: Request[Any], claimed: str) -> bool:
         """Whether ``req``'s subject names the node ``claimed``; if not, it is refused."""
@@ -42,7 +42,13 @@ class NodeIdentity:
         if named == claimed:
             return True
         pair = (named or "", claimed)
-        if pair not in self.mismatches:
+        self.refused += 1
+        if pair in self._logged:
+            self._logged.move_to_end(pair)
+        else:
+            self._logged[pair] = None
+            if len(self._logged) > self._remember:
+                self._logged.popitem(last=False)
             event(
                 self.log,
                 "refused: node identity",
@@ -51,7 +57,6 @@ class NodeIdentity:
                 body_node=claimed,
                 subject=req.subject,
             )
-        self.mismatches[pair] += 1
         await req.error(
             "forbidden",
             f"{req.subject} may speak for node {named!r} only; the body names {claimed!r}",
