@@ -21,7 +21,6 @@ caller that must tell the two apart (the chaos load counts such a call as lost).
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -41,12 +40,7 @@ from hecate.resilience.backoff import SeedPolicy, WaitPolicy
 from hecate.resilience.breaker import CircuitBreaker
 from hecate.resilience.hints import parse_retry_after
 from hecate.wire import subjects
-from hecate.wire.messages import (
-    ErrorBody,
-    InferReply,
-    InferRequest,
-    StreamToken,
-)
+from hecate.wire.messages import ErrorBody, InferReply, InferRequest, StreamToken
 
 MAX_ATTEMPTS = 3  # sends per call unless the caller says otherwise
 RETRYABLE = frozenset({"rate_limited", "no_plan", "draining", "timeout", "internal"})
@@ -74,14 +68,6 @@ def _error(code: str, message: str, request_id: str, model_id: str, attempts: in
         model_id=model_id,
         attempts=attempts,
     )
-
-
-def _decoding(deliver: Callable[[StreamToken], None]) -> Callable[[Msg], Awaitable[None]]:
-    async def on_token(msg: Msg) -> None:
-        with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
-            deliver(_token.decode(msg.data))
-
-    return on_token
 
 
 def _ignore(_attempt: Attempt) -> None:
@@ -155,12 +141,16 @@ class HecateClient:
         when its reply (or its absence) is known; never for a send the client's breaker
         refused, since nothing went out."""
         request_id = request_id or uuid.uuid4().hex
-        deliver: Callable[[StreamToken], None] | None = None
+        deliver: Callable[[Msg], Awaitable[None]] | None = None
         if on_token is not None:
             seen: set[int] = set()
             callback = on_token
 
-            def deliver(token: StreamToken) -> None:
+            async def deliver(msg: Msg) -> None:
+                try:
+                    token = _token.decode(msg.data)
+                except msgspec.DecodeError:  # not a token this client can read
+                    return
                 if token.index not in seen:  # each index once, across retries too
                     seen.add(token.index)
                     callback(token)
@@ -186,7 +176,7 @@ class HecateClient:
         request_id: str,
         max_wait_ms: int,
         temperature: float,
-        deliver: Callable[[StreamToken], None] | None,
+        deliver: Callable[[Msg], Awaitable[None]] | None,
         on_attempt: Callable[[Attempt], None],
     ) -> InferReply:
         breaker = self._breaker(model)
@@ -220,9 +210,8 @@ class HecateClient:
                 if deliver is None:
                     msg = await self.nc.request(subjects.infer(model), body, timeout=timeout)
                 else:
-                    on_token = _decoding(deliver)
                     msg = await request_streamed(
-                        self.nc, subjects.infer(model), body, timeout=timeout, on_token=on_token
+                        self.nc, subjects.infer(model), body, timeout=timeout, on_token=deliver
                     )
             except NoRespondersError:
                 on_attempt(Attempt(attempt, replied=False, code="client_no_router"))

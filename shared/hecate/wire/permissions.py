@@ -280,7 +280,7 @@ def users(
             raise ValueError(f"tenant {tenant!r} must match {subjects.SLUG.pattern}")
         if tenant in out or tenant == NODE:
             raise ValueError(f"tenant {tenant!r} has the name of a role")
-        if tenant.startswith(subjects.NODE_USER_PREFIX):  # its inboxes would be a node's
+        if is_node_user(tenant):  # its inboxes would be a node's
             raise ValueError(
                 f"tenant {tenant!r} starts with {subjects.NODE_USER_PREFIX!r}, "
                 "which names node users"
