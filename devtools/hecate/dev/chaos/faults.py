@@ -149,13 +149,9 @@ async def cluster_member_kill(swarm: Swarm, nc: Client, record: Record, t: Timin
     monitors = [s.monitor_port for s in swarm.servers]
     holding = await asyncio.to_thread(_holding, monitors, nc.options.get("name") or "")
     ours = nc.connected_url.port if nc.connected_url else None
-    index = (
-        holding
-        if holding is not None
-        else next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), 0)
-    )
-    # Whether the client's own idea of its server was right (1) or not (0).
     guess = next((i for i, s in enumerate(swarm.servers) if s.client_port == ours), None)
+    index = holding if holding is not None else guess if guess is not None else 0
+    # Whether the client's own idea of its server was right (1) or not (0).
     record.notes["client_knew_its_server"] = float(guess == index)
     # A node whose connection is on the killed server is cut off until it reconnects:
     # for that while, its pipelines are not intact, and a reserve answer is right.
