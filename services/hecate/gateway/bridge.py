@@ -27,13 +27,7 @@ from hecate.bus.streamed import request_streamed
 from hecate.gateway.identities import NoIdentity, TenantLinks
 from hecate.wire import subjects
 from hecate.wire.errors import ErrorCode
-from hecate.wire.messages import (
-    ErrorBody,
-    InferCancel,
-    InferReply,
-    InferRequest,
-    StreamToken,
-)
+from hecate.wire.messages import ErrorBody, InferCancel, InferReply, InferRequest, StreamToken
 
 _reply = msgspec.json.Decoder(InferReply)
 _token = msgspec.json.Decoder(StreamToken)
