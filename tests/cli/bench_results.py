@@ -37,7 +37,7 @@ CORE = {
 }
 
 
-def _sweep(capacity: float) -> list[dict[str, Any]]:
+def sweep_points(capacity: float) -> list[dict[str, Any]]:
     """Rates at half, at and past ``capacity``: the last two fail (a growing queue)."""
     points = []
     for fraction in (0.5, 1.0, 1.25, 1.5):
@@ -80,12 +80,14 @@ BUS = {
     "routed_1": _closed(10920.0),
     "routed_3": _closed(5400.0),
     "routed_3_chain": _closed(6300.0),
-    "sweep": {"raw": _sweep(39000.0), "routed_1": _sweep(10920.0)},
+    "routed_1_secure": _closed(9000.0),
+    "sweep": {"raw": sweep_points(39000.0), "routed_1": sweep_points(10920.0)},
     "capacity": {
         "raw": _capacity(39000.0),
         "routed_1": _capacity(10920.0),
         "routed_3": _capacity(5400.0),
         "routed_3_chain": _capacity(6300.0),
+        "routed_1_secure": _capacity(9282.0),
     },
     "ratio_1": 0.28,
     "ratio_1_is": "exact",
@@ -93,6 +95,11 @@ BUS = {
     "ratio_3_is": "exact",
     "ratio_3_chain": 0.162,
     "ratio_3_chain_is": "exact",
+    "ratio_1_secure": 0.238,
+    "ratio_1_secure_is": "exact",
+    "secure_over_open": 0.85,
+    "secure_over_open_is": "exact",
+    "secure_over_open_met": True,
     "meta": {
         "inflight": 64,
         "seconds": 5.0,

@@ -23,6 +23,13 @@ Two measurements, and only the second gives ratios:
   rate, so a slow minute of the machine falls on all of them. Every throughput ratio
   (routed ÷ raw, secure ÷ open) is a ratio of these capacities. Only correct replies
   count, in both measurements.
+
+``routed_1_secure`` is ``routed_1`` on the bus as deployed
+(:data:`hecate.dev.bench.bus_setup.SECURE`): TLS, an account per tenant, a user per
+process, the router taking the tenant from the account the server stamps, the load sent
+by a tenant from its own account.
+``secure_over_open`` (its capacity ÷ ``routed_1``'s) is judged against
+:data:`hecate.dev.bench.report.bus.SECURE_TARGET_RATIO` in ``secure_over_open_met``.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import msgspec
 from hecate.dev.bench.bus_setup import CONFIGURATIONS, Standing, wait_ready
 from hecate.dev.bench.generators import Generators, run_on_uvloop
 from hecate.dev.bench.openloop import OK_SHARE, P99_BOUND_MS, CapacitySearch, served_in_full
+from hecate.dev.bench.report.bus import judge_secure
 from hecate.dev.bench.results_bus import BusResult
 
 RATIOS = {  # ratio name: (numerator, denominator), both capacities
@@ -201,9 +209,7 @@ def run_bus_bench(
         }
         caps = {label: capacity(points) for label, points in swept.items()}
         out["capacity"] = caps
-        for name, (top, bottom) in RATIOS.items():
-            if top in caps and bottom in caps:
-                out[name], out[f"{name}_is"] = ratio(caps[top], caps[bottom])
+        out.update(ratios(caps))
     out["meta"] = {
         "inflight": inflight,
         "seconds": seconds,
@@ -223,4 +229,21 @@ def run_bus_bench(
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
-    return msgspec.convert(out, BusResult)
+    return judged_result(out)
+
+
+def ratios(caps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every ratio of :data:`RATIOS` whose two capacities were measured, each with what
+    the figure is (``<name>_is``)."""
+    out: dict[str, Any] = {}
+    for name, (top, bottom) in RATIOS.items():
+        if top in caps and bottom in caps:
+            out[name], out[f"{name}_is"] = ratio(caps[top], caps[bottom])
+    return out
+
+
+def judged_result(out: dict[str, Any]) -> BusResult:
+    """The result as saved, with the locked-down bus judged against its target from its
+    measured ratio (``secure_over_open_met``)."""
+    result = msgspec.convert(out, BusResult)
+    return msgspec.structs.replace(result, secure_over_open_met=judge_secure(result))

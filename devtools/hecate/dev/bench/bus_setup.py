@@ -1,7 +1,7 @@
 """The configurations ``hecate bench bus`` compares, standing: an embedded nats-server
 each, with a raw echo responder or a router and the nodes of a 1- or 3-stage pipeline
-(the plan written to KV directly), optionally on a locked-down bus; and the closed loop
-that drives one (see :mod:`hecate.dev.bench.bus`)."""
+(the plan written to KV directly), optionally on a locked-down bus laid out as deployed;
+and the closed loop that drives one (see :mod:`hecate.dev.bench.bus`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.credentials import Credentials
-from hecate.bus.secure import SecureBus, prepare
+from hecate.bus.secure import Layout, SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.launch import ProcessSpec, Supervisor
@@ -141,8 +141,14 @@ CONFIGURATIONS = {  # label: (stages, dispatch); 0 stages is the raw echo
     "routed_3_chain": (3, "chain"),
     "routed_1_secure": (1, "hop"),
 }
-# On a locked-down bus: TLS, and each process logs in as its role (``hecate up --secure``).
+# On a locked-down bus as ``hecate up --secure`` and deploy/ run it: TLS, one account for
+# the services and one per tenant (``SecureBus.server_config(layout="accounts")``), each
+# service logged in as its role and each node as its own user, the router taking every
+# request's tenant from the account the server stamps (``--tenant-from bus``), and the
+# load sent by a tenant's user from its own account, through its import of the service.
 SECURE = frozenset({"routed_1_secure"})
+SECURE_LAYOUT: Layout = "accounts"
+SECURE_TENANT = "tenant-a"
 
 
 def _start(
@@ -163,7 +169,10 @@ def _start(
     asyncio.run(
         _write_plan(url, stages, layers, executor, bus.credentials("planner") if bus else ANONYMOUS)
     )
-    specs = [ProcessSpec("router", ("router", "--id", "bench-router", "--dispatch", mode))]
+    vouched = ("--tenant-from", "bus") if bus else ()
+    specs = [
+        ProcessSpec("router", ("router", "--id", "bench-router", "--dispatch", mode, *vouched))
+    ]
     specs += [
         ProcessSpec(
             f"node-{i}",
@@ -211,7 +220,7 @@ class Standing:
         bus = prepare(tmp / label / "secure", nodes=nodes) if label in SECURE else None
         server = NatsServer(
             tmp / label,
-            extra_config=bus.server_config() if bus else "",
+            extra_config=bus.server_config(layout=SECURE_LAYOUT) if bus else "",
             env=bus.server_env() if bus else None,
         ).start()
         try:
@@ -219,7 +228,7 @@ class Standing:
         except BaseException:
             server.stop()
             raise
-        creds = bus.credentials("tenant-a") if bus else ANONYMOUS
+        creds = bus.credentials(SECURE_TENANT) if bus else ANONYMOUS
         return cls(label, server, procs, subject, body, routed, creds)
 
     async def drive(self, inflight: int, seconds: float) -> dict[str, float]:

@@ -105,6 +105,9 @@ class BusResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     ratio_1_secure_is: str | None = None
     secure_over_open: float | None = None
     secure_over_open_is: str | None = None
+    # The locked-down bus against its target, as the suite judged it (the report judges
+    # the ratio again): met, not met, or None when the ratio does not decide it.
+    secure_over_open_met: bool | None = None
     meta: BusMeta
 
     def closed(self, label: str) -> ClosedLoop | None:

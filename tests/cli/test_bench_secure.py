@@ -1,0 +1,132 @@
+"""The locked-down bus against the open one, in ``make bench``: routed request capacity
+(``hecate bench bus``), each ratio judged against its target from the figures measured,
+a target that can fail, and results saved before these figures existed still load."""
+
+# The report is typographic prose; the tests quote it exactly.
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import msgspec
+import pytest
+
+from hecate.dev.bench.bus import capacity, judged_result, ratios
+from hecate.dev.bench.report import figures, render
+from hecate.dev.bench.results import load
+from hecate.dev.bench.results_bus import BusResult
+from tests.cli.bench_results import BUS, results, sweep_points
+
+SECURE_ROW = "| locked-down bus ≥ 0.8× open bus, routed 1-stage capacity (open loop) |"
+
+
+def _section(doc: str, title: str) -> str:
+    start = doc.index(f"## {title}")
+    end = doc.find("\n## ", start + 1)
+    return " ".join(doc[start : end if end >= 0 else len(doc)].split())
+
+
+def _measured(open_rps: float, secure_rps: float) -> dict[str, Any]:
+    """A bus result whose capacities come from swept points, as the suite finds them."""
+    out: dict[str, Any] = copy.deepcopy(BUS)
+    for name in [k for k in out if k.startswith(("ratio_", "secure_over_open"))]:
+        del out[name]
+    swept = {
+        "raw": sweep_points(39000.0),
+        "routed_1": sweep_points(open_rps),
+        "routed_1_secure": sweep_points(secure_rps),
+    }
+    caps = {label: capacity(points) for label, points in swept.items()}
+    out.update(sweep=swept, capacity=caps, **ratios(caps))
+    return out
+
+
+def test_the_secure_ratio_is_the_locked_down_capacity_over_the_open_one() -> None:
+    measured = judged_result(_measured(10000.0, 8500.0))
+    assert measured.secure_over_open == 0.85
+    assert measured.secure_over_open_is == "exact"
+    assert measured.secure_over_open_met is True
+
+
+def test_a_locked_down_bus_slower_than_the_target_fails_it() -> None:
+    measured = judged_result(_measured(10000.0, 6800.0))  # the 0.68x the issue started from
+    assert measured.secure_over_open == 0.68
+    assert measured.secure_over_open_met is False
+    saved = results()
+    saved["bus"]["report"] = msgspec.to_builtins(measured)
+    doc = render(saved)
+    assert f"{SECURE_ROW} 0.680× open | **not met** |" in _section(doc, "Headline")
+    bus = _section(doc, "The bus")
+    assert "routed 1-stage capacity is 0.680× the same configuration's on the open bus" in bus
+    assert "against the issue's target (≥ 0.8×): **not met**" in bus
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "shown", "verdict"),
+    [
+        (0.85, "exact", "0.850× open", "met"),
+        (0.79, "exact", "0.790× open", "**not met**"),
+        (0.70, "at_most", "≤ 0.700× open", "**not met**"),  # the open capacity a floor
+        (0.90, "at_most", "≤ 0.900× open", "not measured"),
+        (0.90, "at_least", "≥ 0.900× open", "met"),
+        (0.70, "at_least", "≥ 0.700× open", "not measured"),
+    ],
+)
+def test_the_report_judges_the_secure_ratio_from_the_figures(
+    value: float, kind: str, shown: str, verdict: str
+) -> None:
+    saved = results()
+    # What the suite said is not what the report goes by: it judges the ratio again.
+    saved["bus"]["report"].update(
+        secure_over_open=value, secure_over_open_is=kind, secure_over_open_met=None
+    )
+    assert f"{SECURE_ROW} {shown} | {verdict} |" in _section(render(saved), "Headline")
+    assert f"{SECURE_ROW} {shown} | {verdict} |" in figures(saved)
+
+
+def test_the_report_says_what_the_locked_down_bus_is() -> None:
+    bus = _section(render(results()), "The bus")
+    assert "each tenant in an account of its own that imports the service" in bus
+    assert "(`--tenant-from bus`)" in bus
+    assert "the router and each node logged in as a user of their own" in bus
+    assert "routed 1-stage capacity is 0.850× the same configuration's on the open bus" in bus
+
+
+def test_a_bus_result_saved_before_the_secure_verdict_still_loads_and_renders() -> None:
+    old: dict[str, Any] = copy.deepcopy(BUS)
+    for name in [k for k in old if "secure" in k]:
+        del old[name]
+    del old["capacity"]["routed_1_secure"]
+    r = load(old, BusResult)
+    assert r.secure_over_open is None
+    assert r.secure_over_open_met is None
+    saved = results()
+    saved["bus"]["report"] = old
+    assert f"{SECURE_ROW} not measured | not measured |" in _section(render(saved), "Headline")
+
+
+def test_the_secure_configuration_answers_a_tenant_the_server_vouches_for() -> None:
+    """On real processes: the router runs ``--tenant-from bus`` on the accounts layout,
+    so a request counts only if it came through a tenant's account (a request no
+    account vouched for is refused, and a refusal is not a correct reply)."""
+    from hecate.dev.bench.bus import Sweep, run_bus_bench
+
+    report = run_bus_bench(
+        seconds=0.3,
+        rounds=1,
+        configurations=("routed_1", "routed_1_secure"),
+        sweep=Sweep(low=(0.1,), start=0.3, step=2.0, misses=1, refine=0, ceiling=0.6),
+        sweep_seconds=0.3,
+        generators=1,
+    )
+    secure = report.closed("routed_1_secure")
+    assert secure is not None
+    assert secure.requests > 0
+    assert secure.failures == 0
+    assert report.sweep is not None
+    assert all(p.failed == 0 for p in report.sweep["routed_1_secure"])
+    assert report.secure_over_open_is in {"exact", "at_most", "at_least", "unknown"}
+    if report.secure_over_open_is == "exact":  # an exact ratio always decides the target
+        assert report.secure_over_open_met is not None
