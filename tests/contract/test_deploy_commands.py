@@ -28,8 +28,11 @@ from typing import Any
 
 import pytest
 
+from hecate.cli import natsconfig
 from hecate.cli.main import build_parser
+from hecate.gateway import identities
 from hecate.sim.topology import parse_topology
+from hecate.wire import permissions
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -479,11 +482,209 @@ def test_compose_nodes_have_distinct_ids_and_match_the_example_topology() -> Non
     assert declared == expected, f"{COMPOSE.name} nodes differ from {EXAMPLE_TOPOLOGY.name}"
 
 
-def test_k8s_node_ids_come_from_the_pod_name() -> None:
+def test_k8s_nodes_are_the_example_topology_each_its_own_workload() -> None:
     nodes = [c for c in k8s_commands() if c.argv[:1] == ("node",)]
-    assert nodes, "deploy/k8s runs no node"
-    for command in nodes:
-        assert command.flag_value("--id") == POD_NAME_VALUE, f"{command}: --id is not $(POD_NAME)"
+    declared = {
+        (a.id, a.capacity_layers, a.latency_ms, a.score) for a in (parsed(c) for c in nodes)
+    }
+    example = json.loads(EXAMPLE_TOPOLOGY.read_text())["nodes"]
+    expected = {
+        (n["id"], n["capacity_layers"], n.get("latency_ms", 0.0), n.get("score", 1.0))
+        for n in example
+    }
+    assert len(nodes) == len(expected), "one node container per node of the topology"
+    assert declared == expected, f"deploy/k8s nodes differ from {EXAMPLE_TOPOLOGY.name}"
+
+
+# --- the bus is locked down where it is deployed ---------------------------------------
+
+
+def _user_of(argv: tuple[str, ...]) -> str:
+    """The NATS user ``hecate <argv>`` must log in as (permissions.node_user for a node)."""
+    if argv[0] == "node":
+        return permissions.node_user(parsed_argv(argv).id)
+    return argv[0]
+
+
+def parsed_argv(argv: tuple[str, ...]) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def _compose() -> dict[str, Any]:
+    (compose,) = load_documents(COMPOSE.read_text(), COMPOSE.name)
+    services: dict[str, Any] = compose["services"]
+    return services
+
+
+def _hecate_compose_services() -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+    out = []
+    for name, service in _compose().items():
+        if "build" in service or _is_hecate_image(service.get("image")):
+            out.append((name, service, tuple(_as_argv(service.get("command"), name))))
+    return out
+
+
+def test_every_compose_service_logs_in_as_its_own_user_over_tls() -> None:
+    for name, service, argv in _hecate_compose_services():
+        user = _user_of(argv)
+        assert service.get("env_file") == [f"./.hecate/deploy/users/{user}.env"], (
+            f"{COMPOSE.name}, {name!r}: env_file must be the generated {user}.env"
+        )
+        assert "./.hecate/deploy/ca:/etc/hecate/tls:ro" in service.get("volumes", []), (
+            f"{COMPOSE.name}, {name!r}: the CA is not mounted at /etc/hecate/tls"
+        )
+        env = service.get("environment") or {}
+        assert not {"HECATE_NATS_USER", "HECATE_NATS_PASSWORD"} & set(env), (
+            f"{COMPOSE.name}, {name!r}: credentials belong in the generated env file"
+        )
+    assert natsconfig.CLIENT_CA.startswith("/etc/hecate/tls/")
+
+
+def test_compose_nats_runs_tls_and_accounts_from_the_generated_directory() -> None:
+    nats = _compose()["nats"]
+    assert nats["command"] == ["--config", "/etc/nats/server.conf"]
+    assert nats["env_file"] == ["./.hecate/deploy/nats-server.env"]
+    assert "./.hecate/deploy/nats:/etc/nats:ro" in nats["volumes"]
+    assert natsconfig.SERVER_DIR == "/etc/nats"
+    # deploy/nats/server.conf is what the generator writes next to accounts.conf.
+    server_conf = (ROOT / "deploy" / "nats" / "server.conf").read_text()
+    assert server_conf == natsconfig.SERVER_CONF
+    assert "include ./accounts.conf" in server_conf
+    assert "auth.conf" not in server_conf
+    assert re.search(r"^tls \{", server_conf, re.M)
+
+
+def _k8s_objects() -> dict[tuple[str, str], Any]:
+    return {(d["kind"], d["metadata"]["name"]): d for _, d in _k8s_documents() if "metadata" in d}
+
+
+def _k8s_containers() -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    for where, doc in _k8s_documents():
+        for pod in _pod_specs(doc):
+            for c in [*(pod.get("initContainers") or []), *pod["containers"]]:
+                yield f"{where} {c.get('name')!r}", pod, c
+
+
+def test_every_k8s_hecate_container_logs_in_as_its_own_user_over_tls() -> None:
+    commands = {c.source: c for c in k8s_commands()}
+    checked = 0
+    for where, pod, container in _k8s_containers():
+        if not _is_hecate_image(container.get("image")):
+            continue
+        (command,) = [
+            c
+            for s, c in commands.items()
+            if s.endswith(f"{container['name']!r}")
+            and s.split(" ")[0] == where.split(" ")[0]
+            and s.split(" ")[1] == where.split(" ")[1]
+        ]
+        user = _user_of(command.argv)
+        refs = [e["secretRef"]["name"] for e in container.get("envFrom") or [] if "secretRef" in e]
+        assert refs == [natsconfig.secret_name(user)], f"{where}: secrets {refs}, not {user}'s"
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or []}
+        assert mounts.get("nats-ca") == "/etc/hecate/tls", f"{where}: no CA mount"
+        volumes = {v["name"]: v for v in pod.get("volumes") or []}
+        assert volumes["nats-ca"]["secret"]["secretName"] == "hecate-nats-ca"
+        checked += 1
+    assert checked >= len(SERVICES) + 1
+    (env,) = [
+        doc["data"]
+        for _, doc in _k8s_documents()
+        if doc.get("kind") == "ConfigMap" and doc["metadata"]["name"] == "hecate-env"
+    ]
+    assert env["HECATE_NATS_CA"] == natsconfig.CLIENT_CA
+
+
+def test_k8s_nats_cli_containers_log_in_too() -> None:
+    for where, _, container in _k8s_containers():
+        if "nats-box" not in str(container.get("image")):
+            continue
+        names = {e["name"] for e in container.get("env") or []}
+        prefixed = [e for e in container.get("envFrom") or [] if "prefix" in e]
+        assert "NATS_CA" in names, f"{where}: the nats CLI does not verify the server"
+        assert {"NATS_USER", "NATS_PASSWORD"} <= names or prefixed, f"{where}: no user"
+
+
+def test_k8s_nats_runs_tls_and_accounts_from_secrets() -> None:
+    docs = _k8s_objects()
+    conf = docs[("ConfigMap", "nats-config")]["data"]["nats.conf"]
+    assert "include ./accounts.conf" in conf
+    assert "cert_file: /etc/nats-config/server.pem" in conf
+    assert "verify: true" in conf
+    pod = docs[("StatefulSet", "nats")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    sources = volume["projected"]["sources"]
+    assert {"name": "nats-server"} in [s.get("secret") for s in sources]
+    (server,) = pod["containers"]
+    assert {"secretRef": {"name": "nats-server-passwords"}} in server["envFrom"]
+
+
+def test_routers_take_the_tenant_from_the_bus_and_the_gateway_asks_as_tenants() -> None:
+    for command in ALL_COMMANDS:
+        args = parsed(command)
+        if command.argv[0] == "router":
+            assert args.tenant_from == "bus", f"{command}: routers must run --tenant-from bus"
+        if command.argv[0] == "gateway":
+            directory = command.flag_value("--tenant-identities")
+            assert directory == "/etc/hecate/tenants", f"{command}: no --tenant-identities"
+    gateway = _compose()["gateway"]
+    assert "./.hecate/deploy/tenants:/etc/hecate/tenants:ro" in gateway["volumes"]
+    docs = _k8s_objects()
+    pod = docs[("Deployment", "hecate-gateway")]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tenants"]["secret"]["secretName"] == "hecate-gateway-tenants"
+
+
+def test_the_generator_writes_every_identity_the_deployment_uses(tmp_path: Path) -> None:
+    topology = parse_topology(EXAMPLE_TOPOLOGY.read_bytes())
+    out = tmp_path / "deploy"
+    natsconfig.write_deployment(
+        out,
+        permissions.DEFAULT_TENANTS,
+        [n.id for n in topology.nodes],
+        hosts=natsconfig.deployment_hosts(),
+    )
+    for _, _, argv in _hecate_compose_services():
+        assert (out / "users" / f"{_user_of(argv)}.env").is_file()
+    for node in topology.nodes:
+        env = identities.read_env_file(out / "users" / f"{permissions.node_user(node.id)}.env")
+        assert env["HECATE_NATS_USER"] == permissions.node_user(node.id)
+        assert env["HECATE_NATS_CA"] == natsconfig.CLIENT_CA
+    for tenant in permissions.DEFAULT_TENANTS:
+        assert identities.read_env_file(out / "tenants" / f"{tenant}.env")["HECATE_NATS_USER"]
+    server_env = identities.read_env_file(out / "nats-server.env")
+    accounts = (out / "nats" / "accounts.conf").read_text()
+    for variable in re.findall(r"\$(HECATE_[A-Z0-9_]+)", accounts):
+        assert server_env.get(variable), f"{variable} is not in nats-server.env"
+    assert (out / "nats" / "server.conf").read_text() == natsconfig.SERVER_CONF
+    assert out.stat().st_mode & 0o077 == 0
+    assert (out / "nats-server.env").stat().st_mode & 0o077 == 0
+    with pytest.raises(FileExistsError):
+        natsconfig.write_deployment(out, (), (), hosts=())
+
+
+def test_the_generator_command_line(tmp_path: Path) -> None:
+    from hecate.cli.main import main
+
+    out = tmp_path / "d"
+    code = main(
+        [
+            "nats-config",
+            "--secrets",
+            str(out),
+            "--topology",
+            str(EXAMPLE_TOPOLOGY),
+            "--host",
+            "nats.example.org",
+        ]
+    )
+    assert code == 0
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate((out / "nats" / "server.pem").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    dns = set(names.get_values_for_type(x509.DNSName))
+    assert {"nats", "nats.hecate.svc.cluster.local", "nats.example.org"} <= dns
 
 
 @pytest.mark.parametrize(

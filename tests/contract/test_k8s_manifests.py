@@ -44,3 +44,24 @@ def test_a_broken_manifest_is_caught() -> None:
     deployment["spec"]["replicaz"] = 2
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, VERSIONS[0], strict=True)
+
+
+def test_the_generated_secrets_are_valid_kubernetes_objects(tmp_path: Path) -> None:
+    """What `hecate nats-config --secrets` writes for `kubectl apply -f` is valid too."""
+    from hecate.cli import natsconfig
+    from hecate.wire import permissions
+
+    out = natsconfig.write_deployment(
+        tmp_path / "d",
+        permissions.DEFAULT_TENANTS,
+        permissions.DEFAULT_NODES,
+        hosts=natsconfig.deployment_hosts(),
+    )
+    documents = _documents(out / "k8s" / "secrets.yaml")
+    names = {d["metadata"]["name"] for d in documents}
+    assert {"nats-server", "nats-server-passwords", "hecate-nats-ca"} <= names
+    assert {
+        natsconfig.secret_name(permissions.node_user(n)) for n in permissions.DEFAULT_NODES
+    } <= names
+    for doc in documents:
+        kubernetes_validate.validate(doc, VERSIONS[0], strict=True)

@@ -19,10 +19,16 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hecate.bus.credentials import Credentials
 from hecate.wire import permissions
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+# The names a server on this machine is reached by (its certificate's, by default).
+LOCAL_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1")
 
 # How :mod:`hecate.wire.permissions` lays the users out: one account, or one per tenant.
 Layout = Literal["authorization", "accounts"]
@@ -114,16 +120,18 @@ def prepare(
     *,
     nodes: Sequence[str] = permissions.DEFAULT_NODES,
     tls: bool = True,
+    hosts: Sequence[str] = LOCAL_HOSTS,
+    days: int = 30,
 ) -> SecureBus:
     """Fresh passwords for every user, one per node of ``nodes`` among them (and a CA and
-    server certificate with ``tls``), kept under ``directory`` (mode 0700)."""
+    server certificate for ``hosts`` with ``tls``), kept under ``directory`` (mode 0700)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     users = [*permissions.users(tenants, nodes)]
     passwords = {user: new_password() for user in users}
     if not tls:
         return SecureBus(directory, passwords)
-    ca, cert, key = make_certificates(directory)
+    ca, cert, key = make_certificates(directory, days, hosts=hosts)
     return SecureBus(directory, passwords, ca, cert, key)
 
 
@@ -134,9 +142,18 @@ def new_password() -> str:
     return "p" + secrets.token_hex(24)
 
 
-def make_certificates(directory: Path, days: int = 30) -> tuple[Path, Path, Path]:
-    """A self-signed CA and a server certificate it signs for 127.0.0.1 and localhost:
-    ``(ca.pem, server.pem, server-key.pem)``."""
+def make_certificates(
+    directory: Path,
+    days: int = 30,
+    *,
+    hosts: Sequence[str] = LOCAL_HOSTS,
+    client_auth: bool = False,
+) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a server certificate it signs for ``hosts`` (DNS names, or IP
+    addresses; a deployment adds the names clients reach the server by, e.g. ``nats``):
+    ``(ca.pem, server.pem, server-key.pem)``. ``client_auth``: the certificate may also
+    authenticate its holder as a client, as clustered servers do to each other on their
+    routes."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -184,14 +201,18 @@ def make_certificates(directory: Path, days: int = 30) -> tuple[Path, Path, Path
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(until)
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName([_alt_name(h) for h in hosts]),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            x509.ExtendedKeyUsage(
+                [
+                    x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                    *([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else []),
+                ]
+            ),
+            critical=False,
         )
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
@@ -214,6 +235,15 @@ def make_certificates(directory: Path, days: int = 30) -> tuple[Path, Path, Path
         ).decode(),
     )
     return ca_file, cert_file, key_file
+
+
+def _alt_name(host: str) -> x509.GeneralName:
+    from cryptography import x509
+
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
 
 
 def _write_private(path: Path, text: str) -> None:
