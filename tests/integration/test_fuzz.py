@@ -7,24 +7,47 @@ expected it must be a typed error (``ok`` false, a code and a message) or a vali
 answer, within the timeout. Afterwards every service is still up and answers $SRV.PING,
 none has grown past a memory bound, no log holds a stack trace, each kind of rejection
 is logged once (the counters carry the rest), and a good request is still served.
+
+Twice: on the open bus, anonymously, and on a locked-down one (TLS, an account per
+tenant, each service and node its own user, the router taking tenants from the bus),
+where each subject is fuzzed by the least trusted user the contract lets publish on it
+(a tenant through its account's import, a node as itself, the router, ...), and every
+other user is refused by the server before any service sees the message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
+from hecate.bus.secure import SecureBus, prepare
+from hecate.bus.server import NatsServer
 from hecate.model import reference
+from hecate.routing.identity import REQUEST_INFO
 from hecate.wire import subjects
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
+from .securebus import (
+    Login,
+    Session,
+    everyone,
+    publishers,
+    secure_server,
+    sessions,
+    start_accounts_swarm,
+)
 
 FIELDS = [
     "prompt", "max_tokens", "tenant", "request_id", "model_id", "layer_start", "layer_end",
@@ -53,10 +76,23 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, allow_nan=True).encode()
 
 
+# Requests that decode, so the identity, retry and routing rules behind parsing see
+# them too: a tenant named or not, its own or another's, a request_id seen before.
+requests = st.fixed_dictionaries(
+    {"prompt": st.text(max_size=20)},
+    optional={
+        "tenant": st.sampled_from(["", "default", "tenant-a", "tenant-b", "HECATE"])
+        | st.text(max_size=10),
+        "request_id": st.sampled_from(["", "r1", "r2"]),
+        "max_tokens": st.integers(min_value=0, max_value=16),
+        "attempt": st.integers(min_value=1, max_value=3),
+    },
+)
 payloads = st.one_of(
     st.binary(max_size=512),
     json_values.map(_json),
     lookalikes.map(_json),
+    requests.map(_json),
     lookalikes.map(lambda v: msgspec.msgpack.encode(v) if _finite(v) else b"\xc1"),
     st.just(b"{" * 10_000),
     st.just(_json({"prompt": "x" * 300_000})),  # over the router's request limit
@@ -66,6 +102,10 @@ headers = st.one_of(
     st.none(),
     st.fixed_dictionaries(
         {"traceparent": st.text(max_size=80), "tracestate": st.text(max_size=80)}
+    ),
+    # What the server stamps on a request crossing an import, forged by the sender.
+    st.fixed_dictionaries(
+        {REQUEST_INFO: st.sampled_from(['{"acc":"tenant-b"}', '{"acc":"HECATE"}', "{"])}
     ),
 )
 
@@ -118,6 +158,29 @@ LISTEN_ONLY = [
     subjects.ROUTER_CANCEL,
     subjects.node_release("gpu"),
 ]
+# Who fuzzes each subject on the locked-down bus, as derived from the contract (the
+# least trusted user allowed to publish on it): pinned here, so that a permission
+# widened to a less trusted user fails this test instead of quietly fuzzing as it.
+SECURE_SENDERS: dict[str, str | None] = {
+    subjects.infer("ncm-base"): "tenant-a",
+    subjects.infer("no-such-model"): "tenant-a",
+    "hecate.infer.Not_A-slug!": "tenant-a",
+    subjects.node_run("gpu"): "router",
+    subjects.QUOTA_ACQUIRE: "router",
+    subjects.BREAKER_PROBE: "router",
+    subjects.ROUTER_RETRIES: "router",
+    subjects.heartbeat("gpu"): "node-gpu",
+    subjects.heartbeat("nobody"): None,
+    subjects.node_join("gpu"): "node-gpu",
+    subjects.node_join("nobody"): None,
+    subjects.node_leave("gpu"): "node-gpu",
+    subjects.node_leave("nobody"): None,
+    subjects.NODE_ROLL_CALL: "planner",
+    subjects.breaker_report("gpu"): "router",
+    subjects.EVENT_NODE_DOWN: "telemetry",
+    subjects.ROUTER_CANCEL: "tenant-a",
+    subjects.node_release("gpu"): "router",
+}
 SERVICES = ["telemetry", "planner", "breaker", "router-1", *[f"node-{n}" for n, *_ in SWARM_NODES]]
 
 
@@ -129,39 +192,116 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-async def test_every_subject_survives_bad_input_and_answers_typed_errors(
-    processes: Processes, client: Client
-) -> None:
-    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES)
-    processes.start("breaker", "breaker", "--id", "breaker")
-    await wait_until_serving(client, "ncm-base")
+TOPOLOGY = EXAMPLES / "swarm.json"
+ANYONE = "anyone"  # on the open bus everyone is one anonymous client
+TENANT, OPERATOR = "tenant-a", "operator"
+
+
+@dataclass
+class Swarm:
+    """The toy swarm and its breaker, running, and who speaks to it."""
+
+    procs: Processes
+    server: NatsServer
+    secure: SecureBus | None  # None: the open bus
+    login: Login
+
+    def sender(self, subject: str) -> str | None:
+        """Who fuzzes ``subject``: on the locked-down bus the least trusted user allowed
+        to publish on it (None: nobody is)."""
+        if self.secure is None:
+            return ANYONE
+        allowed = publishers(self.secure, subject, layout="accounts")
+        return allowed[0] if allowed else None
+
+    def role(self, user: str) -> str:
+        return ANYONE if self.secure is None else user
+
+
+@pytest.fixture(params=["open", "secure"])
+async def swarm(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Swarm]:
+    secure = None
+    if request.param == "secure":
+        secure = prepare(tmp_path / "secure", nodes=[n for n, *_ in SWARM_NODES])
+        server = secure_server(tmp_path / "nats", secure, layout="accounts")
+    else:
+        server = NatsServer(tmp_path / "nats").start()
+    procs = Processes(url=server.url, logs=tmp_path, secure=secure)
+    try:
+        if secure is None:
+            start_swarm(procs, TOPOLOGY, SWARM_NODES)
+        else:
+            start_accounts_swarm(procs, TOPOLOGY, SWARM_NODES)
+        procs.start("breaker", "breaker", "--id", "breaker")
+        if secure is not None:
+            async with sessions(server.url, secure) as login:
+                yield Swarm(procs, server, secure, login)
+        else:
+            anonymous = Session(await nats.connect(server.url), [])
+            try:
+
+                async def same(_user: str) -> Session:
+                    return anonymous
+
+                yield Swarm(procs, server, None, same)
+            finally:
+                await anonymous.nc.close()
+    finally:
+        procs.stop_all()
+        server.stop()
+
+
+async def test_every_subject_survives_bad_input_and_answers_typed_errors(swarm: Swarm) -> None:
+    processes = swarm.procs
+    users: dict[str, Session] = {}
+
+    async def session(user: str) -> Session:
+        if user not in users:
+            users[user] = await swarm.login(user)
+        return users[user]
+
+    if swarm.secure is not None:
+        senders = {s: swarm.sender(s) for s in (*REQUEST_REPLY, *LISTEN_ONLY)}
+        assert senders == SECURE_SENDERS
+    tenant = await session(swarm.role(TENANT))
+    await wait_until_serving(tenant.nc, "ncm-base")
     corpus = _corpus(150)
     rss_before = {label: _rss_kb(processes.procs[label].pid) for label in SERVICES}
 
     for subject in REQUEST_REPLY:
+        sender = swarm.sender(subject)
+        assert sender is not None, f"nobody may ask on {subject}"
+        nc = (await session(sender)).nc
         for payload, header in corpus:
             if len(payload) > 1024 * 1024:
                 continue  # the server refuses it before any service sees it (below)
-            msg = await client.request(subject, payload, timeout=5, headers=header)
+            msg = await nc.request(subject, payload, timeout=5, headers=header)
             try:
                 body = msgspec.json.decode(msg.data)
             except msgspec.DecodeError:
                 body = msgspec.msgpack.decode(msg.data)
             if isinstance(body, dict) and body.get("ok") is False:
                 error = body["error"]
-                assert error["code"], (subject, body)
-                assert error["message"], (subject, body)
+                assert error["code"], (subject, sender, body)
+                assert error["message"], (subject, sender, body)
                 assert "Traceback" not in error["message"]
                 assert msg.headers is not None
                 assert msg.headers.get("Hecate-Error") == error["code"]
     for subject in LISTEN_ONLY:
+        sender = swarm.sender(subject)
+        if sender is None:
+            continue  # nobody may publish there: refused below
+        nc = (await session(sender)).nc
         for payload, header in corpus:
             if len(payload) <= 1024 * 1024:
-                await client.publish(subject, payload, headers=header)
-        await client.flush()
+                await nc.publish(subject, payload, headers=header)
+        await nc.flush()
     # Over the server's max_payload, NATS itself refuses (the publisher gets an error).
     with pytest.raises(Exception, match=r"(?i)payload"):
-        await client.publish(subjects.infer("ncm-base"), b"\x00" * 2_000_000)
+        await tenant.nc.publish(subjects.infer("ncm-base"), b"\x00" * 2_000_000)
+    refused: set[tuple[str, str]] = set()
+    if swarm.secure is not None:
+        refused = await _everyone_else_is_refused(swarm.secure, session)
     await asyncio.sleep(1.0)
 
     # Everyone is still up and answering.
@@ -169,7 +309,7 @@ async def test_every_subject_survives_bad_input_and_answers_typed_errors(
         assert processes.procs[label].poll() is None, (
             f"{label} died: {processes.log(label)[-2000:]}"
         )
-    pings = await _pings(client)
+    pings = await _pings((await session(swarm.role(OPERATOR))).nc)
     assert len(pings) >= len(SERVICES), pings
     # Memory stayed bounded (no corpus kept, no unbounded queues).
     for label, before in rss_before.items():
@@ -183,9 +323,46 @@ async def test_every_subject_survives_bad_input_and_answers_typed_errors(
         kinds = [(r.get("endpoint"), r.get("code")) for r in rejections]
         assert len(kinds) == len(set(kinds)), (label, kinds)
     # And a good request is still served, right.
-    reply = await infer(client, "ncm-base", "still there?")
+    reply = await infer(tenant.nc, "ncm-base", "still there?")
     assert reply.ok, reply.error
     assert reply.output == reference("ncm-base", 12, "still there?", 8)
+    if swarm.secure is not None:
+        # What the server refused is what was sent to be refused: no service's answer
+        # to a fuzzer, nor anything else the swarm sent, fell outside what it is granted.
+        log = swarm.server.log_file.read_text(errors="replace")
+        violations = [line for line in log.splitlines() if "Violation" in line]
+        assert len(violations) == len(refused), violations[:5]
+        for line in violations:
+            who = re.search(r'user:([^"]+)".*Publish Violation.*Subject "([^"]+)"', line)
+            assert who is not None, line
+            assert who.groups() in refused, line
+
+
+async def _everyone_else_is_refused(
+    bus: SecureBus, session: Callable[[str], Awaitable[Session]]
+) -> set[tuple[str, str]]:
+    """Each fuzzed subject, sent by every user the contract does not let publish on it
+    (a tenant on a node's heartbeat, a node as another node, the router on a tenant's
+    inference subject, anyone as a node that does not exist): the server refuses each
+    with a permissions violation, so no service ever sees it. Returns the pairs of user
+    and subject refused."""
+    out: set[tuple[str, str]] = set()
+    for user in everyone(bus):
+        s = await session(user)
+        banned = [
+            subject
+            for subject in (*REQUEST_REPLY, *LISTEN_ONLY)
+            if user not in publishers(bus, subject, layout="accounts")
+        ]
+        for subject in banned:
+            await s.nc.publish(subject, b"{}", reply=s.nc.new_inbox())
+        await s.nc.flush()
+        refused = [await s.refused(timeout=5.0) for _ in banned]
+        assert not s.errors, (user, s.errors)
+        for subject, error in zip(banned, refused, strict=True):
+            assert f'publish to "{subject.lower()}"' in error.lower(), (user, subject, error)
+            out.add((user, subject))
+    return out
 
 
 async def _pings(client: Client) -> list[bytes]:
