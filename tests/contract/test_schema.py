@@ -205,9 +205,7 @@ def test_channel_parameters_are_slugs(doc: dict[str, Any]) -> None:
     for cid, channel in doc["channels"].items():
         names = re.findall(r"\{([^{}]+)\}", channel["address"] or "")
         assert sorted(channel.get("parameters", {})) == sorted(names), cid
-        for name, param in channel.get("parameters", {}).items():
-            if name == "stream_to":  # a caller's own subject (an inbox), not an id
-                continue
+        for param in channel.get("parameters", {}).values():
             assert param["x-pattern"] == SLUG_PATTERN == subjects.SLUG.pattern
             assert SLUG_PATTERN in param["description"]
             assert all(subjects.SLUG.fullmatch(e) for e in param["examples"])

@@ -18,6 +18,7 @@ import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from hecate.bus.server import NatsServer
 from hecate.wire import subjects
@@ -25,6 +26,7 @@ from hecate.wire.messages import InferReply, InferRequest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm
 from .test_gateway import api_key, gateway_port
+from .waits import GENEROUS_S, listening
 
 ACCOUNTS = """
 accounts {
@@ -86,12 +88,8 @@ async def tenants(server: NatsServer) -> AsyncIterator[tuple[Client, Client, Cli
         await nc.close()
 
 
-async def _ask(
-    nc: Client, tenant: str = "default", request_id: str = "", stream_to: str = ""
-) -> InferReply:
-    body = InferRequest(
-        prompt="hello", max_tokens=4, tenant=tenant, request_id=request_id, stream_to=stream_to
-    )
+async def _ask(nc: Client, tenant: str = "default", request_id: str = "") -> InferReply:
+    body = InferRequest(prompt="hello", max_tokens=4, tenant=tenant, request_id=request_id)
     msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=10)
     return _reply.decode(msg.data)
 
@@ -129,12 +127,33 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
     assert "'tenant-b'" in refused.error.message
     assert "'tenant-a'" in refused.error.message
 
-    # A request may not name where the router publishes: tokens come back on the
-    # caller's own reply subject (``stream``), never on a subject of its choosing.
-    deputy = await _ask(a, stream_to=subjects.EVENT_FAILOVER)
-    assert deputy.error is not None
-    assert deputy.error.code == "forbidden"
-    assert "stream_to" in deputy.error.message
+    # A request cannot make the router publish where it likes. The old ``stream_to``
+    # field is ignored (tokens come back only on the caller's own reply subject), and
+    # a reply subject naming a services' subject is mapped back into the caller's own
+    # account by the server: nothing reaches the services' account.
+    spied: list[bytes] = []
+
+    async def spy(msg: Msg) -> None:
+        spied.append(msg.data)
+
+    await svc.subscribe(subjects.EVENT_FAILOVER, cb=spy)
+    await svc.flush()
+    deputy = {"prompt": "hello", "max_tokens": 4, "stream": True}
+    deputy["stream_to"] = subjects.EVENT_FAILOVER
+    answered = (await _counters(svc)).get("answered", 0)
+    msg = await a.request(subjects.infer(MODEL), json.dumps(deputy).encode(), timeout=10)
+    assert _reply.decode(msg.data).ok
+    await a.publish(
+        subjects.infer(MODEL), json.dumps(deputy).encode(), reply=subjects.EVENT_FAILOVER
+    )
+    for _ in range(200):  # until the router has answered both
+        if (await _counters(svc)).get("answered", 0) >= answered + 2:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the router never answered the redirected request")
+    await svc.flush()
+    assert spied == []
 
     # A request the server vouched for no tenant (from inside the services' account).
     inside = await _ask(svc)
@@ -149,7 +168,7 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
     assert (await _counters(svc)).get("retries_answered_again", 0) == before
     assert (await _ask(a, request_id="shared-id")).ok  # A's own retry is remembered
     assert (await _counters(svc)).get("retries_answered_again", 0) == before + 1
-    assert (await _counters(svc))["forbidden"] == 3
+    assert (await _counters(svc))["forbidden"] == 2
     assert "refused: tenant" in swarm.log("router-1")
 
 
@@ -186,3 +205,45 @@ async def test_the_gateway_asks_as_each_keys_tenant_with_that_tenants_identity(
     assert "no bus identity for tenant 'tenant-c'" in none.text
     # The router was asked as tenant-a by the bus, and refused nobody.
     assert "forbidden" not in await _counters(_svc)
+
+
+@pytest.fixture
+def quota_swarm(server: NatsServer, tmp_path: Path) -> Iterator[Processes]:
+    """tenant-b may ask once a minute; tenant-a has no quota."""
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(json.dumps({"tenants": {"tenant-b": {"requests_per_min": 1, "burst": 1}}}))
+    procs = Processes(url=_url(server, "svc", "s"), logs=tmp_path)
+    procs.start("breaker", "breaker", "--id", "breaker", "--quotas", str(quotas))
+    start_swarm(procs, EXAMPLES / "swarm.json", SWARM_NODES, routers=0)
+    procs.start(
+        "router-1",
+        "router",
+        *("--id", "router-1", "--tenant-from", "bus", "--enforce-quotas"),
+        # Served unchecked only if the desk is silent this long: never, in this test.
+        *("--quota-timeout-ms", str(int(GENEROUS_S * 1000))),
+    )
+    yield procs
+    procs.stop_all()
+
+
+async def test_a_tenant_cannot_spend_another_tenants_quota(
+    quota_swarm: Processes, tenants: tuple[Client, Client, Client]
+) -> None:
+    a, b, svc = tenants
+    await listening(svc, "breaker", "breaker", "quota")
+    await _serving(a)
+    # A asking in B's name is refused before the quota desk is asked ...
+    for _ in range(3):
+        refused = await _ask(a, tenant="tenant-b")
+        assert refused.error is not None
+        assert refused.error.code == "forbidden"
+    # ... and A's own requests are A's (no quota), however many.
+    for _ in range(3):
+        assert (await _ask(a)).ok
+    # So B's one request a minute is still there for B, and only once.
+    assert (await _ask(b)).ok
+    limited = await _ask(b)
+    assert limited.error is not None
+    assert limited.error.code == "rate_limited"
+    assert (await _counters(svc))["forbidden"] == 3
+    assert "refused: tenant" in quota_swarm.log("router-1")

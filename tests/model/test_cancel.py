@@ -11,6 +11,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bus.streamed import request_streamed
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
@@ -63,7 +64,6 @@ async def test_replies_count_tokens_and_cancel_stops_the_generation_and_frees_th
     await no_sessions_left(client)  # answered generations leave no cache behind
 
     # A long generation, cancelled after its third token.
-    inbox = client.new_inbox()
     tokens: list[StreamToken] = []
     third = asyncio.Event()
 
@@ -72,10 +72,15 @@ async def test_replies_count_tokens_and_cancel_stops_the_generation_and_frees_th
         if len(tokens) == 3:
             third.set()
 
-    await client.subscribe(inbox, cb=on_token)
-    request = InferRequest(prompt=PROMPT, max_tokens=400, stream_to=inbox, request_id="gone-1")
+    request = InferRequest(prompt=PROMPT, max_tokens=400, stream=True, request_id="gone-1")
     answer = asyncio.ensure_future(
-        client.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=120)
+        request_streamed(
+            client,
+            subjects.infer(MODEL),
+            msgspec.json.encode(request),
+            timeout=120,
+            on_token=on_token,
+        )
     )
     await asyncio.wait_for(third.wait(), 60)
     await client.publish(

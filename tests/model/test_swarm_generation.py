@@ -14,6 +14,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bus.streamed import request_streamed
 from hecate.client import HecateClient
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
@@ -101,16 +102,14 @@ def start(
 async def generate(
     client: Client, prompt: str, max_tokens: int, stream: list[StreamToken] | None = None
 ) -> InferReply:
-    inbox = client.new_inbox()
-
     async def on_token(msg: Msg) -> None:
         if stream is not None:
             stream.append(msgspec.json.decode(msg.data, type=StreamToken))
 
-    sub = await client.subscribe(inbox, cb=on_token)
-    body = InferRequest(prompt=prompt, max_tokens=max_tokens, stream_to=inbox)
-    msg = await client.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=60)
-    await sub.unsubscribe()
+    body = InferRequest(prompt=prompt, max_tokens=max_tokens, stream=True)
+    msg = await request_streamed(
+        client, subjects.infer(MODEL), msgspec.json.encode(body), timeout=60, on_token=on_token
+    )
     return msgspec.json.decode(msg.data, type=InferReply)
 
 

@@ -16,20 +16,14 @@ def stamped(account: str) -> dict[str, str]:
     return {REQUEST_INFO: json.dumps({"acc": account, "rtt": 1000})}
 
 
-@given(named=names, vouched=st.none() | names.filter(bool), stream_to=st.sampled_from(["", "x"]))
-def test_the_body_names_the_tenant_only_on_the_open_bus(
-    named: str, vouched: str | None, stream_to: str
-) -> None:
+@given(named=names, vouched=st.none() | names.filter(bool))
+def test_the_body_names_the_tenant_only_on_the_open_bus(named: str, vouched: str | None) -> None:
     headers = stamped(vouched) if vouched else {}
-    assert tenant_of("body", headers, named, stream_to=stream_to) == named
-    got = tenant_of("bus", headers, named, stream_to=stream_to)
+    assert tenant_of("body", headers, named) == named
+    got = tenant_of("bus", headers, named)
     if vouched is None:
         assert isinstance(got, Refused)
         assert got.vouched is None
-    elif stream_to:  # nobody names where a router publishes
-        assert isinstance(got, Refused)
-        assert got.vouched == vouched
-        assert "stream_to" in got.message
     elif named in UNNAMED or named == vouched:
         assert got == vouched
     else:

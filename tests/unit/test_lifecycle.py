@@ -113,7 +113,7 @@ def machine(
 ) -> Lifecycle:
     route, degraded = swarm.chooser.choose("m", RoutingRequest(tokens=max_tokens))
     m = Lifecycle(
-        request=InferRequest(prompt="hi", max_tokens=max_tokens, stream_to="s", stop=stop or []),
+        request=InferRequest(prompt="hi", max_tokens=max_tokens, stream=True, stop=stop or []),
         request_id="r1",
         model_id="m",
         route=route,

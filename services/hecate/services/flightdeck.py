@@ -166,20 +166,16 @@ class FlightDeck:
     # -- actions ----------------------------------------------------------------------
 
     async def _act(self, flight: Flight, action: Action) -> None:
-        m = flight.machine
         match action:
             case Send():
                 await self._send(flight, action)
-            case Stream(token) if m.request.stream:
-                # On the caller's own reply path, from the connection the answer leaves
-                # by, so the tokens arrive before it.
+            case Stream(token):
+                # On the caller's own reply path (nowhere else), from the connection the
+                # answer leaves by, so the tokens arrive before it.
                 if flight.handle.reply:
                     await self.service.nc.publish(
                         flight.handle.reply, _json.encode(token), headers=STREAM_TOKEN_HEADERS
                     )
-            case Stream(token):
-                subject = subjects.token_stream(m.request.stream_to)
-                await self.service.nc.publish(subject, _json.encode(token))
             case Report(node_id, ok, code, retry_after_s):
                 if self.view.breakers is not None:
                     await self.view.breakers.report(

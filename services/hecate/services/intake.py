@@ -93,7 +93,7 @@ class Intake:
         names that tenant, so quotas, retries, cancels and the line all key on it. A
         request refused is answered ``forbidden``, logged once and counted."""
         body = req.body
-        tenant = self.tenant(req.headers, body.tenant, req.subject, stream_to=body.stream_to)
+        tenant = self.tenant(req.headers, body.tenant, req.subject)
         if isinstance(tenant, Refused):
             await req.error("forbidden", tenant.message)
             return False
@@ -102,12 +102,10 @@ class Intake:
         req.span.set_attribute("hecate.tenant", tenant)
         return True
 
-    def tenant(
-        self, headers: Mapping[str, str], named: str, subject: str, *, stream_to: str = ""
-    ) -> str | Refused:
+    def tenant(self, headers: Mapping[str, str], named: str, subject: str) -> str | Refused:
         """Whom a request or a cancel acts for (routing/identity.py); a refusal is
         logged, with the account the server named, and counted."""
-        tenant = tenant_of(self.config.tenant_from, headers, named, stream_to=stream_to)
+        tenant = tenant_of(self.config.tenant_from, headers, named)
         if isinstance(tenant, Refused):
             self.counters["forbidden"] += 1
             event(

@@ -50,19 +50,12 @@ def vouched_account(headers: Mapping[str, str]) -> str | None:
     return acc if isinstance(acc, str) and acc else None
 
 
-def tenant_of(
-    source: TenantSource, headers: Mapping[str, str], named: str, *, stream_to: str = ""
-) -> str | Refused:
+def tenant_of(source: TenantSource, headers: Mapping[str, str], named: str) -> str | Refused:
     """The tenant a request acts for, or why it is refused. ``named``: its body's
-    ``tenant`` field; ``stream_to``: the subject it asks its tokens on, if any (on a bus
-    that vouches for tenants a caller may not name where a router publishes: its tokens
-    come back on its own reply subject instead)."""
+    ``tenant`` field."""
     if source == "body":
         return named
     vouched = vouched_account(headers)
-    if vouched is not None and stream_to:
-        why = "stream_to is refused on this bus: set stream to hear the tokens on your reply"
-        return Refused(why, vouched)
     if vouched is None:
         return Refused(
             "no tenant account vouched for this request: ask through a tenant account", None

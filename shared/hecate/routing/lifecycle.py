@@ -242,7 +242,7 @@ class Lifecycle:
             out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
         if step.kind == "chunk":
             self.counters["prefill_chunks"] += 1
-        if step.streamed is not None and (self.request.stream or self.request.stream_to):
+        if step.streamed is not None and self.request.stream:
             index, token, text = step.streamed
             out.append(
                 Stream(StreamToken(request_id=self.request_id, index=index, token=token, text=text))

@@ -170,12 +170,6 @@ PARAMETERS: Final[Mapping[str, Mapping[str, Any]]] = {
         "examples": ["n1", "gpu-a"],
         "x-pattern": SLUG_PATTERN,
     },
-    "stream_to": {
-        "description": "Any subject the caller subscribes to (typically its own inbox), "
-        "named in the request's `stream_to`; not a slug.",
-        "examples": ["_INBOX.abc123"],
-        "x-pattern": ".+",
-    },
     "target": {
         "description": f"A circuit-breaker target: a node id, or `upstream-<name>` for an "
         f"upstream provider; one slug token, `{SLUG_PATTERN}`.",
@@ -488,8 +482,12 @@ INFER_REPLY_CHANNEL = Channel(
     "inferReply",
     None,
     "Inference replies",
-    "The reply subject (NATS inbox) of the infer request.",
-    (INFER_REPLY, INFER_ERROR),
+    "The reply subject (NATS inbox) of the infer request. A generative request with "
+    "`stream` true first gets one StreamToken per token there, in order (index 0, 1, ...), "
+    "each with the header `Hecate-Stream: token`; then, as every request, its one "
+    "InferReply or error (without that header). Tokens go nowhere but the caller's own "
+    "reply subject.",
+    (STREAM_TOKEN, INFER_REPLY, INFER_ERROR),
 )
 NODE_RUN = Channel(
     "nodeRun",
@@ -621,14 +619,6 @@ QUOTA_REPLY_CHANNEL = Channel(
     "The reply subject of the quota request.",
     (QUOTA_REPLY,),
 )
-TOKEN_STREAM = Channel(
-    "tokenStream",
-    subjects.token_stream("{stream_to}"),
-    "Generated tokens",
-    "The subject a generative request named in `stream_to`: one StreamToken per token, "
-    "in order (index 0, 1, ...), then the InferReply on the request's reply subject.",
-    (STREAM_TOKEN,),
-)
 RETRIES = Channel(
     "routerRetries",
     subjects.ROUTER_RETRIES,
@@ -701,7 +691,6 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     QUOTA_REPLY_CHANNEL,
     RETRIES,
     RETRY_OWNER_CHANNEL,
-    TOKEN_STREAM,
     CANCEL,
     NODE_RELEASE,
 )
@@ -956,20 +945,6 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "receive",
         EVENT_BREAKER_CHANNEL,
         "Follow circuit changes.",
-    ),
-    Operation(
-        "router.streamToken",
-        "router",
-        "send",
-        TOKEN_STREAM,
-        "Publish each generated token to the request's stream_to.",
-    ),
-    Operation(
-        "client.receiveTokens",
-        "client",
-        "receive",
-        TOKEN_STREAM,
-        "Subscribe to the inbox named in stream_to before sending the request.",
     ),
     Operation(
         "router.askRetryOwner",

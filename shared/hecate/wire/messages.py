@@ -52,11 +52,10 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 0
     # 2, 3, ...: a client retry of the same request_id (routers look for the original).
     attempt: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
-    # Generative models: sampling (greedy at temperature 0) and where to stream tokens.
+    # Generative models: sampling (greedy at temperature 0) and whether to stream tokens.
     temperature: Annotated[float, msgspec.Meta(ge=0, le=10)] = 0.0
     top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
     seed: int | None = None
-    stream_to: Annotated[str, msgspec.Meta(max_length=256)] = ""
     # Stream the tokens back on the request's own reply subject, each a StreamToken with
     # the header STREAM_HEADER: token, before the one InferReply (which has no such
     # header). A caller hears only its own inbox, and a router publishes nowhere else.
@@ -219,7 +218,8 @@ class RetryOwner(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StreamToken(msgspec.Struct, frozen=True, kw_only=True):
-    """One generated token, sent to the request's ``stream_to`` as it is produced."""
+    """One generated token, sent on the request's reply subject as it is produced
+    (``InferRequest.stream``), marked with :data:`STREAM_TOKEN_HEADERS`."""
 
     request_id: str
     index: int

@@ -76,7 +76,6 @@ REPLY_MAPPING = "_R_"
 # The account every service, the gateway, the operator and the nodes share (upper case:
 # no tenant, a slug, can take its name).
 SERVICES_ACCOUNT = "HECATE"
-_STREAM_TO = subjects.token_stream("{stream_to}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +163,6 @@ def _from_contract(
             continue
         if op.role not in roles or channel.address is None:
             continue
-        if channel.address == _STREAM_TO:  # the router streams to a tenant's inbox
-            if op.action == "send" and not accounts:  # across accounts: the reply path
-                publish.append(f"{INBOX_ROOT}.>")
-            continue  # receiving: the tenant's own inbox, granted below
         address = channel.address
         if op.own is not None:
             address = address.replace(f"{{{op.own}}}", own)

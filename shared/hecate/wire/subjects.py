@@ -28,12 +28,6 @@ def infer(model_id: str) -> str:
     return f"{INFER_PREFIX}.{model_id}"
 
 
-def token_stream(stream_to: str) -> str:
-    """Where generated tokens go: the subject the request named in ``stream_to`` (an
-    inbox of the caller's), used as is."""
-    return stream_to
-
-
 def model_from_infer_subject(subject: str) -> str | None:
     """The model id of an inference subject, or None when it is not a single slug."""
     tail = subject[len(INFER_PREFIX) + 1 :] if subject.startswith(INFER_PREFIX + ".") else ""
