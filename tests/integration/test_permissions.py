@@ -258,9 +258,10 @@ async def test_the_shipped_server_configuration_starts_and_serves_over_tls(
     bus = prepare(tmp_path / "secure", tls=False)
     env = dict(os.environ, HECATE_TLS_CERT=str(cert), HECATE_TLS_KEY=str(key), **bus.server_env())
     shipped = (REPO / "deploy" / "nats" / "server.conf").read_text()
-    assert shipped.count('store_dir: "/data/jetstream"') == 1
-    (tmp_path / "server.conf").write_text(shipped.replace("/data/jetstream", str(tmp_path / "js")))
-    (tmp_path / "auth.conf").write_text((REPO / "deploy" / "nats" / "auth.conf").read_text())
+    assert shipped.count('store_dir: "/data"') == 1
+    (tmp_path / "server.conf").write_text(shipped.replace('"/data"', f'"{tmp_path / "js"}"'))
+    accounts = (REPO / "deploy" / "nats" / "accounts.conf").read_text()
+    (tmp_path / "accounts.conf").write_text(accounts)
     proc = subprocess.Popen(
         [
             server_binary(),
