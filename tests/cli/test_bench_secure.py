@@ -1,6 +1,7 @@
 """The locked-down bus against the open one, in ``make bench``: routed request capacity
-(``hecate bench bus``), each ratio judged against its target from the figures measured,
-a target that can fail, and results saved before these figures existed still load."""
+(``hecate bench bus``) and SmolLM2 tokens/s across 3 stages (``hecate bench llm``), each
+ratio judged against its target from the figures measured, a target that can fail, and
+results saved before these figures existed still load."""
 
 # The report is typographic prose; the tests quote it exactly.
 # ruff: noqa: RUF001
@@ -15,11 +16,14 @@ import pytest
 
 from hecate.dev.bench.bus import capacity, judged_result, ratios
 from hecate.dev.bench.report import figures, render
+from hecate.dev.bench.report.llm import judge_secure
 from hecate.dev.bench.results import load
 from hecate.dev.bench.results_bus import BusResult
-from tests.cli.bench_results import BUS, results, sweep_points
+from hecate.dev.bench.results_llm import LlmResult
+from tests.cli.bench_results import BUS, LLM, results, sweep_points
 
 SECURE_ROW = "| locked-down bus ≥ 0.8× open bus, routed 1-stage capacity (open loop) |"
+TOKENS_ROW = "| locked-down bus ≥ 0.95× open bus, 3-stage tokens/s |"
 
 
 def _section(doc: str, title: str) -> str:
@@ -130,3 +134,67 @@ def test_the_secure_configuration_answers_a_tenant_the_server_vouches_for() -> N
     assert report.secure_over_open_is in {"exact", "at_most", "at_least", "unknown"}
     if report.secure_over_open_is == "exact":  # an exact ratio always decides the target
         assert report.secure_over_open_met is not None
+
+
+def _gen(tokens_per_s: float, *, text_ok: bool = True) -> dict[str, Any]:
+    return {"ttft_ms": 70.0, "tokens_per_s": tokens_per_s, "gap_ms": 35.0, "text_ok": text_ok}
+
+
+def _llm_rounds(open_secure: list[tuple[float, float]], **secure: Any) -> dict[str, Any]:
+    """An llm result with one round per (open, secure) tokens/s pair, the ratios as the
+    suite takes them (secure ÷ open per round, the median round)."""
+    out: dict[str, Any] = copy.deepcopy(LLM)
+    rounds = [
+        {"single": _gen(34.5), "stages_3": _gen(o), "stages_3_secure": _gen(s, **secure)}
+        for o, s in open_secure
+    ]
+    ratios = [round(s / o, 3) for o, s in open_secure]
+    out.update(
+        rounds=rounds,
+        secure_over_open_rounds=ratios,
+        secure_over_open=sorted(ratios)[len(ratios) // 2],
+        secure_over_open_met=None,
+    )
+    return out
+
+
+def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_at_the_median_round() -> None:
+    saved = _llm_rounds([(28.0, 27.0), (28.0, 25.0), (28.0, 27.5)])  # 0.964, 0.893, 0.982
+    assert judge_secure(load(saved, LlmResult)) == (True, "0.964× open")
+    doc = results()
+    doc["llm"]["report"] = saved
+    rendered = render(doc)
+    assert f"{TOKENS_ROW} 0.964× open | met |" in _section(rendered, "Headline")
+    llm = _section(rendered, "SmolLM2-135M")
+    assert "| 3 stages, locked-down ÷ open bus, per round | 0.964, 0.893, 0.982 |" in llm
+    assert "the generation asked by a tenant's user from its own account" in llm
+    assert "(`--tenant-from bus`)" in llm
+
+
+def test_tokens_per_s_slower_on_the_locked_down_bus_fail_the_target() -> None:
+    saved = _llm_rounds([(28.0, 25.0), (28.0, 26.0), (28.0, 27.5)])  # median 0.929
+    assert judge_secure(load(saved, LlmResult)) == (False, "0.929× open")
+    doc = results()
+    doc["llm"]["report"] = saved
+    assert f"{TOKENS_ROW} 0.929× open | **not met** |" in figures(doc)
+
+
+def test_a_wrong_text_on_the_locked_down_bus_fails_the_target_however_fast() -> None:
+    saved = _llm_rounds([(28.0, 30.0)], text_ok=False)
+    assert judge_secure(load(saved, LlmResult)) == (False, "failed: wrong text")
+
+
+def test_an_llm_result_saved_before_the_secure_runs_still_loads_and_renders() -> None:
+    old: dict[str, Any] = copy.deepcopy(LLM)
+    for name in [k for k in old if "secure" in k]:
+        del old[name]
+    r = load(old, LlmResult)
+    assert r.stages_3_secure is None
+    assert judge_secure(r) == (None, "not measured")
+    doc = results()
+    doc["llm"]["report"] = old
+    rendered = render(doc)
+    assert f"{TOKENS_ROW} not measured | not measured |" in _section(rendered, "Headline")
+    assert "the open bus (tokens/s)**: not measured in this run" in (
+        _section(rendered, "SmolLM2-135M")
+    )

@@ -14,6 +14,13 @@ One run measures, greedy, the same prompt and token count:
   compare with ``single_1_thread``. ``stage_steps_*``: one 10-block stage's step back
   to back and after a 25 ms pause (the other stages' share of a token), per BLAS
   setting: the wake-up each stage pays per token;
+* ``stages_3_secure``: ``stages_3`` on the bus as deployed, in the same rounds (which
+  of the two goes first alternates by round): TLS, an account per tenant, every process
+  its own user, the router taking the tenant from the account the server stamps
+  (``--tenant-from bus``), the generation asked by a tenant from its own account.
+  ``secure_over_open_rounds``: its tokens/s over ``stages_3``'s per round;
+  ``secure_over_open``: the median round; ``secure_over_open_met``: that against
+  :data:`hecate.dev.bench.report.llm.LLM_TARGET_SECURE`;
 * ``kill_between_steps`` / ``kill_mid_step``: two 3-stage pipelines; the middle node of
   the serving one is SIGKILLed after ``kill_after`` tokens, either as that token
   arrives (the victim is idle: the next step gets no-responders) or ~40 % into the next
@@ -69,6 +76,7 @@ from hecate.dev.bench.llm_single import (
     stage_steps,
 )
 from hecate.dev.bench.llm_swarm import swarm
+from hecate.dev.bench.report.llm import judge_secure
 from hecate.dev.bench.results_llm import LlmResult
 from hecate.launch import BLAS_THREAD_TIMEOUT
 from hecate.llm.gguf_model import prepare
@@ -172,7 +180,11 @@ def run_llm_bench(
             run = reference.run(tokens)
             run["matches_numpy_text"] = run.pop("text") == expected
             rnd["llama_cpp"] = run
-        rnd["stages_3"] = check_text(swarm([three], tokens, blas_threads=blas_threads), expected)
+        # The open and the locked-down bus take turns going first: neither always gets
+        # the cores just after the single process let go of them.
+        for secure in (False, True) if len(per_round) % 2 == 0 else (True, False):
+            run = swarm([three], tokens, blas_threads=blas_threads, secure=secure)
+            rnd["stages_3_secure" if secure else "stages_3"] = check_text(run, expected)
         per_round.append(rnd)
     del reference  # its threads and weights stay out of the remaining runs
     singles = [r["single"] for r in per_round]
@@ -184,10 +196,14 @@ def run_llm_bench(
         return check_text(swarm(pipelines, tokens, **kwargs), expected)
 
     stages_rounds = ratios("stages_3", "single")
+    secure_rounds = ratios("stages_3_secure", "stages_3")
     result: dict[str, Any] = {
         "single": _median_run(singles),
         "stages_3": _median_run([r["stages_3"] for r in per_round]),
         "ratio_3_stages_rounds": stages_rounds,
+        "stages_3_secure": _median_run([r["stages_3_secure"] for r in per_round]),
+        "secure_over_open_rounds": secure_rounds,
+        "secure_over_open": _median(secure_rounds),
         "single_1_thread": check_text(single_one_thread(tokens), expected),
         "stages_1": swarm_run([[("s0", 0, 30)]], blas_threads=blas_threads),
         "stages_2": swarm_run([[("s0", 0, 15), ("s1", 15, 30)]], blas_threads=blas_threads),
@@ -235,7 +251,8 @@ def run_llm_bench(
         users = run_concurrency(path, concurrency, tokens, rounds)
         result["concurrency"] = users
         result["failed_checks"] += users.failed_checks
-    return msgspec.convert(result, LlmResult)
+    measured = msgspec.convert(result, LlmResult)
+    return msgspec.structs.replace(measured, secure_over_open_met=judge_secure(measured)[0])
 
 
 def _meta(tokens: int, blas_threads: int, rounds: int) -> dict[str, Any]:

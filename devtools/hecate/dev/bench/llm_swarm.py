@@ -1,6 +1,12 @@
 """The swarm runs of ``hecate bench llm``: a router and SmolLM2 node processes on an
 embedded nats-server, the plan written to KV directly, one streamed generation timed
-(and, given ``kill_after``, a node killed during it; see :mod:`hecate.dev.bench.llm`)."""
+(and, given ``kill_after``, a node killed during it; see :mod:`hecate.dev.bench.llm`).
+
+With ``secure`` the server is locked down as deployed, the layout ``hecate bench bus``
+measures too (:data:`hecate.dev.bench.bus_setup.SECURE`): TLS, the services in one
+account and each tenant in its own, every process logged in as its own user (each node
+as its own), the router taking the tenant from the account the server stamps on each
+request (``--tenant-from bus``), and the generation asked by a tenant from its account."""
 
 from __future__ import annotations
 
@@ -18,9 +24,12 @@ import nats
 import numpy as np
 
 from hecate.bus import kv as kvs
+from hecate.bus.credentials import Credentials
+from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.bus.streamed import request_streamed
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
+from hecate.dev.bench.bus_setup import ANONYMOUS, SECURE_LAYOUT, SECURE_TENANT
 from hecate.dev.bench.llm_single import MODEL, PROMPT
 from hecate.launch import Supervisor, node_env
 from hecate.wire import subjects
@@ -45,11 +54,11 @@ def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
 
 
 async def _generate(
-    url: str, tokens: int, on_token: Any = None
+    url: str, tokens: int, on_token: Any = None, creds: Credentials = ANONYMOUS
 ) -> tuple[float, float, list[float], list[str], InferReply, str]:
-    """One streamed generation: its start, token arrival times, failover reasons, reply
-    and the text as streamed."""
-    nc = await nats.connect(url)
+    """One streamed generation: its start, token arrival times, failover reasons (none
+    as a tenant, who may not hear the swarm's events), reply and the text as streamed."""
+    nc = await nats.connect(url, **creds.options())
     stamps: list[float] = []
     reasons: list[str] = []
     streamed: list[StreamToken] = []
@@ -57,7 +66,8 @@ async def _generate(
     async def failover(msg: Any) -> None:
         reasons.append(msgspec.json.decode(msg.data, type=FailoverEvent).reason)
 
-    await nc.subscribe(subjects.EVENT_FAILOVER, cb=failover)
+    if creds is ANONYMOUS:
+        await nc.subscribe(subjects.EVENT_FAILOVER, cb=failover)
 
     async def got(msg: Any) -> None:
         stamps.append(time.perf_counter())
@@ -79,10 +89,10 @@ async def _generate(
     return t0, stamps[0], stamps, reasons, reply, text
 
 
-async def _ready(url: str) -> None:
+async def _ready(url: str, creds: Credentials = ANONYMOUS) -> None:
     for _ in range(600):
         try:
-            await _generate(url, 1)
+            await _generate(url, 1, creds=creds)
             return
         except Exception:
             await asyncio.sleep(0.2)
@@ -97,49 +107,48 @@ def swarm(
     kill_delay_s: float = 0.0,
     dispatch: str = "chain",
     blas_threads: int = 1,
+    secure: bool = False,
 ) -> dict[str, Any]:
+    if secure and kill_after is not None:
+        raise ValueError("a tenant may not hear failover events: kill on the open bus")
     env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    node_ids = sorted({n for p in pipelines for n, _, _ in p})
     with tempfile.TemporaryDirectory() as tmp:
-        server = NatsServer(Path(tmp) / "nats").start()
+        bus: SecureBus | None = prepare(Path(tmp) / "secure", nodes=node_ids) if secure else None
+        server = NatsServer(
+            Path(tmp) / "nats",
+            extra_config=bus.server_config(layout=SECURE_LAYOUT) if bus else "",
+            env=bus.server_env() if bus else None,
+        ).start()
         swarm = Supervisor(env=env)
+        client = bus.credentials(SECURE_TENANT) if bus else ANONYMOUS
+
+        def run(label: str, *argv: str) -> None:
+            """``hecate <argv>`` as its own user on a locked-down bus."""
+            creds = bus.service_credentials(argv).to_env() if bus else {}
+            swarm.run(label, *argv, "--nats", server.url, **creds)
+
         try:
 
             async def write_plan() -> None:
-                nc = await nats.connect(server.url)
+                planner = bus.credentials("planner") if bus else ANONYMOUS
+                nc = await nats.connect(server.url, **planner.options())
                 kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
                 await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines)))
                 await nc.close()
 
             asyncio.run(write_plan())
-            nats_url = ("--nats", server.url)
-            swarm.run("telemetry", "telemetry", *nats_url, "--id", "telemetry")
-            swarm.run(
-                "router",
-                "router",
-                *nats_url,
-                "--id",
-                "bench",
-                "--stage-timeout-ms",
-                "5000",
-                "--dispatch",
-                dispatch,
-            )
-            for node in sorted({n for p in pipelines for n, _, _ in p}):
-                swarm.run(
-                    node,
-                    "node",
-                    *nats_url,
-                    "--id",
-                    node,
-                    "--capacity-layers",
-                    "30",
-                    "--executor",
-                    "smollm2",
-                )
-            asyncio.run(_ready(server.url))
+            run("telemetry", "telemetry", "--id", "telemetry")
+            vouched = ("--tenant-from", "bus") if bus else ()
+            router = ("--id", "bench", "--stage-timeout-ms", "5000", "--dispatch", dispatch)
+            run("router", "router", *router, *vouched)
+            for node in node_ids:
+                layers = ("--capacity-layers", "30", "--executor", "smollm2")
+                run(node, "node", "--id", node, *layers)
+            asyncio.run(_ready(server.url, client))
             # On an idle swarm the next generation takes the route this probe took.
-            probe = asyncio.run(_generate(server.url, 1))[4].route
+            probe = asyncio.run(_generate(server.url, 1, creds=client))[4].route
             assert probe is not None
             victim = probe.stages[len(probe.stages) // 2].node_id
 
@@ -151,7 +160,7 @@ def swarm(
                         swarm.kill(victim, wait=False)
 
             t0, first, stamps, reasons, reply, streamed = asyncio.run(
-                _generate(server.url, tokens, maybe_kill)
+                _generate(server.url, tokens, maybe_kill, client)
             )
         finally:
             swarm.stop(grace_s=15)

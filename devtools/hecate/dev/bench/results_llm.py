@@ -55,6 +55,7 @@ class Round(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     single: Generation | None = None
     llama_cpp: Generation | None = None
     stages_3: Generation | None = None
+    stages_3_secure: Generation | None = None  # the same swarm on the locked-down bus
 
 
 class LlmMeta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -129,6 +130,14 @@ class LlmResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     single: Generation | None = None
     stages_3: Generation | None = None
     ratio_3_stages_rounds: list[float] | None = None
+    # The 3-stage swarm on the bus as deployed (TLS, an account per tenant, a user per
+    # process, the tenant vouched by the server): its median round, its tokens/s over the
+    # open bus's in each round and the median, and that judged as the suite judged it
+    # (met, not met, or None unmeasured; the report judges the rounds again).
+    stages_3_secure: Generation | None = None
+    secure_over_open_rounds: list[float] | None = None
+    secure_over_open: float | None = None
+    secure_over_open_met: bool | None = None
     single_1_thread: Generation | None = None
     stages_1: Generation | None = None
     stages_2: Generation | None = None

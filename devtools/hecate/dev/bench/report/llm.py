@@ -17,6 +17,8 @@ from hecate.dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round
 LLM_TARGET_STAGES = 0.8  # 3 stages / single process, tokens/s
 LLM_TARGET_LLAMA = 0.35  # single process / llama.cpp, tokens/s
 LLM_TARGET_STALL_MS = 1500.0  # longest gap in a stream when a stage is killed
+LLM_TARGET_SECURE = 0.95  # 3 stages on the locked-down bus / on the open bus, tokens/s
+SECURE_TARGET = "locked-down bus ≥ 0.95× open bus, 3-stage tokens/s"
 
 
 WRONG = "failed: wrong text"
@@ -50,6 +52,40 @@ def _in_rounds(r: LlmResult, name: str) -> list[Generation | None]:
     rounds = r.rounds or [Round(single=r.single, stages_3=r.stages_3)]
     runs: list[Generation | None] = [getattr(rnd, name) for rnd in rounds]
     return runs
+
+
+def judge_secure(r: LlmResult) -> tuple[bool | None, str]:
+    """The 3-stage swarm on the locked-down bus against the same on the open bus
+    (:data:`LLM_TARGET_SECURE`), judged on the median of the per-round ratios, and the
+    figure; not measured in results saved before the secure runs. A round whose text
+    was wrong on either bus fails it."""
+    rounds = r.secure_over_open_rounds
+    if not rounds:
+        return None, "not measured"
+    runs = [*_in_rounds(r, "stages_3"), *_in_rounds(r, "stages_3_secure")]
+    if any(_wrong(x) for x in runs):
+        return False, WRONG
+    median = sorted(rounds)[len(rounds) // 2]
+    return median >= LLM_TARGET_SECURE, f"{num(median, 3)}× open"
+
+
+def _secure_prose(r: LlmResult, met: bool | None, figure: str) -> str:
+    rounds = r.secure_over_open_rounds
+    if not rounds:
+        return (
+            "* **3 stages on the locked-down bus ≥ "
+            f"{LLM_TARGET_SECURE}× the open bus (tokens/s)**: not measured in this run."
+        )
+    return f"""* **3 stages on the locked-down bus ≥ {LLM_TARGET_SECURE}× the open bus
+  (tokens/s)**: {verdict(met)} ({figure}; per round {", ".join(num(x, 3) for x in rounds)}).
+  In every round the same 3-stage swarm also runs on the bus as `hecate up --secure`
+  and `deploy/` run it: TLS between every process and the server; the services in one
+  NATS account and each tenant in an account of its own that imports the service; the
+  router, telemetry and each node logged in as users of their own, the server checking
+  every publish and subscription against the permissions the wire contract derives; and
+  the generation asked by a tenant's user from its own account, so the server stamps the
+  request with that account and the router takes the tenant from it (`--tenant-from
+  bus`). The two swarms take turns, which goes first alternating by round."""
 
 
 def _llama(r: LlmResult) -> tuple[LlamaCpp | None, str]:
@@ -90,6 +126,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         Target("3 stages ≥ 0.8× single process (tokens/s)", "not run", None),
         Target("single process ≥ 0.35× llama.cpp", "not run", None),
         Target("a kill stalls the stream < 1.5 s", "not run", None),
+        Target(SECURE_TARGET, "not run", None),
     ]
     if r.skipped is not None:
         text = f"{title}{provenance(env)}\nNot measured in this run: {r.skipped}.\n"
@@ -130,11 +167,16 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         ["1 stage over NATS", _speed(r.stages_1)],
         ["2 stages", _speed(r.stages_2)],
         ["3 stages, chained (median round)", _speed(r.stages_3)],
+        ["3 stages, chained, locked-down bus (median round)", _speed(r.stages_3_secure)],
         ["3 stages, router calls each stage (hop)", _speed(r.stages_3_hop)],
         ["3 stages, BLAS 1 thread per node", _speed(r.stages_3_1_thread)],
         ["**3 stages ÷ single process**, per round", ", ".join(num(x, 3) for x in rounds)],
         ["3 stages ÷ single process, median round", f"**{num(ratio, 3)}**"],
         ["3 stages at 1 thread ÷ single at 1 thread", num(ratio_1_thread, 2)],
+        [
+            "3 stages, locked-down ÷ open bus, per round",
+            ", ".join(num(x, 3) for x in r.secure_over_open_rounds or []) or "–",
+        ],
         [
             "single process ÷ llama.cpp, per round",
             ", ".join(num(x, 3) for x in llama_rounds) if llama_rounds else "–",
@@ -185,6 +227,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     met_stall = stall < LLM_TARGET_STALL_MS and not wrong_kill
     stall_figure = WRONG if wrong_kill else f"{num(stall / 1000, 2)} s"
     text_figure, met_text = _text_check(r)
+    met_secure, secure_figure = judge_secure(r)
     n = meta.rounds
     rounds_text = "one round" if n == 1 else f"{n} interleaved rounds"
     text = f"""{title}{provenance(env)}
@@ -242,6 +285,7 @@ Against the issue's targets:
   router hears of it through telemetry's node-down, then replays the prompt and the
   tokens so far. Whether the "as a token arrives" kill finds the node idle depends on
   timing; the reported reason says which path was taken.
+{_secure_prose(r, met_secure, secure_figure)}
 """
     part, many = _users(r, img)
     return text + part, [
@@ -249,6 +293,7 @@ Against the issue's targets:
         Target("3 stages ≥ 0.8× single process (tokens/s)", stages_figure, met_stages),
         Target("single process ≥ 0.35× llama.cpp", llama_figure, met_llama),
         Target("a kill stalls the stream < 1.5 s", stall_figure, met_stall),
+        Target(SECURE_TARGET, secure_figure, met_secure),
         *many,
     ]
 
