@@ -64,13 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(run=_swarm_sim)
 
-    from hecate.cli import client, gateway, model, natsconfig, schema, services, up
+    from hecate.cli import client, gateway, kvbuckets, model, natsconfig, schema, services, up
 
     services.add_parsers(sub)
     up.add_parser(sub)
     client.add_parsers(sub)
     schema.add_parser(sub)
     natsconfig.add_parser(sub)
+    kvbuckets.add_parser(sub)
     model.add_parser(sub)
     gateway.add_parsers(sub)
     _add_plugins(sub)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from hecate.wire import subjects
@@ -57,3 +58,35 @@ async def watch(kv: KeyValue, key: str) -> AsyncIterator[tuple[bytes | None, int
             yield (entry.value or None), int(entry.revision or 0)
     finally:
         await watcher.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class BucketState:
+    """What :func:`ensure_bucket` found or made: ``created`` False when the bucket was
+    already there (its replicas and history are then its own, not those asked for)."""
+
+    name: str
+    created: bool
+    replicas: int
+    history: int
+
+
+async def ensure_bucket(nc: Client, name: str, *, replicas: int) -> BucketState:
+    """Create the bucket ``name`` with ``replicas`` and the history
+    :data:`subjects.BUCKET_HISTORY` sets for it, unless it exists: an existing bucket is
+    left as it is (raising its replicas is an operator's decision, see deploy/README.md).
+    Only the bucket's owner may create it; anyone else's request is refused by the
+    server (a permissions violation, which nats-py reports to the error callback)."""
+    js = nc.jetstream()
+    try:
+        info = await js.stream_info(f"KV_{name}")
+    except NotFoundError:
+        history = subjects.BUCKET_HISTORY.get(name, 1)
+        await js.create_key_value(bucket=name, history=history, replicas=replicas)
+        return BucketState(name, created=True, replicas=replicas, history=history)
+    return BucketState(
+        name,
+        created=False,
+        replicas=int(info.config.num_replicas or 1),
+        history=int(info.config.max_msgs_per_subject or 1),
+    )
