@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
-from hecate.cli import natsconfig
+from hecate.cli import kvbuckets, natsconfig
 from hecate.cli.main import build_parser
 from hecate.gateway import identities
 from hecate.sim.topology import parse_topology
-from hecate.wire import permissions
+from hecate.wire import permissions, subjects
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -578,9 +578,17 @@ def test_every_k8s_hecate_container_logs_in_as_its_own_user_over_tls() -> None:
             and s.split(" ")[0] == where.split(" ")[0]
             and s.split(" ")[1] == where.split(" ")[1]
         ]
-        user = _user_of(command.argv)
-        refs = [e["secretRef"]["name"] for e in container.get("envFrom") or [] if "secretRef" in e]
-        assert refs == [natsconfig.secret_name(user)], f"{where}: secrets {refs}, not {user}'s"
+        refs = _secret_refs(container)
+        if command.argv[0] != "kv-buckets":
+            user = _user_of(command.argv)
+            assert refs == [natsconfig.secret_name(user)], f"{where}: secrets {refs}, not {user}'s"
+        elif container in (pod.get("initContainers") or []):
+            # Waiting for buckets as the pod's own service: the same user.
+            (service,) = [c for c in pod["containers"] if _is_hecate_image(c.get("image"))]
+            assert refs == _secret_refs(service), f"{where}: not the user of its pod"
+        else:  # the Job: each container is named after the bucket owner it logs in as
+            assert container["name"] in kvbuckets.owners(), f"{where}: not a bucket owner"
+            assert refs == [natsconfig.secret_name(container["name"])], f"{where}: {refs}"
         mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or []}
         assert mounts.get("nats-ca") == "/etc/hecate/tls", f"{where}: no CA mount"
         volumes = {v["name"]: v for v in pod.get("volumes") or []}
@@ -595,14 +603,75 @@ def test_every_k8s_hecate_container_logs_in_as_its_own_user_over_tls() -> None:
     assert env["HECATE_NATS_CA"] == natsconfig.CLIENT_CA
 
 
-def test_k8s_nats_cli_containers_log_in_too() -> None:
+def _secret_refs(container: dict[str, Any]) -> list[str]:
+    return [e["secretRef"]["name"] for e in container.get("envFrom") or [] if "secretRef" in e]
+
+
+def test_k8s_runs_no_nats_cli() -> None:
+    # What prepares the buckets is `hecate kv-buckets`, tested on a locked-down server
+    # (tests/integration/test_kv_buckets.py); the nats CLI's needs are not.
     for where, _, container in _k8s_containers():
-        if "nats-box" not in str(container.get("image")):
-            continue
-        names = {e["name"] for e in container.get("env") or []}
-        prefixed = [e for e in container.get("envFrom") or [] if "prefix" in e]
-        assert "NATS_CA" in names, f"{where}: the nats CLI does not verify the server"
-        assert {"NATS_USER", "NATS_PASSWORD"} <= names or prefixed, f"{where}: no user"
+        assert "nats-box" not in str(container.get("image")), f"{where}: use hecate kv-buckets"
+
+
+def _kv_commands(kind: str, name: str) -> list[tuple[dict[str, Any], argparse.Namespace]]:
+    """The ``hecate kv-buckets`` containers of the workload ``kind``/``name`` (init
+    containers first), each with its parsed arguments."""
+    pod = _k8s_objects()[(kind, name)]["spec"]["template"]["spec"]
+    out = []
+    for c in [*(pod.get("initContainers") or []), *pod["containers"]]:
+        argv = _as_argv(c.get("args"), name)
+        if _is_hecate_image(c.get("image")) and argv[:1] == ["kv-buckets"]:
+            out.append((c, parsed_argv(tuple(argv))))
+    return out
+
+
+def test_the_kv_job_creates_every_bucket_with_3_replicas_as_its_owner() -> None:
+    job = _k8s_objects()[("Job", "hecate-kv-buckets")]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+    made = {}
+    for container, args in _kv_commands("Job", "hecate-kv-buckets"):
+        assert not args.await_
+        assert args.replicas == 3
+        assert args.wait_s > 0, "the Job must outwait a NATS cluster still starting"
+        # No --bucket: every bucket the owner has, as the contract says.
+        made[container["name"]] = kvbuckets.buckets_to_create(container["name"], args.bucket)
+    assert made == kvbuckets.owners()
+
+
+def _user_permissions(secret: str) -> permissions.Permissions:
+    user = secret.removeprefix("hecate-nats-")
+    if user.startswith("node-"):
+        return permissions.node_permissions(user.removeprefix("node-"))
+    return permissions.user_permissions(user, accounts=True)
+
+
+def test_every_kv_service_waits_for_its_buckets_as_a_reader_it_is() -> None:
+    """No service that would create a missing bucket with one replica starts before the
+    Job has made it, and every wait is for a bucket its user may look up (one it may
+    not would be refused, not wait forever)."""
+    expected = {
+        ("Deployment", "hecate-planner"): [subjects.PLAN_BUCKET],
+        ("Deployment", "hecate-telemetry"): [subjects.TELEMETRY_BUCKET],
+        ("Deployment", "hecate-breaker"): [subjects.BREAKER_BUCKET],
+        ("Deployment", "hecate-router"): [subjects.PLAN_BUCKET, subjects.TELEMETRY_BUCKET],
+        **{
+            ("StatefulSet", f"hecate-node-{n['id']}"): [subjects.PLAN_BUCKET]
+            for n in json.loads(EXAMPLE_TOPOLOGY.read_text())["nodes"]
+        },
+    }
+    for (kind, name), buckets in expected.items():
+        (waits,) = _kv_commands(kind, name)
+        container, args = waits
+        assert args.await_, f"{name}: its init container creates buckets"
+        assert args.bucket == buckets, f"{name}: awaits {args.bucket}"
+        assert args.wait_s > 0
+        (secret,) = _secret_refs(container)
+        granted = _user_permissions(secret).publish
+        for bucket in buckets:
+            assert permissions.allows(granted, f"$JS.API.STREAM.INFO.KV_{bucket}"), (
+                f"{name}: {secret} may not look up {bucket}"
+            )
 
 
 def test_k8s_nats_runs_tls_and_accounts_from_secrets() -> None:

@@ -65,3 +65,42 @@ def test_the_generated_secrets_are_valid_kubernetes_objects(tmp_path: Path) -> N
     } <= names
     for doc in documents:
         kubernetes_validate.validate(doc, VERSIONS[0], strict=True)
+
+
+def _secrets_named(node: Any) -> set[str]:
+    """Every Secret a manifest refers to: envFrom secretRef, env secretKeyRef, volumes."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("secretRef", "secretKeyRef") and isinstance(value, dict):
+                found.add(value["name"])
+            elif key == "secret" and isinstance(value, dict):
+                found.add(value.get("secretName") or value["name"])
+            found |= _secrets_named(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _secrets_named(value)
+    return found
+
+
+def test_every_secret_the_manifests_use_is_generated(tmp_path: Path) -> None:
+    """The Job that makes the KV buckets and every pod find the Secrets they name among
+    those `hecate nats-config --secrets --topology examples/swarm.json` writes."""
+    from hecate.cli import natsconfig
+    from hecate.wire import permissions
+
+    out = natsconfig.write_deployment(
+        tmp_path / "d",
+        permissions.DEFAULT_TENANTS,
+        permissions.DEFAULT_NODES,
+        hosts=natsconfig.deployment_hosts(),
+    )
+    generated = {d["metadata"]["name"] for d in _documents(out / "k8s" / "secrets.yaml")}
+    used = {name for path in MANIFESTS for doc in _documents(path) for name in _secrets_named(doc)}
+    # The API keys' hashes are the operator's own (`hecate keys add`, see gateway.yaml).
+    used.discard("hecate-gateway-keys")
+    assert used <= generated, f"not generated: {sorted(used - generated)}"
+    (job,) = _documents(K8S / "kv-buckets-job.yaml")
+    assert {natsconfig.secret_name(u) for u in ("planner", "telemetry", "breaker")} <= (
+        _secrets_named(job)
+    )
