@@ -1,11 +1,14 @@
 """``hecate nats-config``: the ``authorization`` block of nats-server's configuration,
 one user per service role, per node and per tenant, with the permissions the wire
 contract gives them (see :mod:`hecate.wire.permissions`). ``deploy/nats/auth.conf`` is
-its output for the nodes of ``examples/swarm.json`` (those docker-compose runs).
+its output for the nodes of ``examples/swarm.json``: a single account, where a request's
+tenant is only what its body says, which no deployment here uses.
 
 With ``--accounts``, the same users in an ``accounts`` block instead: the services in
 one account and each tenant in its own, so the server vouches for a request's tenant
-(``deploy/nats/accounts.conf``)."""
+(``deploy/nats/accounts.conf``). With ``--secrets DIR``, everything a deployment needs in
+that layout (docker-compose.yml and deploy/k8s run nothing without it): see
+:func:`write_deployment`."""
 
 from __future__ import annotations
 

@@ -3,10 +3,13 @@ the permissions derived from the wire contract, random passwords, and TLS with a
 throwaway CA.
 
 ``hecate up --secure``, the permission tests and anyone wanting to try the deployment
-configuration locally use :func:`prepare`. Production keeps its own CA and secrets and
-uses the same authorization block (``deploy/nats/auth.conf``, rendered by
-:func:`hecate.wire.permissions.render_authorization`), or the same accounts, one per
-tenant (``deploy/nats/accounts.conf``, :func:`hecate.wire.permissions.render_accounts`).
+configuration locally use :func:`prepare`. The deployments (docker-compose.yml,
+deploy/k8s) get their own CA and secrets from ``hecate nats-config --secrets`` and run
+the accounts layout: the services in one account and one account per tenant
+(``deploy/nats/accounts.conf``, :func:`hecate.wire.permissions.render_accounts`), so the
+server names each request's tenant, as ``hecate up --secure`` does. The single-account
+layout (``deploy/nats/auth.conf``, :func:`hecate.wire.permissions.render_authorization`)
+is no deployment's: there a request's tenant is only what its body says.
 """
 
 from __future__ import annotations
