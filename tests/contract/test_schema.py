@@ -42,6 +42,8 @@ NOT_SUBJECTS = {
     "SLUG_PATTERN": "the id rule: checked as every channel parameter's pattern",
     "SLUG": "the id rule, compiled",
     "INFER_PREFIX": "the prefix of hecate.infer.{model_id}",
+    "STREAM_PREFIX": "the prefix of hecate.stream.{model_id}",
+    "is_stream": "a parser, not a subject builder",
     "model_from_infer_subject": "a parser, not a subject builder",
     "SERVICE_NAMES": "names on the NATS service API: checked in info.description",
     "BUCKET_HISTORY": "bucket configuration (history), not an address",

@@ -144,7 +144,7 @@ async def test_a_responder_streams_to_the_tenant_and_hears_its_cancels_stamped(
     async def cancel(msg: Msg) -> None:
         await cancels.put(json.loads((msg.headers or {})[REQUEST_INFO])["acc"])
 
-    await router.nc.subscribe(subjects.INFER_ALL, cb=serve)
+    await router.nc.subscribe(subjects.STREAM_ALL, cb=serve)
     await router.nc.subscribe(subjects.ROUTER_CANCEL, cb=cancel)
     await router.nc.flush()
     tokens: list[str] = []
@@ -152,7 +152,7 @@ async def test_a_responder_streams_to_the_tenant_and_hears_its_cancels_stamped(
     async def on_token(msg: Msg) -> None:
         tokens.append(_token.decode(msg.data).text)
 
-    msg = await request_streamed(a.nc, subjects.infer(MODEL), b"{}", timeout=5, on_token=on_token)
+    msg = await request_streamed(a.nc, subjects.stream(MODEL), b"{}", timeout=5, on_token=on_token)
     assert _reply.decode(msg.data).output == "onetwo"
     assert tokens == ["one", "two"]
     await a.nc.publish(subjects.ROUTER_CANCEL, b"{}")

@@ -353,7 +353,8 @@ async def test_a_client_that_hangs_up_cancels_its_request_in_the_swarm(
     async def observe(msg: Msg) -> None:
         requests.append(msgspec.json.decode(msg.data, type=InferRequest))
 
-    seen = await nc.subscribe(subjects.infer(MODEL), cb=observe)
+    asked_on = subjects.stream(MODEL) if stream else subjects.infer(MODEL)
+    seen = await nc.subscribe(asked_on, cb=observe)
     # Every step of the node now takes 2 s: the hang-up, milliseconds after the request
     # reaches the swarm, comes long before the answer. (The next test waits for the
     # node to finish that step: a toy node runs one step at a time.)

@@ -72,11 +72,11 @@ async def test_replies_count_tokens_and_cancel_stops_the_generation_and_frees_th
         if len(tokens) == 3:
             third.set()
 
-    request = InferRequest(prompt=PROMPT, max_tokens=400, stream=True, request_id="gone-1")
+    request = InferRequest(prompt=PROMPT, max_tokens=400, request_id="gone-1")
     answer = asyncio.ensure_future(
         request_streamed(
             client,
-            subjects.infer(MODEL),
+            subjects.stream(MODEL),
             msgspec.json.encode(request),
             timeout=120,
             on_token=on_token,

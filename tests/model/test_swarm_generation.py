@@ -106,9 +106,9 @@ async def generate(
         if stream is not None:
             stream.append(msgspec.json.decode(msg.data, type=StreamToken))
 
-    body = InferRequest(prompt=prompt, max_tokens=max_tokens, stream=True)
+    body = InferRequest(prompt=prompt, max_tokens=max_tokens)
     msg = await request_streamed(
-        client, subjects.infer(MODEL), msgspec.json.encode(body), timeout=60, on_token=on_token
+        client, subjects.stream(MODEL), msgspec.json.encode(body), timeout=60, on_token=on_token
     )
     return msgspec.json.decode(msg.data, type=InferReply)
 

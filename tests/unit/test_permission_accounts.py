@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hecate.cli.main import main
 from hecate.wire import contract, subjects
+from hecate.wire.common import MAX_WAIT_MS
 from hecate.wire.permissions import (
     GATEWAY,
     OPERATOR,
@@ -31,7 +32,7 @@ tenant_names = slugs.filter(
     lambda t: t not in (*SERVICE_USERS, GATEWAY, OPERATOR, "node") and not t.startswith("node-")
 )
 TENANTS, NODES = ("acme", "globex"), ("gpu", "edge-1")
-INFER, CANCEL = subjects.INFER_ALL, subjects.ROUTER_CANCEL
+INFER, STREAM, CANCEL = subjects.INFER_ALL, subjects.STREAM_ALL, subjects.ROUTER_CANCEL
 
 # -- reading the block back: the part of nats-server's configuration syntax it uses ------
 
@@ -114,10 +115,13 @@ def test_the_services_share_one_account_with_jetstream_and_export_what_tenants_s
         OPERATOR,
         *(node_user(n) for n in NODES),
     ]
-    # Tokens stream on the reply path, so infer is a streamed service; a cancel is
-    # fire-and-forget.
+    # One answer to infer (the way back closes with it), tokens then the answer to
+    # stream (the way back stays open after each), and a cancel is fire-and-forget. The
+    # way back outlasts the longest quota hold.
+    threshold = f"{MAX_WAIT_MS // 1000 + 120}s"
     assert SERVICES["exports"] == [
-        {"service": INFER, "response_type": "stream"},
+        {"service": INFER, "response_threshold": threshold},
+        {"service": STREAM, "response_type": "stream", "response_threshold": threshold},
         {"service": CANCEL},
     ]
     assert "imports" not in SERVICES
@@ -130,11 +134,12 @@ def test_every_tenant_account_imports_both_services_and_may_send_only_on_them() 
         assert "exports" not in account
         assert account["imports"] == [
             {"service": {"account": SERVICES_ACCOUNT, "subject": INFER}},
+            {"service": {"account": SERVICES_ACCOUNT, "subject": STREAM}},
             {"service": {"account": SERVICES_ACCOUNT, "subject": CANCEL}},
         ]
         assert _users(account) == {
             tenant: {
-                "publish": [subjects.infer("*"), CANCEL],
+                "publish": [subjects.infer("*"), CANCEL, subjects.stream("*")],
                 "subscribe": [f"{subjects.inbox_prefix(tenant)}.>"],
             }
         }

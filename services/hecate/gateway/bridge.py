@@ -149,12 +149,17 @@ class Call:
 
     async def _send(self, headers: dict[str, str] | None) -> Msg:
         nc = await self.bridge.links.client(self.request.tenant)
-        subject, body = subjects.infer(self.model), _encode(self.request)
-        timeout = self.bridge.timeout_s
+        body, timeout = _encode(self.request), self.bridge.timeout_s
         if not self.request.stream:
+            subject = subjects.infer(self.model)
             return await nc.request(subject, body, timeout=timeout, headers=headers)
         return await request_streamed(
-            nc, subject, body, timeout=timeout, on_token=self._on_token, headers=headers
+            nc,
+            subjects.stream(self.model),
+            body,
+            timeout=timeout,
+            on_token=self._on_token,
+            headers=headers,
         )
 
     async def next(self) -> StreamToken | InferReply | None:

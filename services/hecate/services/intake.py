@@ -69,7 +69,10 @@ class Intake:
     async def on_infer(self, req: Request[InferRequest]) -> None:
         model_id = subjects.model_from_infer_subject(req.subject)
         if model_id is None:
-            why = f"invalid model id in subject {req.subject[:80]!r}: use hecate.infer.<slug>"
+            why = (
+                f"invalid model id in subject {req.subject[:80]!r}: "
+                "use hecate.infer.<slug> (hecate.stream.<slug> to stream)"
+            )
             await req.error("bad_request", why)
             return
         if self.view.router is None:
@@ -89,16 +92,18 @@ class Intake:
         await self.admit(req)
 
     async def vouch(self, req: Request[InferRequest]) -> bool:
-        """Settle whom the request acts for (routing/identity.py): from here on its body
-        names that tenant, so quotas, retries, cancels and the line all key on it. A
-        request refused is answered ``forbidden``, logged once and counted."""
+        """Settle whom the request acts for (routing/identity.py) and whether its tokens
+        are streamed (the subject it came on says): from here on its body says so, so
+        quotas, retries, cancels and the line all key on that tenant. A request refused
+        is answered ``forbidden``, logged once and counted."""
         body = req.body
         tenant = self.tenant(req.headers, body.tenant, req.subject)
         if isinstance(tenant, Refused):
             await req.error("forbidden", tenant.message)
             return False
-        if tenant != req.body.tenant:
-            req.body = msgspec.structs.replace(req.body, tenant=tenant)
+        stream = subjects.is_stream(req.subject)
+        if tenant != body.tenant or stream != body.stream:
+            req.body = msgspec.structs.replace(body, tenant=tenant, stream=stream)
         req.span.set_attribute("hecate.tenant", tenant)
         return True
 

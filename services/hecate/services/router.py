@@ -106,15 +106,16 @@ class RouterService:
         await svc.add_endpoint("retries", subjects.ROUTER_RETRIES, RetryClaim, self._on_claim)
         await svc.add_endpoint("node-down", subjects.EVENT_NODE_DOWN, NodeEvent, self._on_down)
         await svc.add_endpoint("cancel", subjects.ROUTER_CANCEL, InferCancel, self._on_cancel)
-        stats = await svc.add_endpoint(
-            "infer",
-            subjects.INFER_ALL,
-            InferRequest,
-            intake.on_infer,
-            queue=subjects.ROUTER_QUEUE,
-            deferred=True,
-        )
-        stats.status = self.status
+        for name, subject in (("stream", subjects.STREAM_ALL), ("infer", subjects.INFER_ALL)):
+            stats = await svc.add_endpoint(
+                name,
+                subject,
+                InferRequest,
+                intake.on_infer,
+                queue=subjects.ROUTER_QUEUE,
+                deferred=True,
+            )
+        stats.status = self.status  # the router's, once: on the infer endpoint
         await svc.ready()
         await svc.nc.flush()
         event(self.log, "router ready", inbox=inbox)

@@ -1,8 +1,8 @@
 """A request whose one reply is preceded by streamed messages on the same inbox.
 
-What ``InferRequest.stream`` asks of a router: each token comes back on the request's
-own reply subject with the header ``Hecate-Stream: token``, then the one reply without
-it. ``nc.request`` returns the first message only, so the callers that stream (the
+What a request on ``hecate.stream.<model>`` gets from a router: each token comes back
+on the request's own reply subject with the header ``Hecate-Stream: token``, then the
+one reply without it. ``nc.request`` returns the first message only, so the callers that stream (the
 client library, the gateway, the benchmarks) ask through :func:`request_streamed`.
 """
 

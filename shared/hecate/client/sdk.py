@@ -201,7 +201,6 @@ class HecateClient:
                     max_wait_ms=max_wait_ms,
                     attempt=attempt,
                     temperature=temperature,
-                    stream=deliver is not None,
                 )
             )
             hint: float | None = None
@@ -211,7 +210,7 @@ class HecateClient:
                     msg = await self.nc.request(subjects.infer(model), body, timeout=timeout)
                 else:
                     msg = await request_streamed(
-                        self.nc, subjects.infer(model), body, timeout=timeout, on_token=deliver
+                        self.nc, subjects.stream(model), body, timeout=timeout, on_token=deliver
                     )
             except NoRespondersError:
                 on_attempt(Attempt(attempt, replied=False, code="client_no_router"))

@@ -10,6 +10,8 @@ import msgspec
 
 MAX_PROMPT_CHARS = 64 * 1024
 MAX_TOKENS = 4096
+# The longest a caller may ask to be held for its quota slot (InferRequest.max_wait_ms).
+MAX_WAIT_MS = 600_000
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -482,11 +482,27 @@ INFER_REPLY_CHANNEL = Channel(
     "inferReply",
     None,
     "Inference replies",
-    "The reply subject (NATS inbox) of the infer request. A generative request with "
-    "`stream` true first gets one StreamToken per token there, in order (index 0, 1, ...), "
-    "each with the header `Hecate-Stream: token`; then, as every request, its one "
-    "InferReply or error (without that header). Tokens go nowhere but the caller's own "
-    "reply subject.",
+    "The reply subject (NATS inbox) of the infer request.",
+    (INFER_REPLY, INFER_ERROR),
+)
+INFER_STREAM = Channel(
+    "inferStream",
+    subjects.stream("{model_id}"),
+    "Streamed inference requests",
+    "As `infer`, but a generative request's tokens come back before its reply. A subject "
+    "of its own: a tenant's account imports it as a streamed service, `infer` as a "
+    "singleton one (whose way back closes with the one reply). Routers subscribe to "
+    f"`{subjects.STREAM_ALL}` in queue group `{subjects.ROUTER_QUEUE}`.",
+    (INFER_REQUEST,),
+)
+INFER_STREAM_REPLY_CHANNEL = Channel(
+    "inferStreamReply",
+    None,
+    "Streamed inference replies",
+    "The reply subject (NATS inbox) of the streamed request: one StreamToken per token, "
+    "in order (index 0, 1, ...), each with the header `Hecate-Stream: token`; then, as "
+    "every request, its one InferReply or error (without that header). Tokens go "
+    "nowhere but the caller's own reply subject.",
     (STREAM_TOKEN, INFER_REPLY, INFER_ERROR),
 )
 NODE_RUN = Channel(
@@ -668,6 +684,8 @@ PROBE_GRANT_CHANNEL = Channel(
 CHANNELS: Final[tuple[Channel, ...]] = (
     INFER,
     INFER_REPLY_CHANNEL,
+    INFER_STREAM,
+    INFER_STREAM_REPLY_CHANNEL,
     NODE_RUN,
     STAGE_REPLY_CHANNEL,
     FAULT,
@@ -716,6 +734,26 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         f"Subscribes to `{subjects.INFER_ALL}` so that a malformed model id still gets a "
         "typed `bad_request` reply.",
         reply=INFER_REPLY_CHANNEL,
+        queue=subjects.ROUTER_QUEUE,
+    ),
+    Operation(
+        "client.sendInferStream",
+        "client",
+        "send",
+        INFER_STREAM,
+        "Ask for a generation streamed token by token, then wait for the one reply.",
+        "Messages with the header `Hecate-Stream: token` are tokens; the first without it "
+        "is the reply.",
+        reply=INFER_STREAM_REPLY_CHANNEL,
+    ),
+    Operation(
+        "router.receiveInferStream",
+        "router",
+        "receive",
+        INFER_STREAM,
+        "Route a request, stream its tokens to the caller and answer it.",
+        f"Subscribes to `{subjects.STREAM_ALL}`, as for `infer`.",
+        reply=INFER_STREAM_REPLY_CHANNEL,
         queue=subjects.ROUTER_QUEUE,
     ),
     Operation(

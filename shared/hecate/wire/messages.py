@@ -22,6 +22,7 @@ from hecate.resilience.breaker import BreakerSnapshot
 # tagged unions), which live in modules of their own.
 from hecate.wire.common import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS
 from hecate.wire.common import MAX_TOKENS as MAX_TOKENS
+from hecate.wire.common import MAX_WAIT_MS as MAX_WAIT_MS
 from hecate.wire.common import ChatMessage as ChatMessage
 from hecate.wire.common import ErrorBody as ErrorBody
 from hecate.wire.common import ErrorReply as ErrorReply
@@ -49,16 +50,17 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     # Coming back after a rate_limited reply: present its ticket to claim the booked slot.
     quota_ticket: int | None = None
     # How long the caller accepts to be held for its quota slot instead of refused.
-    max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 0
+    max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
     # 2, 3, ...: a client retry of the same request_id (routers look for the original).
     attempt: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
     # Generative models: sampling (greedy at temperature 0) and whether to stream tokens.
     temperature: Annotated[float, msgspec.Meta(ge=0, le=10)] = 0.0
     top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
     seed: int | None = None
-    # Stream the tokens back on the request's own reply subject, each a StreamToken with
-    # the header STREAM_HEADER: token, before the one InferReply (which has no such
-    # header). A caller hears only its own inbox, and a router publishes nowhere else.
+    # Whether the tokens come back on the request's own reply subject, each a StreamToken
+    # with the header STREAM_HEADER: token, before the one InferReply (which has no such
+    # header). Set by the router from the subject the request came on (a caller asks on
+    # hecate.stream.<model>); what a caller writes here is ignored.
     stream: bool = False
     messages: Annotated[list[ChatMessage], msgspec.Meta(max_length=256)] | None = None
     # Generation ends before any of these strings (which are not part of the output).

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hecate.wire import contract, subjects
+from hecate.wire.common import MAX_WAIT_MS
 from hecate.wire.subjects import INBOX_ROOT, inbox_prefix
 
 # One user per role, shared by the role's replicas; nodes are users of their own.
@@ -68,7 +69,10 @@ DEFAULT_NODES: tuple[str, ...] = ("gpu", "laptop", "desktop", "pi")
 NOT_DEPLOYED: frozenset[str] = frozenset({contract.FAULT.id, contract.FAULT_REPLY_CHANNEL.id})
 # Where a receiver subscribes wider than the channel: routers take every
 # ``hecate.infer.>`` so that a malformed model id still gets a typed error reply.
-SUBSCRIBED_AS: dict[str, str] = {subjects.infer("{model_id}"): subjects.INFER_ALL}
+SUBSCRIBED_AS: dict[str, str] = {
+    subjects.infer("{model_id}"): subjects.INFER_ALL,
+    subjects.stream("{model_id}"): subjects.STREAM_ALL,
+}
 _PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 # Where nats-server maps the reply subject of a request crossing a service import: the
 # responder publishes there, and the server passes it on to the requester's inbox.
@@ -76,6 +80,11 @@ REPLY_MAPPING = "_R_"
 # The account every service, the gateway, the operator and the nodes share (upper case:
 # no tenant, a slug, can take its name).
 SERVICES_ACCOUNT = "HECATE"
+# How long nats-server keeps the way back to a tenant open with no answer on it (after
+# the request, or after a streamed token): the longest a request may be held for its
+# quota slot, plus nats-server's own default (two minutes) for the generation itself.
+# Past it an answer would be lost on its way, so it must outlast any router's wait.
+RESPONSE_THRESHOLD_S = MAX_WAIT_MS // 1000 + 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +351,7 @@ class Export:
 
     subject: str
     streamed: bool  # answered with many messages (tokens, then the reply), not one
+    answered: bool = True  # False: fire-and-forget
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,10 +364,10 @@ class Account:
 
 def service_exports() -> tuple[Export, ...]:
     """Every channel the contract's client sends on, as its receivers subscribe to it
-    (routers take all of ``hecate.infer.>``). One whose sender waits for an answer is a
-    streamed service: a router may stream tokens on the reply subject before its reply,
-    and a service import with the default (singleton) response type would let the first
-    message through only. One without is fire-and-forget (a cancel)."""
+    (routers take all of ``hecate.infer.>``). One whose answer carries tokens before the
+    reply is a streamed service (a singleton one would let the first message through
+    only, and close the way back); one with a single answer is a singleton service (the
+    server forgets the way back once answered); one without is fire-and-forget."""
     out: list[Export] = []
     for op in contract.OPERATIONS:
         channel = op.channel
@@ -366,7 +376,9 @@ def service_exports() -> tuple[Export, ...]:
         if channel.kv is not None or channel.address is None:
             continue
         subject = _subject(SUBSCRIBED_AS.get(channel.address, channel.address))
-        out.append(Export(subject, streamed=op.reply is not None))
+        answers = op.reply.messages if op.reply is not None else ()
+        streamed = contract.STREAM_TOKEN in answers
+        out.append(Export(subject, streamed=streamed, answered=op.reply is not None))
     return tuple(out)
 
 
@@ -428,8 +440,10 @@ def render_accounts(
         if account.exports:
             lines.append("    exports: [")
             for export in account.exports:
-                stream = ", response_type: stream" if export.streamed else ""
-                lines.append(f'      {{ service: "{export.subject}"{stream} }}')
+                kind = ", response_type: stream" if export.streamed else ""
+                if export.answered:
+                    kind += f', response_threshold: "{RESPONSE_THRESHOLD_S}s"'
+                lines.append(f'      {{ service: "{export.subject}"{kind} }}')
             lines.append("    ]")
         if account.imports:
             lines.append("    imports: [")

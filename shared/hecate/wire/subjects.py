@@ -16,6 +16,12 @@ SLUG = re.compile(SLUG_PATTERN)
 # -- inference (clients -> routers) ---------------------------------------------------
 INFER_PREFIX = "hecate.infer"
 INFER_ALL = f"{INFER_PREFIX}.>"  # ">" so that malformed ids still get a typed error reply
+# The same requests, answered with each generated token before the reply. A subject of
+# their own because a tenant's account imports it as a streamed service (the server
+# keeps the way back open after each message) and hecate.infer as a singleton one (the
+# way back closes with the one reply).
+STREAM_PREFIX = "hecate.stream"
+STREAM_ALL = f"{STREAM_PREFIX}.>"
 ROUTER_QUEUE = "hecate-routers"
 
 
@@ -28,9 +34,20 @@ def infer(model_id: str) -> str:
     return f"{INFER_PREFIX}.{model_id}"
 
 
+def stream(model_id: str) -> str:
+    """Where a request asks for its tokens streamed before its reply."""
+    return f"{STREAM_PREFIX}.{model_id}"
+
+
+def is_stream(subject: str) -> bool:
+    return subject.startswith(STREAM_PREFIX + ".")
+
+
 def model_from_infer_subject(subject: str) -> str | None:
-    """The model id of an inference subject, or None when it is not a single slug."""
-    tail = subject[len(INFER_PREFIX) + 1 :] if subject.startswith(INFER_PREFIX + ".") else ""
+    """The model id of an inference subject (streamed or not), or None when it is not a
+    single slug."""
+    prefix = STREAM_PREFIX if is_stream(subject) else INFER_PREFIX
+    tail = subject[len(prefix) + 1 :] if subject.startswith(prefix + ".") else ""
     return tail if SLUG.fullmatch(tail) else None
 
 

@@ -91,9 +91,7 @@ class Observer:
 async def _direct(nc: Client, tokens: int) -> tuple[list[float], str, str]:
     """One direct stream: its tokens' arrival times, the streamed text, the reply text."""
     request = parse("completion", completion_body(MODEL, PROMPT, tokens)).request
-    request = msgspec.structs.replace(
-        request, tenant=TENANT, request_id=uuid.uuid4().hex, stream=True
-    )
+    request = msgspec.structs.replace(request, tenant=TENANT, request_id=uuid.uuid4().hex)
     got: list[tuple[float, StreamToken]] = []
 
     async def on_token(msg: Msg) -> None:
@@ -101,7 +99,7 @@ async def _direct(nc: Client, tokens: int) -> tuple[list[float], str, str]:
 
     msg = await request_streamed(
         nc,
-        subjects.infer(MODEL),
+        subjects.stream(MODEL),
         msgspec.json.encode(request),
         timeout=STREAM_TIMEOUT_S,
         on_token=on_token,

@@ -76,10 +76,10 @@ async def _generate(
         if on_token is not None:
             on_token(token)
 
-    body = InferRequest(prompt=PROMPT, max_tokens=tokens, stream=True)
+    body = InferRequest(prompt=PROMPT, max_tokens=tokens)
     t0 = time.perf_counter()
     msg = await request_streamed(
-        nc, subjects.infer(MODEL), msgspec.json.encode(body), timeout=120, on_token=got
+        nc, subjects.stream(MODEL), msgspec.json.encode(body), timeout=120, on_token=got
     )
     await nc.close()
     reply = msgspec.json.decode(msg.data, type=InferReply)
