@@ -467,10 +467,12 @@ def test_the_image_entrypoint_is_hecate() -> None:
     )
 
 
-def test_compose_nodes_have_distinct_ids_and_match_the_example_topology() -> None:
-    nodes = [c for c in compose_commands() if c.argv[:1] == ("node",)]
-    ids = [parsed(c).id for c in nodes]
-    assert len(ids) == len(set(ids)), f"{COMPOSE.name}: node ids repeat: {sorted(ids)}"
+def _nodes_declared_and_expected(
+    commands: list[Command],
+) -> tuple[list[Command], set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    """The node commands among ``commands``, what they declare (id, capacity, latency,
+    score), and what the example topology says."""
+    nodes = [c for c in commands if c.argv[:1] == ("node",)]
     declared = {
         (a.id, a.capacity_layers, a.latency_ms, a.score) for a in (parsed(c) for c in nodes)
     }
@@ -479,19 +481,18 @@ def test_compose_nodes_have_distinct_ids_and_match_the_example_topology() -> Non
         (n["id"], n["capacity_layers"], n.get("latency_ms", 0.0), n.get("score", 1.0))
         for n in example
     }
+    return nodes, declared, expected
+
+
+def test_compose_nodes_have_distinct_ids_and_match_the_example_topology() -> None:
+    nodes, declared, expected = _nodes_declared_and_expected(compose_commands())
+    ids = [parsed(c).id for c in nodes]
+    assert len(ids) == len(set(ids)), f"{COMPOSE.name}: node ids repeat: {sorted(ids)}"
     assert declared == expected, f"{COMPOSE.name} nodes differ from {EXAMPLE_TOPOLOGY.name}"
 
 
 def test_k8s_nodes_are_the_example_topology_each_its_own_workload() -> None:
-    nodes = [c for c in k8s_commands() if c.argv[:1] == ("node",)]
-    declared = {
-        (a.id, a.capacity_layers, a.latency_ms, a.score) for a in (parsed(c) for c in nodes)
-    }
-    example = json.loads(EXAMPLE_TOPOLOGY.read_text())["nodes"]
-    expected = {
-        (n["id"], n["capacity_layers"], n.get("latency_ms", 0.0), n.get("score", 1.0))
-        for n in example
-    }
+    nodes, declared, expected = _nodes_declared_and_expected(k8s_commands())
     assert len(nodes) == len(expected), "one node container per node of the topology"
     assert declared == expected, f"deploy/k8s nodes differ from {EXAMPLE_TOPOLOGY.name}"
 

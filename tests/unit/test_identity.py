@@ -49,3 +49,11 @@ def test_the_server_header_names_the_account() -> None:
     assert vouched_account({}) is None
     assert vouched_account({REQUEST_INFO: '{"acc": ""}'}) is None
     assert vouched_account({REQUEST_INFO: "[1]"}) is None
+    assert vouched_account({REQUEST_INFO: '{"acc": 7}'}) is None
+    # As nats-server 2.15 writes it: a dozen fields, the account among them.
+    server = (
+        '{"start":"2026-12-01T03:57:54.1Z","host":"127.0.0.1","id":12,"acc":"tenant-b",'
+        '"user":"tenant-b","lang":"python3","ver":"2.9.0","rtt":195000,'
+        '"server":"NB7","kind":"Client","client_type":"nats"}'
+    )
+    assert vouched_account({REQUEST_INFO: server}) == "tenant-b"
