@@ -309,7 +309,7 @@ def test_a_stage_past_its_deadline_fails_over_once() -> None:
 
 def test_no_responders_right_after_a_reconnect_resends_without_blame() -> None:
     run = started(Swarm())
-    run.m.reconnected_at = 0.0
+    run.m.reconnect.reconnected(0.0, expected=NODES)
     send = run.last
     out = run.feed(StageFailed(send.send, 0, Failure("no_responders", "no responders"), 0.5))
     assert out == []
@@ -416,7 +416,7 @@ def test_whatever_the_order_one_answer_balanced_load_bounded_replays_one_probe(
     swarm = Swarm(generative=generative, leased=set(probes))
     run = started(swarm, max_tokens=3, chain=chain)
     if reconnected:
-        run.m.reconnected_at = 0.0
+        run.m.reconnect.reconnected(0.0, expected=NODES)
     for op in ops:
         apply(run, op)
     run.finish()

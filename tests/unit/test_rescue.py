@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hecate.core import Recovered, Route, Unrecoverable
 from hecate.core.plan import Stage
 from hecate.routing.flow import REQUEST_FAULTS, Failure, FailureKind, FlowOptions
+from hecate.routing.reconnect import ReconnectWindow
 from hecate.routing.rescue import GiveUp, ResendSoon, classify, triage, verdict
 from hecate.wire.messages import ErrorBody
 
@@ -36,13 +37,32 @@ def test_triage_resends_only_no_responders_just_after_a_reconnect(
 ) -> None:
     opts = FlowOptions(chain=chain, reconnect_grace_s=3.0, resend_delay_s=0.1)
     now = 100.0
-    got = triage(Failure(kind, "why"), now, reconnected_at=now - since, stage=stage, opts=opts)
+    window = ReconnectWindow()
+    window.reconnected(now - since, expected=["a", "b"])  # nothing heard since
+    why = Failure(kind, "why")
+    got = triage(why, now, node_id="b", window=window, stage=stage, opts=opts)
     if kind == "too_large":
         assert got == GiveUp("payload_too_large", "why")  # the request's size, not a node
     elif kind == "no_responders" and since < 3.0 and (not chain or stage == 0):
         assert got == ResendSoon(now + 0.1)
     else:
         assert got is None
+
+
+@given(since=st.floats(0, 2.9), chain=st.booleans())
+def test_triage_blames_at_once_a_node_that_answered_since_the_reconnect(
+    since: float, chain: bool
+) -> None:
+    opts = FlowOptions(chain=chain, reconnect_grace_s=3.0, resend_delay_s=0.1)
+    now = 100.0
+    window = ReconnectWindow()
+    window.reconnected(now - since, expected=["a", "b"])
+    window.replied("b", now - since)  # its subscriptions were back: now it is gone
+    why = Failure("no_responders", "no responders")
+    assert triage(why, now, node_id="b", window=window, stage=0, opts=opts) is None
+    # The rest of the swarm was back at once: "a" is given the floor, not the cap.
+    got = triage(why, now, node_id="a", window=window, stage=0, opts=opts)
+    assert got == (ResendSoon(now + 0.1) if since < window.floor_s else None)
 
 
 @given(attempts=st.integers(1, 5), replays=st.none() | st.integers(0, 4))

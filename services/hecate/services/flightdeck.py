@@ -4,7 +4,9 @@ A :class:`Flight` is a request's :class:`Lifecycle` (the pure machine that decid
 what only the shell holds: the caller's deferred :class:`Request` handle, the retries
 that joined it, and the span of the stage in flight. :meth:`FlightDeck.feed` gives the
 machine an event and carries out what it answers; :meth:`FlightDeck.on_inbox` turns the
-router's inbox (stage replies, NATS' no-responders status) into events.
+router's inbox (stage replies, NATS' no-responders status) into events. It also keeps
+the router's :class:`ReconnectWindow` fed with what says a node is back after the
+router's reconnect: the stage replies it reads, and telemetry's heartbeats and verdicts.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from hecate.routing.flow import (
     Stream,
 )
 from hecate.routing.lifecycle import Lifecycle
+from hecate.routing.reconnect import ReconnectWindow
 from hecate.services.admission import AdmissionDesk
 from hecate.services.quotagate import Admission, QuotaGate
 from hecate.services.retries import RetryLedger
@@ -114,6 +117,8 @@ class FlightDeck:
         self.counters = counters
         self.flights: dict[int, Flight] = {}
         self.inbox = ""
+        self.reconnect = ReconnectWindow()  # every flight's, fed by _observe
+        self._snapshot: object = None  # the telemetry snapshot last read into it
         self.on_landed: Callable[[Flight], Awaitable[None]] = _nothing
 
     async def launch(self, a: Admission, route: Route, degraded: bool, probes: set[str]) -> None:
@@ -128,6 +133,7 @@ class FlightDeck:
             counters=self.counters,
             degraded=degraded,
             probes=probes,
+            reconnect=self.reconnect,
         )
         ident = (request.tenant, request.request_id) if request.request_id else None
         flight = Flight(a.key, machine, a.handle, ident)
@@ -136,8 +142,8 @@ class FlightDeck:
 
     async def feed(self, flight: Flight, ev: Event) -> None:
         # The bus may have come back since the flight started: "no responders" right
-        # after means "not resubscribed yet" (the machine decides what to make of it).
-        flight.machine.reconnected_at = self.service.reconnected_at or float("-inf")
+        # after can mean "not resubscribed yet" (the window says for how long).
+        self._observe(time.monotonic())
         for action in flight.machine.handle(ev):
             await self._act(flight, action)
 
@@ -158,10 +164,51 @@ class FlightDeck:
             failure = Failure("no_responders", "no responders")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
         reply = _read_reply(msg.data)
+        if not isinstance(reply, str):
+            self._answered(flight.machine, send, stage, reply, now)
         if isinstance(reply, str):
             failure = Failure("unreadable", f"unreadable reply: {reply}")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
         return await self.feed(flight, StageReplied(send, stage, reply, now))
+
+    # -- what says a node is back after a reconnect -------------------------------------
+
+    def _observe(self, now: float) -> None:
+        """Open the window on the router's reconnect, then read telemetry into it while
+        it is open: a heartbeat after the reconnect went through the server as it is
+        now, and a node declared down since is not waited for. Telemetry's times are
+        its wall clock, compared with ours: hosts are assumed to keep NTP time."""
+        window, back = self.reconnect, self.service.reconnected_at
+        snap = self.view.telemetry
+        if back and back > window.at:
+            alive = [n for n, t in snap.nodes.items() if t.alive] if snap else []
+            window.reconnected(back, alive)
+            self._snapshot = None
+        if snap is None or snap is self._snapshot:
+            return
+        if now - window.at >= self.options.reconnect_grace_s:
+            return
+        self._snapshot = snap
+        wall_now = time.time()
+        wall_back = wall_now - (now - window.at)
+        if snap.written_at <= wall_back:
+            return  # written before we were back: says nothing of the server as it is
+        for node_id, t in snap.nodes.items():
+            if not t.alive:
+                window.declared_down(node_id, now)
+            elif t.last_seen is not None and t.last_seen > wall_back:
+                window.heard_from(node_id, now - (wall_now - t.last_seen))
+
+    def _answered(
+        self, machine: Lifecycle, send: int, stage: int, reply: StageReply | ErrorReply, now: float
+    ) -> None:
+        """A reply on the current send's stage subject comes from that stage's node,
+        except a no-responders a chained node relays for the next one."""
+        if isinstance(reply, ErrorReply) and reply.error.code == "no_responders":
+            return
+        if send == machine.send and stage < len(machine.route.stages):
+            self._observe(now)
+            self.reconnect.replied(machine.route.stages[stage].node_id, now)
 
     # -- actions ----------------------------------------------------------------------
 

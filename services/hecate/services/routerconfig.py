@@ -29,6 +29,9 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     limits: LimitOptions = LimitOptions()
     queue_limit: int = 1024
     queue_timeout_s: float = 5.0
+    # The longest a node is forgiven "no responders" after the router's own reconnect
+    # (it may not have resubscribed yet); what the router hears since usually ends it
+    # far sooner for each node (hecate.routing.reconnect).
     reconnect_grace_s: float = 3.0
     # Where a request's tenant comes from: the account the bus vouches for ("bus", for a
     # bus with one account per tenant), or the body's unauthenticated field ("body").

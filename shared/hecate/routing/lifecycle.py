@@ -57,6 +57,7 @@ from hecate.routing.flow import (
     Tick,
 )
 from hecate.routing.generation import Generation
+from hecate.routing.reconnect import ReconnectWindow
 from hecate.routing.rescue import GiveUp, ResendSoon, classify, triage, verdict
 from hecate.routing.stages import Dispatch, stage_request
 from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest, StreamToken
@@ -97,7 +98,7 @@ class Lifecycle:
     counters: Counter[str]
     degraded: bool = False
     probes: set[str] = field(default_factory=set)  # half-open targets whose probe we carry
-    reconnected_at: float = float("-inf")
+    reconnect: ReconnectWindow = field(default_factory=ReconnectWindow)  # shared, the router's
     state: State = State.NEW
     stage: int = 0
     attempts: int = 1
@@ -259,7 +260,8 @@ class Lifecycle:
         """The current dispatch failed on ``node_id``: resend, reroute or answer."""
         self.send = 0
         opts = self.options
-        first = triage(why, now, reconnected_at=self.reconnected_at, stage=self.stage, opts=opts)
+        window, stage = self.reconnect, self.stage
+        first = triage(why, now, node_id=node_id, window=window, stage=stage, opts=opts)
         if isinstance(first, ResendSoon):
             self.counters["resent_after_reconnect"] += 1
             self.state = S.RESENDING

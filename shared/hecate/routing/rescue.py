@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from hecate.core import Recovered, Unrecoverable
 from hecate.core.errors import ErrorCode
 from hecate.routing.flow import REQUEST_FAULTS, Failure, FlowOptions
+from hecate.routing.reconnect import ReconnectWindow
 from hecate.wire.messages import ErrorBody
 
 
@@ -34,16 +35,24 @@ class GiveUp:
 
 
 def triage(
-    why: Failure, now: float, *, reconnected_at: float, stage: int, opts: FlowOptions
+    why: Failure,
+    now: float,
+    *,
+    node_id: str,
+    window: ReconnectWindow,
+    stage: int,
+    opts: FlowOptions,
 ) -> ResendSoon | GiveUp | None:
     """Before any rescue: a failure that no other route would cure (the request's own
-    size), or one the bus's own recovery explains. ``None``: look for a rescue."""
+    size), or one the bus's own recovery explains (``window``, at most
+    ``opts.reconnect_grace_s``, says whether ``node_id`` may only not be back yet).
+    ``None``: look for a rescue."""
     if why.kind == "too_large":
         return GiveUp("payload_too_large", why.reason)
     # In a chain only when its first stage was missing: later ones already ran.
     if (
         why.kind == "no_responders"
-        and now - reconnected_at < opts.reconnect_grace_s
+        and window.forgives(node_id, now, opts.reconnect_grace_s)
         and (not opts.chain or stage == 0)
     ):
         return ResendSoon(now + opts.resend_delay_s)
