@@ -85,8 +85,10 @@ class Intake:
             ident = (request.tenant, request.request_id)
             if await self.retries.repeat(ident, req):
                 return
-            if request.attempt > 1 and req.reply:
-                # A retry that may belong to another replica: find it before running it.
+            doubted = request.attempt > 1 or self.retries.doubted(time.monotonic())
+            if doubted and req.reply:
+                # A retry (or a request that waited out a freeze of this replica) that may
+                # belong to another replica: find it before running it.
                 await self.retries.ask_owner(req, ident)
                 return
         await self.admit(req)
@@ -226,6 +228,7 @@ class Intake:
         return True
 
     async def sweep(self, now: float) -> None:
+        self.retries.tick(now)
         if self.quotas.admissions:
             await self.quotas.sweep(now)
         if self.retries.book.pending:

@@ -2,7 +2,10 @@
 runs twice. What is known of them is a pure :class:`RetryBook`; this shell joins a retry
 to its running flight, sends a remembered answer again, and asks the other replicas on
 ``hecate.router.retries`` whether one of them owns a retry it has no record of. The
-first attempt of a request pays nothing for any of this.
+first attempt of a request pays nothing for any of this, except just after this
+replica was frozen (GC, swap, SIGSTOP): what waited in its socket meanwhile may have
+been hedged to, and run by, another replica (client/hedge.py), so for a moment every
+request is asked about like a retry before it runs.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from hecate.wire.messages import InferRequest, RetryClaim
 
 Caller = Request[InferRequest] | str  # a retry that reached us, or another replica's reply_to
 _json = msgspec.json.Encoder()
+# A gap this long between two looks at the clock means the process stood still. Below
+# the client's hedge floor (client/hedge.py FLOOR_S): a request that waited long enough
+# to be hedged waited long enough to be doubted.
+STALL_S = 0.2
+DOUBT_S = 0.5  # how long after waking every request is asked about first
 
 
 class RetryLedger:
@@ -39,6 +47,20 @@ class RetryLedger:
         self._admit = admit
         self.book: RetryBook[Request[InferRequest]] = RetryBook(remember=remember, claim_s=claim_s)
         self.inbox = ""  # the router's reply inbox, set when it starts
+        self._awake: float | None = None  # the last time this replica looked at the clock
+        self._doubt_until = 0.0
+
+    def tick(self, now: float) -> None:
+        """The replica is running at ``now`` (the sweep calls this every few ms)."""
+        if self._awake is not None and now - self._awake > STALL_S:
+            self.counters["stalls"] += 1
+            self._doubt_until = now + DOUBT_S
+        self._awake = now if self._awake is None else max(self._awake, now)
+
+    def doubted(self, now: float) -> bool:
+        """Whether a first attempt arriving now may have run elsewhere meanwhile."""
+        self.tick(now)
+        return now < self._doubt_until
 
     async def repeat(self, ident: Ident, caller: Caller) -> bool:
         """Join the running request or repeat its answer; False if it is not ours."""

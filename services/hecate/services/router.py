@@ -45,6 +45,7 @@ from hecate.wire.messages import InferCancel, InferRequest, NodeEvent, RetryClai
 
 __all__ = ["RouterConfig", "RouterService"]
 
+PLAN_WAIT_S = 5.0  # how long a starting router waits for its first plan
 SWEEP_S = 0.02  # how often stage deadlines, the line and probe leases are looked at
 
 
@@ -106,6 +107,13 @@ class RouterService:
         await svc.add_endpoint("retries", subjects.ROUTER_RETRIES, RetryClaim, self._on_claim)
         await svc.add_endpoint("node-down", subjects.EVENT_NODE_DOWN, NodeEvent, self._on_down)
         await svc.add_endpoint("cancel", subjects.ROUTER_CANCEL, InferCancel, self._on_cancel)
+        # Into the queue group with a plan (one already in KV comes at once): a router
+        # without one can only answer no_plan, and its callers pause before retrying, so
+        # a restarted replica cost them seconds. Never longer than PLAN_WAIT_S: a swarm
+        # without a planner is still told so.
+        deadline = time.monotonic() + PLAN_WAIT_S
+        while view.plan is None and time.monotonic() < deadline:
+            await asyncio.sleep(SWEEP_S)
         for name, subject in (("stream", subjects.STREAM_ALL), ("infer", subjects.INFER_ALL)):
             stats = await svc.add_endpoint(
                 name,

@@ -9,6 +9,12 @@
   the refusal's ``quota_ticket`` goes back with the retry to claim the caller's slot.
 * **Idempotency**: every attempt of one call carries the same ``request_id``; a router
   that already runs or answered it joins or repeats instead of running it again.
+* **Hedged sends** (:mod:`hecate.client.hedge`): a send that has heard nothing (no
+  reply, no token) for a few times the client's usual latency is sent again with the
+  next attempt number, the first kept outstanding, and the first answer wins. A live
+  router joins the hedge to the running request; a frozen or dead one lets another
+  router run it after the claim window, so a router's death costs its callers a fraction
+  of a second instead of their whole timeout.
 * **A client-side breaker** per model: after repeated failures the client fails fast
   (``client_breaker_open``) instead of queueing more work on a struggling swarm.
 
@@ -21,6 +27,7 @@ caller that must tell the two apart (the chaos load counts such a call as lost).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -35,6 +42,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.bus.credentials import Credentials
 from hecate.bus.streamed import request_streamed
+from hecate.client.hedge import MAX_OUTSTANDING, Hedge, LatencyEstimate, cap_of
 from hecate.resilience.aio import pause
 from hecate.resilience.backoff import SeedPolicy, WaitPolicy
 from hecate.resilience.breaker import CircuitBreaker
@@ -52,12 +60,24 @@ _token = msgspec.json.Decoder(StreamToken)
 class Attempt:
     """One send of a call. ``replied``: the swarm answered it (with an answer or an
     explicit error); ``code``: that error's code, or the client's own
-    (``client_timeout``, ``client_no_router``) when nothing came back; "" for an
-    answer."""
+    (``client_timeout``, ``client_no_router``) when nothing came back, and
+    ``client_superseded`` for a send another send of the same call was answered
+    before; "" for an answer. ``hedge``: sent while an earlier send was still
+    outstanding (see :mod:`hecate.client.hedge`)."""
 
     number: int
     replied: bool
     code: str = ""
+    hedge: bool = False
+
+
+class _Unanswered(Exception):
+    """Every send of one round went unanswered: ``code`` says how the last one ended."""
+
+    def __init__(self, code: str, sends: list[int]) -> None:
+        super().__init__(code)
+        self.code = code
+        self.sends = sends
 
 
 def _error(code: str, message: str, request_id: str, model_id: str, attempts: int) -> InferReply:
@@ -84,6 +104,7 @@ class HecateClient:
         policy: WaitPolicy | None = None,
         breaker_threshold: int = 5,
         breaker_cooldown_s: float = 5.0,
+        max_outstanding: int = MAX_OUTSTANDING,
         owns_connection: bool = False,
     ) -> None:
         self.nc = nc
@@ -93,6 +114,9 @@ class HecateClient:
         self.breaker_threshold = breaker_threshold
         self.breaker_cooldown_s = breaker_cooldown_s
         self.breakers: dict[str, CircuitBreaker] = {}
+        # 1 turns hedging off: each send then waits its whole timeout, as before.
+        self.max_outstanding = max(1, max_outstanding)
+        self.latency = LatencyEstimate()  # time to a call's first word, answered calls
         self._owns = owns_connection
 
     @classmethod
@@ -182,6 +206,7 @@ class HecateClient:
         breaker = self._breaker(model)
         ticket: int | None = None
         last: InferReply | None = None
+        number = 0  # the attempt number of the latest send, hedges included
         for attempt in range(1, self.max_attempts + 1):
             if not breaker.allow():
                 return _error(
@@ -189,53 +214,47 @@ class HecateClient:
                     f"{model}: too many recent failures; retry in {breaker.retry_in():.1f} s",
                     request_id,
                     model,
-                    attempt - 1,
+                    number,
                 )
-            body = msgspec.json.encode(
-                InferRequest(
-                    prompt=prompt,
-                    max_tokens=max_tokens,
-                    tenant=tenant,
-                    request_id=request_id,
-                    quota_ticket=ticket,
-                    max_wait_ms=max_wait_ms,
-                    attempt=attempt,
-                    temperature=temperature,
-                )
-            )
-            hint: float | None = None
-            try:
-                timeout = self.timeout_s + max_wait_ms / 1000
-                if deliver is None:
-                    msg = await self.nc.request(subjects.infer(model), body, timeout=timeout)
-                else:
-                    msg = await request_streamed(
-                        self.nc, subjects.stream(model), body, timeout=timeout, on_token=deliver
+
+            def body(n: int, ticket: int | None = ticket) -> bytes:
+                return msgspec.json.encode(
+                    InferRequest(
+                        prompt=prompt,
+                        max_tokens=max_tokens,
+                        tenant=tenant,
+                        request_id=request_id,
+                        quota_ticket=ticket,
+                        max_wait_ms=max_wait_ms,
+                        attempt=n,
+                        temperature=temperature,
                     )
-            except NoRespondersError:
-                on_attempt(Attempt(attempt, replied=False, code="client_no_router"))
-                breaker.record_failure()
-                last = _error(
-                    "client_no_router",
-                    "no router is serving hecate.infer.*",
-                    request_id,
-                    model,
-                    attempt,
                 )
-            except NatsTimeout:
-                on_attempt(Attempt(attempt, replied=False, code="client_timeout"))
+
+            first = number + 1
+            hint: float | None = None
+            timeout = self.timeout_s + max_wait_ms / 1000
+            try:
+                won, msg, sends = await self._round(model, body, first, timeout, deliver)
+            except _Unanswered as silent:
+                number = max(silent.sends)
+                for n in silent.sends:
+                    on_attempt(Attempt(n, replied=False, code=silent.code, hedge=n > first))
                 breaker.record_failure()
-                last = _error(
-                    "client_timeout",
-                    f"no reply within {self.timeout_s} s",
-                    request_id,
-                    model,
-                    attempt,
+                why = (
+                    "no router is serving hecate.infer.*"
+                    if silent.code == "client_no_router"
+                    else f"no reply within {self.timeout_s} s"
                 )
+                last = _error(silent.code, why, request_id, model, number)
             else:
+                number = max(sends)
+                for n in sends:  # the sends the answer made moot, before the one that won
+                    if n != won:
+                        on_attempt(Attempt(n, False, "client_superseded", hedge=n > first))
                 reply = _reply.decode(msg.data)
                 code = "" if reply.ok else reply.error.code if reply.error else "internal"
-                on_attempt(Attempt(attempt, replied=True, code=code))
+                on_attempt(Attempt(won, replied=True, code=code, hedge=won > first))
                 if reply.ok:
                     breaker.record_success()
                     return reply
@@ -254,3 +273,79 @@ class HecateClient:
                 await pause(self.policy, attempt, hint)
         assert last is not None
         return last
+
+    async def _round(
+        self,
+        model: str,
+        body: Callable[[int], bytes],
+        first: int,
+        timeout: float,
+        deliver: Callable[[Msg], Awaitable[None]] | None,
+    ) -> tuple[int, Msg, list[int]]:
+        """Send attempt ``first`` and hedge it (attempts ``first + 1``, ...) while it
+        stays silent; returns the attempt answered first, its reply and every attempt
+        sent. Raises :class:`_Unanswered` when no send was answered within ``timeout``
+        (or every one met no responders). The sends still out are abandoned: their
+        answers, if any, are the same one."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + timeout
+        hedge = Hedge(self.latency.mean_s, cap_of(timeout), max_outstanding=self.max_outstanding)
+        heard: list[float] = []  # when the round first heard anything
+        tasks: dict[asyncio.Task[Msg], int] = {}
+        sends: list[int] = []
+
+        async def on_token(msg: Msg) -> None:
+            now = loop.time()
+            heard.append(now)
+            hedge.heard(now)
+            if deliver is not None:
+                await deliver(msg)
+
+        def send(n: int) -> None:
+            left = max(0.001, deadline - loop.time())
+            if deliver is None:
+                call = self.nc.request(subjects.infer(model), body(n), timeout=left)
+            else:
+                call = request_streamed(
+                    self.nc, subjects.stream(model), body(n), timeout=left, on_token=on_token
+                )
+            tasks[asyncio.ensure_future(call)] = n
+            sends.append(n)
+
+        send(first)
+        hedge.sent(start)
+        code = "client_timeout"
+        try:
+            while tasks:
+                now = loop.time()
+                if now >= deadline:
+                    break
+                due = hedge.due_at()
+                until = deadline if due is None else min(deadline, due)
+                done, _ = await asyncio.wait(
+                    tasks, timeout=max(0.0, until - now), return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    n = tasks.pop(task)
+                    try:
+                        msg = task.result()
+                    except NoRespondersError:
+                        hedge.gone()
+                        code = "client_no_router"
+                        continue
+                    except NatsTimeout:
+                        hedge.gone()
+                        code = "client_timeout"
+                        continue
+                    self.latency.observe((heard[0] if heard else loop.time()) - start)
+                    return n, msg, sends
+                now = loop.time()
+                if tasks and hedge.should_hedge(now):
+                    send(sends[-1] + 1)
+                    hedge.hedged(now)
+            raise _Unanswered(code if not tasks else "client_timeout", sends)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
