@@ -1,7 +1,8 @@
 """A steady, bounded load that checks every answer, and the figures of one scenario.
 
 Each of ``workers`` callers sends one request at a time through :class:`HecateClient`
-(retries with Retry-After and jitter, as a real caller would) and records when it
+(retries with Retry-After and jitter, and hedged sends, as a real caller would) and
+records when it
 started and ended and what came back:
 
 * ``ok``: the answer equals the reference computation for the model that answered (the
@@ -41,6 +42,7 @@ class Sample:
     nodes: tuple[str, ...] = ()  # the route that answered
     degraded: bool = False  # answered by the reserve model
     sends: int = 1  # attempts that went out on the wire
+    hedges: int = 0  # of those, sent while an earlier one was still outstanding
 
     @property
     def latency_ms(self) -> float:
@@ -147,6 +149,7 @@ async def run_load(
                     nodes=nodes if reply.ok else (),
                     degraded=reply.ok and reply.degraded,
                     sends=len(sends),
+                    hedges=sum(1 for a in sends if a.hedge),
                 )
             )
 
@@ -181,6 +184,7 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
     evidence: dict[str, float] = {
         "failover_events": float(record.failover_events),
         "client_retries": float(sum(max(0, s.sends - 1) for s in samples)),
+        "hedges": float(sum(s.hedges for s in samples)),
         "recover_s": round(recover_s, 2),
     }
     outage = answered_during(
