@@ -23,6 +23,7 @@ from hecate.client.hedge import FLOOR_S
 from hecate.dev.chaos import faults
 from hecate.dev.chaos.acceptance import Expect
 from hecate.dev.chaos.faults import Timing
+from hecate.dev.chaos.freeze import NodeFreeze
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.load import Record, summarize
 from hecate.dev.chaos.results import ScenarioResult
@@ -226,6 +227,7 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         NodeKill(),
+        NodeFreeze(),
         RouterKill(),
         ControlPlane(),
         NatsRestart(),

@@ -1,0 +1,96 @@
+"""node-freeze: a node stops (SIGSTOP: a GC pause, swap, a suspended laptop) with its
+connection open, so NATS keeps delivering to it and nobody is told; after a while it
+resumes (SIGCONT) and must serve again.
+
+Unlike a kill, nothing announces the fault. The routers learn of it from whichever
+comes first: telemetry's node-down (its heartbeats stopped), or their own stage timeout
+(the chaos swarm's is 1.5 s); either way the stages it holds fail over to the replica.
+So the worst latency a caller sees is bounded by that detection: a request that meets
+the frozen node waits at most one stage timeout, and may meet it once more before every
+router has heard, never its whole client timeout. After the SIGCONT the node answers
+the stale stages it was sent (the routers drop those late replies), heartbeats again,
+and is routed to again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+from nats.aio.client import Client
+
+from hecate.dev.chaos.acceptance import Expect
+from hecate.dev.chaos.faults import Timing, _busiest_middle, _serving_route
+from hecate.dev.chaos.harness import Swarm
+from hecate.dev.chaos.load import Record
+from hecate.dev.chaos.results import ScenarioResult
+from hecate.dev.chaos.scenario import Scenario, failovers, num
+
+STAGE_TIMEOUT_S = 1.5  # the harness starts its routers with --stage-timeout-ms 1500
+# A request may meet the frozen node twice (a second router, or the same one once its
+# suspicion lapsed, before telemetry's verdict) and then run on the replica.
+WORST_BOUND_S = 2 * STAGE_TIMEOUT_S + 0.5
+
+
+async def node_freeze(swarm: Swarm, nc: Client, record: Record, t: Timing) -> str:
+    """Freeze the busiest middle node for ``t.fault`` seconds, then let it go on; the
+    node frozen."""
+    victim = await _busiest_middle(nc, record.pipelines)
+    if victim is None:
+        route = await _serving_route(nc, swarm.topology.base.id)
+        victim = route[len(route) // 2]
+    record.fault(f"SIGSTOP node {victim}")
+    record.impair(victim)
+    await asyncio.to_thread(swarm.kill, f"node-{victim}", signal.SIGSTOP, wait=False)
+    await asyncio.sleep(t.fault)
+    record.fault(f"SIGCONT node {victim}")
+    await asyncio.to_thread(swarm.kill, f"node-{victim}", signal.SIGCONT, wait=False)
+    record.notes["resumed_at"] = time.monotonic()
+    return victim
+
+
+class NodeFreeze(Scenario):
+    """SIGSTOP the middle node of the busiest pipeline under load, SIGCONT it later."""
+
+    name = "node-freeze"
+    expect = Expect(
+        ("failover_events",),
+        "stages sent to the frozen node time out and fail over to the replica",
+    )
+    # The issue's 10 s freeze in the long run: long past every detection timer.
+    timings = (Timing(1.0, 3.0, 4.0), Timing(3.0, 10.0, 8.0))
+    victim = ""
+
+    async def inject(self, swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
+        self.victim = await node_freeze(swarm, nc, record, t)
+
+    def findings(self, record: Record) -> None:
+        resumed = record.notes.pop("resumed_at", None)
+        worst = max((s.latency_ms for s in record.samples), default=0.0)
+        record.notes["worst_bound_ms"] = WORST_BOUND_S * 1000
+        record.checks["worst_within_detection"] = worst <= WORST_BOUND_S * 1000
+        if resumed is None or not record.samples:
+            record.checks["node_served_after"] = False
+            return
+        end = max(s.started for s in record.samples)
+        # Half the settle time for telemetry and the routers to take it back.
+        since = resumed + (end - resumed) / 2
+        share = record.share_via(self.victim, since, end + 1e-9)
+        record.notes["share_via_node_after"] = round(share, 3)
+        record.checks["node_served_after"] = share > 0
+
+    def meaning(self, r: ScenarioResult) -> str:
+        share = r.notes.get("share_via_node_after")
+        after = (
+            f"after the SIGCONT it carried {num(share, 3)} of the answers again"
+            if share
+            else "after the SIGCONT it was **not** routed to again"
+        )
+        return (
+            f"nothing announces a frozen node: {failovers(r)} failovers, each once telemetry's "
+            f"node-down or the router's own stage timeout ({num(STAGE_TIMEOUT_S, 1)} s) "
+            f"came first; the worst caller waited "
+            f"{num(r.max_ms, 1)} ms against a bound of {num(WORST_BOUND_S, 1)} s (two "
+            f"stage timeouts and the replica's run); {after}."
+        )
