@@ -18,6 +18,8 @@ from typing import IO, ClassVar
 
 import pytest
 
+from hecate.bus.server import NatsServer
+
 from .conftest import EXAMPLES, hecate_argv
 
 pytestmark = pytest.mark.skipif(
@@ -301,3 +303,49 @@ def test_ctrl_c_during_the_model_pull_stops_it_and_leaves_no_model(
     # Nothing in the cache looks like a model: the store renames a file into place only
     # once whole and verified.
     assert not list(models.rglob("*.gguf")), list(models.rglob("*"))
+
+
+# -- where the kernel cannot help ----------------------------------------------------------
+
+# Starts one service with nothing but the pid it is told (no parent-death signal, as on
+# a platform without one), prints its pid, then waits to be killed.
+TELLS_ITS_PID = textwrap.dedent(
+    """
+    import os, subprocess, sys, threading
+    log = open(sys.argv[1], "ab")
+    env = dict(os.environ, HECATE_PARENT_PID=str(os.getpid()))
+    service = subprocess.Popen(
+        sys.argv[2:], env=env, stdout=log, stderr=log, start_new_session=True
+    )
+    print(service.pid, flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def test_a_service_whose_supervisor_died_stops_by_itself(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    log = tmp_path / "telemetry.log"
+    service = [*hecate_argv(), "telemetry", "--nats", nats_server.url, "--id", "telemetry"]
+    sup = subprocess.Popen(
+        [sys.executable, "-c", TELLS_ITS_PID, str(log), *service],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sup.stdout is not None
+        pid = int(sup.stdout.readline())
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while "telemetry ready" not in log.read_text(errors="replace"):
+            assert running(pid), log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        sup.kill()
+        sup.wait()
+        wait_all_gone(sup.pid, {pid})
+        assert "supervisor gone; stopping" in log.read_text()
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
