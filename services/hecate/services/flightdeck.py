@@ -33,6 +33,7 @@ from hecate.routing.flow import (
     Failure,
     FlowOptions,
     Move,
+    NodeDown,
     PublishFailover,
     Release,
     Report,
@@ -144,6 +145,8 @@ class FlightDeck:
         # The bus may have come back since the flight started: "no responders" right
         # after can mean "not resubscribed yet" (the window says for how long).
         self._observe(time.monotonic())
+        if isinstance(ev, NodeDown):  # telemetry's verdict, for the flights resending too
+            self.reconnect.declared_down(ev.node_id, ev.now)
         for action in flight.machine.handle(ev):
             await self._act(flight, action)
 
