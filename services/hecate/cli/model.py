@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from typing import Any
@@ -11,6 +12,10 @@ from typing import Any
 def _cmd_pull(args: argparse.Namespace) -> int:
     from hecate.llm.gguf_model import prepare
     from hecate.llm.store import pull
+
+    # SIGTERM (a supervisor stopping it, or dying) unwinds like Ctrl-C: the download it
+    # runs is killed and its temporary files removed, not left running on their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     path = pull(args.name, progress=lambda line: print(line, file=sys.stderr))
     print(f"{args.name}: preparing float32 weights and tokenizer", file=sys.stderr)
