@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import nats
 import pytest
@@ -15,6 +17,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.bus.server import NatsServer
+from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.proxy import Direction, FaultProxy, ProxyThread
 
 
@@ -199,3 +202,55 @@ def test_a_proxy_in_its_own_thread_is_driven_from_another_loop(
         assert proxy.toxics[Direction.UP].latency_s == 0.0
     finally:
         host.stop()
+
+
+# -- in the chaos harness ------------------------------------------------------------------
+
+
+def test_a_proxied_process_of_the_swarm_connects_through_its_own_proxy(tmp_path: Path) -> None:
+    swarm = Swarm(tmp_path, tmp_path / "topology.json", proxied={"telemetry"})
+    try:
+        swarm.start_servers()
+        swarm.start("telemetry", "telemetry", "--id", "telemetry")
+        swarm.start("breaker", "breaker", "--id", "breaker")
+        proxy = swarm.proxy("telemetry")
+        assert swarm.supervisor.specs["telemetry"].argv[-1] == proxy.url
+        assert swarm.supervisor.specs["breaker"].argv[-1] == swarm.url
+        assert list(swarm.proxies) == ["telemetry"]
+        deadline = time.monotonic() + 20
+        while proxy.connections < 1:
+            assert time.monotonic() < deadline, swarm.supervisor.log("telemetry")
+            time.sleep(0.05)
+    finally:
+        swarm.stop_all()
+
+
+def test_in_a_cluster_a_proxied_client_stays_on_its_proxy_when_its_server_dies(
+    tmp_path: Path,
+) -> None:
+    swarm = Swarm(tmp_path, tmp_path / "topology.json", cluster=3, proxied={"x"})
+    try:
+        swarm.start_servers()
+        url = swarm.nats_for("x")  # what the process "x" would be given
+        proxy = swarm.proxy("x")
+        first = next(
+            i for i, s in enumerate(swarm.servers) if s.client_port == proxy.upstreams[0][1]
+        )
+
+        async def through() -> None:
+            w = Watched()
+            nc = await w.connect(url)
+            assert nc.discovered_servers == []  # the servers keep their peers to themselves
+            await asyncio.to_thread(swarm.kill_server, first)
+            await asyncio.wait_for(w.reconnected.wait(), 10)
+            assert nc.connected_url is not None
+            assert nc.connected_url.port == proxy.port
+            sub = await nc.subscribe("after")
+            await nc.publish("after", b"on another server")
+            assert (await sub.next_msg(timeout=2)).data == b"on another server"
+            await nc.close()
+
+        asyncio.run(through())
+        assert proxy.stats.accepted == 2
+    finally:
+        swarm.stop_all()

@@ -10,10 +10,12 @@ import os
 import signal
 import socket
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hecate.bus.server import NatsServer
+from hecate.dev.chaos.proxy import FaultProxy, ProxyThread
 from hecate.launch import ProcessSpec, Supervisor, node_argv, node_env
 from hecate.sim.topology import Topology, parse_topology
 
@@ -36,7 +38,11 @@ class Swarm:
     dispatch: str = "hop"
     cluster: int = 1  # nats-servers: 1, or 3 routed together (JetStream replicated)
     servers: list[NatsServer] = field(default_factory=list)
+    # Labels of the processes started behind a fault proxy of their own (proxy.py).
+    proxied: Collection[str] = frozenset()
+    proxies: dict[str, FaultProxy] = field(default_factory=dict, init=False)
     supervisor: Supervisor = field(init=False)
+    _proxy_thread: ProxyThread | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         env = node_env(dict(os.environ, HECATE_LOG_LEVEL="INFO"))
@@ -63,6 +69,25 @@ class Swarm:
         k = sum(label.encode()) % len(urls)
         return ",".join(urls[k:] + urls[:k])
 
+    def nats_for(self, label: str) -> str:
+        """What ``label`` is given as ``--nats``: its servers, or its proxy to them (one
+        URL: the proxy tries the servers in that order for each connection)."""
+        if label not in self.proxied:
+            return self._url_for(label)
+        if label not in self.proxies:
+            if self._proxy_thread is None:
+                self._proxy_thread = ProxyThread()
+            upstreams = [
+                ("127.0.0.1", int(u.rsplit(":", 1)[1])) for u in self._url_for(label).split(",")
+            ]
+            seed = sum(label.encode())  # the same jitter draws on every run
+            self.proxies[label] = self._proxy_thread.start_proxy(upstreams, seed=seed)
+        return self.proxies[label].url
+
+    def proxy(self, label: str) -> FaultProxy:
+        """The fault proxy in front of ``label`` (one of ``proxied``, started)."""
+        return self.proxies[label]
+
     # -- servers -------------------------------------------------------------------------
 
     def start_servers(self) -> None:
@@ -70,6 +95,9 @@ class Swarm:
             self.servers = [NatsServer(self.workdir / "nats").start()]
             return
         routes = [_free_port() for _ in range(self.cluster)]
+        # A server tells its clients its peers' URLs, and nats-py would reconnect to them
+        # directly, round a proxied process's proxy: with proxies, the servers keep quiet.
+        quiet = ("--no_advertise=true",) if self.proxied else ()
         self.servers = [
             NatsServer(
                 self.workdir / f"nats-{i}",
@@ -80,6 +108,7 @@ class Swarm:
                     "--cluster", f"nats://127.0.0.1:{routes[i]}",
                     "--routes",
                     ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(routes) if j != i),
+                    *quiet,
                 ),
             )
             for i in range(self.cluster)
@@ -104,7 +133,7 @@ class Swarm:
     # -- services ------------------------------------------------------------------------
 
     def start(self, label: str, *args: str) -> None:
-        self.supervisor.start(ProcessSpec(label, (*args, "--nats", self._url_for(label))))
+        self.supervisor.start(ProcessSpec(label, (*args, "--nats", self.nats_for(label))))
 
     def kill(self, label: str, sig: int = signal.SIGKILL, *, wait: bool = True) -> None:
         """Send ``sig`` to a service; ``wait``: until it has exited (not for a signal
@@ -159,5 +188,7 @@ class Swarm:
 
     def stop_all(self) -> None:
         self.supervisor.stop()
+        if self._proxy_thread is not None:
+            self._proxy_thread.stop()
         for server in self.servers:
             server.stop()
