@@ -228,11 +228,12 @@ def test_a_proxied_process_of_the_swarm_connects_through_its_own_proxy(tmp_path:
 def test_in_a_cluster_a_proxied_client_stays_on_its_proxy_when_its_server_dies(
     tmp_path: Path,
 ) -> None:
-    swarm = Swarm(tmp_path, tmp_path / "topology.json", cluster=3, proxied={"x"})
+    swarm = Swarm(tmp_path, tmp_path / "topology.json", cluster=3, proxied={"node-*"})
     try:
         swarm.start_servers()
-        url = swarm.nats_for("x")  # what the process "x" would be given
-        proxy = swarm.proxy("x")
+        assert swarm.nats_for("router-1") == swarm._url_for("router-1")
+        url = swarm.nats_for("node-x")  # what the process "node-x" would be given
+        proxy = swarm.proxy("node-x")
         first = next(
             i for i, s in enumerate(swarm.servers) if s.client_port == proxy.upstreams[0][1]
         )

@@ -12,6 +12,7 @@ import socket
 import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 from hecate.bus.server import NatsServer
@@ -38,7 +39,8 @@ class Swarm:
     dispatch: str = "hop"
     cluster: int = 1  # nats-servers: 1, or 3 routed together (JetStream replicated)
     servers: list[NatsServer] = field(default_factory=list)
-    # Labels of the processes started behind a fault proxy of their own (proxy.py).
+    # Labels (or fnmatch patterns: "node-*") of the processes started behind a fault
+    # proxy of their own (proxy.py).
     proxied: Collection[str] = frozenset()
     proxies: dict[str, FaultProxy] = field(default_factory=dict, init=False)
     supervisor: Supervisor = field(init=False)
@@ -72,7 +74,7 @@ class Swarm:
     def nats_for(self, label: str) -> str:
         """What ``label`` is given as ``--nats``: its servers, or its proxy to them (one
         URL: the proxy tries the servers in that order for each connection)."""
-        if label not in self.proxied:
+        if not any(fnmatch(label, pattern) for pattern in self.proxied):
             return self._url_for(label)
         if label not in self.proxies:
             if self._proxy_thread is None:
