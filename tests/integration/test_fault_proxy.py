@@ -115,6 +115,28 @@ async def test_a_round_trip_takes_at_least_twice_the_one_way_latency(
     assert watched.disconnects == 0
 
 
+async def test_a_narrow_link_takes_its_time_both_ways(proxy: FaultProxy, watched: Watched) -> None:
+    await proxy.set(bandwidth=100_000)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    reply = await watched.nc.request("echo", bytes(50_000), timeout=10)
+    assert len(reply.data) == 50_000
+    assert loop.time() - start >= 0.95  # 50 kB up and 50 kB down at 100 kB/s, less a segment
+
+
+async def test_jitter_never_reorders_a_stream(proxy: FaultProxy, watched: Watched) -> None:
+    nc = watched.nc
+    sub = await nc.subscribe("seq")
+    await nc.flush()
+    await proxy.set(latency_ms=5, jitter_ms=40)
+    for i in range(200):
+        await nc.publish("seq", str(i).encode())
+        if i % 20 == 0:
+            await nc.flush()  # many separate writes, each drawn its own delay
+    got = [int((await sub.next_msg(timeout=5)).data) for _ in range(200)]
+    assert got == list(range(200))
+
+
 @pytest.mark.parametrize("drop", [False, True])
 async def test_a_blackhole_silences_the_link_without_closing_it_and_heals(
     proxy: FaultProxy, watched: Watched, drop: bool

@@ -36,7 +36,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -52,6 +52,7 @@ _READ = 64 * 1024
 # back on its sender instead of growing a buffer without bound.
 _QUEUE_LIMIT = 1024 * 1024
 _CONNECT_TIMEOUT_S = 1.0
+_CLEAN = Toxics()
 
 
 @dataclass
@@ -63,6 +64,13 @@ class ProxyStats:
     reset: int = 0  # connections closed with an RST by reset()
     forwarded: dict[Direction, int] = field(default_factory=lambda: dict.fromkeys(Direction, 0))
     dropped: dict[Direction, int] = field(default_factory=lambda: dict.fromkeys(Direction, 0))
+
+
+def _vanished(exc: BaseException) -> bool:
+    """A side closed under a write: the only way a link is expected to fail."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(OSError)[1] is None
+    return isinstance(exc, OSError)
 
 
 class _Pipe:
@@ -100,7 +108,14 @@ class _Pipe:
                 if p.dropping:
                     p.stats.dropped[self.direction] += len(data)
                     continue
-                self.schedule.toxics = p.toxics[self.direction]
+                toxics = self.schedule.toxics = p.toxics[self.direction]
+                if toxics == _CLEAN and not self.queue and p.flowing.is_set():
+                    # Nothing to wait for and nothing ahead of it: out at once, without
+                    # waking the writer (a clean proxied link costs little).
+                    self.writer.write(data)
+                    p.stats.forwarded[self.direction] += len(data)
+                    await self.writer.drain()
+                    continue
                 offset = 0
                 for r in self.schedule.release(loop.time(), len(data)):
                     self.queue.append((r.at, data[offset : offset + r.size]))
@@ -213,6 +228,7 @@ class FaultProxy:
         self.stats = ProxyStats()
         self.port = 0
         self._links: set[_Link] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -234,12 +250,14 @@ class FaultProxy:
     async def stop(self) -> None:
         """Stop listening and reset every connection."""
 
-        def close() -> None:
+        async def close() -> None:
             if self._server is not None:
                 self._server.close()
             self._close_all()
+            if self._handlers:  # each ends once its link is reset
+                await asyncio.wait(self._handlers, timeout=5)
 
-        await self._apply(close)
+        await self._run(close)
 
     # -- the faults ------------------------------------------------------------------------
 
@@ -315,15 +333,18 @@ class FaultProxy:
 
     async def _apply(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` in the proxy's loop, whichever loop or thread awaits this."""
-        assert self._loop is not None, "start() first"
-        with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is self._loop:
-                return fn()
 
         async def call() -> T:
             return fn()
 
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), self._loop))
+        return await self._run(call)
+
+    async def _run(self, fn: Callable[[], Coroutine[None, None, T]]) -> T:
+        assert self._loop is not None, "start() first"
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is self._loop:
+                return await fn()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(), self._loop))
 
     async def _dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         for host, port in self.upstreams:
@@ -334,6 +355,15 @@ class FaultProxy:
         return None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            self._handlers.discard(task)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats.accepted += 1
         server = await self._dial()
         if server is None:
@@ -341,13 +371,16 @@ class FaultProxy:
             writer.close()
             return
         link = _Link(self, (reader, writer), server)
-        link.task = asyncio.current_task()
+        link.task = asyncio.create_task(link.run())
         self._links.add(link)
         try:
-            await link.run()
-        except* OSError:
-            pass  # a side vanished mid-write: the link is over either way
+            # Waited on, not awaited: a reset cancels the link, not this handler.
+            await asyncio.wait({link.task})
+            exc = None if link.task.cancelled() else link.task.exception()
+            if exc is not None and not _vanished(exc):
+                raise exc
         finally:
+            link.task.cancel()
             self._links.discard(link)
             for w in link.writers:
                 w.close()
