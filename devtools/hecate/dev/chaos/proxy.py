@@ -15,13 +15,17 @@ The faults, all changeable at any moment from any event loop or thread
   link. By default the bytes are *held* and the proxy stops reading, so the senders'
   buffers fill as behind a dead route; ``heal()`` then lets them through, late, as TCP's
   retransmissions would. A live TCP connection never loses bytes in the middle of its
-  stream; ``blackhole(drop=True)`` does so anyway (bytes read are discarded), and what
-  reaches the far side after the heal may be the tail of a cut NATS frame, which the
-  server answers with a protocol error and a close.
+  stream; ``blackhole(drop=True)`` does so anyway (bytes read are discarded): a SUB sent
+  meanwhile is lost with its subscription, and what reaches the far side after the heal
+  may be the tail of a cut NATS frame, which the server answers with an error and a close.
 - ``reset()``: every current connection is closed with an RST on both sides
   (``SO_LINGER`` 0), as a restarted middlebox does; new connections are accepted.
 - ``slow_close(ms)``: when one side closes, the other is closed that much later (after
   the bytes still queued for it), so it learns of the close late.
+- ``clear()``: a clean link again. ``stats``: what passed, was dropped or was reset.
+
+In the chaos harness, ``Swarm(..., proxied={"node-a0"})`` starts that process behind a
+proxy of its own, in a :class:`ProxyThread`; ``swarm.proxy("node-a0")`` is the proxy.
 
 Not guaranteed: exact delays. The proxy's loop shares the interpreter with whatever else
 runs in it, so every delay is a lower bound (the schedule's), never an upper one.
