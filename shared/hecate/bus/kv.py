@@ -45,19 +45,60 @@ async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue
         await asyncio.sleep(poll_s)
 
 
-async def watch(kv: KeyValue, key: str) -> AsyncIterator[tuple[bytes | None, int]]:
+async def watch(
+    kv: KeyValue, key: str, *, check_s: float = 1.0
+) -> AsyncIterator[tuple[bytes | None, int]]:
     """``(value, revision)`` for the current value (if any) and then every update.
 
     A deleted or purged key yields ``(None, revision)``. Runs until cancelled.
-    """
-    watcher = await kv.watch(key)
+
+    nats-py's watcher is an ordered consumer the server holds in memory: a server
+    restarted (or a reconnect to another) forgets it, and nats-py then waits in silence
+    for updates that never come. So after ``check_s`` without one, the key's revision is
+    read directly. A newer one than the last yielded means the watcher went deaf: a
+    fresh one takes over from the current value, and what was already yielded is not
+    yielded again. An older one means the bucket itself started over (a server with a
+    fresh store): everything it holds is new."""
+    last = 0
+    while True:
+        watcher = await kv.watch(key)
+        try:
+            while True:
+                try:
+                    # Not watcher.updates(timeout): its asyncio.wait_for can swallow a
+                    # cancel that lands as it times out (Python 3.11), and this loop
+                    # would then never end.
+                    async with asyncio.timeout(check_s):
+                        entry = await anext(watcher)
+                except StopAsyncIteration:
+                    break  # stopped under us: watch again
+                except TimeoutError:
+                    now = await _revision(kv, key)
+                    if now > last:
+                        break
+                    if 0 < now < last:
+                        last = 0
+                        break
+                    continue
+                if entry is None:  # end of the initial values
+                    continue
+                revision = int(entry.revision or 0)
+                if revision > last:
+                    last = revision
+                    yield (entry.value or None), revision
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+
+async def _revision(kv: KeyValue, key: str) -> int:
+    """The key's latest revision; 0 when it has none, or when the server cannot say
+    now (disconnected: the next check asks again)."""
     try:
-        async for entry in watcher:
-            if entry is None:  # end of the initial values
-                continue
-            yield (entry.value or None), int(entry.revision or 0)
-    finally:
-        await watcher.stop()
+        entry = await kv.get(key)
+    except Exception:  # KeyNotFoundError, or the connection is down
+        return 0
+    return int(entry.revision or 0)
 
 
 @dataclass(frozen=True, slots=True)
