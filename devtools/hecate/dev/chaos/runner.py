@@ -174,7 +174,13 @@ async def run(
         where.mkdir(parents=True, exist_ok=True)
         path = where / "topology.json"  # what the planner and the routers are given
         path.write_bytes(topology(setup.topology))
-        swarm = Swarm(where, path, dispatch=setup.dispatch, cluster=setup.cluster)
+        swarm = Swarm(
+            where,
+            path,
+            dispatch=setup.dispatch,
+            cluster=setup.cluster,
+            proxied=frozenset(setup.proxied),
+        )
         ref = _Reference(setup, {m.id: m.layers for m in swarm.topology.models})
         for text in setup.prompts():
             await asyncio.to_thread(ref.answer, swarm.topology.base.id, text)

@@ -34,6 +34,10 @@ class Setup:
     prompt_set: tuple[str, ...] = ()  # worker w's i-th prompt: [(w + i) % workers]
     short_workers: int | None = None  # with --short, when it differs
     short_max_tokens: int | None = None
+    # The processes started behind a fault proxy of their own (labels or fnmatch
+    # patterns, as Swarm(proxied=...) takes them): "node-*" for a scenario that picks
+    # its victim only once the load runs.
+    proxied: tuple[str, ...] = ()
 
     def of(self, short: bool) -> Setup:
         """The setup a run uses (``short``: the tests' size, where it differs)."""
