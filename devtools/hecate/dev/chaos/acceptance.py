@@ -26,10 +26,14 @@ if TYPE_CHECKING:
 
 Status = Literal["ok", "wrong", "error", "lost"]
 
-Evidence = Literal["failover_events", "client_retries", "recover_s", "answered_during_outages"]
+Evidence = Literal[
+    "failover_events", "client_retries", "recover_s", "answered_during_outages", "slowed_answers"
+]
 """Figures that prove a fault hit requests in flight: router failovers, sends the callers
-had to repeat, time until the service looked normal again, and (for a part that is not
-on the request path) the fewest requests answered from start to end within one outage."""
+had to repeat, time until the service looked normal again, (for a part that is not
+on the request path) the fewest requests answered from start to end within one outage,
+and (for a link made slow, not broken) the answers that crossed it while slow and took
+at least the round trip it added."""
 
 
 def classify(

@@ -28,6 +28,7 @@ EVIDENCE = {
     "client_retries": "{:,.0f} retries",
     "recover_s": "recovered in {:.2f} s",
     "answered_during_outages": "≥ {:,.0f} answered inside each outage",
+    "slowed_answers": "{:,.0f} answers slowed by the link",
 }
 
 

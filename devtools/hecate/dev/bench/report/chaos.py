@@ -19,6 +19,7 @@ NAMED = {
     "client_retries": "client retries",
     "recover_s": "a non-zero recover s",
     "answered_during_outages": "requests answered inside each outage",
+    "slowed_answers": "answers that crossed the slowed link and took its added round trip",
 }
 
 
