@@ -25,6 +25,7 @@ from hecate.dev.chaos.acceptance import Expect
 from hecate.dev.chaos.faults import Timing
 from hecate.dev.chaos.freeze import NodeFreeze
 from hecate.dev.chaos.harness import Swarm
+from hecate.dev.chaos.links import NodeBlackhole, SlowLink
 from hecate.dev.chaos.load import Record, summarize
 from hecate.dev.chaos.results import ScenarioResult
 from hecate.dev.chaos.scenario import Scenario, Unknown, failovers, num, retries, seconds, worst
@@ -228,6 +229,8 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         NodeKill(),
         NodeFreeze(),
+        NodeBlackhole(),
+        SlowLink(),
         RouterKill(),
         ControlPlane(),
         NatsRestart(),
