@@ -269,6 +269,45 @@ LLM = {
 }
 
 
+def _wan_run(rtt: float, dispatch: str, tps: float, gap: float) -> dict[str, Any]:
+    return {
+        "rtt_ms": rtt,
+        "dispatch": dispatch,
+        "tokens_per_s": tps,
+        "rounds_tokens_per_s": [tps, tps + 0.4, tps - 0.3],
+        "ttft_ms": 100.0 + 3 * rtt,
+        "gap_ms": gap,
+        "text_ok": True,
+    }
+
+
+WAN = {
+    "runs": [
+        _wan_run(0.0, "hop", 17.1, 57.6),
+        _wan_run(20.0, "hop", 6.9, 134.6),
+        _wan_run(40.0, "hop", 4.9, 198.3),
+        _wan_run(0.0, "chain", 24.7, 41.3),
+        _wan_run(20.0, "chain", 8.4, 117.7),
+        _wan_run(40.0, "chain", 4.8, 205.4),
+    ],
+    "preference": {
+        "rtt_ms": 40.0,
+        "slow_pipeline": "smollm2-135m-r0",
+        "fast_pipeline": "smollm2-135m-r1",
+        "requests": 16,
+        "warmup": 4,
+        "on_fast": 14,
+        "on_slow": 2,
+        "tokens": 8,
+        "text_ok": True,
+        "target_share": 0.8,
+        "share_fast": 0.875,
+        "met": True,
+    },
+    "meta": {"tokens": 32, "rounds": 3, "node_blas_threads": 2, "prompt": "The capital is"},
+}
+
+
 def _timeline() -> dict[str, Any]:
     started = [i * 0.01 - 1.0 for i in range(300)]
     return {
@@ -331,4 +370,5 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     }
     if llm:
         out["llm"] = envelope("llm", LLM)
+        out["wan"] = envelope("wan", WAN)
     return out

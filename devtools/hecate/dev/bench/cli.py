@@ -23,12 +23,13 @@ def add_parser(sub: Any) -> None:
     )
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "report"],
+        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "wan", "report"],
         help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
         "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
         "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
         "(toy model; SmolLM2 streaming when pulled); llm: SmolLM2 generation, single "
-        "process and across stages; "
+        "process and across stages; wan: SmolLM2 with every node behind a slow link, hop "
+        "against chain dispatch and the router's preference for the nearer pipeline; "
         "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
@@ -51,7 +52,7 @@ def add_parser(sub: Any) -> None:
     bench.add_argument(
         "--if-present",
         action="store_true",
-        help="llm: if the model is not pulled, record the suite as skipped instead of pulling",
+        help="llm, wan: if the model is not pulled, record the suite as skipped instead of pulling",
     )
     bench.add_argument(
         "--concurrency",
@@ -70,13 +71,13 @@ def add_parser(sub: Any) -> None:
         "--rounds",
         type=positive_int,
         default=None,
-        help="llm: interleaved rounds (default 3; --quick 1)",
+        help="llm, wan: interleaved rounds (default 3; --quick 1)",
     )
     bench.add_argument(
         "--tokens",
         type=positive_int,
         default=None,
-        help="llm: tokens per generation (default 48; --quick 16)",
+        help="llm: tokens per generation (default 48; --quick 16); wan: (default 32; --quick 8)",
     )
     bench.add_argument(
         "--doc",
@@ -153,6 +154,22 @@ def _run_suite(args: argparse.Namespace) -> object:
             rounds=args.rounds or (1 if args.quick else 3),
             concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
             only_concurrency=args.only_concurrency,
+        )
+    if args.suite == "wan":
+        from hecate.dev.bench.llm_single import MODEL as WAN_MODEL
+        from hecate.dev.bench.results_wan import WanResult
+        from hecate.llm.store import present as pulled
+
+        if args.if_present and not pulled(WAN_MODEL):
+            return WanResult(skipped=f"{WAN_MODEL} is not pulled (hecate model pull {WAN_MODEL})")
+        from hecate.dev.bench.wan import run_wan_bench
+
+        return run_wan_bench(
+            tokens=args.tokens or (8 if args.quick else 32),
+            rounds=args.rounds or (1 if args.quick else 3),
+            requests=4 if args.quick else 16,
+            warmup=2 if args.quick else 4,
+            preference_tokens=4 if args.quick else 8,
         )
     if args.suite == "gateway":
         from hecate.dev.bench.gateway import QUICK, run_gateway_bench

@@ -11,11 +11,13 @@ request (``--tenant-from bus``), and the generation asked by a tenant from its a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,46 @@ async def _ready(url: str, creds: Credentials = ANONYMOUS) -> None:
         except Exception:
             await asyncio.sleep(0.2)
     raise RuntimeError("the swarm never served the model")
+
+
+@contextlib.contextmanager
+def serving(
+    pipelines: list[list[tuple[str, int, int]]],
+    *,
+    dispatch: str = "chain",
+    blas_threads: int = 1,
+    node_url: Callable[[str, str], str] | None = None,
+) -> Iterator[str]:
+    """The swarm :func:`swarm` times, on the open bus, serving until the block ends, for
+    a caller that times its own generations; yields the server's URL. ``node_url(node,
+    server_url)``: the URL that node is given instead of the server's (a fault proxy's,
+    to put the node at the far end of a slow link)."""
+    env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(Path(tmp) / "nats").start()
+        supervisor = Supervisor(env=env)
+        try:
+
+            async def write_plan() -> None:
+                nc = await nats.connect(server.url)
+                kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
+                await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines)))
+                await nc.close()
+
+            asyncio.run(write_plan())
+            supervisor.run("telemetry", "telemetry", "--id", "telemetry", "--nats", server.url)
+            router = ("--id", "bench", "--stage-timeout-ms", "5000", "--dispatch", dispatch)
+            supervisor.run("router", "router", *router, "--nats", server.url)
+            for node in sorted({n for p in pipelines for n, _, _ in p}):
+                url = node_url(node, server.url) if node_url else server.url
+                layers = ("--capacity-layers", "30", "--executor", "smollm2")
+                supervisor.run(node, "node", "--id", node, *layers, "--nats", url)
+            asyncio.run(_ready(server.url))
+            yield server.url
+        finally:
+            supervisor.stop(grace_s=15)
+            server.stop()
 
 
 def swarm(

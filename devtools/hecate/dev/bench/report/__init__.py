@@ -31,6 +31,7 @@ from hecate.dev.bench.report.gateway import section_gateway
 from hecate.dev.bench.report.herd import section_herd
 from hecate.dev.bench.report.llm import section_llm
 from hecate.dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate.dev.bench.report.wan import section_wan
 from hecate.dev.chaos import results as chaos_results
 
 Section = Callable[[Doc, str], tuple[str, list[Target]]]
@@ -62,6 +63,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "SmolLM2-135M: one process and across the swarm",
         "hecate bench llm",
         section_llm,
+    ),
+    (
+        "wan",
+        "Wide-area links: SmolLM2 with every node 0 to 40 ms away",
+        "hecate bench wan",
+        section_wan,
     ),
     ("chaos", "Chaos: killing parts of the swarm under load", "hecate chaos all", section_chaos),
 )
