@@ -43,6 +43,8 @@ class Swarm:
     # proxy of their own (proxy.py).
     proxied: Collection[str] = frozenset()
     proxies: dict[str, FaultProxy] = field(default_factory=dict, init=False)
+    # The proxies a fronted cluster's routes go through, by (from, to) server index.
+    route_proxies: dict[tuple[int, int], FaultProxy] = field(default_factory=dict, init=False)
     supervisor: Supervisor = field(init=False)
     _proxy_thread: ProxyThread | None = field(default=None, init=False)
 
@@ -62,32 +64,45 @@ class Swarm:
     @property
     def url(self) -> str:
         """Every server, comma-separated (what ``--nats`` takes)."""
-        return ",".join(s.url for s in self.servers)
+        return ",".join(self.server_urls)
+
+    @property
+    def server_urls(self) -> list[str]:
+        """Where a client reaches each server: its front proxy where it has one."""
+        return [
+            self.proxies[f"nats-{i}"].url if f"nats-{i}" in self.proxies else s.url
+            for i, s in enumerate(self.servers)
+        ]
 
     def _url_for(self, label: str) -> str:
         """Every server, starting at a different one per process: connections spread
         over a cluster, and each client can still reach the others."""
-        urls = [s.url for s in self.servers]
+        urls = self.server_urls
         k = sum(label.encode()) % len(urls)
         return ",".join(urls[k:] + urls[:k])
 
     def nats_for(self, label: str) -> str:
         """What ``label`` is given as ``--nats``: its servers, or its proxy to them (one
         URL: the proxy tries the servers in that order for each connection)."""
-        if not any(fnmatch(label, pattern) for pattern in self.proxied):
+        if not self._proxied(label):
             return self._url_for(label)
         if label not in self.proxies:
-            if self._proxy_thread is None:
-                self._proxy_thread = ProxyThread()
-            upstreams = [
-                ("127.0.0.1", int(u.rsplit(":", 1)[1])) for u in self._url_for(label).split(",")
-            ]
-            seed = sum(label.encode())  # the same jitter draws on every run
-            self.proxies[label] = self._proxy_thread.start_proxy(upstreams, seed=seed)
+            upstreams = [int(u.rsplit(":", 1)[1]) for u in self._url_for(label).split(",")]
+            self.proxies[label] = self._start_proxy(label, upstreams)
         return self.proxies[label].url
 
+    def _proxied(self, label: str) -> bool:
+        return any(fnmatch(label, pattern) for pattern in self.proxied)
+
+    def _start_proxy(self, label: str, ports: list[int]) -> FaultProxy:
+        if self._proxy_thread is None:
+            self._proxy_thread = ProxyThread()
+        seed = sum(label.encode())  # the same jitter draws on every run
+        return self._proxy_thread.start_proxy([("127.0.0.1", p) for p in ports], seed=seed)
+
     def proxy(self, label: str) -> FaultProxy:
-        """The fault proxy in front of ``label`` (one of ``proxied``, started)."""
+        """The fault proxy in front of ``label`` (one of ``proxied``, started; a fronted
+        server's is ``nats-<i>``)."""
         return self.proxies[label]
 
     # -- servers -------------------------------------------------------------------------
@@ -96,24 +111,48 @@ class Swarm:
         if self.cluster == 1:
             self.servers = [NatsServer(self.workdir / "nats").start()]
             return
-        routes = [_free_port() for _ in range(self.cluster)]
+        n = self.cluster
+        routes = [_free_port() for _ in range(n)]
+        clients = [_free_port() for _ in range(n)]
+        # A server proxied as "nats-<i>" is fronted: its clients reach it through a proxy
+        # of its own (``proxy("nats-<i>")``), and each route to or from it through one per
+        # (from, to) pair (``route_proxies``), so that a scenario can cut it off from its
+        # peers and its clients, as a partition does.
+        fronted = {i for i in range(n) if self._proxied(f"nats-{i}")}
+        for i in sorted(fronted):
+            self.proxies[f"nats-{i}"] = self._start_proxy(f"nats-{i}", [clients[i]])
+        for i in range(n):
+            for j in range(n):
+                if i != j and {i, j} & fronted:
+                    label = f"route-{i}-{j}"
+                    self.route_proxies[(i, j)] = self._start_proxy(label, [routes[j]])
+
+        def route(i: int, j: int) -> str:
+            port = self.route_proxies[(i, j)].port if (i, j) in self.route_proxies else routes[j]
+            return f"nats://127.0.0.1:{port}"
+
         # A server tells its clients its peers' URLs, and nats-py would reconnect to them
         # directly, round a proxied process's proxy: with proxies, the servers keep quiet.
         quiet = ("--no_advertise=true",) if self.proxied else ()
+        # A server also tells its peers its cluster address, and one that has no route to
+        # it yet dials that address directly, round the route's proxy; with fronted
+        # servers, the address told is a closed port, and only the configured routes,
+        # through their proxies, ever connect.
+        unheard = ("--cluster_advertise", f"127.0.0.1:{_free_port()}") if fronted else ()
         self.servers = [
             NatsServer(
                 self.workdir / f"nats-{i}",
-                port=_free_port(),
+                port=clients[i],
                 extra_args=(
                     "--server_name", f"hecate-{i}",
                     "--cluster_name", "hecate",
                     "--cluster", f"nats://127.0.0.1:{routes[i]}",
-                    "--routes",
-                    ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(routes) if j != i),
+                    "--routes", ",".join(route(i, j) for j in range(n) if j != i),
                     *quiet,
+                    *unheard,
                 ),
             )
-            for i in range(self.cluster)
+            for i in range(n)
         ]  # fmt: skip
         for server in self.servers:
             server.launch()
