@@ -128,6 +128,11 @@ async def server_partition(swarm: Swarm, nc: Client, record: Record, t: Timing) 
     index = holding if holding is not None else 0
     kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
     before = (await kv.get(subjects.PLAN_KEY)).value
+    # Whether the plan's stream was led from the cut server (a write then waits for
+    # the two others to elect a leader) or not (it goes on at once).
+    info = await nc.jetstream().stream_info(f"KV_{subjects.PLAN_BUCKET}")
+    leader = info.cluster.leader if info.cluster is not None else None
+    record.notes["plan_leader_cut"] = float(leader == f"hecate-{index}")
     # A node whose connections are on the cut server hears nothing until they move:
     # for that while its pipelines are not intact, and a reserve answer is right.
     for node in await asyncio.to_thread(nodes_connected_to, swarm.servers[index].monitor_port):
@@ -184,17 +189,28 @@ class ServerPartition(Scenario):
 
     def meaning(self, r: ScenarioResult) -> str:
         wrote = r.notes.get("plan_write_s")
+        led = (
+            "the plan's stream was led from the cut server, so the two elected a leader first"
+            if r.notes.get("plan_leader_cut")
+            else "the plan's stream was led from one of the two"
+        )
         plan = (
             f"a write to the plan's bucket from the other two came back "
-            f"{num(wrote, 2)} s after the cut"
+            f"{num(wrote, 2)} s after the cut ({led})"
             if wrote is not None
-            else "the plan's bucket was **not** writable from the other two"
+            else f"the plan's bucket was **not** writable from the other two ({led})"
+        )
+        gave_up = r.error_codes.get("unrecoverable", 0)
+        routers = (
+            f"; {gave_up} request{'' if gave_up == 1 else 's'} a router on the cut server "
+            "held ran out of attempts there and were answered unrecoverable"
+            if gave_up
+            else ""
         )
         return (
             "the callers' server is cut from its peers and clients with its links held; "
             f"after {num(DETECT_S, 1)} s (standing for their pings) its clients' links "
             "are reset and they move to the other two, which keep a JetStream quorum: "
-            f"{plan} (callers retried {retries(r)}; max {seconds(r.max_ms)}; recovered "
-            f"{num(r.recover_s, 2)} s after the cut, the heal included: the held bytes "
-            "reach the healed server at once, and it catches up)."
+            f"{plan}. Callers retried {retries(r)}, max {seconds(r.max_ms)}, recovered "
+            f"in {num(r.recover_s, 2)} s{routers}."
         )
