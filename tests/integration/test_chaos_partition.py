@@ -11,8 +11,6 @@ import urllib.request
 from pathlib import Path
 
 from hecate.dev.chaos.harness import Swarm
-from hecate.dev.chaos.partition import ServerPartition
-from hecate.dev.chaos.runner import run
 
 
 def _routes(monitor_port: int) -> list[str]:
@@ -42,13 +40,3 @@ def test_a_fronted_cluster_routes_only_through_its_route_proxies(tmp_path: Path)
             time.sleep(0.05)
     finally:
         swarm.stop_all()
-
-
-async def test_server_partition_short_is_accepted(tmp_path: Path) -> None:
-    scenario = ServerPartition()
-    result = await run(scenario, short=True, workdir=tmp_path)
-    assert result.lost == 0, result
-    assert result.wrong == 0, result
-    assert set(result.error_codes) <= {"unrecoverable"}, result.error_codes
-    assert all(result.checks.values()), result.checks
-    assert all(scenario.accept(result).values()), scenario.explain(result)

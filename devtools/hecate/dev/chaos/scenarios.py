@@ -27,6 +27,7 @@ from hecate.dev.chaos.freeze import NodeFreeze
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.links import NodeBlackhole, SlowLink
 from hecate.dev.chaos.load import Record, summarize
+from hecate.dev.chaos.partition import ServerPartition
 from hecate.dev.chaos.results import ScenarioResult
 from hecate.dev.chaos.scenario import Scenario, Unknown, failovers, num, retries, seconds, worst
 from hecate.dev.chaos.setup import LLM, LLM_SETUP, Setup, topology
@@ -236,6 +237,7 @@ SCENARIOS: dict[str, Scenario] = {
         NatsRestart(),
         SickNode(),
         NatsCluster(),
+        ServerPartition(),
         LlmKill(),
         LlmOverload(),
     )
