@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-toy test lint typecheck unit bench chaos sim clean
+.PHONY: run run-toy test lint typecheck unit test-heavy bench chaos sim clean
 
 $(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy shared/hecate services/hecate devtools/hecate tests
 
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=20 -m "not heavy"
+
+## The heaviest tests, left out of make test: the longest SmolLM2 runs and the chaos
+## scenarios on proxied links.
+test-heavy: $(STAMP)
+	$(BIN)/pytest -q --durations=20 -m heavy
 
 ## Every benchmark, one after another, each saving its figures in build/bench/, then
 ## docs/BENCHMARKS.md, its pictures (docs/img/) and the README's figures table written

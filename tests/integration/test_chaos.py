@@ -21,7 +21,19 @@ from hecate.dev.chaos.scenarios import SCENARIOS, run
 RUNS_TO_BITE = 3
 
 
-@pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in ("llm-kill", "llm-overload")])
+# On proxied links: the heaviest of the short runs, left to make test-heavy (make chaos
+# runs every scenario in full).
+HEAVY = ("node-blackhole", "slow-link", "server-partition")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.heavy] if n in HEAVY else [])
+        for n in SCENARIOS
+        if n not in ("llm-kill", "llm-overload")
+    ],
+)
 async def test_the_swarm_loses_nothing_and_answers_right(name: str, tmp_path: Path) -> None:
     expect = SCENARIOS[name].expect
     assert all(expect.allowed_errors.values())  # an error allowed says why it is right

@@ -4,9 +4,12 @@ preference, every generation the single-process greedy text."""
 
 from __future__ import annotations
 
+import pytest
+
 from hecate.dev.bench.wan import FAR_PIPELINE, NEAR_PIPELINE, run_wan_bench
 
 
+@pytest.mark.heavy
 def test_a_short_wan_run_times_checked_generations_and_counts_the_routes() -> None:
     r = run_wan_bench(
         tokens=3, rounds=1, rtts=(0.0, 20.0), requests=2, warmup=1, preference_tokens=2

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hecate.dev.chaos.scenarios import SCENARIOS, available, run
 
 # A kill that found no generation on its node proves nothing either way; one that bit
@@ -31,6 +33,7 @@ async def test_a_mid_generation_kill_loses_nothing_and_changes_no_text(tmp_path:
     assert not failed, (failed, seen)
 
 
+@pytest.mark.heavy
 async def test_many_users_and_a_stage_killed_lose_nothing_and_the_swarm_comes_back(
     tmp_path: Path,
 ) -> None:

@@ -47,6 +47,7 @@ def expected(golden: dict[str, Any]) -> str:
     return str(tok.decode(golden["tokens"][:sure]))
 
 
+@pytest.mark.heavy
 async def test_prompts_of_600_2000_and_4000_tokens_answer_through_three_stages(
     processes: Processes, client: Client, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hecate.bus.server import NatsServer
 from hecate.dev.chaos.proxy import FaultProxy, ProxyThread
-from hecate.launch import ProcessSpec, Supervisor, node_argv, node_env
+from hecate.launch import ProcessSpec, Supervisor, node_argv, node_env, spawn
 from hecate.sim.topology import Topology, parse_topology
 
 BREAKER_COOLDOWN_S = 2.0
@@ -109,7 +109,7 @@ class Swarm:
 
     def start_servers(self) -> None:
         if self.cluster == 1:
-            self.servers = [NatsServer(self.workdir / "nats").start()]
+            self.servers = [NatsServer(self.workdir / "nats", popen=spawn).start()]
             return
         n = self.cluster
         routes = [_free_port() for _ in range(n)]
@@ -151,6 +151,7 @@ class Swarm:
                     *quiet,
                     *unheard,
                 ),
+                popen=spawn,
             )
             for i in range(n)
         ]  # fmt: skip
@@ -168,7 +169,9 @@ class Swarm:
     def start_server(self, index: int = 0) -> None:
         """Start server ``index`` again, on its ports and with its JetStream store."""
         old = self.servers[index]
-        new = NatsServer(old.state_dir, port=old.client_port, extra_args=old.extra_args)
+        new = NatsServer(
+            old.state_dir, port=old.client_port, extra_args=old.extra_args, popen=spawn
+        )
         self.servers[index] = new.start(30)
 
     # -- services ------------------------------------------------------------------------
