@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 from nats.aio.client import Client
 
 from hecate.client import HecateClient
@@ -21,6 +22,10 @@ async def _counters(client: Client, router_id: str) -> dict[str, int]:
     return {k: int(v) for k, v in status["counters"].items()}
 
 
+# Flaky by the policy's own worst case: when the first send and both hedges land on the
+# frozen router (about one time in four), the caller waits out its timeout. Left to
+# make test-heavy until the test steers its hedges.
+@pytest.mark.heavy
 async def test_a_request_held_by_a_frozen_router_is_answered_by_the_other_once(
     processes: Processes, client: Client
 ) -> None:

@@ -74,11 +74,18 @@ async def _busiest_middle(nc: Client, pipelines: list[tuple[str, ...]]) -> str |
     return best if best is not None and steps[best] > 0 else None
 
 
-async def node_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
+async def busiest_middle_node(swarm: Swarm, nc: Client, record: Record) -> str:
+    """The node a node fault hurts: the busiest middle node (the serving route's middle
+    one if none is busy)."""
     victim = await _busiest_middle(nc, record.pipelines)
     if victim is None:
         route = await _serving_route(nc, swarm.topology.base.id)
         victim = route[len(route) // 2]
+    return victim
+
+
+async def node_kill(swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
+    victim = await busiest_middle_node(swarm, nc, record)
     record.fault(f"SIGKILL node {victim}")
     record.impair(victim)
     await asyncio.to_thread(swarm.kill, f"node-{victim}")

@@ -21,7 +21,7 @@ import time
 from nats.aio.client import Client
 
 from hecate.dev.chaos.acceptance import Expect
-from hecate.dev.chaos.faults import Timing, _busiest_middle, _serving_route
+from hecate.dev.chaos.faults import Timing, busiest_middle_node
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.load import Record
 from hecate.dev.chaos.results import ScenarioResult
@@ -36,10 +36,7 @@ WORST_BOUND_S = 2 * STAGE_TIMEOUT_S + 0.5
 async def node_freeze(swarm: Swarm, nc: Client, record: Record, t: Timing) -> str:
     """Freeze the busiest middle node for ``t.fault`` seconds, then let it go on; the
     node frozen."""
-    victim = await _busiest_middle(nc, record.pipelines)
-    if victim is None:
-        route = await _serving_route(nc, swarm.topology.base.id)
-        victim = route[len(route) // 2]
+    victim = await busiest_middle_node(swarm, nc, record)
     record.fault(f"SIGSTOP node {victim}")
     record.impair(victim)
     await asyncio.to_thread(swarm.kill, f"node-{victim}", signal.SIGSTOP, wait=False)
@@ -48,6 +45,20 @@ async def node_freeze(swarm: Swarm, nc: Client, record: Record, t: Timing) -> st
     await asyncio.to_thread(swarm.kill, f"node-{victim}", signal.SIGCONT, wait=False)
     record.notes["resumed_at"] = time.monotonic()
     return victim
+
+
+def served_again(record: Record, node: str, healed: float | None) -> None:
+    """Check that ``node`` carried answers again in the second half of the time after
+    ``healed`` (the first half is for telemetry to hear it and the routers to take it
+    back), noting its share."""
+    if healed is None or not record.samples:
+        record.checks["node_served_after"] = False
+        return
+    end = max(s.started for s in record.samples)
+    since = healed + (end - healed) / 2
+    share = record.share_via(node, since, end + 1e-9)
+    record.notes["share_via_node_after"] = round(share, 3)
+    record.checks["node_served_after"] = share > 0
 
 
 class NodeFreeze(Scenario):
@@ -70,15 +81,7 @@ class NodeFreeze(Scenario):
         worst = max((s.latency_ms for s in record.samples), default=0.0)
         record.notes["worst_bound_ms"] = WORST_BOUND_S * 1000
         record.checks["worst_within_detection"] = worst <= WORST_BOUND_S * 1000
-        if resumed is None or not record.samples:
-            record.checks["node_served_after"] = False
-            return
-        end = max(s.started for s in record.samples)
-        # Half the settle time for telemetry and the routers to take it back.
-        since = resumed + (end - resumed) / 2
-        share = record.share_via(self.victim, since, end + 1e-9)
-        record.notes["share_via_node_after"] = round(share, 3)
-        record.checks["node_served_after"] = share > 0
+        served_again(record, self.victim, resumed)
 
     def meaning(self, r: ScenarioResult) -> str:
         share = r.notes.get("share_via_node_after")

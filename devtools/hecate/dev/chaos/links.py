@@ -40,8 +40,8 @@ import msgspec
 from nats.aio.client import Client
 
 from hecate.dev.chaos.acceptance import Expect, judge
-from hecate.dev.chaos.faults import Timing, _busiest_middle, _latency, _serving_route, _telemetry
-from hecate.dev.chaos.freeze import STAGE_TIMEOUT_S, WORST_BOUND_S
+from hecate.dev.chaos.faults import Timing, _latency, _telemetry, busiest_middle_node
+from hecate.dev.chaos.freeze import STAGE_TIMEOUT_S, WORST_BOUND_S, served_again
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.load import Record
 from hecate.dev.chaos.results import ScenarioResult
@@ -56,15 +56,6 @@ SLOW_LATENCY_MS = 25.0
 SLOW_JITTER_MS = 10.0
 SLOW_RTT_MS = 2 * SLOW_LATENCY_MS
 SLOWED = "slowed_answers"
-
-
-async def _victim(swarm: Swarm, nc: Client, record: Record) -> str:
-    """The busiest middle node (the serving route's middle one if none is busy)."""
-    victim = await _busiest_middle(nc, record.pipelines)
-    if victim is None:
-        route = await _serving_route(nc, swarm.topology.base.id)
-        victim = route[len(route) // 2]
-    return victim
 
 
 class NodeBlackhole(Scenario):
@@ -84,7 +75,7 @@ class NodeBlackhole(Scenario):
     victim = ""
 
     async def inject(self, swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
-        self.victim = await _victim(swarm, nc, record)
+        self.victim = await busiest_middle_node(swarm, nc, record)
         proxy = swarm.proxy(f"node-{self.victim}")
         record.fault(f"blackhole node {self.victim}'s link (held, not closed)")
         record.impair(self.victim)
@@ -110,16 +101,7 @@ class NodeBlackhole(Scenario):
         record.checks["telemetry_declared_it_down"] = bool(down)
         if down:
             record.notes["node_down_s_after_blackhole"] = round(down[0] - cut, 2)
-        if healed is None or not record.samples:
-            record.checks["node_served_after"] = False
-            return
-        end = max(s.started for s in record.samples)
-        # Half the settle time for the held bytes to drain, telemetry to hear the node
-        # and the routers to take it back.
-        since = healed + (end - healed) / 2
-        share = record.share_via(self.victim, since, end + 1e-9)
-        record.notes["share_via_node_after"] = round(share, 3)
-        record.checks["node_served_after"] = share > 0
+        served_again(record, self.victim, healed)  # the held bytes drain first, too
 
     def meaning(self, r: ScenarioResult) -> str:
         share = r.notes.get("share_via_node_after")
@@ -168,7 +150,7 @@ class SlowLink(Scenario):
     victim = ""
 
     async def inject(self, swarm: Swarm, nc: Client, record: Record, t: Timing) -> None:
-        self.victim = victim = await _victim(swarm, nc, record)
+        self.victim = victim = await busiest_middle_node(swarm, nc, record)
         proxy = swarm.proxy(f"node-{victim}")
         loop = asyncio.get_running_loop()
         seen_before = _latency(await _telemetry(nc), victim)
