@@ -167,12 +167,14 @@ class FlightDeck:
             failure = Failure("no_responders", "no responders")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
         reply = _read_reply(msg.data)
-        if not isinstance(reply, str):
-            self._answered(flight.machine, send, stage, reply, now)
         if isinstance(reply, str):
             failure = Failure("unreadable", f"unreadable reply: {reply}")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
-        return await self.feed(flight, StageReplied(send, stage, reply, now))
+        answered = self._answerer(flight.machine, send, stage, reply)  # before it moves on
+        await self.feed(flight, StageReplied(send, stage, reply, now))
+        if answered is not None:  # after feed has opened any new window
+            self.reconnect.replied(answered, now)
+        return None
 
     # -- what says a node is back after a reconnect -------------------------------------
 
@@ -202,16 +204,17 @@ class FlightDeck:
             elif t.last_seen is not None and t.last_seen > wall_back:
                 window.heard_from(node_id, now - (wall_now - t.last_seen))
 
-    def _answered(
-        self, machine: Lifecycle, send: int, stage: int, reply: StageReply | ErrorReply, now: float
-    ) -> None:
-        """A reply on the current send's stage subject comes from that stage's node,
-        except a no-responders a chained node relays for the next one."""
+    @staticmethod
+    def _answerer(
+        machine: Lifecycle, send: int, stage: int, reply: StageReply | ErrorReply
+    ) -> str | None:
+        """The node a reply on the current send's stage subject comes from: that stage's,
+        except for a no-responders a chained node relays for the next one."""
         if isinstance(reply, ErrorReply) and reply.error.code == "no_responders":
-            return
+            return None
         if send == machine.send and stage < len(machine.route.stages):
-            self._observe(now)
-            self.reconnect.replied(machine.route.stages[stage].node_id, now)
+            return machine.route.stages[stage].node_id
+        return None
 
     # -- actions ----------------------------------------------------------------------
 
