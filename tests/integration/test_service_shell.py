@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -219,3 +221,36 @@ async def test_a_deferred_request_nobody_waits_on_closes_when_the_handler_return
     assert req.reply == ""
     (span,) = shell.server_spans()
     assert span.name == "shell later"
+
+
+async def test_a_connection_that_is_back_is_counted_back_before_its_callback(
+    tmp_path: Path,
+) -> None:
+    """nats-py reports a connection connected (and delivers on it) one round trip before
+    it calls the reconnected callback. Whatever reads ``reconnected_at`` in that gap (the
+    telemetry's sweep, a router's no-responders) must already see the reconnect, or it
+    takes the outage for the other clients' silence."""
+    server = NatsServer(tmp_path / "nats").start()
+    port = server.client_port
+    svc = Service(
+        kind=KIND,
+        name="shell",
+        instance_id="s2",
+        description="a test service",
+        log=logging.getLogger("test.shell"),
+    )
+    try:
+        await svc.start(server.url)
+        assert svc.reconnected_at == 0.0
+        conns = (svc.inbound, svc.outbound)
+        server.stop()
+        while any(c is not None and c.is_connected for c in conns):
+            await asyncio.sleep(0.001)
+        lost = time.monotonic()
+        server = NatsServer(tmp_path / "nats", port=port).start()
+        while not any(c is not None and c.is_connected for c in conns):
+            await asyncio.sleep(0)  # runs in the gap, while the client awaits its PONG
+        assert svc.reconnected_at >= lost
+    finally:
+        await svc.stop(grace=1.0)
+        server.stop()

@@ -93,13 +93,29 @@ class Service:
         self._tasks: set[asyncio.Task[None]] = set()  # in-flight handlers: awaited on stop
         self._background: set[asyncio.Task[None]] = set()  # loops and watchers: cancelled
         self._subs: list[Any] = []
-        # When a connection last came back after losing the server (monotonic; 0: never).
-        # Right after, other clients may not have resubscribed yet: a no-responders then
-        # can mean "not back yet", not "gone".
-        self.reconnected_at = 0.0
+        self._back_at = 0.0
+        self._reconnects_seen = 0
+
+    @property
+    def reconnected_at(self) -> float:
+        """When a connection last came back after losing the server (monotonic; 0:
+        never). Right after, other clients may not have resubscribed yet: a
+        no-responders then can mean "not back yet", not "gone", and a silence then
+        may be ours, not theirs.
+
+        Read from the connections' own reconnect counts, not only from the
+        reconnected callback: nats-py reports a connection connected (and delivers
+        on it) one round trip before it calls back, and a reader in that gap must
+        not take the outage for the others' fault."""
+        seen = sum(c.stats["reconnects"] for c in (self.inbound, self.outbound) if c)
+        if seen != self._reconnects_seen:
+            self._reconnects_seen = seen
+            self._back_at = time.monotonic()
+        return self._back_at
 
     async def _reconnected(self) -> None:
-        self.reconnected_at = time.monotonic()
+        self._back_at = time.monotonic()
+        _ = self.reconnected_at  # counts this reconnect as seen
         event(self.log, "reconnected", logging.WARNING)
 
     @property
