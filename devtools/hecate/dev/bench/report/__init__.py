@@ -70,7 +70,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "hecate bench wan",
         section_wan,
     ),
-    ("chaos", "Chaos: killing parts of the swarm under load", "hecate chaos all", section_chaos),
+    (
+        "chaos",
+        "Chaos: parts of the swarm killed, frozen and cut off under load",
+        "hecate chaos all",
+        section_chaos,
+    ),
 )
 
 INTRO = """# Benchmarks

@@ -13,7 +13,9 @@ from hecate.dev.chaos.results import ScenarioResult
 from hecate.dev.chaos.scenario import EVIDENCE
 from hecate.dev.chaos.scenarios import SCENARIOS, of
 
-TIMELINES = ("node-kill", "llm-kill")  # the scenarios whose timeline the report draws
+# The scenarios whose timeline the report draws: a kill, the two faults that close
+# nothing (a frozen process, a silent link), and a kill mid-generation.
+TIMELINES = ("node-kill", "node-freeze", "node-blackhole", "llm-kill")
 NAMED = {
     "failover_events": "failovers",
     "client_retries": "client retries",
@@ -130,7 +132,7 @@ def section_chaos(env: Doc, img: str) -> tuple[str, list[Target]]:
     )
     passed = sum(1 for s in ran if _accepted(s))
     accepted = bool(ran) and passed == len(ran)
-    text = f"""## Chaos: killing parts of the swarm under load
+    text = f"""## Chaos: parts of the swarm killed, frozen and cut off under load
 
 {provenance(env)}
 The scenarios are described in `devtools/hecate/dev/chaos/scenarios.py` (one object
