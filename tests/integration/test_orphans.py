@@ -149,6 +149,46 @@ def test_stop_reaches_a_childs_own_children(tmp_path: Path) -> None:
         wait_all_gone(child, members)
 
 
+# Two nats-servers started as the tests and benchmarks start theirs, plain
+# ``NatsServer(...).start()``: one from the main thread, one from a thread that has
+# exited by the time the owner is killed. It prints their pids, then waits to be killed.
+SERVER_OWNER = textwrap.dedent(
+    """
+    import sys, threading
+    from pathlib import Path
+    from hecate.bus.server import NatsServer
+
+    where = Path(sys.argv[1])
+    servers = [NatsServer(where / "main").start()]
+    worker = threading.Thread(
+        target=lambda: servers.append(NatsServer(where / "thread").start())
+    )
+    worker.start()
+    worker.join()
+    print(" ".join(str(s.process.pid) for s in servers), flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def test_the_nats_servers_of_a_sigkilled_owner_stop(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", SERVER_OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        pids = {int(p) for p in owner.stdout.readline().split()}
+        assert len(pids) == 2
+        assert all(running(pid) for pid in pids)
+        owner.kill()
+        owner.wait()
+        wait_all_gone(owner.pid, pids)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
 # -- hecate up ---------------------------------------------------------------------------
 
 

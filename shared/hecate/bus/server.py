@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hecate.bus.children import spawn
 from hecate.core.errors import HecateError
 
 
@@ -52,12 +53,14 @@ class NatsServer:
         extra_args: tuple[str, ...] = (),
         extra_config: str = "",
         env: dict[str, str] | None = None,
-        popen: Callable[..., subprocess.Popen[Any]] = subprocess.Popen,
+        popen: Callable[..., subprocess.Popen[Any]] = spawn,
     ) -> None:
         """``extra_config`` is appended to the configuration file (authorization, TLS);
         ``env`` is added to the server's environment (the passwords that configuration
-        reads, never on its command line). ``popen`` starts the process (a supervisor's,
-        for a server that must not outlive it)."""
+        reads, never on its command line). ``popen`` starts the process: by default one
+        that stops when this process dies, however it dies, since no owner (``hecate
+        up``, the chaos harness, a benchmark, a test) wants its server to outlive it,
+        holding its ports and its store with nobody left to stop it."""
         self.state_dir = Path(state_dir)
         self.port = port
         self.jetstream = jetstream
