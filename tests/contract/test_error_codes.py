@@ -33,6 +33,7 @@ INFER_SIDE = (
     SERVICES / "flightdeck.py",
     SERVICES / "quotagate.py",
     SHARED / "routing" / "lifecycle.py",
+    SHARED / "routing" / "rescue.py",
     # The service shell's layers wrap the infer endpoint as any other (an unexpected
     # failure in the router answers ``internal``).
     SHARED / "bus" / "layers.py",
@@ -50,8 +51,17 @@ STAGE_SIDE = (
 )
 
 # Constructors whose first argument is a wire error code.
-# (A request handle's ``error``, the lifecycle's ``_error`` and ``Abort`` too.)
-CODE_FIRST = {"ServiceError", "ExecutorError", "UpstreamRefused", "error", "_error", "Abort"}
+# (A request handle's ``error``, the lifecycle's ``_error``, ``Abort`` and a rescue's
+# ``GiveUp`` too.)
+CODE_FIRST = {
+    "ServiceError",
+    "ExecutorError",
+    "UpstreamRefused",
+    "error",
+    "_error",
+    "Abort",
+    "GiveUp",
+}
 # Reply helpers: (reply subject or admission, code, message, ...).
 CODE_SECOND = {"reject", "reply_error"}
 

@@ -11,7 +11,8 @@ below the table)::
     SENT       --StageReplied (last) ----------------> DONE
     SENT       --StageFailed / NodeDown / Tick past
                  the deadline: rescued --------------> SENT
-                 the server just came back ----------> RESENDING
+                 the server just came back,
+                 or the router hears nobody ---------> RESENDING
                  no rescue, limits, request's fault -> DONE
     RESENDING  --Tick at resend time-----------------> SENT
     any live   --Cancelled / Abort-------------------> DONE
@@ -57,6 +58,7 @@ from hecate.routing.flow import (
     Tick,
 )
 from hecate.routing.generation import Generation
+from hecate.routing.hearing import Hearing, isolated
 from hecate.routing.reconnect import ReconnectWindow
 from hecate.routing.rescue import GiveUp, ResendSoon, classify, triage, verdict
 from hecate.routing.stages import Dispatch, stage_request
@@ -77,7 +79,7 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.DONE}),
     (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.DONE}),
     (S.SENT, NodeDown): frozenset({S.SENT, S.DONE}),
-    (S.SENT, Tick): frozenset({S.SENT, S.DONE}),
+    (S.SENT, Tick): frozenset({S.SENT, S.RESENDING, S.DONE}),
     (S.RESENDING, Tick): frozenset({S.RESENDING, S.SENT}),
     **{(s, Cancelled): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING)},
     **{(s, Abort): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING)},
@@ -99,13 +101,17 @@ class Lifecycle:
     degraded: bool = False
     probes: set[str] = field(default_factory=set)  # half-open targets whose probe we carry
     reconnect: ReconnectWindow = field(default_factory=ReconnectWindow)  # shared, the router's
+    hearing: Hearing = field(default_factory=Hearing)  # shared, the router's
     state: State = State.NEW
     stage: int = 0
     attempts: int = 1
     send: int = 0  # the current dispatch (0: none out)
     sends: int = 0
     deadline: float = 0.0
+    sent_at: float = 0.0  # when the current dispatch went out
     resend_at: float = 0.0
+    excused_since: float | None = None  # the first failure excused as the router's own
+    resent: bool = False  # a resend's wait is in its round trips: no sample of the pipeline
     started: float = 0.0
     step_at: float = 0.0
     acts: dict[int, bytes] = field(default_factory=lambda: {0: b""})  # input of layer L
@@ -192,6 +198,7 @@ class Lifecycle:
         self.send = self.sends
         if i == 0:
             self.step_at = now
+        self.sent_at = now
         self.deadline = now + self.options.stage_timeout_s * (1 + chained)
         self.state = S.SENT
         if route.model_id not in self.kinds:
@@ -213,6 +220,7 @@ class Lifecycle:
         at, reply, stages = ev.stage, ev.reply, self.route.stages
         self.stage = at
         self.send = 0
+        self.excused_since = None  # the link carried an answer: any excuse starts afresh
         node_id = stages[at].node_id
         if isinstance(reply, ErrorReply):
             why = classify(reply.error)
@@ -231,7 +239,7 @@ class Lifecycle:
             return self._dispatch(ev.now, out)
         if isinstance(reply, TokenReply):
             return self._generated(reply, ev.now, out)
-        if not self.gen.started and self.attempts == 1:  # one pass, not generation
+        if not self.gen.started and self.attempts == 1 and not self.resent:  # one pass
             out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
         output = reply.output if isinstance(reply, OutputReply) else ""
         return self._answer(True, output, None, out)
@@ -239,7 +247,7 @@ class Lifecycle:
     def _generated(self, reply: TokenReply, now: float, out: list[Action]) -> None:
         """The last stage sampled a token: stream it, then the next step or the end."""
         step = self.gen.step(reply, self.request.max_tokens, self.request.stop)
-        if step.positions == 1 and self.attempts == 1:  # a decode step: what admission fits
+        if step.positions == 1 and self.attempts == 1 and not self.resent:  # a decode step
             out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
         if step.kind == "chunk":
             self.counters["prefill_chunks"] += 1
@@ -261,11 +269,34 @@ class Lifecycle:
         self.send = 0
         opts = self.options
         window, stage = self.reconnect, self.stage
-        first = triage(why, now, node_id=node_id, window=window, stage=stage, opts=opts)
+        cut_off = isolated(
+            why,
+            self.hearing,
+            reconnected_at=window.at,
+            sent=self.sent_at,
+            now=now,
+            quiet_s=opts.deaf_after_s,
+        )
+        first = triage(
+            why,
+            now,
+            node_id=node_id,
+            window=window,
+            stage=stage,
+            opts=opts,
+            isolated=cut_off,
+            excused_since=self.excused_since,
+        )
         if isinstance(first, ResendSoon):
-            self.counters["resent_after_reconnect"] += 1
+            if first.isolated:  # the router's own link: not an attempt, nobody's fault
+                self.counters["resent_isolated"] += 1
+                if self.excused_since is None:
+                    self.excused_since = now
+            else:
+                self.counters["resent_after_reconnect"] += 1
             self.state = S.RESENDING
             self.resend_at = first.at
+            self.resent = True
             return None
         if first is not None:
             return self._give_up(first, out)
@@ -291,7 +322,15 @@ class Lifecycle:
             )
         )
         replays = self.gen.replays if self.gen.started else None
-        rescue = verdict(result, why, node_id, attempts=self.attempts, replays=replays, opts=opts)
+        rescue = verdict(
+            result,
+            why,
+            node_id,
+            attempts=self.attempts,
+            replays=replays,
+            opts=opts,
+            isolated=cut_off,
+        )
         if isinstance(rescue, GiveUp):
             return self._give_up(rescue, out)
         return self._move(rescue, now, out)

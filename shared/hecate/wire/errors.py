@@ -78,6 +78,8 @@ INFER_CODES: Final[Mapping[ErrorCode, str]] = {
     "rate_limited": "the tenant's quota, an upstream, or a swarm with every pipeline busy "
     "and its line full said to slow down; see retry_after_s",
     "draining": "the router stopped before the answer",
+    "timeout": "the router that took the request heard nothing from the swarm (its own "
+    "link cut off) until its routes ran out: retry, through another router",
     "cancelled": "the caller cancelled the request (hecate.router.cancel) before its answer",
     "internal": "a fault in HECATE itself, not in the request; the message says where",
 }
