@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.core import NoSuchModel, Router, RoutingRequest, Sample, route_request
+from hecate.core import ColdPenalty, NoSuchModel, Router, RoutingRequest, Sample, route_request
 from hecate.core.cost import inflight_cost
 
 from .builders import measured, pipeline, plan
@@ -21,9 +21,12 @@ def replicas(n: int) -> Router:
     return Router(measured(p))
 
 
-def test_with_nothing_in_flight_the_router_agrees_with_route_request() -> None:
+def test_with_nothing_in_flight_or_measured_the_router_agrees_with_route_request() -> None:
     router = replicas(3)
-    assert router.route("m", REQ) == route_request("m", REQ, router.state)
+    ours, snapshot = router.route("m", REQ), route_request("m", REQ, router.state)
+    assert ours.pipeline_id == snapshot.pipeline_id
+    # Every pipeline unmeasured: each pays the same allowance, which changes no choice.
+    assert ours.cost == pytest.approx(snapshot.cost + ColdPenalty().link_ms)
 
 
 def test_a_burst_spreads_over_identical_replicas_before_any_reply() -> None:
@@ -114,7 +117,12 @@ def test_the_decision_is_the_minimum_effective_cost_ties_by_id(
         elif open_routes:
             router.end(open_routes.pop(which % len(open_routes)))
         expected = min(
-            (cost + inflight_cost(router.in_flight(pipe.stages[0].node_id)), pid)
+            (
+                cost
+                + inflight_cost(router.in_flight(pipe.stages[0].node_id))
+                + ColdPenalty().link_ms,
+                pid,
+            )
             for cost, pid, pipe in router.state.cost_table("m")
         )
         got = router.route("m", REQ)

@@ -11,9 +11,11 @@ them into a core :class:`SwarmState` and :class:`Router`, and decides:
    suspicion lapses after ``suspect_s``, or as soon as telemetry has heard from the node
    since it was suspected.
 2. **A new request** goes to the cheapest intact pipeline (this router's in-flight work
-   counted as load). Pipelines in ``full`` are at their admission limit: when only those
-   are intact, :class:`Saturated` is raised, since load is a reason to wait, never to
-   splice or degrade.
+   counted as load, and the round trips it measured on each pipeline as its link term,
+   see :mod:`hecate.core.roundtrips`; a rescue is costed from the snapshot). Pipelines
+   in ``full`` are at their admission limit: when only those are intact,
+   :class:`Saturated` is raised, since load is a reason to wait, never to splice or
+   degrade.
 3. **No intact pipeline**: the best rescue of a broken one, in the failover tiers' order
    (a per-layer splice, else the reserve model when allowed; a splice beats a degraded
    answer, then the cheaper, then the pipeline id). When none is found and only this
@@ -40,6 +42,7 @@ from hecate.core.cost import DEFAULT_PENALTY, DEFAULT_WEIGHTS, ColdPenalty, Rout
 from hecate.core.errors import NoHealthyPipeline, Unrecoverable
 from hecate.core.failover import FailoverOptions, Recovered, failover_in_swarm
 from hecate.core.plan import SwarmPlan
+from hecate.core.roundtrips import DEFAULT_WINDOW_S
 from hecate.core.router import Router
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, route_request
 from hecate.core.state import SwarmState
@@ -56,9 +59,11 @@ class Chooser:
         suspect_s: float = 5.0,
         weights: RouteWeights = DEFAULT_WEIGHTS,
         penalty: ColdPenalty = DEFAULT_PENALTY,
+        window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         self.failover = failover
         self.suspect_s = suspect_s
+        self.window_s = window_s
         self.weights = weights
         self.penalty = penalty
         self.suspects: dict[str, float] = {}  # node -> when this router saw it fail
@@ -98,6 +103,11 @@ class Chooser:
         if self.router is not None:
             self._fold(now)
 
+    def measured(self, pipeline_id: str, seconds: float, now: float) -> None:
+        """A step along ``pipeline_id`` took ``seconds`` (see :meth:`Router.measured`)."""
+        if self.router is not None:
+            self.router.measured(pipeline_id, seconds, now)
+
     def lapsed(self, now: float) -> bool:
         """Whether some suspicion has run out (fold again, even with nothing new)."""
         return bool(self.suspects) and now - min(self.suspects.values()) > self.suspect_s
@@ -133,9 +143,10 @@ class Chooser:
         snapshot = SwarmState(plan, nodes)
         self.unsuspected = SwarmState(plan, plain) if self.suspects else None
         if self.router is None:
-            self.router = Router(snapshot, self.weights, self.penalty)
+            self.router = Router(snapshot, self.weights, self.penalty, window_s=self.window_s)
         else:
             self.router.update(snapshot)
+        self.router.forget(now)
 
     # -- decisions -------------------------------------------------------------------
 
@@ -144,14 +155,17 @@ class Chooser:
         model_id: str,
         request: RoutingRequest = DEFAULT_REQUEST,
         full: Collection[str] = (),
+        *,
+        now: float | None = None,
     ) -> tuple[Route, bool]:
         """The route for a new request and whether it is degraded (see the module doc,
-        rules 2 and 3). Raises :class:`Saturated` when every intact pipeline is in
-        ``full``, :class:`NoSuchModel` or :class:`NoHealthyPipeline` when there is no
-        route at all."""
+        rules 2 and 3), with round trips as measured at ``now`` (by default the latest
+        time the chooser was told). Raises :class:`Saturated` when every intact
+        pipeline is in ``full``, :class:`NoSuchModel` or :class:`NoHealthyPipeline` when
+        there is no route at all."""
         assert self.router is not None, "observe() a plan first"
         try:
-            return self.router.route(model_id, request, full), False
+            return self.router.route(model_id, request, full, now=now), False
         except NoHealthyPipeline:
             rescue = self._best_rescue(self.state, model_id, request)
             if rescue is not None:

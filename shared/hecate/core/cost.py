@@ -1,9 +1,19 @@
 """The cost model. It exists once, here; everything that ranks pipelines calls it.
 
-    cost(P) = Σ_{n∈P} cost(n) + w_h·15·hops + w_p·10·tokens/1024
+    cost(P) = Σ_{n∈P} cost(n) + w_h·15·hops + w_p·10·tokens/1024 + w_l·link_P
     cost(n) = w_l·latency_n + w_c·load_n·120 + w_k·100/max(score_n, 0.01)
+    link_P  = max(0, rtt_P - Σ_{n∈P} latency_n)      (measured; link_ms when not)
 
-``hops`` is stages - 1, latency is in milliseconds, load in [0, 1]. Two additions:
+``hops`` is stages - 1, latency is in milliseconds, load in [0, 1]. ``rtt_P`` is the
+least step round trip the router itself measured on ``P`` lately
+(:mod:`hecate.core.roundtrips`): ``latency_n`` is what a node computes, ``link_P`` what
+the router waits beyond that (the nodes' links to the bus, the bus itself). So the
+pipeline's latency term is the larger of what its nodes report and what its steps are
+seen to take; a node far from the bus is charged for its distance, and compute is never
+charged twice. ``link_P`` is this router's own knowledge, added at decision time like
+its in-flight work (:class:`~hecate.core.router.Router`); a route that is not a plan
+pipeline (a splice) has no measurement and is costed from telemetry alone. Three
+additions:
 
 * **Unmeasured is penalised, never ignored.** Ignoring a node without telemetry would
   make the worst-measured pipeline look best and send load blindly to the nodes we know
@@ -13,6 +23,14 @@
 * **In-flight work is load.** ``load_n`` is the effective load: the EWMA load plus
   ``inflight_load`` per request outstanding on the node. A burst therefore raises a
   copy's cost at decision time instead of after telemetry catches up.
+* **An unmeasured pipeline pays ``link_ms``** (:class:`ColdPenalty`, 30 ms): neither
+  free, which would make the pipeline we know least about look best, nor the worst
+  figure seen, which would keep a better pipeline from ever being tried. A pipeline
+  measured slower than the allowance loses to one never tried, so the router finds the
+  better one by sending it the next request; one measured within the allowance keeps
+  the traffic, since an untried pipeline could gain it at most that much. A measurement
+  is forgotten when its pipeline has had no step for a window or two, and then counts
+  as unmeasured again.
 """
 
 from __future__ import annotations
@@ -50,12 +68,16 @@ class ColdPenalty(msgspec.Struct, frozen=True, kw_only=True):
     * latency: the slower of its declared latency and ``latency_ms`` (250 ms: slower than
       any stage we expect to serve from, yet finite, so the only copy still serves);
     * load: ``load`` (1.0, the top of the range: assume busy until shown otherwise);
-    * score: the lower of its declared score and ``score``.
+    * score: the lower of its declared score and ``score``;
+    * a pipeline's link excess (``link_P``), when the router has not measured it
+      lately: ``link_ms`` (30 ms: a few WAN hops' worth, more than a bus on a LAN adds
+      to a step; must not be negative).
     """
 
     latency_ms: float = 250.0
     load: float = 1.0
     score: float = 0.5
+    link_ms: float = 30.0
 
 
 DEFAULT_WEIGHTS = RouteWeights()
@@ -70,10 +92,7 @@ def stage_cost(
     extra_in_flight: int = 0,
 ) -> float:
     """``cost(n)`` for one node, with the cold penalty for whatever was never measured."""
-    latency = node.latency_ms
-    if latency is None:
-        declared = profile.latency_ms if profile is not None else 0.0
-        latency = max(declared, penalty.latency_ms)
+    latency = stage_latency_ms(node, profile, penalty)
     load = penalty.load if node.load is None else node.load
     load += (node.in_flight + extra_in_flight) * weights.inflight_load
     score = node.score
@@ -84,6 +103,30 @@ def stage_cost(
         + weights.w_c * load * LOAD_COST
         + weights.w_k * SCORE_COST / max(score, SCORE_FLOOR)
     )
+
+
+def stage_latency_ms(
+    node: NodeState, profile: NodeProfile | None = None, penalty: ColdPenalty = DEFAULT_PENALTY
+) -> float:
+    """``latency_n`` as costed: as measured, else the cold penalty's."""
+    if node.latency_ms is not None:
+        return node.latency_ms
+    declared = profile.latency_ms if profile is not None else 0.0
+    return max(declared, penalty.latency_ms)
+
+
+def link_cost(
+    round_trip_ms: float | None,
+    compute_ms: float,
+    weights: RouteWeights = DEFAULT_WEIGHTS,
+    penalty: ColdPenalty = DEFAULT_PENALTY,
+) -> float:
+    """``w_l·link_P`` for a pipeline whose stages compute in ``compute_ms`` in all
+    (Σ :func:`stage_latency_ms`) and whose step was measured at ``round_trip_ms``
+    (None: not measured lately). Never negative, and never less for a slower step."""
+    if round_trip_ms is None:
+        return weights.w_l * penalty.link_ms
+    return weights.w_l * max(round_trip_ms - compute_ms, 0.0)
 
 
 def hop_cost(stages: int, weights: RouteWeights = DEFAULT_WEIGHTS) -> float:

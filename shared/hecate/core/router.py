@@ -7,9 +7,15 @@ its own in-flight dispatches at decision time: :meth:`begin` raises the effectiv
 every node on the route at once, :meth:`end` lowers it, so the next decision in the same
 burst already sees the copy as busier.
 
-The decision stays a lookup: pipeline costs come from the snapshot's cache, and the
-in-flight term is a per-pipeline counter kept up to date by ``begin``/``end``. Walking
-the cost table stops as soon as no later (cheaper-based) entry can win.
+It also counts what it measured itself: :meth:`measured` takes the time a step along a
+pipeline took, and each pipeline's cost gains its link term (``w_l·link_P``, see
+:mod:`hecate.core.cost` and :mod:`hecate.core.roundtrips`): the part of its least recent
+step that its stages' compute does not explain, or the unmeasured allowance.
+
+The decision stays a lookup: pipeline costs come from the snapshot's cache, the
+in-flight term is a per-pipeline counter kept up to date by ``begin``/``end``, and the
+link term one figure per pipeline. Both terms are never negative, so walking the cost
+table stops as soon as no later (cheaper-based) entry can win.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from hecate.core.cost import (
     ColdPenalty,
     RouteWeights,
     inflight_cost,
+    link_cost,
+    stage_latency_ms,
     token_cost,
 )
 from hecate.core.errors import Saturated
+from hecate.core.plan import Pipeline, SwarmPlan
+from hecate.core.roundtrips import DEFAULT_WINDOW_S, RoundTrips
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, no_route_error
 from hecate.core.state import SwarmState
 
@@ -38,23 +48,36 @@ class Router:
         state: SwarmState,
         weights: RouteWeights = DEFAULT_WEIGHTS,
         penalty: ColdPenalty = DEFAULT_PENALTY,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         self.weights = weights
         self.penalty = penalty
         self._per_request = inflight_cost(1, weights)
         self._node_in_flight: dict[str, int] = defaultdict(int)
         self._total_in_flight = 0
+        self.round_trips = RoundTrips(window_s)
+        self._now = float("-inf")  # the latest time this router was told
+        self._compute_ms: dict[str, float] = {}  # Σ latency_n per pipeline, this snapshot
         self.state = state
-        self._index_plan()
+        self._index_plan(None)
 
     def update(self, state: SwarmState) -> None:
-        """Adopt a newer snapshot. Dispatches already counted stay counted."""
-        plan_changed = state.plan is not self.state.plan
+        """Adopt a newer snapshot. Dispatches already counted stay counted, and so do
+        the round trips measured on pipelines the plan keeps as they were."""
+        before = self.state.plan
         self.state = state
-        if plan_changed:
-            self._index_plan()
+        self._compute_ms = {}
+        if state.plan is not before:
+            self._index_plan(before)
 
-    def _index_plan(self) -> None:
+    def _index_plan(self, before: SwarmPlan | None) -> None:
+        self._plan_pipelines = {p.pipeline_id: p.stages for p in self.state.plan.pipelines}
+        if before is not None:
+            old = {p.pipeline_id: p.stages for p in before.pipelines}
+            self.round_trips.keep(
+                [pid for pid, stages in self._plan_pipelines.items() if old.get(pid) == stages]
+            )
         self._pipelines_of: dict[str, list[str]] = defaultdict(list)
         for p in self.state.plan.pipelines:
             for s in p.stages:
@@ -70,13 +93,45 @@ class Router:
             return self._total_in_flight
         return self._node_in_flight.get(node_id, 0)
 
+    def measured(self, pipeline_id: str, seconds: float, now: float) -> None:
+        """A step along ``pipeline_id`` (one pass, or one decode step) took ``seconds``
+        from its first send to its last reply, ending at ``now``. A route that is not a
+        plan pipeline (a splice) is not measured: it cannot be chosen again."""
+        self._now = max(self._now, now)
+        if pipeline_id in self._plan_pipelines:
+            self.round_trips.sample(pipeline_id, seconds * 1000, now)
+
+    def forget(self, now: float) -> None:
+        """Drop the round trips measured too long ago to count (they would not anyway)."""
+        self._now = max(self._now, now)
+        self.round_trips.forget(now)
+
+    def link(self, pipeline: Pipeline, now: float | None = None) -> float:
+        """The link term of ``pipeline``'s cost at ``now`` (by default the latest time
+        this router was told)."""
+        at = self._now if now is None else now
+        pid = pipeline.pipeline_id
+        compute = self._compute_ms.get(pid)
+        if compute is None:
+            compute = self._compute_ms[pid] = sum(
+                stage_latency_ms(
+                    self.state.nodes[s.node_id], self.state.profile(s.node_id), self.penalty
+                )
+                for s in pipeline.stages
+            )
+        return link_cost(self.round_trips.least_ms(pid, at), compute, self.weights, self.penalty)
+
     def route(
         self,
         model_id: str,
         request: RoutingRequest = DEFAULT_REQUEST,
         full: Collection[str] = (),
+        *,
+        now: float | None = None,
     ) -> Route:
-        """Like :func:`route_request`, with this router's in-flight work counted as load.
+        """Like :func:`route_request`, with this router's in-flight work counted as load
+        and its measured round trips as ``link_P``, as of ``now`` (by default the latest
+        time this router was told).
 
         Pipelines named in ``full`` (at their admission limit) are passed over; when
         that leaves none of the healthy ones, :class:`Saturated` is raised: the request
@@ -88,19 +143,16 @@ class Router:
             table = tuple(entry for entry in table if entry[1] not in full)
             if not table:
                 raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
-        if self._total_in_flight == 0:
-            best_cost, best_id, best = table[0]
-        else:
-            best_cost, best_id, best = float("inf"), "", table[0][2]
-            busy = self._pipeline_in_flight
-            for base, pid, p in table:
-                # Sorted by (base, id) and the in-flight term is never negative: once an
-                # entry's base is no better than the best effective cost, none later wins.
-                if (base, pid) >= (best_cost, best_id):
-                    break
-                cost = base + self._per_request * busy.get(pid, 0)
-                if (cost, pid) < (best_cost, best_id):
-                    best_cost, best_id, best = cost, pid, p
+        best_cost, best_id, best = float("inf"), "", table[0][2]
+        busy = self._pipeline_in_flight
+        for base, pid, p in table:
+            # Sorted by (base, id) and the added terms are never negative: once an
+            # entry's base is no better than the best effective cost, none later wins.
+            if (base, pid) >= (best_cost, best_id):
+                break
+            cost = base + self._per_request * busy.get(pid, 0) + self.link(p, now)
+            if (cost, pid) < (best_cost, best_id):
+                best_cost, best_id, best = cost, pid, p
         return Route(
             model_id=model_id,
             pipeline_id=best_id,
