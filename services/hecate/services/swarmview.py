@@ -3,7 +3,8 @@ chooser that makes them.
 
 Holds the latest plan (KV watch; the revision is the epoch) and telemetry snapshot
 (KV watch) and the shared circuit breakers (:class:`BreakerView`), and feeds them, with
-this router's own suspicions, to a :class:`~hecate.routing.Chooser` on every change.
+this router's own suspicions, to a :class:`~hecate.routing.Chooser` on every change,
+and the time each step of a request took as the router timed it, as it lands.
 Every decision (usable nodes, the route of a new request, the rescue of one in flight,
 whether admission must wait) is the chooser's; choosing here is only passing it the
 clock. Carrying the request out is the router service's job.
@@ -76,6 +77,11 @@ class SwarmView:
         """Steer new requests away from a node that just failed a stage."""
         self.chooser.suspect(node_id, time.time())
         self.rebuild()
+
+    def measured(self, pipeline_id: str, seconds: float) -> None:
+        """A step along ``pipeline_id`` (one pass, or one decode step) took ``seconds``
+        as this router timed it: what the pipeline's links cost, for the next choice."""
+        self.chooser.measured(pipeline_id, seconds, time.time())
 
     def expire_suspicions(self) -> None:
         """Suspicions lapse even when no snapshot arrives to clear them."""
@@ -155,7 +161,7 @@ class SwarmView:
         :meth:`Chooser.choose`'s: the cheapest intact pipeline, else the best rescue of a
         broken one, else what telemetry alone says when only suspicion is in the way;
         :class:`Saturated` when only pipelines in ``full`` are intact."""
-        route, degraded = self.chooser.choose(model_id, request, full)
+        route, degraded = self.chooser.choose(model_id, request, full, now=time.time())
         return route, degraded, self.take(route)
 
     def saturated(self, model_id: str, full: Collection[str]) -> bool:
