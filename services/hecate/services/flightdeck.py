@@ -6,7 +6,10 @@ that joined it, and the span of the stage in flight. :meth:`FlightDeck.feed` giv
 machine an event and carries out what it answers; :meth:`FlightDeck.on_inbox` turns the
 router's inbox (stage replies, NATS' no-responders status) into events. It also keeps
 the router's :class:`ReconnectWindow` fed with what says a node is back after the
-router's reconnect: the stage replies it reads, and telemetry's heartbeats and verdicts.
+router's reconnect: the stage replies it reads, and telemetry's heartbeats and verdicts;
+and the router's :class:`Hearing` with every sign that its own link carries anything (an
+inbox message, a telemetry snapshot, a node-down verdict), so that a stage lost with
+the router's link is not taken for the node's fault.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ from hecate.routing.flow import (
     StageReplied,
     Start,
     Stream,
+    Tick,
 )
+from hecate.routing.hearing import Hearing
 from hecate.routing.lifecycle import Lifecycle
 from hecate.routing.reconnect import ReconnectWindow
 from hecate.services.admission import AdmissionDesk
@@ -119,6 +124,7 @@ class FlightDeck:
         self.flights: dict[int, Flight] = {}
         self.inbox = ""
         self.reconnect = ReconnectWindow()  # every flight's, fed by _observe
+        self.hearing = Hearing(time.monotonic())  # every flight's: what came in, and when
         self._snapshot: object = None  # the telemetry snapshot last read into it
         self.on_landed: Callable[[Flight], Awaitable[None]] = _nothing
 
@@ -135,6 +141,7 @@ class FlightDeck:
             degraded=degraded,
             probes=probes,
             reconnect=self.reconnect,
+            hearing=self.hearing,
         )
         ident = (request.tenant, request.request_id) if request.request_id else None
         flight = Flight(a.key, machine, a.handle, ident)
@@ -147,10 +154,17 @@ class FlightDeck:
         self._observe(time.monotonic())
         if isinstance(ev, NodeDown):  # telemetry's verdict, for the flights resending too
             self.reconnect.declared_down(ev.node_id, ev.now)
+            self.hearing.heard(ev.now)
+        elif isinstance(ev, Tick) and self.view.telemetry_at:
+            # A deadline is judged on what the router heard: telemetry's latest snapshot
+            # came in over its link when the watch delivered it (telemetry_at, our wall).
+            self.hearing.heard(ev.now - (time.time() - self.view.telemetry_at))
         for action in flight.machine.handle(ev):
             await self._act(flight, action)
 
     async def on_inbox(self, msg: Msg, *, quotas: QuotaGate, retries: RetryLedger) -> None:
+        now = time.monotonic()
+        self.hearing.heard(now)  # anything at all: the router's link carries
         token = msg.subject.rsplit(".", 1)[-1]
         if token[:1] == "q" and token[1:].isdigit():
             return await quotas.on_reply(int(token[1:]), msg)
@@ -162,7 +176,6 @@ class FlightDeck:
             self.counters["late_replies"] += 1  # an answer to a flight already answered
             return None
         _key, send, stage = ids
-        now = time.monotonic()
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
             failure = Failure("no_responders", "no responders")
             return await self.feed(flight, StageFailed(send, stage, failure, now))
@@ -183,15 +196,19 @@ class FlightDeck:
         it is open: a heartbeat after the reconnect went through the server as it is
         now, and a node declared down since is not waited for. Telemetry's times are
         its wall clock, compared with ours: hosts are assumed to keep NTP time."""
-        window, back = self.reconnect, self.service.reconnected_at
+        window = self.reconnect
+        closed = now - window.at >= self.options.reconnect_grace_s
+        back = self.service.reconnected_at
+        reopen = bool(back) and back > window.at
+        if closed and not reopen:
+            return  # steady state: the window closed and no reconnect since
         snap = self.view.telemetry
-        if back and back > window.at:
+        if reopen:
             alive = [n for n, t in snap.nodes.items() if t.alive] if snap else []
             window.reconnected(back, alive)
             self._snapshot = None
-        if snap is None or snap is self._snapshot:
-            return
-        if now - window.at >= self.options.reconnect_grace_s:
+            closed = now - window.at >= self.options.reconnect_grace_s
+        if snap is None or snap is self._snapshot or closed:
             return
         self._snapshot = snap
         wall_now = time.time()
@@ -245,6 +262,7 @@ class FlightDeck:
                 await self._release(route, session)
             case Sample(pipeline_id, seconds, now):
                 self.admission.sample(pipeline_id, seconds, now)
+                self.view.measured(pipeline_id, seconds)
             case Answer():
                 await self._answer(flight, action)
 
