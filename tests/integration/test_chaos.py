@@ -1,9 +1,8 @@
 """The chaos scenarios, short: real processes and a real nats-server, a steady load,
 and a fault in the middle. Each must pass its acceptance: nothing lost or wrong (a
 request is lost by what happened on the wire), no explicit error but those the scenario
-names as the right answer, each with its reason (server-partition's ``unrecoverable``,
-from a router cut off with a caller's request), no answer from
-the reserve model beside an intact pipeline, its checks true, and the evidence it names
+names as the right answer, each with its reason, no answer from the reserve model
+beside an intact pipeline, its checks true, and the evidence it names
 that the fault hit live traffic. ``make chaos`` runs the long versions."""
 
 from __future__ import annotations
