@@ -2,18 +2,19 @@
 
     cost(P) = Σ_{n∈P} cost(n) + w_h·15·hops + w_p·10·tokens/1024 + w_l·link_P
     cost(n) = w_l·latency_n + w_c·load_n·120 + w_k·100/max(score_n, 0.01)
-    link_P  = max(0, rtt_P - Σ_{n∈P} latency_n)      (measured; link_ms when not)
+    link_P  = rtt_P - Σ_{n∈P} latency_n          (measured; link_ms when not)
 
 ``hops`` is stages - 1, latency is in milliseconds, load in [0, 1]. ``rtt_P`` is the
-least step round trip the router itself measured on ``P`` lately
-(:mod:`hecate.core.roundtrips`): ``latency_n`` is what a node computes, ``link_P`` what
-the router waits beyond that (the nodes' links to the bus, the bus itself). So the
-pipeline's latency term is the larger of what its nodes report and what its steps are
-seen to take; a node far from the bus is charged for its distance, and compute is never
-charged twice. ``link_P`` is this router's own knowledge, added at decision time like
-its in-flight work (:class:`~hecate.core.router.Router`); a route that is not a plan
-pipeline (a splice) has no measurement and is costed from telemetry alone. Three
-additions:
+least step the router itself measured on ``P`` lately, from its first send to its last
+reply (:mod:`hecate.core.roundtrips`). A measured pipeline's latency term is therefore
+what its steps take, not what its nodes report: ``latency_n`` is timed inside a node
+and knows nothing of its link to the bus (a node 40 ms away costs 40 ms a stage,
+whatever it computes), and it averages everything the node ran (prefills, warm-up
+passes), so it is a noisy stand-in for a step. An unmeasured one's is the nodes' sum
+plus ``link_ms`` for the links nobody has timed. ``link_P`` is this router's own
+knowledge, added at decision time like its in-flight work
+(:class:`~hecate.core.router.Router`); the snapshot's costs (failover, a splice, which
+is no plan pipeline and has no measurement) are telemetry's alone. Three additions:
 
 * **Unmeasured is penalised, never ignored.** Ignoring a node without telemetry would
   make the worst-measured pipeline look best and send load blindly to the nodes we know
@@ -23,14 +24,14 @@ additions:
 * **In-flight work is load.** ``load_n`` is the effective load: the EWMA load plus
   ``inflight_load`` per request outstanding on the node. A burst therefore raises a
   copy's cost at decision time instead of after telemetry catches up.
-* **An unmeasured pipeline pays ``link_ms``** (:class:`ColdPenalty`, 30 ms): neither
-  free, which would make the pipeline we know least about look best, nor the worst
-  figure seen, which would keep a better pipeline from ever being tried. A pipeline
-  measured slower than the allowance loses to one never tried, so the router finds the
-  better one by sending it the next request; one measured within the allowance keeps
-  the traffic, since an untried pipeline could gain it at most that much. A measurement
-  is forgotten when its pipeline has had no step for a window or two, and then counts
-  as unmeasured again.
+* **An unmeasured pipeline pays ``link_ms``** (:class:`ColdPenalty`, 30 ms) over its
+  nodes' latencies: neither nothing, which would make the links we know least about
+  look free, nor the worst step seen, which would keep a better pipeline from ever
+  being tried. A pipeline whose steps take longer than its nodes' latencies plus the
+  allowance loses to a like one never tried, so the router finds the better one by
+  sending it the next request; one measured within it keeps the traffic. A measurement
+  is forgotten when its pipeline has had no step for a window or two, and it then
+  counts as unmeasured again.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ class ColdPenalty(msgspec.Struct, frozen=True, kw_only=True):
       any stage we expect to serve from, yet finite, so the only copy still serves);
     * load: ``load`` (1.0, the top of the range: assume busy until shown otherwise);
     * score: the lower of its declared score and ``score``;
-    * a pipeline's link excess (``link_P``), when the router has not measured it
-      lately: ``link_ms`` (30 ms: a few WAN hops' worth, more than a bus on a LAN adds
-      to a step; must not be negative).
+    * what the links add to a step of a pipeline the router has not measured lately:
+      ``link_ms`` (30 ms: a few WAN hops' worth, more than a bus on a LAN adds to a
+      step; must not be negative).
     """
 
     latency_ms: float = 250.0
@@ -121,12 +122,14 @@ def link_cost(
     weights: RouteWeights = DEFAULT_WEIGHTS,
     penalty: ColdPenalty = DEFAULT_PENALTY,
 ) -> float:
-    """``w_l·link_P`` for a pipeline whose stages compute in ``compute_ms`` in all
+    """``w_l·link_P`` for a pipeline whose nodes report ``compute_ms`` in all
     (Σ :func:`stage_latency_ms`) and whose step was measured at ``round_trip_ms``
-    (None: not measured lately). Never negative, and never less for a slower step."""
+    (None: not measured lately): the measured step in place of the nodes' figures, or
+    the allowance on top of them. Never less for a slower step; negative when the
+    step is quicker than the nodes' figures say."""
     if round_trip_ms is None:
         return weights.w_l * penalty.link_ms
-    return weights.w_l * max(round_trip_ms - compute_ms, 0.0)
+    return weights.w_l * (round_trip_ms - compute_ms)
 
 
 def hop_cost(stages: int, weights: RouteWeights = DEFAULT_WEIGHTS) -> float:

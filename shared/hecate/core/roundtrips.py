@@ -5,8 +5,8 @@ not know what the router waits for: a stage's request and reply cross the node's
 and a node 40 ms away costs 40 ms a stage whatever it computes. The router times every
 step it dispatches (one pass, or one decode step of a generation, on a request's first
 route), and this module keeps, per pipeline, the least of those times over a short
-window. The cost model (:func:`hecate.core.cost.link_cost`) charges a pipeline for the
-part of it its stages' compute does not explain.
+window. The cost model (:func:`hecate.core.cost.link_cost`) takes it for the pipeline's
+latency in place of what its nodes report.
 
 The rules:
 
@@ -19,7 +19,9 @@ The rules:
 * **Recent only.** Samples fall in windows of ``window_s``; the figure is the least of
   the current window and the one before. A pipeline with no step for a window or two
   has no figure at all: what it was is forgotten, never held against it (a link that
-  healed is tried again), and a link that got slower shows within two windows.
+  healed is tried again), and a link or node that got slower shows within two windows
+  (2 s each by default: short, because a measured pipeline's latency is this figure
+  alone, and a node that slowed down must not keep its traffic for long).
 * **Unmeasured is penalised, never ignored**, by the cost model's fixed allowance
   (:attr:`hecate.core.cost.ColdPenalty.link_ms`), not by anything kept here.
 * **Plan pipelines only.** A route that is not one (a splice, named ``<id>~splice``) is
@@ -33,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-DEFAULT_WINDOW_S = 5.0
+DEFAULT_WINDOW_S = 2.0
 
 
 @dataclass(slots=True)
@@ -87,6 +89,9 @@ class RoundTrips:
         that now names other nodes, was measured on links it no longer has)."""
         for pid in [p for p in self._windows if p not in pipeline_ids]:
             del self._windows[pid]
+
+    def __len__(self) -> int:
+        return len(self._windows)
 
     def __contains__(self, pipeline_id: object) -> bool:
         return pipeline_id in self._windows

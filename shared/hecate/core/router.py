@@ -9,13 +9,15 @@ burst already sees the copy as busier.
 
 It also counts what it measured itself: :meth:`measured` takes the time a step along a
 pipeline took, and each pipeline's cost gains its link term (``w_l·link_P``, see
-:mod:`hecate.core.cost` and :mod:`hecate.core.roundtrips`): the part of its least recent
-step that its stages' compute does not explain, or the unmeasured allowance.
+:mod:`hecate.core.cost` and :mod:`hecate.core.roundtrips`): its least recent step in
+place of its nodes' reported latencies, or the unmeasured allowance on top of them.
 
 The decision stays a lookup: pipeline costs come from the snapshot's cache, the
 in-flight term is a per-pipeline counter kept up to date by ``begin``/``end``, and the
-link term one figure per pipeline. Both terms are never negative, so walking the cost
-table stops as soon as no later (cheaper-based) entry can win.
+link term one figure per pipeline. While nothing is measured every added term is
+never negative, so walking the cost table stops as soon as no later (cheaper-based)
+entry can win; a measured step can lower a pipeline below its base, and then every
+healthy pipeline of the model is weighed (a handful).
 """
 
 from __future__ import annotations
@@ -145,10 +147,12 @@ class Router:
                 raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
         best_cost, best_id, best = float("inf"), "", table[0][2]
         busy = self._pipeline_in_flight
+        measured = len(self.round_trips) > 0
         for base, pid, p in table:
-            # Sorted by (base, id) and the added terms are never negative: once an
-            # entry's base is no better than the best effective cost, none later wins.
-            if (base, pid) >= (best_cost, best_id):
+            # Sorted by (base, id) and, with nothing measured, the added terms are never
+            # negative: once an entry's base is no better than the best effective cost,
+            # none later wins.
+            if not measured and (base, pid) >= (best_cost, best_id):
                 break
             cost = base + self._per_request * busy.get(pid, 0) + self.link(p, now)
             if (cost, pid) < (best_cost, best_id):
