@@ -267,6 +267,50 @@ def test_a_signal_during_startup_stops_what_had_started(
     assert f"hecate up: {sig.name} while starting" in err, err
 
 
+# Modules `hecate up` imports one after another once main() runs, before the command
+# takes Ctrl-C over (half a second of imports): each is a moment to interrupt it at.
+# Steered by the imports themselves (Python reports each as it finishes, on stderr), not
+# by delays: a delay short enough to land among them also lands, on a busy machine, in
+# the interpreter's own startup, where a Ctrl-C is Python's to report.
+IMPORTED_BEFORE_UP_RUNS = (
+    "msgspec",
+    "hecate.core",
+    "argparse",
+    "hecate.cli.gateway",
+    "hecate.cli.up",
+)
+
+
+def imported(stream: IO[str], module: str) -> None:
+    """Read Python's import report (PYTHONPROFILEIMPORTTIME) until ``module`` is in."""
+    for line in stream:
+        if line.startswith("import time:") and line.rstrip().endswith(f" {module}"):
+            return
+    raise AssertionError(f"{module} was never imported")
+
+
+@pytest.mark.parametrize("module", IMPORTED_BEFORE_UP_RUNS)
+def test_a_ctrl_c_during_the_imports_exits_130_quietly(
+    tmp_path: Path, stop_up: list[subprocess.Popen[str]], module: str
+) -> None:
+    up = start_up(tmp_path, "swarm.json", env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    stop_up.append(up)
+    # Should the module never come, the swarm would start and run on: fail, not hang.
+    watchdog = threading.Timer(GONE_WITHIN_S, up.kill)
+    watchdog.start()
+    try:
+        assert up.stderr is not None
+        imported(up.stderr, module)
+        up.send_signal(signal.SIGINT)
+        out, err = up.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+    wait_all_gone(up.pid, set())
+    assert "Traceback" not in err, err
+    assert up.returncode == 130, out + err
+    assert not (tmp_path / "state" / "nats.url").exists()
+
+
 def test_a_sigkilled_hecate_up_leaves_nothing_running(
     tmp_path: Path, stop_up: list[subprocess.Popen[str]]
 ) -> None:

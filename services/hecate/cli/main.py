@@ -6,23 +6,28 @@ one line on stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import functools
 import sys
-from collections.abc import Iterable, Sequence
-from importlib.metadata import EntryPoint, entry_points
-from pathlib import Path
-from typing import Any
 
-import msgspec
-
-from hecate.core import HecateError
+# Nothing heavy at module level: the console script imports this module before it can
+# call main(), and a Ctrl-C during an import outside main() is Python's traceback. Every
+# other import (half a second of them for `hecate up`) happens inside main(), typing's
+# too (what mypy reads as typing.TYPE_CHECKING, without its 15 ms import).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterable, Sequence
+    from importlib.metadata import EntryPoint
+    from typing import Any
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C
 
 
 def _swarm_sim(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import msgspec
+
     from hecate.routing import Chooser
     from hecate.sim import parse_topology, simulate
 
@@ -39,6 +44,8 @@ def _swarm_sim(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     from hecate.core import PLANNERS
 
     parser = argparse.ArgumentParser(prog="hecate", description=__doc__.splitlines()[0])
@@ -88,6 +95,10 @@ def _add_plugins(sub: Any, points: Iterable[EntryPoint] | None = None) -> None:
     """Each ``hecate.cli`` entry point names a function that adds its subcommand. One
     that fails to load leaves its command saying why, and every other command working:
     a broken dev-tools install must not take ``hecate up`` down with it."""
+    import contextlib
+    import functools
+    from importlib.metadata import entry_points
+
     if points is None:
         points = entry_points(group=PLUGIN_GROUP)
     for point in sorted(points, key=lambda p: p.name):
@@ -106,6 +117,8 @@ def _unavailable(why: str, _args: argparse.Namespace) -> int:
 
 
 def positive_int(text: str) -> int:
+    import argparse
+
     try:
         value = int(text)
     except ValueError:
@@ -116,6 +129,19 @@ def positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # A Ctrl-C before a command took charge of it (the imports, most likely): the
+        # user asked to stop, and nothing had started that needs saying so.
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import msgspec
+
+    from hecate.core import HecateError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed, for provenance
