@@ -188,22 +188,32 @@ def start_swarm(
         "300",
     )
     for i in range(1, routers + 1):
-        procs.start(
-            f"router-{i}",
-            "router",
-            "--id",
-            f"router-{i}",
-            "--topology",
-            str(topology),
-            "--stage-timeout-ms",
-            str(stage_timeout_ms),
-            "--dispatch",
-            dispatch,
-            "--stale-ms",
-            "500",
-        )
+        start_router(procs, f"router-{i}", topology, stage_timeout_ms, dispatch)
     for node_id, capacity, latency, score in nodes:
         procs.node(node_id, capacity, latency, score)
+
+
+def start_router(
+    procs: Processes,
+    router_id: str,
+    topology: Path,
+    stage_timeout_ms: float = 1500,
+    dispatch: str = "hop",
+) -> subprocess.Popen[bytes]:
+    return procs.start(
+        router_id,
+        "router",
+        "--id",
+        router_id,
+        "--topology",
+        str(topology),
+        "--stage-timeout-ms",
+        str(stage_timeout_ms),
+        "--dispatch",
+        dispatch,
+        "--stale-ms",
+        "500",
+    )
 
 
 SWARM_NODES = [

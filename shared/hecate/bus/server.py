@@ -114,6 +114,15 @@ class NatsServer:
             env={**os.environ, **self.env} if self.env else None,
         )
 
+    def reload(self, extra_config: str) -> None:
+        """Replace ``extra_config`` and have the running server read its configuration
+        again (SIGHUP): connected clients keep their connections under the new
+        authorization, and lose the subscriptions it no longer allows."""
+        assert self.process is not None, "launch() first"
+        self.extra_config = extra_config
+        self._config()
+        self.process.send_signal(signal.SIGHUP)
+
     def wait_ready(self, timeout: float = 10.0) -> NatsServer:
         assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
