@@ -61,6 +61,23 @@ def served_again(record: Record, node: str, healed: float | None) -> None:
     record.checks["node_served_after"] = share > 0
 
 
+def carried_again(r: ScenarioResult, after: str) -> str:
+    """What :func:`served_again` found, in words: ``after`` is the end of the fault
+    ("the SIGCONT", "the heal")."""
+    share = r.notes.get("share_via_node_after")
+    if share:
+        return f"after {after} it carried {num(share, 3)} of the answers again"
+    return f"after {after} it was **not** routed to again"
+
+
+def worst_within_detection(record: Record) -> None:
+    """Check that no caller waited past what failure detection allows
+    (:data:`WORST_BOUND_S`), noting the bound."""
+    worst = max((s.latency_ms for s in record.samples), default=0.0)
+    record.notes["worst_bound_ms"] = WORST_BOUND_S * 1000
+    record.checks["worst_within_detection"] = worst <= WORST_BOUND_S * 1000
+
+
 class NodeFreeze(Scenario):
     """SIGSTOP the middle node of the busiest pipeline under load, SIGCONT it later."""
 
@@ -78,18 +95,11 @@ class NodeFreeze(Scenario):
 
     def findings(self, record: Record) -> None:
         resumed = record.notes.pop("resumed_at", None)
-        worst = max((s.latency_ms for s in record.samples), default=0.0)
-        record.notes["worst_bound_ms"] = WORST_BOUND_S * 1000
-        record.checks["worst_within_detection"] = worst <= WORST_BOUND_S * 1000
+        worst_within_detection(record)
         served_again(record, self.victim, resumed)
 
     def meaning(self, r: ScenarioResult) -> str:
-        share = r.notes.get("share_via_node_after")
-        after = (
-            f"after the SIGCONT it carried {num(share, 3)} of the answers again"
-            if share
-            else "after the SIGCONT it was **not** routed to again"
-        )
+        after = carried_again(r, "the SIGCONT")
         return (
             f"nothing announces a frozen node: {failovers(r)} failovers, each once telemetry's "
             f"node-down or the router's own stage timeout ({num(STAGE_TIMEOUT_S, 1)} s) "

@@ -41,7 +41,13 @@ from nats.aio.client import Client
 
 from hecate.dev.chaos.acceptance import Expect, judge
 from hecate.dev.chaos.faults import Timing, _latency, _telemetry, busiest_middle_node
-from hecate.dev.chaos.freeze import STAGE_TIMEOUT_S, WORST_BOUND_S, served_again
+from hecate.dev.chaos.freeze import (
+    STAGE_TIMEOUT_S,
+    WORST_BOUND_S,
+    carried_again,
+    served_again,
+    worst_within_detection,
+)
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.load import Record
 from hecate.dev.chaos.results import ScenarioResult
@@ -87,9 +93,7 @@ class NodeBlackhole(Scenario):
 
     def findings(self, record: Record) -> None:
         healed = record.notes.pop("healed_at", None)
-        worst = max((s.latency_ms for s in record.samples), default=0.0)
-        record.notes["worst_bound_ms"] = WORST_BOUND_S * 1000
-        record.checks["worst_within_detection"] = worst <= WORST_BOUND_S * 1000
+        worst_within_detection(record)
         # Nothing but telemetry's heartbeats can tell the swarm the node is gone: its
         # connection stays open (the routers' own timeouts only say a stage was late).
         cut = record.faults[0][0] if record.faults else float("inf")
@@ -104,12 +108,7 @@ class NodeBlackhole(Scenario):
         served_again(record, self.victim, healed)  # the held bytes drain first, too
 
     def meaning(self, r: ScenarioResult) -> str:
-        share = r.notes.get("share_via_node_after")
-        after = (
-            f"after the heal it carried {num(share, 3)} of the answers again"
-            if share
-            else "after the heal it was **not** routed to again"
-        )
+        after = carried_again(r, "the heal")
         down_s = r.notes.get("node_down_s_after_blackhole")
         down = (
             f"telemetry declared the node down {num(down_s, 2)} s after its link went silent"
