@@ -14,7 +14,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from hecate.dev.bench.bus import capacity, judged_result, ratios
+from hecate.dev.bench.bus import capacity, costs, judged_result, ratios
+from hecate.dev.bench.bus_setup import cpu_by_role, cpu_per_reply, cpu_seconds, median_costs
 from hecate.dev.bench.report import figures, render
 from hecate.dev.bench.report.llm import judge_secure
 from hecate.dev.bench.results import load
@@ -23,6 +24,10 @@ from hecate.dev.bench.results_llm import LlmResult
 from tests.cli.bench_results import BUS, LLM, results, sweep_points
 
 SECURE_ROW = "| locked-down bus ≥ 0.8× open bus, routed 1-stage capacity (open loop) |"
+ROUTER_ROW = (
+    "| locked-down bus ≥ 0.8× open bus, a router's capacity on its own core "
+    "(its CPU per routed reply) |"
+)
 TOKENS_ROW = "| locked-down bus ≥ 0.95× open bus, 3-stage tokens/s |"
 
 
@@ -134,6 +139,92 @@ def test_the_secure_configuration_answers_a_tenant_the_server_vouches_for() -> N
     assert report.secure_over_open_is in {"exact", "at_most", "at_least", "unknown"}
     if report.secure_over_open_is == "exact":  # an exact ratio always decides the target
         assert report.secure_over_open_met is not None
+    # Every process of the path was read, and spent something on the replies.
+    assert set(secure.cpu_us) == {"server", "router", "nodes", "generator", "total"}
+    assert all(v > 0 for v in secure.cpu_us.values())
+    assert report.router_cost_secure_over_open is not None
+    assert report.router_cost_secure_over_open_met is not None
+
+
+def _costed(open_us: dict[str, float], secure_us: dict[str, float]) -> dict[str, Any]:
+    """A bus result whose two routed closed loops spent this CPU per reply."""
+    out: dict[str, Any] = copy.deepcopy(BUS)
+    out["routed_1"]["cpu_us"] = open_us
+    out["routed_1_secure"]["cpu_us"] = secure_us
+    out.update(costs(out))
+    return out
+
+
+OPEN_US = {"server": 45.0, "router": 210.0, "nodes": 52.0, "generator": 90.0, "total": 397.0}
+
+
+@pytest.mark.parametrize(
+    ("router_us", "quotient", "verdict"),
+    [(240.0, 0.875, "met"), (262.5, 0.8, "met"), (300.0, 0.7, "**not met**")],
+)
+def test_the_router_cost_on_the_locked_down_bus_is_judged_from_its_cpu_per_reply(
+    router_us: float, quotient: float, verdict: str
+) -> None:
+    secure = {"server": 127.0, "router": router_us, "nodes": 80.0, "generator": 125.0}
+    secure["total"] = sum(secure.values())
+    measured = judged_result(_costed(OPEN_US, secure))
+    assert measured.router_cost_secure_over_open == quotient
+    assert measured.router_cost_secure_over_open_met is (verdict == "met")
+    assert measured.path_cost_secure_over_open == round(397.0 / secure["total"], 3)
+    saved = results()
+    saved["bus"]["report"] = msgspec.to_builtins(measured)
+    doc = render(saved)
+    assert f"{ROUTER_ROW} {quotient:.3f}× open | {verdict} |" in _section(doc, "Headline")
+    bus = _section(doc, "The bus")
+    assert f"a user per process) | 127 | {router_us:.0f} |" in bus
+    assert f"on the locked-down bus is {quotient:.3f}" in bus
+
+
+def test_a_bus_result_without_cpu_figures_says_the_router_cost_was_not_measured() -> None:
+    r = judged_result(copy.deepcopy(BUS))
+    assert r.router_cost_secure_over_open is None
+    assert r.router_cost_secure_over_open_met is None
+    doc = render(results())
+    assert f"{ROUTER_ROW} not measured | not measured |" in _section(doc, "Headline")
+    assert "Where the CPU goes" not in doc
+
+
+def test_cpu_per_reply_divides_each_roles_time_by_the_replies() -> None:
+    before = {"server": 1.0, "router": 2.0}
+    after = {"server": 1.5, "router": 4.0}
+    assert cpu_per_reply(before, after, 1000) == {
+        "server": 500.0,
+        "router": 2000.0,
+        "total": 2500.0,
+    }
+    # A role that could not be read is left out, and so is the total; no reply, no figure.
+    assert cpu_per_reply({**before, "nodes": None}, after, 1000) == {
+        "server": 500.0,
+        "router": 2000.0,
+    }
+    assert cpu_per_reply(before, after, 0) == {}
+
+
+def test_the_cpu_of_a_round_is_each_roles_median_over_the_rounds() -> None:
+    rounds = [
+        {"router": 200.0, "total": 400.0},
+        {"router": 260.0},
+        {"router": 230.0, "total": 500.0},
+    ]
+    assert median_costs(rounds) == {"router": 230.0, "total": 450.0}
+
+
+def test_cpu_seconds_reads_a_live_process_and_nothing_for_a_gone_one() -> None:
+    import os
+
+    first = cpu_seconds(os.getpid())
+    assert first is not None
+    sum(i * i for i in range(2_000_000))  # spend some
+    later = cpu_seconds(os.getpid())
+    assert later is not None
+    assert later > first
+    assert cpu_seconds(2**22 + 1) is None  # above any pid Linux hands out by default
+    assert cpu_by_role({"gone": [2**22 + 1], "me": [os.getpid()]})["gone"] is None
 
 
 def _gen(tokens_per_s: float, *, text_ok: bool = True) -> dict[str, Any]:

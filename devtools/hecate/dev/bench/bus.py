@@ -30,6 +30,14 @@ process, the router taking the tenant from the account the server stamps, the lo
 by a tenant from its own account.
 ``secure_over_open`` (its capacity ÷ ``routed_1``'s) is judged against
 :data:`hecate.dev.bench.report.bus.SECURE_TARGET_RATIO` in ``secure_over_open_met``.
+That capacity is the whole machine's: here the server, the generators, the router and
+the node share two cores, so TLS and the cross-account import are paid by the server
+and the generators out of the router's CPU too. So the closed loop also reads, from
+``/proc``, the CPU each process spent per correct reply (``cpu_us``: server, router,
+nodes, generator, total), and ``router_cost_secure_over_open`` (the router's CPU per
+reply on the open bus ÷ on the locked-down one: its capacity on a core of its own, as
+deployed, where the server and the callers run on other machines) is judged against
+the same target in ``router_cost_secure_over_open_met``.
 """
 
 from __future__ import annotations
@@ -44,10 +52,10 @@ from typing import Any
 
 import msgspec
 
-from hecate.dev.bench.bus_setup import CONFIGURATIONS, Standing, wait_ready
+from hecate.dev.bench.bus_setup import CONFIGURATIONS, Standing, median_costs, wait_ready
 from hecate.dev.bench.generators import Generators, run_on_uvloop
 from hecate.dev.bench.openloop import OK_SHARE, P99_BOUND_MS, CapacitySearch, served_in_full
-from hecate.dev.bench.report.bus import judge_secure
+from hecate.dev.bench.report.bus import judge_router_cost, judge_secure
 from hecate.dev.bench.results_bus import BusResult
 
 RATIOS = {  # ratio name: (numerator, denominator), both capacities
@@ -162,13 +170,18 @@ def run_bus_bench(
             for st in setups:
                 run_on_uvloop(wait_ready(st.url, st.subject, st.body, st.routed, st.creds))
                 run_on_uvloop(st.drive(inflight, 0.5))  # warm up
-            runs: dict[str, list[dict[str, float]]] = {st.label: [] for st in setups}
+            runs: dict[str, list[dict[str, Any]]] = {st.label: [] for st in setups}
             for _ in range(rounds):
                 for st in setups:
                     runs[st.label].append(run_on_uvloop(st.drive(inflight, seconds)))
             for label, figures in runs.items():
                 by_rps = sorted(figures, key=lambda f: f["rps"])
-                out[label] = {**by_rps[len(by_rps) // 2], "rounds_rps": [f["rps"] for f in figures]}
+                out[label] = {
+                    **by_rps[len(by_rps) // 2],
+                    "rounds_rps": [f["rps"] for f in figures],
+                    "cpu_us": median_costs([f["cpu_us"] for f in figures]),
+                }
+            out.update(costs(out))
             if sweep is not None:
                 searches = {st.label: sweep.search(out[st.label]["rps"]) for st in setups}
                 for st in setups:
@@ -242,8 +255,32 @@ def ratios(caps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+COSTS = {  # figure: (numerator's configuration, denominator's, role), CPU per reply
+    "router_cost_secure_over_open": ("routed_1", "routed_1_secure", "router"),
+    "path_cost_secure_over_open": ("routed_1", "routed_1_secure", "total"),
+}
+
+
+def costs(out: dict[str, Any]) -> dict[str, float]:
+    """Every figure of :data:`COSTS` both closed loops measured: the open bus's CPU per
+    reply ÷ the locked-down bus's, for the router alone (its capacity on a core of its
+    own, as deployed, where the server and the callers run elsewhere) and for every
+    process of the path together."""
+    found: dict[str, float] = {}
+    for name, (cheap, dear, role) in COSTS.items():
+        top = out.get(cheap, {}).get("cpu_us", {}).get(role)
+        bottom = out.get(dear, {}).get("cpu_us", {}).get(role)
+        if top and bottom:
+            found[name] = round(top / bottom, 3)
+    return found
+
+
 def judged_result(out: dict[str, Any]) -> BusResult:
     """The result as saved, with the locked-down bus judged against its target from its
     measured ratio (``secure_over_open_met``)."""
     result = msgspec.convert(out, BusResult)
-    return msgspec.structs.replace(result, secure_over_open_met=judge_secure(result))
+    return msgspec.structs.replace(
+        result,
+        secure_over_open_met=judge_secure(result),
+        router_cost_secure_over_open_met=judge_router_cost(result),
+    )

@@ -6,10 +6,14 @@ and the closed loop that drives one (see :mod:`hecate.dev.bench.bus`)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -211,6 +215,19 @@ class Standing:
     def url(self) -> str:
         return self.server.url
 
+    def roles(self) -> dict[str, list[int]]:
+        """The pids of this configuration's processes by role (:data:`ROLES`, those it
+        has: raw has no router, its echo counts as a node); the generator is this
+        process, which drives the closed loop."""
+        procs = self.procs.procs
+        roles = {
+            "server": [self.server.process.pid] if self.server.process else [],
+            "router": [procs[label].pid for label in procs if label == "router"],
+            "nodes": [procs[label].pid for label in procs if label != "router"],
+            "generator": [os.getpid()],
+        }
+        return {role: pids for role, pids in roles.items() if pids}
+
     @classmethod
     def start(
         cls, label: str, tmp: Path, layers: int, executor: str, env: dict[str, str]
@@ -231,15 +248,72 @@ class Standing:
         creds = bus.credentials(SECURE_TENANT) if bus else ANONYMOUS
         return cls(label, server, procs, subject, body, routed, creds)
 
-    async def drive(self, inflight: int, seconds: float) -> dict[str, float]:
-        """The closed loop against this configuration."""
-        return await _drive(
+    async def drive(self, inflight: int, seconds: float) -> dict[str, Any]:
+        """The closed loop against this configuration, with the CPU each role spent
+        per correct reply (``cpu_us``, see :func:`cpu_per_reply`)."""
+        roles = self.roles()
+        before = cpu_by_role(roles)
+        figures: dict[str, Any] = await _drive(
             self.url, self.subject, self.body, inflight, seconds, self.routed, self.creds
         )
+        figures["cpu_us"] = cpu_per_reply(before, cpu_by_role(roles), int(figures["requests"]))
+        return figures
 
     def stop(self) -> None:
         self.procs.stop()
         self.server.stop()
+
+
+# Who spends CPU on a request: the nats-server, the router, the nodes (together; the
+# echo responder for raw) and the generator (the process driving the closed loop).
+ROLES = ("server", "router", "nodes", "generator")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time a process has used so far (Linux ``/proc``); ``None``
+    where that cannot be read (another system, a process gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(roles: Mapping[str, list[int]]) -> dict[str, float | None]:
+    """Each role's CPU seconds so far, its processes summed; ``None`` if one is unreadable."""
+    out: dict[str, float | None] = {}
+    for role, pids in roles.items():
+        times = [cpu_seconds(pid) for pid in pids]
+        out[role] = None if not times or None in times else sum(t for t in times if t)
+    return out
+
+
+def cpu_per_reply(
+    before: Mapping[str, float | None], after: Mapping[str, float | None], replies: int
+) -> dict[str, float]:
+    """Microseconds of CPU each role spent per correct reply between two readings of
+    :func:`cpu_by_role`, and their ``total``; roles that could not be read are left out
+    (and so is the total). Empty when nothing was answered."""
+    if replies <= 0:
+        return {}
+    out: dict[str, float] = {}
+    for role, start in before.items():
+        end = after.get(role)
+        if start is not None and end is not None:
+            out[role] = round((end - start) / replies * 1e6, 1)
+    if out and len(out) == len(before):
+        out["total"] = round(sum(out.values()), 1)
+    return out
+
+
+def median_costs(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each role's median CPU per reply over the rounds that measured it."""
+    roles = {role for costs in rounds for role in costs}
+    return {
+        role: round(statistics.median(c[role] for c in rounds if role in c), 1)
+        for role in sorted(roles)
+    }
 
 
 def _routed_ok(data: bytes) -> bool:

@@ -24,6 +24,9 @@ class ClosedLoop(msgspec.Struct, frozen=True, kw_only=True):
     requests: float
     failures: int
     rounds_rps: list[float] = []
+    # CPU per correct reply by role (server, router, nodes, generator, total), in µs:
+    # each role's median over the rounds (hecate.dev.bench.bus_setup.cpu_per_reply).
+    cpu_us: dict[str, float] = {}
 
 
 class SweepPoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,6 +111,11 @@ class BusResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     # The locked-down bus against its target, as the suite judged it (the report judges
     # the ratio again): met, not met, or None when the ratio does not decide it.
     secure_over_open_met: bool | None = None
+    # The open bus's CPU per routed reply ÷ the locked-down bus's (hecate.dev.bench.bus.COSTS):
+    # the router's alone, judged against the same target, and every process's together.
+    router_cost_secure_over_open: float | None = None
+    router_cost_secure_over_open_met: bool | None = None
+    path_cost_secure_over_open: float | None = None
     meta: BusMeta
 
     def closed(self, label: str) -> ClosedLoop | None:

@@ -12,6 +12,17 @@ from hecate.dev.bench.results_bus import BusResult
 BUS_TARGET_RATIO = 0.4  # routed 1-stage throughput / raw request-reply
 SECURE_TARGET_RATIO = 0.8  # routed 1-stage, locked-down bus / the same on the open bus
 SECURE_TARGET = "locked-down bus ≥ 0.8× open bus, routed 1-stage capacity (open loop)"
+ROUTER_COST_TARGET = (
+    "locked-down bus ≥ 0.8× open bus, a router's capacity on its own core "
+    "(its CPU per routed reply)"
+)
+ROLE_NAMES = {  # cpu_us keys, in the table's order
+    "server": "nats-server",
+    "router": "router",
+    "nodes": "node(s) / echo",
+    "generator": "generator",
+    "total": "all",
+}
 # What the locked-down configuration is, as deployed (bus_setup.SECURE).
 SECURE_SETUP = (
     "the layout `hecate up --secure` and `deploy/` run: TLS between every process and the "
@@ -64,6 +75,53 @@ def judge_secure(r: BusResult) -> bool | None:
     as the ratio is known; ``None`` when the run did not measure both."""
     value, kind = r.ratio("secure_over_open")
     return judged(value, kind, SECURE_TARGET_RATIO)
+
+
+def judge_router_cost(r: BusResult) -> bool | None:
+    """The router's CPU per routed reply, open ÷ locked-down bus, against
+    :data:`SECURE_TARGET_RATIO`; ``None`` when the run did not measure both."""
+    value = r.router_cost_secure_over_open
+    return judged(value, "exact", SECURE_TARGET_RATIO)
+
+
+def _costs(r: BusResult) -> str:
+    """Where each configuration's CPU goes, per correct reply, and the locked-down bus's
+    price in it."""
+    loops = [(label, f) for key, label, _ in BUS_ROWS if (f := r.closed(key)) and f.cpu_us]
+    if not loops:
+        return ""
+    rows = [
+        [label, *("–" if (v := f.cpu_us.get(role)) is None else num(v, 0) for role in ROLE_NAMES)]
+        for label, f in loops
+    ]
+    costs = table(["configuration", *(f"{name} µs" for name in ROLE_NAMES.values())], rows)
+    verdicts = ""
+    router, path = r.router_cost_secure_over_open, r.path_cost_secure_over_open
+    if router is not None:
+        verdicts = (
+            f"A router's CPU per routed reply on the open bus ÷ on the locked-down bus is "
+            f"{num(router, 3)}: the capacity of a router with a core of its own, as deployed, "
+            "where the server and the callers run on machines of their own; against the "
+            f"issue's target (≥ {SECURE_TARGET_RATIO}×): {verdict(judge_router_cost(r))}."
+        )
+    if path is not None:
+        verdicts += (
+            f" For every process of the path together the same quotient is {num(path, 3)}, "
+            "close to the capacity ratio above, which is what one machine running them all "
+            "can serve."
+        )
+    return f"""### Where the CPU goes: per correct reply, by process
+
+Read from `/proc` around each closed-loop round (user plus system time of each process,
+÷ the round's correct replies; each figure the median over the rounds). The generator is
+the process driving the closed loop. On the locked-down bus TLS is paid by every process
+that speaks to the server, the server among them, and the cross-account import (the
+reply mapping and the `Nats-Request-Info` stamp) by the server.
+
+{costs}
+
+{verdicts}
+"""
 
 
 def shown_ratio(r: BusResult, name: str, digits: int = 2) -> str:
@@ -256,6 +314,7 @@ taken from this table: it shows latency under {meta.inflight} requests in flight
 
 Failed requests in the closed loop: {failures:,}.
 
+{_costs(r)}
 Changes that moved these figures, each measured with this command at the time (the
 history of this file has the figures): skipping span creation and trace-context
 extraction when nothing exports, together with a cheaper toy embedding; uvloop in every
@@ -272,4 +331,11 @@ executor for this benchmark.
     return text, [
         Target("routed 1-stage capacity ≥ 0.4× raw NATS capacity (open loop)", figure, met),
         Target(SECURE_TARGET, secure_figure, judge_secure(r)),
+        Target(
+            ROUTER_COST_TARGET,
+            "not measured"
+            if r.router_cost_secure_over_open is None
+            else f"{num(r.router_cost_secure_over_open, 3)}× open",
+            judge_router_cost(r),
+        ),
     ]
