@@ -72,19 +72,23 @@ class Shell:
         return found
 
 
+def _service(instance_id: str, provider: TracerProvider | None = None) -> Service:
+    return Service(
+        kind=KIND,
+        name="shell",
+        instance_id=instance_id,
+        description="a test service",
+        log=logging.getLogger("test.shell"),
+        tracer_provider=provider,
+    )
+
+
 @pytest.fixture
 async def shell(nats_server: NatsServer) -> AsyncIterator[Shell]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    svc = Service(
-        kind=KIND,
-        name="shell",
-        instance_id="s1",
-        description="a test service",
-        log=logging.getLogger("test.shell"),
-        tracer_provider=provider,
-    )
+    svc = _service("s1", provider)
     await svc.start(nats_server.url)
     shell = Shell(svc=svc, spans=exporter)
     await svc.add_endpoint("later", "test.later", Ask, shell.deferred, deferred=True, max_bytes=64)
@@ -232,13 +236,7 @@ async def test_a_connection_that_is_back_is_counted_back_before_its_callback(
     takes the outage for the other clients' silence."""
     server = NatsServer(tmp_path / "nats").start()
     port = server.client_port
-    svc = Service(
-        kind=KIND,
-        name="shell",
-        instance_id="s2",
-        description="a test service",
-        log=logging.getLogger("test.shell"),
-    )
+    svc = _service("s2")
     try:
         await svc.start(server.url)
         assert svc.reconnected_at == 0.0

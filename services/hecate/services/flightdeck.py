@@ -126,6 +126,8 @@ class FlightDeck:
         self.reconnect = ReconnectWindow()  # every flight's, fed by _observe
         self.hearing = Hearing(time.monotonic())  # every flight's: what came in, and when
         self._snapshot: object = None  # the telemetry snapshot last read into it
+        self._telemetry_wall = 0.0  # the view's telemetry_at last taken to our clock...
+        self._telemetry_heard = 0.0  # ...and that time on our monotonic clock
         self.on_landed: Callable[[Flight], Awaitable[None]] = _nothing
 
     async def launch(self, a: Admission, route: Route, degraded: bool, probes: set[str]) -> None:
@@ -157,8 +159,12 @@ class FlightDeck:
             self.hearing.heard(ev.now)
         elif isinstance(ev, Tick) and self.view.telemetry_at:
             # A deadline is judged on what the router heard: telemetry's latest snapshot
-            # came in over its link when the watch delivered it (telemetry_at, our wall).
-            self.hearing.heard(ev.now - (time.time() - self.view.telemetry_at))
+            # came in over its link when the watch delivered it (telemetry_at, our wall),
+            # taken to our monotonic clock once per snapshot.
+            if self.view.telemetry_at != self._telemetry_wall:
+                self._telemetry_wall = self.view.telemetry_at
+                self._telemetry_heard = time.monotonic() - (time.time() - self._telemetry_wall)
+            self.hearing.heard(self._telemetry_heard)
         for action in flight.machine.handle(ev):
             await self._act(flight, action)
 
@@ -197,18 +203,16 @@ class FlightDeck:
         now, and a node declared down since is not waited for. Telemetry's times are
         its wall clock, compared with ours: hosts are assumed to keep NTP time."""
         window = self.reconnect
-        closed = now - window.at >= self.options.reconnect_grace_s
         back = self.service.reconnected_at
-        reopen = bool(back) and back > window.at
-        if closed and not reopen:
-            return  # steady state: the window closed and no reconnect since
-        snap = self.view.telemetry
-        if reopen:
+        if back and back > window.at:  # reopen it on a reconnect it has not seen
+            snap = self.view.telemetry
             alive = [n for n, t in snap.nodes.items() if t.alive] if snap else []
             window.reconnected(back, alive)
             self._snapshot = None
-            closed = now - window.at >= self.options.reconnect_grace_s
-        if snap is None or snap is self._snapshot or closed:
+        if now - window.at >= self.options.reconnect_grace_s:
+            return  # steady state: the window closed and no reconnect since
+        snap = self.view.telemetry
+        if snap is None or snap is self._snapshot:
             return
         self._snapshot = snap
         wall_now = time.time()

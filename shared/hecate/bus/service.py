@@ -106,8 +106,14 @@ class Service:
         Read from the connections' own reconnect counts, not only from the
         reconnected callback: nats-py reports a connection connected (and delivers
         on it) one round trip before it calls back, and a reader in that gap must
-        not take the outage for the others' fault."""
-        seen = sum(c.stats["reconnects"] for c in (self.inbound, self.outbound) if c)
+        not take the outage for the others' fault.
+
+        Read on every message the router's inbox takes: two look-ups and a compare
+        while no connection came back, the clock only when one did."""
+        i, o = self.inbound, self.outbound
+        seen = (i.stats["reconnects"] if i is not None else 0) + (
+            o.stats["reconnects"] if o is not None else 0
+        )
         if seen != self._reconnects_seen:
             self._reconnects_seen = seen
             self._back_at = time.monotonic()
