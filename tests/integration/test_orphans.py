@@ -4,6 +4,7 @@ processes, real signals, the process table read from /proc."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,6 +88,28 @@ def wait_family(root: int, at_least: int) -> set[int]:
     return members
 
 
+@contextlib.contextmanager
+def pids_printed_by(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], set[int]]]:
+    """Python running ``script`` with ``args``, and the pids it prints on its first line;
+    killed on the way out if a failure left it running."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        yield owner, {int(p) for p in owner.stdout.readline().split()}
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
+def sigkill_and_wait_all_gone(owner: subprocess.Popen[str], pids: set[int]) -> None:
+    owner.kill()
+    owner.wait()
+    wait_all_gone(owner.pid, pids)
+
+
 # A supervisor of its own: one child started from the main thread, one from a thread
 # that has exited by the time it is killed, one restarted from another such thread (the
 # kernel's parent-death signal follows the forking thread: those children must live on
@@ -116,19 +139,10 @@ SUPERVISOR = textwrap.dedent(
 
 
 def test_children_of_a_sigkilled_supervisor_stop() -> None:
-    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR], stdout=subprocess.PIPE, text=True)
-    try:
-        assert sup.stdout is not None
-        pids = {int(p) for p in sup.stdout.readline().split()}
+    with pids_printed_by(SUPERVISOR) as (sup, pids):
         assert len(pids) == 3
         assert all(running(pid) for pid in pids)  # the threads' children among them
-        sup.kill()
-        sup.wait()
-        wait_all_gone(sup.pid, pids)
-    finally:
-        if sup.poll() is None:
-            sup.kill()
-            sup.wait()
+        sigkill_and_wait_all_gone(sup, pids)
 
 
 def test_stop_reaches_a_childs_own_children(tmp_path: Path) -> None:
@@ -172,45 +186,54 @@ SERVER_OWNER = textwrap.dedent(
 
 
 def test_the_nats_servers_of_a_sigkilled_owner_stop(tmp_path: Path) -> None:
-    owner = subprocess.Popen(
-        [sys.executable, "-c", SERVER_OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert owner.stdout is not None
-        pids = {int(p) for p in owner.stdout.readline().split()}
+    with pids_printed_by(SERVER_OWNER, str(tmp_path)) as (owner, pids):
         assert len(pids) == 2
         assert all(running(pid) for pid in pids)
-        owner.kill()
-        owner.wait()
-        wait_all_gone(owner.pid, pids)
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
+        sigkill_and_wait_all_gone(owner, pids)
 
 
 # -- hecate up ---------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def sigint_at_its_default_in_children() -> Iterator[None]:
+    """Children started inside get SIGINT at its default, as a terminal gives its
+    foreground job. A test run started with SIGINT ignored (a script's background job,
+    as CI may start it) would hand that on through exec, and Python, finding it ignored,
+    installs no KeyboardInterrupt: a Ctrl-C before ``hecate up`` takes it over would do
+    nothing. A handler of this process's own, unlike an ignored signal, is reset by exec,
+    and one that does nothing keeps it ignoring SIGINT meanwhile."""
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def start_up(
     tmp_path: Path, topology: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            *hecate_argv(),
-            "up",
-            "--topology",
-            str(EXAMPLES / topology),
-            "--state",
-            str(tmp_path / "state"),
-            "--gateway",
-            "off",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    """``hecate up`` as an operator starts it at a terminal, Ctrl-C included."""
+    with sigint_at_its_default_in_children():
+        return subprocess.Popen(
+            [
+                *hecate_argv(),
+                "up",
+                "--topology",
+                str(EXAMPLES / topology),
+                "--state",
+                str(tmp_path / "state"),
+                "--gateway",
+                "off",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
 
 def read_until(stream: IO[str], marker: str) -> str:
@@ -289,9 +312,6 @@ def imported(stream: IO[str], module: str) -> None:
     raise AssertionError(f"{module} was never imported")
 
 
-# In make test-heavy: in a clean clone's first run the awaited import line never came
-# and each case ran into its watchdog (40 s, five cases); it passes in a working tree.
-@pytest.mark.heavy
 @pytest.mark.parametrize("module", IMPORTED_BEFORE_UP_RUNS)
 def test_a_ctrl_c_during_the_imports_exits_130_quietly(
     tmp_path: Path, stop_up: list[subprocess.Popen[str]], module: str
@@ -424,24 +444,12 @@ def test_a_service_whose_supervisor_died_stops_by_itself(
 ) -> None:
     log = tmp_path / "telemetry.log"
     service = [*hecate_argv(), "telemetry", "--nats", nats_server.url, "--id", "telemetry"]
-    sup = subprocess.Popen(
-        [sys.executable, "-c", TELLS_ITS_PID, str(log), *service],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert sup.stdout is not None
-        pid = int(sup.stdout.readline())
+    with pids_printed_by(TELLS_ITS_PID, str(log), *service) as (sup, pids):
+        (pid,) = pids
         deadline = time.monotonic() + GONE_WITHIN_S
         while "telemetry ready" not in log.read_text(errors="replace"):
             assert running(pid), log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        sup.kill()
-        sup.wait()
-        wait_all_gone(sup.pid, {pid})
+        sigkill_and_wait_all_gone(sup, pids)
         assert "supervisor gone; stopping" in log.read_text()
-    finally:
-        if sup.poll() is None:
-            sup.kill()
-            sup.wait()
