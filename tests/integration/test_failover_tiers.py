@@ -19,8 +19,8 @@ from hecate.wire.messages import FailoverEvent, NodeEvent
 
 from .conftest import EXAMPLES, Processes, infer, start_swarm, wait_until_serving
 from .load import start_load
-from .test_faults import BEYOND_THE_TEST_MS, collect, node_alive, sign_of_death
-from .waits import GENEROUS_S, until
+from .test_faults import BEYOND_THE_TEST_MS, collect, node_alive, plan, sign_of_death, telemetry
+from .waits import GENEROUS_S, router_status, until
 
 RACKS = [
     ("rack1-a", 6, 5.0, 2.0),
@@ -187,6 +187,39 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
     assert (tally.lost, tally.wrong, tally.errors) == (0, 0, 0), tally
 
 
+async def router_holds_every_node(client: Client, router_id: str, node_ids: list[str]) -> None:
+    """Until the plan places every one of ``node_ids``, telemetry's snapshot calls each
+    alive, and the router holds that plan and a snapshot received since (nodes only
+    join meanwhile, so every later one says the same)."""
+    wanted = set(node_ids)
+    epoch = 0
+
+    async def all_placed_and_alive() -> bool:
+        nonlocal epoch
+        try:
+            placed, revision = await plan(client)
+            nodes = (await telemetry(client)).nodes
+        except Exception:  # no plan or snapshot yet
+            return False
+        epoch = revision  # a router's plan epoch is the KV revision it adopted
+        in_plan = {s.node_id for p in placed.pipelines for s in p.stages}
+        return wanted <= in_plan and all(n in nodes and nodes[n].alive for n in wanted)
+
+    await until(
+        all_placed_and_alive, f"the plan placing {node_ids} and telemetry calling them alive"
+    )
+    seen_at = time.time()
+
+    async def received() -> bool:
+        status = await router_status(client, router_id)
+        if status is None or status.get("telemetry_age_s") is None:
+            return False
+        fresh = time.time() - float(status["telemetry_age_s"]) >= seen_at
+        return fresh and int(status["plan_epoch"]) >= epoch
+
+    await until(received, f"{router_id} holding plan {epoch} and a snapshot since {seen_at}")
+
+
 async def test_a_chained_stage_that_is_gone_is_named_by_the_node_that_forwarded_to_it(
     processes: Processes, client: Client
 ) -> None:
@@ -206,6 +239,10 @@ async def test_a_chained_stage_that_is_gone_is_named_by_the_node_that_forwarded_
     )
     first = await wait_until_serving(client, "ncm-base")
     assert first.route is not None
+    # One pipeline serving says nothing of the other's nodes: the router's last plan and
+    # telemetry must hold all six, or the replica is missing because it had not joined
+    # yet, not because of the kills.
+    await router_holds_every_node(client, "router-1", [n for n, *_ in CHAIN_NODES])
     events = await collect(client, subjects.EVENT_FAILOVER, FailoverEvent)
     # No node-down can come: the router routes on its last telemetry, b and e alive.
     processes.kill("telemetry")
