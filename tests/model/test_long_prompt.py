@@ -68,7 +68,9 @@ async def test_prompts_of_600_2000_and_4000_tokens_answer_through_three_stages(
     assert failovers.pending_msgs == 0  # long prompts are work, not failures
 
 
-@pytest.mark.parametrize("dispatch", ["hop", "chain"])
+# The refusal is the executors' context check, the same on either path: make test runs it
+# chained, make test-heavy hop by hop as well.
+@pytest.mark.parametrize("dispatch", [pytest.param("hop", marks=pytest.mark.heavy), "chain"])
 async def test_a_prompt_past_the_context_is_prompt_too_long_not_a_lost_node(
     processes: Processes, client: Client, tmp_path: Path, dispatch: str
 ) -> None:

@@ -183,9 +183,22 @@ async def test_three_stages_generate_the_single_process_text_and_stream_it(
     assert "Paris" in (chat.output or "")
 
 
+# make test kills during the prefill, at the first step and mid-decode, across both
+# dispatch modes; make test-heavy adds the other half of the grid (about 40 s of SmolLM2
+# swarms on two cores), which takes the same replay path.
+_HEAVY = pytest.mark.heavy
+
+
 @pytest.mark.parametrize(
     ("kill_after", "dispatch"),
-    [(0, "hop"), (1, "hop"), (12, "hop"), (0, "chain"), (1, "chain"), (12, "chain")],
+    [
+        (0, "hop"),
+        pytest.param(1, "hop", marks=_HEAVY),
+        (12, "hop"),
+        pytest.param(0, "chain", marks=_HEAVY),
+        (1, "chain"),
+        pytest.param(12, "chain", marks=_HEAVY),
+    ],
 )
 async def test_a_node_killed_mid_generation_is_replayed_and_the_text_is_unchanged(
     processes: Processes, client: Client, tmp_path: Path, kill_after: int, dispatch: str
