@@ -315,3 +315,11 @@ def test_the_report_command_rewrites_the_readme_only_between_its_markers(
     assert main([*argv, "--readme", str(readme)]) == 2
     assert readme.read_text() == README.replace(FIGURES_END, "")
     assert not out.exists()
+
+
+def test_a_chaos_scenario_run_again_because_its_fault_missed_says_so() -> None:
+    saved = results()
+    saved["chaos"]["report"]["scenarios"][0]["missed"] = 1
+    chaos = _section(render(saved), "Chaos")
+    assert "(run 2 times: the fault hit no live traffic before)" in chaos
+    assert chaos.count("the fault hit no live traffic before") == 1  # only node-kill's row

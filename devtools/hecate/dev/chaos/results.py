@@ -65,6 +65,9 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
     acceptance: dict[str, bool] = {}
     timing: TimingDoc | None = None  # where the scenario's timing is not the run's
     timeline: Timeline | None = None
+    # Runs before this one whose fault hit no live traffic (their one shortfall was the
+    # evidence); each was run again, and the report says so.
+    missed: int = 0
 
     def seen(self) -> dict[str, float]:
         """The evidence figures (older results kept the failover count among their
@@ -78,6 +81,13 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def accepted(self) -> bool:
         return all(self.acceptance.values())
+
+    @property
+    def missed_its_traffic(self) -> bool:
+        """Failed on its evidence alone: nothing lost, wrong or refused without reason,
+        but its fault hit no live traffic, so the run proves nothing either way."""
+        failed = [name for name, ok in self.acceptance.items() if not ok]
+        return bool(failed) and all(name.startswith("shows_") for name in failed)
 
     def figures(self) -> dict[str, Any]:
         """The figures as the JSON ``--json`` prints (no timeline)."""

@@ -38,7 +38,10 @@ def _acceptance(s: ScenarioResult) -> str:
 def _evidence(s: ScenarioResult) -> str:
     seen = s.seen()
     shown = [EVIDENCE[name].format(seen.get(name, 0)) for name in of(s.scenario).expect.evidence]
-    return "; ".join(shown) or "–"
+    missed = (
+        f" (run {s.missed + 1} times: the fault hit no live traffic before)" if s.missed else ""
+    )
+    return ("; ".join(shown) or "–") + missed
 
 
 def _checks(s: ScenarioResult) -> str:
