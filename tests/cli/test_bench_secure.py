@@ -257,7 +257,7 @@ def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_at_the_median_round
     rendered = render(doc)
     assert f"{TOKENS_ROW} 0.964× open | met |" in _section(rendered, "Headline")
     llm = _section(rendered, "SmolLM2-135M")
-    assert "| 3 stages, locked-down ÷ open bus, per round | 0.964, 0.893, 0.982 |" in llm
+    assert "| 3 stages, locked-down ÷ open bus, per pair | 0.964, 0.893, 0.982 |" in llm
     assert "the generation asked by a tenant's user from its own account" in llm
     assert "(`--tenant-from bus`)" in llm
 
@@ -273,6 +273,17 @@ def test_tokens_per_s_slower_on_the_locked_down_bus_fail_the_target() -> None:
 def test_a_wrong_text_on_the_locked_down_bus_fails_the_target_however_fast() -> None:
     saved = _llm_rounds([(28.0, 30.0)], text_ok=False)
     assert judge_secure(load(saved, LlmResult)) == (False, "failed: wrong text")
+
+
+def test_a_wrong_text_in_any_further_pair_fails_the_target() -> None:
+    saved = _llm_rounds([(28.0, 27.5)])
+    saved["rounds"][0]["secure_pairs"] = [
+        {"stages_3": _gen(28.0), "stages_3_secure": _gen(27.9)},
+        {"stages_3": _gen(28.0), "stages_3_secure": _gen(27.9, text_ok=False)},
+    ]
+    assert judge_secure(load(saved, LlmResult)) == (False, "failed: wrong text")
+    saved["rounds"][0]["secure_pairs"][1]["stages_3_secure"] = _gen(27.9)
+    assert judge_secure(load(saved, LlmResult))[0] is True
 
 
 def test_an_llm_result_saved_before_the_secure_runs_still_loads_and_renders() -> None:

@@ -18,8 +18,10 @@ One run measures, greedy, the same prompt and token count:
   of the two goes first alternates by round): TLS, an account per tenant, every process
   its own user, the router taking the tenant from the account the server stamps
   (``--tenant-from bus``), the generation asked by a tenant from its own account.
-  ``secure_over_open_rounds``: its tokens/s over ``stages_3``'s per round;
-  ``secure_over_open``: the median round; ``secure_over_open_met``: that against
+  ``secure_over_open_rounds``: its tokens/s over ``stages_3``'s in every pair, the
+  round's own pair first, then its ``secure_pairs`` (:data:`SECURE_PAIRS` pairs a
+  round in all, the order alternating pair by pair); ``secure_over_open``: the median;
+  ``secure_over_open_met``: that against
   :data:`hecate.dev.bench.report.llm.LLM_TARGET_SECURE`;
 * ``kill_between_steps`` / ``kill_mid_step``: two 3-stage pipelines; the middle node of
   the serving one is SIGKILLed after ``kill_after`` tokens, either as that token
@@ -140,11 +142,15 @@ def failed_checks(result: dict[str, Any]) -> list[str]:
     return sorted({f"{k}: wrong text" for k, v in runs if v.get("text_ok") is False})
 
 
+SECURE_PAIRS = 3  # open/locked-down pairs of 3-stage runs per round
+
+
 def run_llm_bench(
     *,
     tokens: int = 48,
     blas_threads: int = 2,
     rounds: int = 3,
+    secure_pairs: int = SECURE_PAIRS,
     concurrency: Sequence[int] = DEFAULT_LEVELS,
     only_concurrency: bool = False,
 ) -> LlmResult:
@@ -172,19 +178,28 @@ def run_llm_bench(
     # The headline ratios, in interleaved rounds (single, llama.cpp, 3 stages, single,
     # ...): this machine's speed drifts by 10-20 % over minutes, and a ratio within one
     # round cancels most of it. The median round is reported, every round is listed.
-    per_round: list[dict[str, dict[str, Any]]] = []
+    per_round: list[dict[str, Any]] = []
     for _ in range(rounds):
-        rnd = {"single": check_text(single(path, tokens), expected)}
+        rnd: dict[str, Any] = {"single": check_text(single(path, tokens), expected)}
         if reference is not None:
             _settle()
             run = reference.run(tokens)
             run["matches_numpy_text"] = run.pop("text") == expected
             rnd["llama_cpp"] = run
         # The open and the locked-down bus take turns going first: neither always gets
-        # the cores just after the single process let go of them.
-        for secure in (False, True) if len(per_round) % 2 == 0 else (True, False):
-            run = swarm([three], tokens, blas_threads=blas_threads, secure=secure)
-            rnd["stages_3_secure" if secure else "stages_3"] = check_text(run, expected)
+        # the cores just after the single process let go of them. One generation's
+        # tokens/s spreads by more than the bus costs, so each round times
+        # ``secure_pairs`` pairs, the order alternating pair by pair.
+        pairs = []
+        for k in range(secure_pairs):
+            pair: dict[str, Any] = {}
+            for secure in (False, True) if (len(per_round) + k) % 2 == 0 else (True, False):
+                run = swarm([three], tokens, blas_threads=blas_threads, secure=secure)
+                pair["stages_3_secure" if secure else "stages_3"] = check_text(run, expected)
+            pairs.append(pair)
+        rnd.update(pairs[0])  # the round's own: 3 stages ÷ single is taken from it
+        if len(pairs) > 1:
+            rnd["secure_pairs"] = pairs[1:]
         per_round.append(rnd)
     del reference  # its threads and weights stay out of the remaining runs
     singles = [r["single"] for r in per_round]
@@ -196,7 +211,11 @@ def run_llm_bench(
         return check_text(swarm(pipelines, tokens, **kwargs), expected)
 
     stages_rounds = ratios("stages_3", "single")
-    secure_rounds = ratios("stages_3_secure", "stages_3")
+    secure_rounds = [
+        round(p["stages_3_secure"]["tokens_per_s"] / p["stages_3"]["tokens_per_s"], 3)
+        for r in per_round
+        for p in (r, *r.get("secure_pairs", []))
+    ]
     result: dict[str, Any] = {
         "single": _median_run(singles),
         "stages_3": _median_run([r["stages_3"] for r in per_round]),

@@ -56,6 +56,14 @@ class Round(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     llama_cpp: Generation | None = None
     stages_3: Generation | None = None
     stages_3_secure: Generation | None = None  # the same swarm on the locked-down bus
+    secure_pairs: list[SecurePair] = []  # the round's further open/locked-down pairs
+
+
+class SecurePair(msgspec.Struct, frozen=True, kw_only=True):
+    """One more timing of the 3-stage swarm on each bus, in the same round."""
+
+    stages_3: Generation
+    stages_3_secure: Generation
 
 
 class LlmMeta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -63,6 +63,12 @@ def judge_secure(r: LlmResult) -> tuple[bool | None, str]:
     if not rounds:
         return None, "not measured"
     runs = [*_in_rounds(r, "stages_3"), *_in_rounds(r, "stages_3_secure")]
+    runs += [
+        g
+        for rnd in r.rounds or []
+        for p in rnd.secure_pairs
+        for g in (p.stages_3, p.stages_3_secure)
+    ]
     if any(_wrong(x) for x in runs):
         return False, WRONG
     median = sorted(rounds)[len(rounds) // 2]
@@ -76,8 +82,9 @@ def _secure_prose(r: LlmResult, met: bool | None, figure: str) -> str:
             "* **3 stages on the locked-down bus ≥ "
             f"{LLM_TARGET_SECURE}× the open bus (tokens/s)**: not measured in this run."
         )
+    pairs = ", ".join(num(x, 3) for x in rounds)
     return f"""* **3 stages on the locked-down bus ≥ {LLM_TARGET_SECURE}× the open bus
-  (tokens/s)**: {verdict(met)} ({figure}; per round {", ".join(num(x, 3) for x in rounds)}).
+  (tokens/s)**: {verdict(met)} ({figure}, the median pair; per pair {pairs}).
   In every round the same 3-stage swarm also runs on the bus as `hecate up --secure`
   and `deploy/` run it: TLS between every process and the server; the services in one
   NATS account and each tenant in an account of its own that imports the service; the
@@ -85,7 +92,9 @@ def _secure_prose(r: LlmResult, met: bool | None, figure: str) -> str:
   every publish and subscription against the permissions the wire contract derives; and
   the generation asked by a tenant's user from its own account, so the server stamps the
   request with that account and the router takes the tenant from it (`--tenant-from
-  bus`). The two swarms take turns, which goes first alternating by round."""
+  bus`). The two swarms take turns, which goes first alternating pair by pair; one
+  generation's tokens/s spreads by more than the bus costs, so each round times several
+  pairs and the figure is the median pair."""
 
 
 def _llama(r: LlmResult) -> tuple[LlamaCpp | None, str]:
@@ -174,7 +183,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         ["3 stages ÷ single process, median round", f"**{num(ratio, 3)}**"],
         ["3 stages at 1 thread ÷ single at 1 thread", num(ratio_1_thread, 2)],
         [
-            "3 stages, locked-down ÷ open bus, per round",
+            "3 stages, locked-down ÷ open bus, per pair",
             ", ".join(num(x, 3) for x in r.secure_over_open_rounds or []) or "–",
         ],
         [
