@@ -300,3 +300,23 @@ def test_an_llm_result_saved_before_the_secure_runs_still_loads_and_renders() ->
     assert "the open bus (tokens/s)**: not measured in this run" in (
         _section(rendered, "SmolLM2-135M")
     )
+
+
+def test_the_suite_names_a_wrong_text_in_a_further_pair_by_round_and_pair() -> None:
+    from hecate.dev.bench.llm import failed_checks
+
+    good = {"text_ok": True, "tokens_per_s": 28.0}
+    result = {
+        "stages_3": good,
+        "rounds": [
+            {
+                "stages_3": good,
+                "stages_3_secure": good,
+                "secure_pairs": [
+                    {"stages_3": good, "stages_3_secure": good},
+                    {"stages_3": good, "stages_3_secure": {**good, "text_ok": False}},
+                ],
+            }
+        ],
+    }
+    assert failed_checks(result) == ["stages_3_secure (round 1, pair 3): wrong text"]

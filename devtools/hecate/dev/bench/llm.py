@@ -138,7 +138,9 @@ def failed_checks(result: dict[str, Any]) -> list[str]:
     first = rounds[0] if rounds else {}
     runs = [(k, v) for k, v in result.items() if isinstance(v, dict) and k not in first]
     for i, rnd in enumerate(rounds):
-        runs += [(f"{k} (round {i + 1})", v) for k, v in rnd.items()]
+        runs += [(f"{k} (round {i + 1})", v) for k, v in rnd.items() if k != "secure_pairs"]
+        for j, pair in enumerate(rnd.get("secure_pairs", [])):
+            runs += [(f"{k} (round {i + 1}, pair {j + 2})", v) for k, v in pair.items()]
     return sorted({f"{k}: wrong text" for k, v in runs if v.get("text_ok") is False})
 
 
