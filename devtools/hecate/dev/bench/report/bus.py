@@ -106,9 +106,8 @@ def _costs(r: BusResult) -> str:
         )
     if path is not None:
         verdicts += (
-            f" For every process of the path together the same quotient is {num(path, 3)}, "
-            "close to the capacity ratio above, which is what one machine running them all "
-            "can serve."
+            f" For every process of the path together the same quotient is {num(path, 3)}: "
+            "the locked-down bus's price where one machine runs them all, as this bench does."
         )
     return f"""### Where the CPU goes: per correct reply, by process
 
