@@ -226,3 +226,53 @@ def test_the_decision_is_the_least_cost_with_in_flight_and_measured_steps(
     )
     got = r.route("m", REQ, now=1.0)
     assert (got.cost, got.pipeline_id) == pytest.approx(expected)
+
+
+# An operation on a router: a step measured on a pipeline, or a decision, at a time
+# that only moves forward (by up to three windows at once).
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["sample-far", "sample-near", "decide"]),
+        st.floats(0, 3 * W, allow_nan=False),
+        st.floats(0, 0.5, allow_nan=False),
+    ),
+    max_size=40,
+)
+
+
+@given(_OPS)
+def test_a_kept_link_term_is_always_what_asking_again_would_give(
+    ops: list[tuple[str, float, float]],
+) -> None:
+    """The router keeps each pipeline's link term until a sample, a snapshot or a window
+    boundary changes it: every decision sees what computing it afresh would give."""
+    r, now = router(), 0.0
+    for op, step, seconds in ops:
+        now += step
+        if op == "decide":
+            for p in PLAN.pipelines:
+                fresh = link_cost(r.round_trips.least_ms(p.pipeline_id, now), COMPUTE_S * 1000)
+                assert r.link(p, now) == pytest.approx(fresh)
+        else:
+            r.measured(FAR if op == "sample-far" else NEAR, seconds, now)
+
+
+@given(
+    st.floats(0, 4 * W, allow_nan=False),
+    st.floats(0, 4 * W, allow_nan=False),
+    st.floats(0, 1.0, allow_nan=False),
+    st.floats(0, 1.0, allow_nan=False),
+)
+def test_a_figure_holds_until_the_time_lately_names(
+    first: float, gap: float, a: float, b: float
+) -> None:
+    trips = RoundTrips(W)
+    trips.sample(NEAR, a, first)
+    trips.sample(NEAR, b, first + gap)
+    at = first + gap
+    value, until = trips.lately(NEAR, at)
+    assert value == trips.least_ms(NEAR, at)
+    assert until > at
+    # Anywhere before ``until`` the figure is the same; at ``until`` it may change.
+    for t in (at, (at + min(until, at + 10 * W)) / 2):
+        assert trips.least_ms(NEAR, t) == value

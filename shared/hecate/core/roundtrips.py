@@ -32,6 +32,7 @@ No clock: every call is given the time, and times must not go backwards per pipe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -69,15 +70,21 @@ class RoundTrips:
     def least_ms(self, pipeline_id: str, now: float) -> float | None:
         """The least step measured on ``pipeline_id`` lately, or None: never measured,
         or not for a window or two (forgotten)."""
+        return self.lately(pipeline_id, now)[0]
+
+    def lately(self, pipeline_id: str, now: float) -> tuple[float | None, float]:
+        """:meth:`least_ms` at ``now``, and until when it stays so if no sample of
+        ``pipeline_id`` comes (a window closing, or the figure being forgotten): what a
+        caller may keep instead of asking again at every decision."""
         w = self._windows.get(pipeline_id)
         if w is None:
-            return None
+            return None, math.inf
         age = now - w.start
         if age >= 2 * self.window_s:
-            return None
+            return None, math.inf
         if age >= self.window_s or w.before_ms is None:
-            return w.least_ms
-        return min(w.least_ms, w.before_ms)
+            return w.least_ms, w.start + 2 * self.window_s
+        return min(w.least_ms, w.before_ms), w.start + self.window_s
 
     def forget(self, now: float) -> None:
         """Drop what is forgotten anyway (keeps the table to pipelines in use)."""

@@ -61,6 +61,9 @@ class Router:
         self.round_trips = RoundTrips(window_s)
         self._now = float("-inf")  # the latest time this router was told
         self._compute_ms: dict[str, float] = {}  # Σ latency_n per pipeline, this snapshot
+        # Each pipeline's link term as last computed, from when and until when it holds
+        # (RoundTrips.lately): a decision reads it, a sample or a snapshot drops it.
+        self._links: dict[str, tuple[float, float, float]] = {}
         self.state = state
         self._index_plan(None)
 
@@ -70,6 +73,7 @@ class Router:
         before = self.state.plan
         self.state = state
         self._compute_ms = {}
+        self._links = {}
         if state.plan is not before:
             self._index_plan(before)
 
@@ -102,6 +106,7 @@ class Router:
         self._now = max(self._now, now)
         if pipeline_id in self._plan_pipelines:
             self.round_trips.sample(pipeline_id, seconds * 1000, now)
+            self._links.pop(pipeline_id, None)
 
     def forget(self, now: float) -> None:
         """Drop the round trips measured too long ago to count (they would not anyway)."""
@@ -113,6 +118,9 @@ class Router:
         this router was told)."""
         at = self._now if now is None else now
         pid = pipeline.pipeline_id
+        kept = self._links.get(pid)
+        if kept is not None and kept[1] <= at < kept[2]:
+            return kept[0]
         compute = self._compute_ms.get(pid)
         if compute is None:
             compute = self._compute_ms[pid] = sum(
@@ -121,7 +129,10 @@ class Router:
                 )
                 for s in pipeline.stages
             )
-        return link_cost(self.round_trips.least_ms(pid, at), compute, self.weights, self.penalty)
+        least, until = self.round_trips.lately(pid, at)
+        link = link_cost(least, compute, self.weights, self.penalty)
+        self._links[pid] = (link, at, until)
+        return link
 
     def route(
         self,
@@ -148,13 +159,17 @@ class Router:
         best_cost, best_id, best = float("inf"), "", table[0][2]
         busy = self._pipeline_in_flight
         measured = len(self.round_trips) > 0
+        at = self._now if now is None else now
+        links = self._links
         for base, pid, p in table:
             # Sorted by (base, id) and, with nothing measured, the added terms are never
             # negative: once an entry's base is no better than the best effective cost,
             # none later wins.
             if not measured and (base, pid) >= (best_cost, best_id):
                 break
-            cost = base + self._per_request * busy.get(pid, 0) + self.link(p, now)
+            kept = links.get(pid)  # self.link's own look-up, without the call
+            link = kept[0] if kept is not None and kept[1] <= at < kept[2] else self.link(p, at)
+            cost = base + self._per_request * busy.get(pid, 0) + link
             if (cost, pid) < (best_cost, best_id):
                 best_cost, best_id, best = cost, pid, p
         return Route(
