@@ -17,6 +17,10 @@ from hecate.dev.chaos.scenarios import SCENARIOS, available, run
 RUNS_TO_BITE = 3
 
 
+# In make test-heavy: make test kills SmolLM2 nodes mid-generation in
+# test_swarm_generation.py (prefill, first step, mid-decode), and make chaos runs this
+# scenario in full.
+@pytest.mark.heavy
 async def test_a_mid_generation_kill_loses_nothing_and_changes_no_text(tmp_path: Path) -> None:
     assert available("llm-kill")  # the conftest pulled the model
     for attempt in range(RUNS_TO_BITE):
