@@ -126,8 +126,6 @@ class FlightDeck:
         self.reconnect = ReconnectWindow()  # every flight's, fed by _observe
         self.hearing = Hearing(time.monotonic())  # every flight's: what came in, and when
         self._snapshot: object = None  # the telemetry snapshot last read into it
-        self._telemetry_wall = 0.0  # the view's telemetry_at last taken to our clock...
-        self._telemetry_heard = 0.0  # ...and that time on our monotonic clock
         self.on_landed: Callable[[Flight], Awaitable[None]] = _nothing
 
     async def launch(self, a: Admission, route: Route, degraded: bool, probes: set[str]) -> None:
@@ -157,14 +155,10 @@ class FlightDeck:
         if isinstance(ev, NodeDown):  # telemetry's verdict, for the flights resending too
             self.reconnect.declared_down(ev.node_id, ev.now)
             self.hearing.heard(ev.now)
-        elif isinstance(ev, Tick) and self.view.telemetry_at:
+        elif isinstance(ev, Tick) and self.view.telemetry_heard:
             # A deadline is judged on what the router heard: telemetry's latest snapshot
-            # came in over its link when the watch delivered it (telemetry_at, our wall),
-            # taken to our monotonic clock once per snapshot.
-            if self.view.telemetry_at != self._telemetry_wall:
-                self._telemetry_wall = self.view.telemetry_at
-                self._telemetry_heard = time.monotonic() - (time.time() - self._telemetry_wall)
-            self.hearing.heard(self._telemetry_heard)
+            # came in over its link when the watch delivered it.
+            self.hearing.heard(self.view.telemetry_heard)
         for action in flight.machine.handle(ev):
             await self._act(flight, action)
 

@@ -61,7 +61,8 @@ class SwarmView:
         self.epoch = 0
         self.plan_at = 0.0
         self.telemetry: TelemetrySnapshot | None = None
-        self.telemetry_at = 0.0
+        self.telemetry_at = 0.0  # when the latest snapshot came in: our wall clock...
+        self.telemetry_heard = 0.0  # ...and our monotonic one
         self.breakers: BreakerView | None = None
 
     @property
@@ -127,7 +128,7 @@ class SwarmView:
             except msgspec.DecodeError as exc:
                 event(self.log, "bad telemetry ignored", logging.ERROR, error=str(exc))
                 continue
-            self.telemetry_at = time.time()
+            self.telemetry_at, self.telemetry_heard = time.time(), time.monotonic()
             self.rebuild()
 
     def rebuild(self) -> None:
