@@ -252,3 +252,45 @@ async def test_a_connection_that_is_back_is_counted_back_before_its_callback(
     finally:
         await svc.stop(grace=1.0)
         server.stop()
+
+
+async def test_a_service_keeps_both_its_connections_on_one_server_and_moves_them_together(
+    tmp_path: Path,
+) -> None:
+    """A service's connections share a server, and move to the same next one when it is
+    lost: a node whose serving connection sat behind a cut server while its heartbeats
+    went out on another would be alive to telemetry and unreachable to every router."""
+    servers = [NatsServer(tmp_path / f"nats-{i}", jetstream=False).start() for i in range(3)]
+    url = ",".join(s.url for s in servers)
+    services = [_service(f"p{i}") for i in range(12)]
+
+    def on(svc: Service) -> tuple[str, str]:
+        assert svc.inbound is not None
+        assert svc.outbound is not None
+        i, o = svc.inbound.connected_url, svc.outbound.connected_url
+        return (i.netloc if i else "", o.netloc if o else "")
+
+    try:
+        for svc in services:
+            await svc.start(url)
+        places = [on(svc) for svc in services]
+        assert all(i == o for i, o in places), places
+        # Spread as nats-py would spread them (12 on one of 3 by chance: 3 in 3^12).
+        assert len({i for i, _ in places}) > 1, places
+        first = services[0]
+        lost = places[0][0]
+        gone = next(s for s in servers if s.url.endswith(lost))
+        gone.stop()
+        async with asyncio.timeout(10):
+            while True:
+                now = on(first)
+                if lost not in now and all(now):
+                    break
+                await asyncio.sleep(0.01)
+        i, o = now
+        assert i == o, now
+    finally:
+        for svc in services:
+            await svc.stop(grace=1.0)
+        for s in servers:
+            s.stop()

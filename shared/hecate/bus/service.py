@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import discovery, tracing
-from hecate.bus.connection import BusUnreachable, connect
+from hecate.bus.connection import BusUnreachable, connect, one_order
 from hecate.bus.endpoint import (
     Codec,
     DeferredHandler,
@@ -131,11 +131,20 @@ class Service:
         return self.outbound
 
     async def start(self, url: str) -> None:
+        # Both connections on one server, and onto the same next one when they lose it
+        # (hecate.bus.connection.one_order): what hears the service can reach it.
+        order = one_order(url)
         self.inbound = await connect(
-            url, f"{self.name}-{self.instance_id}-in", reconnected_cb=self._reconnected
+            order,
+            f"{self.name}-{self.instance_id}-in",
+            reconnected_cb=self._reconnected,
+            in_order=True,
         )
         self.outbound = await connect(
-            url, f"{self.name}-{self.instance_id}-out", reconnected_cb=self._reconnected
+            order,
+            f"{self.name}-{self.instance_id}-out",
+            reconnected_cb=self._reconnected,
+            in_order=True,
         )
         for verb, subject in discovery.subjects(self.name, self.instance_id):
             self._subs.append(await self.inbound.subscribe(subject, cb=self._srv(verb)))
