@@ -1,7 +1,9 @@
 """The locked-down bus against the open one, in ``make bench``: routed request capacity
 (``hecate bench bus``) and SmolLM2 tokens/s across 3 stages (``hecate bench llm``), each
 ratio judged against its target from the figures measured, a target that can fail, and
-results saved before these figures existed still load."""
+results saved before these figures existed still load. The tokens/s are timed on two
+swarms standing side by side, in pairs; results timed the older way, in rounds of
+swarms started for each generation, are still judged and told as they were taken."""
 
 # The report is typographic prose; the tests quote it exactly.
 # ruff: noqa: RUF001
@@ -13,6 +15,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hecate.dev.bench.bus import capacity, costs, judged_result, ratios
 from hecate.dev.bench.bus_setup import cpu_by_role, cpu_per_reply, cpu_seconds, median_costs
@@ -231,9 +235,124 @@ def _gen(tokens_per_s: float, *, text_ok: bool = True) -> dict[str, Any]:
     return {"ttft_ms": 70.0, "tokens_per_s": tokens_per_s, "gap_ms": 35.0, "text_ok": text_ok}
 
 
+def _timed(tokens_per_s: float, *, text_ok: bool = True, tokens: int = 49) -> dict[str, Any]:
+    """A generation as :func:`side_by_side` times it, its text checked."""
+    decode_s = round((tokens - 1) / tokens_per_s, 4)
+    return {**_gen(tokens_per_s, text_ok=text_ok), "tokens": tokens, "decode_s": decode_s}
+
+
+def _llm_pairs(open_secure: list[tuple[float, float]], **secure: Any) -> dict[str, Any]:
+    """An llm result whose locked-down bus was timed side by side with the open one, a
+    pair per (open, secure) tokens/s, the figures as the suite takes them."""
+    from hecate.dev.bench.llm import secure_figures
+
+    out: dict[str, Any] = copy.deepcopy(LLM)
+    pairs = [
+        {
+            "first": "open" if i % 2 == 0 else "secure",
+            "stages_3": _timed(o),
+            "stages_3_secure": _timed(s, **secure),
+        }
+        for i, (o, s) in enumerate(open_secure)
+    ]
+    out.update(rounds=[{"single": _gen(34.5), "stages_3": _gen(28.0)}], **secure_figures(pairs, 2))
+    return out
+
+
+def _met_at_0_964(saved: dict[str, Any]) -> str:
+    """The rendered report of an llm result whose pairs gave 0.964, 0.893 and 0.982: the
+    headline says the target is met, the section lists the pairs; returns the section."""
+    assert judge_secure(load(saved, LlmResult)) == (True, "0.964× open")
+    doc = results()
+    doc["llm"]["report"] = saved
+    rendered = render(doc)
+    assert f"{TOKENS_ROW} 0.964× open | met |" in _section(rendered, "Headline")
+    llm = _section(rendered, "SmolLM2-135M")
+    assert "| 3 stages, locked-down ÷ open bus, per pair | 0.964, 0.893, 0.982 |" in llm
+    assert "(`--tenant-from bus`)" in llm
+    return llm
+
+
+def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_at_the_median_pair() -> None:
+    saved = _llm_pairs([(28.0, 27.0), (28.0, 25.0), (28.0, 27.5)])  # 0.964, 0.893, 0.982
+    r = load(saved, LlmResult)
+    assert r.secure_over_open_rounds == [0.964, 0.893, 0.982]
+    assert r.secure_over_open == 0.964
+    assert r.secure_runs is not None
+    assert [p.first for p in r.secure_runs.pairs] == ["open", "secure", "open"]
+    llm = _met_at_0_964(saved)
+    assert "| 3 stages, locked-down ÷ open bus, pooled tokens/s | 0.945 |" in llm
+    assert "| 3 stages, chained, locked-down bus (median pair) | 70.0 / 27.0 |" in llm
+    assert "The same 3-stage swarm stands twice at once" in llm
+    assert "warmed up with 2 untimed generations, then 3 pairs are timed" in llm
+    assert "the locked-down swarm made 26.45 tokens/s against 28.00 on the open one: 0.945×" in llm
+    assert "the generation asked by a tenant's user from its own account" in llm
+
+
+def test_tokens_per_s_slower_on_the_locked_down_bus_fail_the_target() -> None:
+    saved = _llm_pairs([(28.0, 25.0), (28.0, 26.0), (28.0, 27.5)])  # median 0.929
+    assert judge_secure(load(saved, LlmResult)) == (False, "0.929× open")
+    doc = results()
+    doc["llm"]["report"] = saved
+    assert f"{TOKENS_ROW} 0.929× open | **not met** |" in figures(doc)
+
+
+def test_the_median_of_an_even_number_of_pairs_lies_between_the_middle_two() -> None:
+    saved = _llm_pairs([(28.0, 26.0), (28.0, 28.0), (28.0, 25.0), (28.0, 27.0)])
+    # 0.929, 1.0, 0.893, 0.964: the middle two are 0.929 and 0.964.
+    assert saved["secure_over_open"] == 0.947
+    assert judge_secure(load(saved, LlmResult)) == (False, "0.947× open")
+
+
+def test_a_wrong_text_in_any_pair_fails_the_target_however_fast() -> None:
+    saved = _llm_pairs([(28.0, 27.9), (28.0, 30.0), (28.0, 27.9)])
+    saved["secure_runs"]["pairs"][1]["stages_3_secure"]["text_ok"] = False
+    assert judge_secure(load(saved, LlmResult)) == (False, "failed: wrong text")
+    saved["secure_runs"]["pairs"][1]["stages_3_secure"]["text_ok"] = True
+    saved["secure_runs"]["pairs"][2]["stages_3"]["text_ok"] = False  # the open side's
+    assert judge_secure(load(saved, LlmResult)) == (False, "failed: wrong text")
+
+
+def test_the_suite_names_a_wrong_text_by_pair_and_once() -> None:
+    from hecate.dev.bench.llm import failed_checks
+
+    saved = _llm_pairs([(28.0, 27.9), (28.0, 27.0), (28.0, 27.5)])
+    assert failed_checks(saved) == []
+    # The median locked-down run is listed at the top as well, and named by its pair.
+    saved["secure_runs"]["pairs"][2]["stages_3_secure"]["text_ok"] = False
+    saved["stages_3_secure"] = saved["secure_runs"]["pairs"][2]["stages_3_secure"]
+    assert failed_checks(saved) == ["stages_3_secure (pair 3): wrong text"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(5.0, 60.0), st.floats(5.0, 60.0), st.integers(2, 200)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_pooled_ratio_lies_within_the_pairs_ratios(
+    pairs: list[tuple[float, float, int]],
+) -> None:
+    """Each side's pooled tokens/s is its tokens over its time: the ratio of the two is
+    an average of the pairs' ratios weighted by the locked-down side's time."""
+    from hecate.dev.bench.llm import secure_figures
+
+    timed = [
+        {"stages_3": _timed(o, tokens=n), "stages_3_secure": _timed(s, tokens=n)}
+        for o, s, n in pairs
+    ]
+    out = secure_figures(timed, 0)
+    ratios = out["secure_over_open_rounds"]
+    assert min(ratios) - 0.001 <= out["secure_over_open_pooled"] <= max(ratios) + 0.001
+    assert min(ratios) <= out["secure_over_open"] <= max(ratios)
+    assert out["stages_3_secure"] in [t["stages_3_secure"] for t in timed]
+
+
 def _llm_rounds(open_secure: list[tuple[float, float]], **secure: Any) -> dict[str, Any]:
-    """An llm result with one round per (open, secure) tokens/s pair, the ratios as the
-    suite takes them (secure ÷ open per round, the median round)."""
+    """An llm result saved before the two buses were timed side by side: one round per
+    (open, secure) tokens/s pair, a swarm started for each generation, the ratios as the
+    suite took them (secure ÷ open per round, the median round)."""
     out: dict[str, Any] = copy.deepcopy(LLM)
     rounds = [
         {"single": _gen(34.5), "stages_3": _gen(o), "stages_3_secure": _gen(s, **secure)}
@@ -249,33 +368,20 @@ def _llm_rounds(open_secure: list[tuple[float, float]], **secure: Any) -> dict[s
     return out
 
 
-def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_at_the_median_round() -> None:
+def test_an_older_result_timed_in_rounds_is_judged_and_told_as_it_was_taken() -> None:
     saved = _llm_rounds([(28.0, 27.0), (28.0, 25.0), (28.0, 27.5)])  # 0.964, 0.893, 0.982
-    assert judge_secure(load(saved, LlmResult)) == (True, "0.964× open")
-    doc = results()
-    doc["llm"]["report"] = saved
-    rendered = render(doc)
-    assert f"{TOKENS_ROW} 0.964× open | met |" in _section(rendered, "Headline")
-    llm = _section(rendered, "SmolLM2-135M")
-    assert "| 3 stages, locked-down ÷ open bus, per pair | 0.964, 0.893, 0.982 |" in llm
-    assert "the generation asked by a tenant's user from its own account" in llm
-    assert "(`--tenant-from bus`)" in llm
+    llm = _met_at_0_964(saved)
+    assert "| 3 stages, locked-down ÷ open bus, pooled tokens/s | – |" in llm
+    assert "| 3 stages, chained, locked-down bus (median round) |" in llm
+    assert "so each round times several pairs and the figure is the median pair" in llm
 
 
-def test_tokens_per_s_slower_on_the_locked_down_bus_fail_the_target() -> None:
-    saved = _llm_rounds([(28.0, 25.0), (28.0, 26.0), (28.0, 27.5)])  # median 0.929
-    assert judge_secure(load(saved, LlmResult)) == (False, "0.929× open")
-    doc = results()
-    doc["llm"]["report"] = saved
-    assert f"{TOKENS_ROW} 0.929× open | **not met** |" in figures(doc)
-
-
-def test_a_wrong_text_on_the_locked_down_bus_fails_the_target_however_fast() -> None:
+def test_a_wrong_text_on_the_locked_down_bus_of_an_older_result_fails_the_target() -> None:
     saved = _llm_rounds([(28.0, 30.0)], text_ok=False)
     assert judge_secure(load(saved, LlmResult)) == (False, "failed: wrong text")
 
 
-def test_a_wrong_text_in_any_further_pair_fails_the_target() -> None:
+def test_a_wrong_text_in_an_older_results_further_pair_fails_the_target() -> None:
     saved = _llm_rounds([(28.0, 27.5)])
     saved["rounds"][0]["secure_pairs"] = [
         {"stages_3": _gen(28.0), "stages_3_secure": _gen(27.9)},
@@ -300,23 +406,3 @@ def test_an_llm_result_saved_before_the_secure_runs_still_loads_and_renders() ->
     assert "the open bus (tokens/s)**: not measured in this run" in (
         _section(rendered, "SmolLM2-135M")
     )
-
-
-def test_the_suite_names_a_wrong_text_in_a_further_pair_by_round_and_pair() -> None:
-    from hecate.dev.bench.llm import failed_checks
-
-    good = {"text_ok": True, "tokens_per_s": 28.0}
-    result = {
-        "stages_3": good,
-        "rounds": [
-            {
-                "stages_3": good,
-                "stages_3_secure": good,
-                "secure_pairs": [
-                    {"stages_3": good, "stages_3_secure": good},
-                    {"stages_3": good, "stages_3_secure": {**good, "text_ok": False}},
-                ],
-            }
-        ],
-    }
-    assert failed_checks(result) == ["stages_3_secure (round 1, pair 3): wrong text"]

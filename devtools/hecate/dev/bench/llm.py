@@ -14,15 +14,21 @@ One run measures, greedy, the same prompt and token count:
   compare with ``single_1_thread``. ``stage_steps_*``: one 10-block stage's step back
   to back and after a 25 ms pause (the other stages' share of a token), per BLAS
   setting: the wake-up each stage pays per token;
-* ``stages_3_secure``: ``stages_3`` on the bus as deployed, in the same rounds (which
-  of the two goes first alternates by round): TLS, an account per tenant, every process
-  its own user, the router taking the tenant from the account the server stamps
-  (``--tenant-from bus``), the generation asked by a tenant from its own account.
-  ``secure_over_open_rounds``: its tokens/s over ``stages_3``'s in every pair, the
-  round's own pair first, then its ``secure_pairs`` (:data:`SECURE_PAIRS` pairs a
-  round in all, the order alternating pair by pair); ``secure_over_open``: the median;
-  ``secure_over_open_met``: that against
-  :data:`hecate.dev.bench.report.llm.LLM_TARGET_SECURE`;
+* ``stages_3_secure``: ``stages_3`` on the bus as deployed: TLS, an account per tenant,
+  every process its own user, the router taking the tenant from the account the server
+  stamps (``--tenant-from bus``), the generation asked by a tenant from its own account.
+  The two are timed side by side (:func:`hecate.dev.bench.llm_swarm.side_by_side`) after
+  the rounds: a swarm on each bus, both standing at once, each warmed up with
+  ``secure_warmup`` untimed generations, then ``secure_pairs`` pairs
+  (:data:`SECURE_PAIRS`), one generation on each, which goes first alternating pair by
+  pair; one generation's tokens/s spreads by more than the bus costs, hence many pairs
+  on swarms that stay up. ``secure_runs``: every pair and each side's pooled tokens/s
+  (all its tokens after the first over all its decoding time);
+  ``secure_over_open_rounds``: the locked-down tokens/s over the open in each pair;
+  ``secure_over_open``: their median; ``secure_over_open_met``: that against
+  :data:`hecate.dev.bench.report.llm.LLM_TARGET_SECURE`; ``secure_over_open_pooled``:
+  the pooled tokens/s of the two, over each other; ``stages_3_secure``: the median
+  locked-down run;
 * ``kill_between_steps`` / ``kill_mid_step``: two 3-stage pipelines; the middle node of
   the serving one is SIGKILLed after ``kill_after`` tokens, either as that token
   arrives (the victim is idle: the next step gets no-responders) or ~40 % into the next
@@ -77,8 +83,8 @@ from hecate.dev.bench.llm_single import (
     single_one_thread,
     stage_steps,
 )
-from hecate.dev.bench.llm_swarm import swarm
-from hecate.dev.bench.report.llm import judge_secure
+from hecate.dev.bench.llm_swarm import side_by_side, swarm
+from hecate.dev.bench.report.llm import judge_secure, median_ratio
 from hecate.dev.bench.results_llm import LlmResult
 from hecate.launch import BLAS_THREAD_TIMEOUT
 from hecate.llm.gguf_model import prepare
@@ -96,6 +102,8 @@ __all__ = [
     "in_process",
     "llama_cpp_build",
     "run_llm_bench",
+    "secure_figures",
+    "side_by_side",
     "single",
     "single_one_thread",
     "stage_steps",
@@ -134,17 +142,49 @@ def check_text(run: dict[str, Any], expected: str) -> dict[str, Any]:
 def failed_checks(result: dict[str, Any]) -> list[str]:
     """Every timed generation of ``result`` whose text was wrong, by name."""
     rounds = result.get("rounds", [])
-    # The median round's runs are listed at the top as well: named once, by round.
-    first = rounds[0] if rounds else {}
-    runs = [(k, v) for k, v in result.items() if isinstance(v, dict) and k not in first]
+    pairs = result.get("secure_runs", {}).get("pairs", [])
+    # The median round's runs and the median locked-down run are listed at the top as
+    # well: named once, where they were timed.
+    copies = {*(rounds[0] if rounds else {}), *(["stages_3_secure"] if pairs else [])}
+    runs = [(k, v) for k, v in result.items() if isinstance(v, dict) and k not in copies]
     for i, rnd in enumerate(rounds):
-        runs += [(f"{k} (round {i + 1})", v) for k, v in rnd.items() if k != "secure_pairs"]
-        for j, pair in enumerate(rnd.get("secure_pairs", [])):
-            runs += [(f"{k} (round {i + 1}, pair {j + 2})", v) for k, v in pair.items()]
+        runs += [(f"{k} (round {i + 1})", v) for k, v in rnd.items()]
+    for j, pair in enumerate(pairs):
+        runs += [(f"{k} (pair {j + 1})", v) for k, v in pair.items() if isinstance(v, dict)]
     return sorted({f"{k}: wrong text" for k, v in runs if v.get("text_ok") is False})
 
 
-SECURE_PAIRS = 3  # open/locked-down pairs of 3-stage runs per round
+def _rate(run: dict[str, Any]) -> float:
+    return (run["tokens"] - 1) / run["decode_s"]
+
+
+def secure_figures(pairs: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """The locked-down bus against the open one from :func:`side_by_side`'s pairs (texts
+    checked): each pair's ratio of tokens/s, their median, the pooled ratio, the median
+    locked-down run and every pair (the result's fields, see the module)."""
+    per_pair = [round(_rate(p["stages_3_secure"]) / _rate(p["stages_3"]), 3) for p in pairs]
+
+    def pooled(side: str) -> float:
+        runs = [p[side] for p in pairs]
+        return sum(r["tokens"] - 1 for r in runs) / sum(r["decode_s"] for r in runs)
+
+    open_rate, secure_rate = pooled("stages_3"), pooled("stages_3_secure")
+    return {
+        "stages_3_secure": _median_run([p["stages_3_secure"] for p in pairs]),
+        "secure_over_open_rounds": per_pair,
+        "secure_over_open": median_ratio(per_pair),
+        "secure_over_open_pooled": round(secure_rate / open_rate, 3),
+        "secure_runs": {
+            "warmup": warmup,
+            "pairs": pairs,
+            "pooled_open_tokens_per_s": round(open_rate, 2),
+            "pooled_secure_tokens_per_s": round(secure_rate, 2),
+        },
+    }
+
+
+SECURE_PAIRS = 8  # open/locked-down pairs of 3-stage runs, both swarms standing
+SECURE_WARMUP = 2  # untimed generations on each swarm before the pairs
 
 
 def run_llm_bench(
@@ -153,6 +193,7 @@ def run_llm_bench(
     blas_threads: int = 2,
     rounds: int = 3,
     secure_pairs: int = SECURE_PAIRS,
+    secure_warmup: int = SECURE_WARMUP,
     concurrency: Sequence[int] = DEFAULT_LEVELS,
     only_concurrency: bool = False,
 ) -> LlmResult:
@@ -175,6 +216,10 @@ def run_llm_bench(
         [("a0", 0, 10), ("a1", 10, 20), ("a2", 20, 30)],
         [("b0", 0, 10), ("b1", 10, 20), ("b2", 20, 30)],
     ]
+
+    def swarm_run(pipelines: list[list[tuple[str, int, int]]], **kwargs: Any) -> dict[str, Any]:
+        return check_text(swarm(pipelines, tokens, **kwargs), expected)
+
     build = llama_cpp_build()
     reference = None if "skipped" in build else LlamaCpp(path)
     # The headline ratios, in interleaved rounds (single, llama.cpp, 3 stages, single,
@@ -188,20 +233,7 @@ def run_llm_bench(
             run = reference.run(tokens)
             run["matches_numpy_text"] = run.pop("text") == expected
             rnd["llama_cpp"] = run
-        # The open and the locked-down bus take turns going first: neither always gets
-        # the cores just after the single process let go of them. One generation's
-        # tokens/s spreads by more than the bus costs, so each round times
-        # ``secure_pairs`` pairs, the order alternating pair by pair.
-        pairs = []
-        for k in range(secure_pairs):
-            pair: dict[str, Any] = {}
-            for secure in (False, True) if (len(per_round) + k) % 2 == 0 else (True, False):
-                run = swarm([three], tokens, blas_threads=blas_threads, secure=secure)
-                pair["stages_3_secure" if secure else "stages_3"] = check_text(run, expected)
-            pairs.append(pair)
-        rnd.update(pairs[0])  # the round's own: 3 stages ÷ single is taken from it
-        if len(pairs) > 1:
-            rnd["secure_pairs"] = pairs[1:]
+        rnd["stages_3"] = swarm_run([three], blas_threads=blas_threads)
         per_round.append(rnd)
     del reference  # its threads and weights stay out of the remaining runs
     singles = [r["single"] for r in per_round]
@@ -209,22 +241,20 @@ def run_llm_bench(
     def ratios(over: str, under: str) -> list[float]:
         return [round(r[over]["tokens_per_s"] / r[under]["tokens_per_s"], 3) for r in per_round]
 
-    def swarm_run(pipelines: list[list[tuple[str, int, int]]], **kwargs: Any) -> dict[str, Any]:
-        return check_text(swarm(pipelines, tokens, **kwargs), expected)
-
     stages_rounds = ratios("stages_3", "single")
-    secure_rounds = [
-        round(p["stages_3_secure"]["tokens_per_s"] / p["stages_3"]["tokens_per_s"], 3)
-        for r in per_round
-        for p in (r, *r.get("secure_pairs", []))
-    ]
+    # The locked-down bus against the open one: both swarms standing side by side, many
+    # pairs (see the module).
+    pairs = side_by_side(
+        [three], tokens, pairs=secure_pairs, warmup=secure_warmup, blas_threads=blas_threads
+    )
+    for pair in pairs:
+        for side in ("stages_3", "stages_3_secure"):
+            check_text(pair[side], expected)
     result: dict[str, Any] = {
         "single": _median_run(singles),
         "stages_3": _median_run([r["stages_3"] for r in per_round]),
         "ratio_3_stages_rounds": stages_rounds,
-        "stages_3_secure": _median_run([r["stages_3_secure"] for r in per_round]),
-        "secure_over_open_rounds": secure_rounds,
-        "secure_over_open": _median(secure_rounds),
+        **secure_figures(pairs, secure_warmup),
         "single_1_thread": check_text(single_one_thread(tokens), expected),
         "stages_1": swarm_run([[("s0", 0, 30)]], blas_threads=blas_threads),
         "stages_2": swarm_run([[("s0", 0, 15), ("s1", 15, 30)]], blas_threads=blas_threads),

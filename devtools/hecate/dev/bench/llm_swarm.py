@@ -1,6 +1,8 @@
 """The swarm runs of ``hecate bench llm``: a router and SmolLM2 node processes on an
-embedded nats-server, the plan written to KV directly, one streamed generation timed
-(and, given ``kill_after``, a node killed during it; see :mod:`hecate.dev.bench.llm`).
+embedded nats-server, the plan written to KV directly (:func:`standing`). :func:`swarm`
+starts one for a single streamed generation, timed (and, given ``kill_after``, a node
+killed during it; see :mod:`hecate.dev.bench.llm`); :func:`side_by_side` keeps one on
+each bus standing at once and times many generations on them in alternating pairs.
 
 With ``secure`` the server is locked down as deployed, the layout ``hecate bench bus``
 measures too (:data:`hecate.dev.bench.bus_setup.SECURE`): TLS, the services in one
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import tempfile
@@ -55,9 +58,14 @@ def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
     )
 
 
+# A streamed generation: its start, the first token's arrival, every token's, the
+# failover reasons heard, the reply and the text as streamed.
+Generated = tuple[float, float, list[float], list[str], InferReply, str]
+
+
 async def _generate(
     url: str, tokens: int, on_token: Any = None, creds: Credentials = ANONYMOUS
-) -> tuple[float, float, list[float], list[str], InferReply, str]:
+) -> Generated:
     """One streamed generation: its start, token arrival times, failover reasons (none
     as a tenant, who may not hear the swarm's events), reply and the text as streamed."""
     nc = await nats.connect(url, **creds.options())
@@ -101,58 +109,39 @@ async def _ready(url: str, creds: Credentials = ANONYMOUS) -> None:
     raise RuntimeError("the swarm never served the model")
 
 
+@dataclasses.dataclass(frozen=True)
+class Standing:
+    """A swarm standing until its block ends: the server's URL, the user generations
+    are asked as (a tenant's, on the locked-down bus) and the supervisor of its
+    processes (to kill a node)."""
+
+    url: str
+    client: Credentials
+    supervisor: Supervisor
+
+    def generate(self, tokens: int, on_token: Any = None) -> Generated:
+        return asyncio.run(_generate(self.url, tokens, on_token, self.client))
+
+    def timed(self, tokens: int) -> dict[str, Any]:
+        """One streamed generation's figures, its text unchecked (see :func:`figures`)."""
+        return figures(self.generate(tokens))
+
+
 @contextlib.contextmanager
-def serving(
+def standing(
     pipelines: list[list[tuple[str, int, int]]],
     *,
-    dispatch: str = "chain",
-    blas_threads: int = 1,
-    node_url: Callable[[str, str], str] | None = None,
-) -> Iterator[str]:
-    """The swarm :func:`swarm` times, on the open bus, serving until the block ends, for
-    a caller that times its own generations; yields the server's URL. ``node_url(node,
-    server_url)``: the URL that node is given instead of the server's (a fault proxy's,
-    to put the node at the far end of a slow link)."""
-    env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    with tempfile.TemporaryDirectory() as tmp:
-        server = NatsServer(Path(tmp) / "nats").start()
-        supervisor = Supervisor(env=env)
-        try:
-
-            async def write_plan() -> None:
-                nc = await nats.connect(server.url)
-                kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-                await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines)))
-                await nc.close()
-
-            asyncio.run(write_plan())
-            supervisor.run("telemetry", "telemetry", "--id", "telemetry", "--nats", server.url)
-            router = ("--id", "bench", "--stage-timeout-ms", "5000", "--dispatch", dispatch)
-            supervisor.run("router", "router", *router, "--nats", server.url)
-            for node in sorted({n for p in pipelines for n, _, _ in p}):
-                url = node_url(node, server.url) if node_url else server.url
-                layers = ("--capacity-layers", "30", "--executor", "smollm2")
-                supervisor.run(node, "node", "--id", node, *layers, "--nats", url)
-            asyncio.run(_ready(server.url))
-            yield server.url
-        finally:
-            supervisor.stop(grace_s=15)
-            server.stop()
-
-
-def swarm(
-    pipelines: list[list[tuple[str, int, int]]],
-    tokens: int,
-    kill_after: int | None = None,
-    *,
-    kill_delay_s: float = 0.0,
     dispatch: str = "chain",
     blas_threads: int = 1,
     secure: bool = False,
-) -> dict[str, Any]:
-    if secure and kill_after is not None:
-        raise ValueError("a tenant may not hear failover events: kill on the open bus")
+    node_url: Callable[[str, str], str] | None = None,
+) -> Iterator[Standing]:
+    """A nats-server, telemetry, a router and one SmolLM2 node process per stage, the
+    plan written to KV, serving the model when the block starts; every process and the
+    server are stopped when it ends, however it ends. With ``secure`` the bus is locked
+    down as the module says. ``node_url(node, server_url)``: the URL that node is given
+    instead of the server's (a fault proxy's, to put the node at the far end of a slow
+    link)."""
     env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     node_ids = sorted({n for p in pipelines for n, _, _ in p})
@@ -163,13 +152,12 @@ def swarm(
             extra_config=bus.server_config(layout=SECURE_LAYOUT) if bus else "",
             env=bus.server_env() if bus else None,
         ).start()
-        swarm = Supervisor(env=env)
-        client = bus.credentials(SECURE_TENANT) if bus else ANONYMOUS
+        supervisor = Supervisor(env=env)
 
-        def run(label: str, *argv: str) -> None:
-            """``hecate <argv>`` as its own user on a locked-down bus."""
+        def run(label: str, *argv: str, url: str = server.url) -> None:
+            """``hecate <argv>``, as its own user on a locked-down bus."""
             creds = bus.service_credentials(argv).to_env() if bus else {}
-            swarm.run(label, *argv, "--nats", server.url, **creds)
+            supervisor.run(label, *argv, "--nats", url, **creds)
 
         try:
 
@@ -187,35 +175,111 @@ def swarm(
             run("router", "router", *router, *vouched)
             for node in node_ids:
                 layers = ("--capacity-layers", "30", "--executor", "smollm2")
-                run(node, "node", "--id", node, *layers)
+                url = node_url(node, server.url) if node_url else server.url
+                run(node, "node", "--id", node, *layers, url=url)
+            client = bus.credentials(SECURE_TENANT) if bus else ANONYMOUS
             asyncio.run(_ready(server.url, client))
-            # On an idle swarm the next generation takes the route this probe took.
-            probe = asyncio.run(_generate(server.url, 1, creds=client))[4].route
-            assert probe is not None
-            victim = probe.stages[len(probe.stages) // 2].node_id
-
-            def maybe_kill(token: StreamToken) -> None:
-                if kill_after is not None and token.index == kill_after - 1:
-                    if kill_delay_s:  # aim at the victim's share of the next step
-                        threading.Timer(kill_delay_s, swarm.kill, (victim,)).start()
-                    else:
-                        swarm.kill(victim, wait=False)
-
-            t0, first, stamps, reasons, reply, streamed = asyncio.run(
-                _generate(server.url, tokens, maybe_kill, client)
-            )
+            yield Standing(server.url, client, supervisor)
         finally:
-            swarm.stop(grace_s=15)
+            supervisor.stop(grace_s=15)
             server.stop()
+
+
+@contextlib.contextmanager
+def serving(
+    pipelines: list[list[tuple[str, int, int]]],
+    *,
+    dispatch: str = "chain",
+    blas_threads: int = 1,
+    node_url: Callable[[str, str], str] | None = None,
+) -> Iterator[str]:
+    """The swarm :func:`swarm` times, on the open bus, serving until the block ends, for
+    a caller that times its own generations; yields the server's URL (``node_url``: see
+    :func:`standing`)."""
+    with standing(pipelines, dispatch=dispatch, blas_threads=blas_threads, node_url=node_url) as s:
+        yield s.url
+
+
+def figures(generated: Generated, *, killed: bool = False) -> dict[str, Any]:
+    """A generation's figures: TTFT, tokens/s after the first token, the median gap,
+    ``tokens`` streamed and ``decode_s`` from the first to the last (what pooled
+    tokens/s add up), with a kill the longest gap and how the router heard; and its
+    text, as replied and as streamed, for the caller to check."""
+    t0, first, stamps, reasons, reply, streamed = generated
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     out: dict[str, Any] = {
         "ttft_ms": round((first - t0) * 1000, 1),
         "tokens_per_s": round((len(stamps) - 1) / (stamps[-1] - first), 1),
     }
     out["gap_ms"] = round(float(np.median(gaps)) * 1000, 1)
-    if kill_after is not None:
+    out["tokens"] = len(stamps)
+    out["decode_s"] = round(stamps[-1] - first, 4)
+    if killed:
         out["kill_stall_ms"] = round(max(gaps) * 1000, 1)
         out["failover_reason"] = reasons[0] if reasons else "none"
     out["text"] = reply.output or ""
     out["streamed_text"] = streamed
+    return out
+
+
+def swarm(
+    pipelines: list[list[tuple[str, int, int]]],
+    tokens: int,
+    kill_after: int | None = None,
+    *,
+    kill_delay_s: float = 0.0,
+    dispatch: str = "chain",
+    blas_threads: int = 1,
+    secure: bool = False,
+) -> dict[str, Any]:
+    """A swarm started for one timed generation and stopped after it (its
+    :func:`figures`); given ``kill_after``, the middle node of the route an idle
+    swarm takes is killed during it."""
+    if secure and kill_after is not None:
+        raise ValueError("a tenant may not hear failover events: kill on the open bus")
+    with standing(pipelines, dispatch=dispatch, blas_threads=blas_threads, secure=secure) as s:
+        # On an idle swarm the next generation takes the route this probe took.
+        probe = s.generate(1)[4].route
+        assert probe is not None
+        victim = probe.stages[len(probe.stages) // 2].node_id
+
+        def maybe_kill(token: StreamToken) -> None:
+            if kill_after is not None and token.index == kill_after - 1:
+                if kill_delay_s:  # aim at the victim's share of the next step
+                    threading.Timer(kill_delay_s, s.supervisor.kill, (victim,)).start()
+                else:
+                    s.supervisor.kill(victim, wait=False)
+
+        generated = s.generate(tokens, maybe_kill)
+    return figures(generated, killed=kill_after is not None)
+
+
+def side_by_side(
+    pipelines: list[list[tuple[str, int, int]]],
+    tokens: int,
+    *,
+    pairs: int,
+    warmup: int = 2,
+    blas_threads: int = 1,
+) -> list[dict[str, Any]]:
+    """The same swarm on the open bus and on the locked-down one, both standing at once,
+    each warmed up with ``warmup`` untimed generations, then ``pairs`` pairs of timed
+    generations, one on each, which goes first alternating pair by pair (open first in
+    the first). Each pair: ``first`` (``"open"`` or ``"secure"``), ``stages_3`` (the
+    open bus's :func:`figures`) and ``stages_3_secure``; texts unchecked."""
+    with (
+        standing(pipelines, blas_threads=blas_threads) as open_bus,
+        standing(pipelines, blas_threads=blas_threads, secure=True) as locked,
+    ):
+        sides = {"stages_3": open_bus, "stages_3_secure": locked}
+        for _ in range(warmup):
+            for side in sides.values():
+                side.generate(tokens)
+        out = []
+        for k in range(pairs):
+            order = list(sides) if k % 2 == 0 else list(reversed(sides))
+            pair: dict[str, Any] = {"first": "open" if k % 2 == 0 else "secure"}
+            for name in order:
+                pair[name] = sides[name].timed(tokens)
+            out.append(pair)
     return out

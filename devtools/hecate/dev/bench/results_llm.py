@@ -20,6 +20,10 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     gap_ms: float | None = None  # median time between two tokens, across stages
     kill_stall_ms: float | None = None  # with a stage killed: the longest gap
     failover_reason: str | None = None
+    # Across stages: tokens streamed and the seconds from the first to the last (what
+    # pooled tokens/s add up; results saved before carry neither).
+    tokens: int | None = None
+    decode_s: float | None = None
     text_ok: bool | None = None
     matches_numpy_text: bool | None = None  # llama.cpp: compared, not checked
     text: str | None = None
@@ -50,20 +54,37 @@ class LlamaCpp(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Round(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One interleaved round of the headline runs."""
+    """One interleaved round of the headline runs. Results saved before the two buses
+    were timed side by side (:class:`SecureRuns`) timed them here: the round's own pair
+    in ``stages_3`` and ``stages_3_secure``, then its further pairs."""
 
     single: Generation | None = None
     llama_cpp: Generation | None = None
     stages_3: Generation | None = None
-    stages_3_secure: Generation | None = None  # the same swarm on the locked-down bus
-    secure_pairs: list[SecurePair] = []  # the round's further open/locked-down pairs
+    stages_3_secure: Generation | None = None  # older results: the locked-down bus
+    secure_pairs: list[SecurePair] = []  # older results: the round's further pairs
 
 
-class SecurePair(msgspec.Struct, frozen=True, kw_only=True):
-    """One more timing of the 3-stage swarm on each bus, in the same round."""
+class SecurePair(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The 3-stage swarm timed once on each bus, back to back; ``first``: which went
+    first (``"open"`` or ``"secure"``; older results, where pairs sat in rounds, say
+    none)."""
 
+    first: str | None = None
     stages_3: Generation
     stages_3_secure: Generation
+
+
+class SecureRuns(msgspec.Struct, frozen=True, kw_only=True):
+    """The 3-stage swarm on the open bus and on the locked-down one, both standing at
+    once, each warmed up with ``warmup`` generations, then timed in ``pairs``; pooled
+    tokens/s of each side: its tokens after the first of every generation over the
+    seconds between its first and last tokens, all pairs together."""
+
+    warmup: int
+    pairs: list[SecurePair]
+    pooled_open_tokens_per_s: float
+    pooled_secure_tokens_per_s: float
 
 
 class LlmMeta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -139,13 +160,16 @@ class LlmResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     stages_3: Generation | None = None
     ratio_3_stages_rounds: list[float] | None = None
     # The 3-stage swarm on the bus as deployed (TLS, an account per tenant, a user per
-    # process, the tenant vouched by the server): its median round, its tokens/s over the
-    # open bus's in each round and the median, and that judged as the suite judged it
-    # (met, not met, or None unmeasured; the report judges the rounds again).
+    # process, the tenant vouched by the server): its median pair's run (older results:
+    # its median round's), its tokens/s over the open bus's in each pair and the median,
+    # that judged as the suite judged it (met, not met, or None unmeasured; the report
+    # judges the pairs again), the pooled tokens/s over the open bus's, and every pair.
     stages_3_secure: Generation | None = None
     secure_over_open_rounds: list[float] | None = None
     secure_over_open: float | None = None
     secure_over_open_met: bool | None = None
+    secure_over_open_pooled: float | None = None
+    secure_runs: SecureRuns | None = None
     single_1_thread: Generation | None = None
     stages_1: Generation | None = None
     stages_2: Generation | None = None

@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import re
+import statistics
 from typing import TypeVar
 
 from hecate.dev.bench.report import concurrency as users
 from hecate.dev.bench.report.markdown import Doc, Target, num, provenance, span, table, verdict
 from hecate.dev.bench.results import load
-from hecate.dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round
+from hecate.dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round, SecurePair
 
 LLM_TARGET_STAGES = 0.8  # 3 stages / single process, tokens/s
 LLM_TARGET_LLAMA = 0.35  # single process / llama.cpp, tokens/s
@@ -54,47 +55,85 @@ def _in_rounds(r: LlmResult, name: str) -> list[Generation | None]:
     return runs
 
 
+def median_ratio(values: list[float]) -> float:
+    """The median of per-pair ratios (between the two middle ones, for an even count),
+    to 3 decimals as the ratios are."""
+    return round(statistics.median(values), 3)
+
+
+def _secure_runs(r: LlmResult) -> list[Generation | None]:
+    """Every timed generation the locked-down bus was compared on, both buses'."""
+    if r.secure_runs is not None:
+        pairs = r.secure_runs.pairs
+    else:  # older results: the pairs sat in the rounds, the round's own first
+        rounds = r.rounds or [Round(stages_3=r.stages_3, stages_3_secure=r.stages_3_secure)]
+        pairs = [
+            p
+            for rnd in rounds
+            for p in (
+                SecurePair(stages_3=rnd.stages_3, stages_3_secure=rnd.stages_3_secure)
+                if rnd.stages_3 is not None and rnd.stages_3_secure is not None
+                else None,
+                *rnd.secure_pairs,
+            )
+            if p is not None
+        ]
+    return [g for p in pairs for g in (p.stages_3, p.stages_3_secure)]
+
+
 def judge_secure(r: LlmResult) -> tuple[bool | None, str]:
     """The 3-stage swarm on the locked-down bus against the same on the open bus
-    (:data:`LLM_TARGET_SECURE`), judged on the median of the per-round ratios, and the
-    figure; not measured in results saved before the secure runs. A round whose text
+    (:data:`LLM_TARGET_SECURE`), judged on the median of the per-pair ratios, and the
+    figure; not measured in results saved before the secure runs. A pair whose text
     was wrong on either bus fails it."""
-    rounds = r.secure_over_open_rounds
-    if not rounds:
+    ratios = r.secure_over_open_rounds
+    if not ratios:
         return None, "not measured"
-    runs = [*_in_rounds(r, "stages_3"), *_in_rounds(r, "stages_3_secure")]
-    runs += [
-        g
-        for rnd in r.rounds or []
-        for p in rnd.secure_pairs
-        for g in (p.stages_3, p.stages_3_secure)
-    ]
-    if any(_wrong(x) for x in runs):
+    if any(_wrong(x) for x in _secure_runs(r)):
         return False, WRONG
-    median = sorted(rounds)[len(rounds) // 2]
+    median = median_ratio(ratios)
     return median >= LLM_TARGET_SECURE, f"{num(median, 3)}× open"
 
 
+_LOCKED_DOWN = """the bus as `hecate up --secure` and `deploy/` run it: TLS between every
+  process and the server; the services in one NATS account and each tenant in an
+  account of its own that imports the service; the router, telemetry and each node
+  logged in as users of their own, the server checking every publish and subscription
+  against the permissions the wire contract derives; and the generation asked by a
+  tenant's user from its own account, so the server stamps the request with that
+  account and the router takes the tenant from it (`--tenant-from bus`)."""
+
+
 def _secure_prose(r: LlmResult, met: bool | None, figure: str) -> str:
-    rounds = r.secure_over_open_rounds
-    if not rounds:
+    ratios = r.secure_over_open_rounds
+    if not ratios:
         return (
             "* **3 stages on the locked-down bus ≥ "
             f"{LLM_TARGET_SECURE}× the open bus (tokens/s)**: not measured in this run."
         )
-    pairs = ", ".join(num(x, 3) for x in rounds)
-    return f"""* **3 stages on the locked-down bus ≥ {LLM_TARGET_SECURE}× the open bus
-  (tokens/s)**: {verdict(met)} ({figure}, the median pair; per pair {pairs}).
-  In every round the same 3-stage swarm also runs on the bus as `hecate up --secure`
-  and `deploy/` run it: TLS between every process and the server; the services in one
-  NATS account and each tenant in an account of its own that imports the service; the
-  router, telemetry and each node logged in as users of their own, the server checking
-  every publish and subscription against the permissions the wire contract derives; and
-  the generation asked by a tenant's user from its own account, so the server stamps the
-  request with that account and the router takes the tenant from it (`--tenant-from
-  bus`). The two swarms take turns, which goes first alternating pair by pair; one
-  generation's tokens/s spreads by more than the bus costs, so each round times several
-  pairs and the figure is the median pair."""
+    pairs = ", ".join(num(x, 3) for x in ratios)
+    head = f"""* **3 stages on the locked-down bus ≥ {LLM_TARGET_SECURE}× the open bus
+  (tokens/s)**: {verdict(met)} ({figure}, the median pair; per pair {pairs})."""
+    runs = r.secure_runs
+    if runs is None:  # older results: a swarm started for every generation
+        return f"""{head}
+  In every round the same 3-stage swarm also runs on {_LOCKED_DOWN} The two swarms
+  take turns, which goes first alternating pair by pair; one generation's tokens/s
+  spreads by more than the bus costs, so each round times several pairs and the
+  figure is the median pair."""
+    pooled = r.secure_over_open_pooled
+    if pooled is None:
+        pooled = runs.pooled_secure_tokens_per_s / runs.pooled_open_tokens_per_s
+    return f"""{head}
+  The same 3-stage swarm stands twice at once, each with its own nats-server,
+  telemetry, router and 3 nodes: once on the open bus and once on {_LOCKED_DOWN}
+  Each is warmed up with {runs.warmup} untimed generations, then {len(runs.pairs)}
+  pairs are timed, one generation on each swarm, which goes first alternating pair by
+  pair; one generation's tokens/s spreads by more than the bus costs, so the figure
+  is the median of the pairs' ratios. Pooled over every pair (all tokens after the
+  first over all the time between first and last tokens), the locked-down swarm made
+  {num(runs.pooled_secure_tokens_per_s, 2)} tokens/s against
+  {num(runs.pooled_open_tokens_per_s, 2)} on the open one: {num(pooled, 3)}×."""
 
 
 def _llama(r: LlmResult) -> tuple[LlamaCpp | None, str]:
@@ -176,7 +215,11 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         ["1 stage over NATS", _speed(r.stages_1)],
         ["2 stages", _speed(r.stages_2)],
         ["3 stages, chained (median round)", _speed(r.stages_3)],
-        ["3 stages, chained, locked-down bus (median round)", _speed(r.stages_3_secure)],
+        [
+            "3 stages, chained, locked-down bus (median "
+            f"{'round' if r.secure_runs is None else 'pair'})",
+            _speed(r.stages_3_secure),
+        ],
         ["3 stages, router calls each stage (hop)", _speed(r.stages_3_hop)],
         ["3 stages, BLAS 1 thread per node", _speed(r.stages_3_1_thread)],
         ["**3 stages ÷ single process**, per round", ", ".join(num(x, 3) for x in rounds)],
@@ -185,6 +228,10 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         [
             "3 stages, locked-down ÷ open bus, per pair",
             ", ".join(num(x, 3) for x in r.secure_over_open_rounds or []) or "–",
+        ],
+        [
+            "3 stages, locked-down ÷ open bus, pooled tokens/s",
+            num(r.secure_over_open_pooled, 3) if r.secure_over_open_pooled is not None else "–",
         ],
         [
             "single process ÷ llama.cpp, per round",
