@@ -171,6 +171,7 @@ def start_swarm(
     pipelines: int = 2,
     dispatch: str = "hop",
     stage_timeout_ms: float = 1500,
+    route_wait_ms: float | None = None,
 ) -> None:
     procs.start("telemetry", "telemetry", "--id", "telemetry")
     procs.start(
@@ -188,7 +189,7 @@ def start_swarm(
         "300",
     )
     for i in range(1, routers + 1):
-        start_router(procs, f"router-{i}", topology, stage_timeout_ms, dispatch)
+        start_router(procs, f"router-{i}", topology, stage_timeout_ms, dispatch, route_wait_ms)
     for node_id, capacity, latency, score in nodes:
         procs.node(node_id, capacity, latency, score)
 
@@ -199,7 +200,11 @@ def start_router(
     topology: Path,
     stage_timeout_ms: float = 1500,
     dispatch: str = "hop",
+    route_wait_ms: float | None = None,
 ) -> subprocess.Popen[bytes]:
+    """``route_wait_ms``: how long a request left with no route waits for one (the
+    router's default when None)."""
+    wait = ("--route-wait-ms", str(route_wait_ms)) if route_wait_ms is not None else ()
     return procs.start(
         router_id,
         "router",
@@ -213,6 +218,7 @@ def start_router(
         dispatch,
         "--stale-ms",
         "500",
+        *wait,
     )
 
 

@@ -101,6 +101,7 @@ async def test_an_unrecoverable_loss_is_an_explicit_error_not_a_timeout(
         [("gpu", 8, 3.5, 4.0), ("laptop", 4, 12.0, 1.5), ("pi", 2, 40.0, 0.5)],
         pipelines=1,
         stage_timeout_ms=BEYOND_THE_TEST_MS,
+        route_wait_ms=0,  # waiting for a route is test_faults.py's
     )
     await wait_until_serving(client, "ncm-base")
     failovers = await collect(client, subjects.EVENT_FAILOVER, FailoverEvent)
@@ -236,6 +237,7 @@ async def test_a_chained_stage_that_is_gone_is_named_by_the_node_that_forwarded_
         CHAIN_NODES,
         dispatch="chain",
         stage_timeout_ms=BEYOND_THE_TEST_MS,
+        route_wait_ms=0,  # waiting for a route is test_faults.py's
     )
     first = await wait_until_serving(client, "ncm-base")
     assert first.route is not None

@@ -7,6 +7,7 @@ only a broken swarm reaches, and each test asserts what happened and why.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from typing import Any, TypeVar
 
@@ -16,12 +17,13 @@ from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
 from hecate.core import SwarmPlan
+from hecate.model import reference
 from hecate.wire import subjects
 from hecate.wire.messages import FailoverEvent, NodeEvent, TelemetrySnapshot
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
 from .load import start_load
-from .waits import router_status, routers_ready, until
+from .waits import GENEROUS_S, router_status, routers_ready, until
 
 # A stage timeout no test here lives to see: a flight held by a dead node can then only
 # be rescued by a sign of the death itself, and one that waited for the timer would
@@ -146,6 +148,37 @@ async def test_sigkill_a_node_under_load_loses_nothing_and_the_swarm_heals(
         )
 
     await until(victim_serves, f"a request routed through the restarted {victim}")
+
+
+async def test_a_request_left_with_no_route_waits_for_the_node_that_went_silent(
+    processes: Processes, client: Client
+) -> None:
+    """The only copy of layers 8-12 frozen (SIGSTOP) with a request in flight, past
+    telemetry's verdict, then thawed (SIGCONT) within the router's wait for a route, as
+    a node behind a partition that heals comes back. Proves: the request is held, not
+    answered unrecoverable, and is answered right once the node is heard again; the
+    failover event says it waited."""
+    only_copy = [("gpu", 8, 3.5, 4.0), ("laptop", 4, 12.0, 1.5), ("pi", 2, 40.0, 0.5)]
+    start_swarm(
+        processes, EXAMPLES / "unrecoverable.json", only_copy, pipelines=1, route_wait_ms=20_000
+    )
+    await wait_until_serving(client, "ncm-base")
+    failovers = await collect(client, subjects.EVENT_FAILOVER, FailoverEvent)
+    downs = await collect(client, subjects.EVENT_NODE_DOWN, NodeEvent)
+    processes.supervisor.kill("node-laptop", signal.SIGSTOP, wait=False)
+    asked = asyncio.create_task(infer(client, "ncm-base", "hold on", timeout=GENEROUS_S))
+    try:
+        await until(lambda: any(d.node_id == "laptop" for d in downs), "laptop called down")
+        assert not asked.done(), asked.result()
+    finally:
+        processes.supervisor.kill("node-laptop", signal.SIGCONT, wait=False)
+    reply = await asked
+    assert reply.ok, reply.error
+    assert reply.output == reference("ncm-base", 12, "hold on", 8)
+    mine = [e for e in failovers if e.lost_node == "laptop"]
+    assert mine, failovers
+    assert all(e.kind != "unrecoverable" for e in mine), mine
+    assert any("for a route" in e.reason for e in mine), mine
 
 
 async def test_killing_a_router_replica_leaves_the_other_serving(

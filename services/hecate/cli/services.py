@@ -107,6 +107,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
                 max_attempts=args.max_attempts,
                 max_replays=args.max_replays,
                 stage_timeout_s=args.stage_timeout_ms / 1000,
+                route_wait_s=args.route_wait_ms / 1000,
                 max_request_bytes=args.max_request_bytes,
                 dispatch=args.dispatch,
                 stale_s=args.stale_ms / 1000,
@@ -217,6 +218,14 @@ def add_parsers(sub: Any) -> None:
         "(prompt + tokens so far) before it ends with an error carrying its text",
     )
     router.add_argument("--stage-timeout-ms", type=float, default=2000.0)
+    router.add_argument(
+        "--route-wait-ms",
+        type=float,
+        default=5000.0,
+        help="a request in flight left with no route after nodes went silent waits this "
+        "long for one to come back (a partition healing) before it is answered "
+        "unrecoverable; 0 answers at once",
+    )
     router.add_argument("--max-request-bytes", type=int, default=256 * 1024)
     router.add_argument(
         "--enforce-quotas",

@@ -18,6 +18,9 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 3  # routes tried per request, the first included
     max_replays: int = 2  # migrations of a generation onto a rescue route
     stage_timeout_s: float = 2.0
+    # No route left after nodes went silent: a request in flight waits this long for
+    # one to come back before it is answered unrecoverable (hecate.routing.lifecycle).
+    route_wait_s: float = 5.0
     suspect_s: float = 2.0  # how long a node that failed a stage is routed around
     stale_s: float = 2.0  # telemetry older than this is not trusted for load
     max_request_bytes: int = 256 * 1024
@@ -55,8 +58,9 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds")
-        if self.reconnect_grace_s < 0:
-            raise ValueError("reconnect_grace_s: must not be negative")
+        for name in ("reconnect_grace_s", "route_wait_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must not be negative")
 
     def flow(self) -> FlowOptions:
         """What each request's lifecycle needs of these."""
@@ -66,4 +70,5 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
             stage_timeout_s=self.stage_timeout_s,
             chain=self.dispatch == "chain",
             reconnect_grace_s=self.reconnect_grace_s,
+            route_wait_s=self.route_wait_s,
         )

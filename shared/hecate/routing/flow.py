@@ -73,6 +73,10 @@ class FlowOptions:
     # another server, with room.
     deaf_after_s: float = 1.0
     isolation_limit_s: float = 4.0
+    # No route left after a node went silent: how long a request in flight waits for
+    # one to come back (a partition healing, a node's connection moving) before it is
+    # answered unrecoverable (lifecycle.py). 0: answered at once.
+    route_wait_s: float = 5.0
 
 
 # -- failures -----------------------------------------------------------------------------

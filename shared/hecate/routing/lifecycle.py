@@ -13,8 +13,11 @@ below the table)::
                  the deadline: rescued --------------> SENT
                  the server just came back,
                  or the router hears nobody ---------> RESENDING
+                 a node went silent, no route left --> WAITING
                  no rescue, limits, request's fault -> DONE
     RESENDING  --Tick at resend time-----------------> SENT
+    WAITING    --Tick: a route came back ------------> SENT
+                 none within the wait, or limits ----> DONE
     any live   --Cancelled / Abort-------------------> DONE
     DONE       --anything----------------------------> DONE (ignored)
 
@@ -23,6 +26,16 @@ current: each send is numbered, and an outcome naming any other number (a late r
 a failure of a send already replaced by a resend or a rescue) is ignored and counted.
 So whatever order replies, deadlines and node-down news arrive in, each send is acted
 on once and the request is answered once.
+
+**Waiting for a route.** When a node went *silent* (a stage timed out, telemetry called
+it down, nobody listens on its subject) and no route is left, the swarm may be cut in
+two by a partition that heals in seconds, not dead: nodes that fall silent together
+are far more often behind one failed link or server than dead at once. The request is
+held, for at most ``route_wait_s`` (a flight's hold starts afresh after a stage reply),
+and the rescue is asked again every ``resend_delay_s``; the first route that comes back
+takes it, as a failover, and only a wait that ends with none is ``unrecoverable``. A
+node that answered with an error, or a router that hears nobody (its own isolation:
+``hecate.routing.hearing``), is not waited for.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hecate.core import Recovered, Route, RoutingRequest
+from hecate.core import Recovered, Route, RoutingRequest, Unrecoverable
 from hecate.core.errors import ErrorCode
 from hecate.model.executor import ExecutorKind
 from hecate.routing.flow import (
@@ -70,21 +83,36 @@ class State(enum.Enum):
     NEW = "new"
     SENT = "sent"  # one dispatch out, awaiting its outcome
     RESENDING = "resending"  # the bus just came back: the same stage goes again shortly
+    WAITING = "waiting"  # no route after a silence: held for one to come back
     DONE = "done"  # answered; nothing acts on it any more
 
 
 S = State
 TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     (S.NEW, Start): frozenset({S.SENT}),
-    (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.DONE}),
-    (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.DONE}),
-    (S.SENT, NodeDown): frozenset({S.SENT, S.DONE}),
-    (S.SENT, Tick): frozenset({S.SENT, S.RESENDING, S.DONE}),
+    (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
+    (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
+    (S.SENT, NodeDown): frozenset({S.SENT, S.WAITING, S.DONE}),
+    (S.SENT, Tick): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
     (S.RESENDING, Tick): frozenset({S.RESENDING, S.SENT}),
-    **{(s, Cancelled): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING)},
-    **{(s, Abort): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING)},
-    **{(s, RetryJoined): frozenset({s}) for s in (S.NEW, S.SENT, S.RESENDING)},
+    (S.WAITING, Tick): frozenset({S.WAITING, S.SENT, S.DONE}),
+    **{(s, Cancelled): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
+    **{(s, Abort): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
+    **{(s, RetryJoined): frozenset({s}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
 }
+
+# What a node's silence looks like (flow.Failure.kind): the failures a route may come
+# back from while the request waits.
+SILENCES = frozenset({"timeout", "node_down", "no_responders"})
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why a request waits for a route, and since when (the flight's first hold)."""
+
+    node_id: str
+    why: Failure
+    since: float
 
 
 @dataclass(eq=False)
@@ -111,6 +139,7 @@ class Lifecycle:
     sent_at: float = 0.0  # when the current dispatch went out
     resend_at: float = 0.0
     excused_since: float | None = None  # the first failure excused as the router's own
+    held: Held | None = None  # waiting for a route: whose silence left none, since when
     resent: bool = False  # a resend's wait is in its round trips: no sample of the pipeline
     started: float = 0.0
     step_at: float = 0.0
@@ -146,6 +175,9 @@ class Lifecycle:
             case Tick(now) if self.state is S.RESENDING:
                 if now >= self.resend_at:
                     self._dispatch(now, out)
+            case Tick(now) if self.state is S.WAITING:
+                if now >= self.resend_at:
+                    self._look_again(now, out)
             case Tick(now):
                 if now > self.deadline:
                     s = self.options.stage_timeout_s
@@ -167,7 +199,7 @@ class Lifecycle:
         resend is due): the shell's sweep skips the rest."""
         if self.state is S.SENT:
             return now > self.deadline
-        return self.state is S.RESENDING and now >= self.resend_at
+        return self.state in (S.RESENDING, S.WAITING) and now >= self.resend_at
 
     def _current(self, event: Event) -> bool:
         """The one rule: outcomes of a send that is not the current one act on nothing."""
@@ -221,6 +253,7 @@ class Lifecycle:
         self.stage = at
         self.send = 0
         self.excused_since = None  # the link carried an answer: any excuse starts afresh
+        self.held = None  # and any wait for a route
         node_id = stages[at].node_id
         if isinstance(reply, ErrorReply):
             why = classify(reply.error)
@@ -303,8 +336,64 @@ class Lifecycle:
         if not why.silent:  # errors and slowness are the breaker's; liveness, telemetry's
             self._report(Report(node_id, False, why.breaker_code, why.retry_after_s), out)
         self.routes.suspect(node_id)
+        result = self.routes.rescue(
+            self.route, node_id, RoutingRequest(tokens=self.request.max_tokens)
+        )
+        if isinstance(result, Recovered) or not self._may_wait(why, now, cut_off):
+            return self._rescued(node_id, why, result, now, out, cut_off)
+        if self.held is None:
+            self.held = Held(node_id, why, now)
+            self.counters["held_for_route"] += 1
+        self.state = S.WAITING
+        self.resend_at = min(now + opts.resend_delay_s, self.held.since + opts.route_wait_s)
+        return None
+
+    def _may_wait(self, why: Failure, now: float, cut_off: str | None) -> bool:
+        """Whether a request left with no route waits for one: after a silence (not an
+        error a node answered with), not when the router itself is cut off, and while
+        its wait has not run out."""
+        wait = self.options.route_wait_s
+        if wait <= 0 or why.kind not in SILENCES or cut_off:
+            return False
+        return self.held is None or now - self.held.since < wait
+
+    def _look_again(self, now: float, out: list[Action]) -> None:
+        """Waiting: a route back (any node of the request's route that the router's
+        view calls alive again is taken as it is) moves the request onto it; none when
+        the wait has run out answers it."""
+        held = self.held
+        assert held is not None
+        result = self.routes.rescue(self.route, "", RoutingRequest(tokens=self.request.max_tokens))
+        waited = now - held.since
+        if isinstance(result, Recovered) or waited >= self.options.route_wait_s:
+            self.held = None
+            self.counters["route_came_back" if isinstance(result, Recovered) else "waited_out"] += 1
+            why = Failure(
+                held.why.kind,
+                f"{held.why.reason}; held {waited:.1f} s for a route",
+                held.why.code,
+                held.why.retry_after_s,
+            )
+            return self._rescued(held.node_id, why, result, now, out, None, waited)
+        self.resend_at = min(
+            now + self.options.resend_delay_s, held.since + self.options.route_wait_s
+        )
+        return None
+
+    def _rescued(
+        self,
+        node_id: str,
+        why: Failure,
+        result: Recovered | Unrecoverable,
+        now: float,
+        out: list[Action],
+        cut_off: str | None,
+        waited: float | None = None,
+    ) -> None:
+        """Tell the swarm how the loss of ``node_id`` ended (``waited``: after so long
+        waiting for a route), then move or answer."""
+        opts = self.options
         old = self.route
-        result = self.routes.rescue(old, node_id, RoutingRequest(tokens=self.request.max_tokens))
         kind = result.kind if isinstance(result, Recovered) else "unrecoverable"
         self.counters["failovers"] += 1
         self.counters[f"failover_{kind}"] += 1
@@ -332,6 +421,9 @@ class Lifecycle:
             isolated=cut_off,
         )
         if isinstance(rescue, GiveUp):
+            if waited is not None and not isinstance(result, Recovered):
+                late = f"{rescue.message}; no route came back within {waited:.1f} s"
+                rescue = GiveUp(rescue.code, late, rescue.retry_after_s)
             return self._give_up(rescue, out)
         return self._move(rescue, now, out)
 
