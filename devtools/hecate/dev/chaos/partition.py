@@ -29,7 +29,11 @@ No explicit error is allowed. A router that was on the cut server with a caller'
 request hears nothing at all while its link is held: each stage it sent times out, but
 that is its own isolation, not the nodes' (``hecate.routing.hearing``), so it blames
 nobody, spends no attempt, and sends the stage again once its link has moved; the
-caller, moved too, gets the answer.
+caller, moved too, gets the answer. A node on the cut server has both its connections
+there (``hecate.bus.connection.one_order``), so telemetry, hearing none of its beats,
+calls it down; a request in flight whose every route (the reserve's too) went silent
+that way waits for one to come back (``hecate.routing.lifecycle``, ``WAITING``), and the
+nodes' links, reset and moved, bring it back.
 """
 
 from __future__ import annotations
