@@ -18,6 +18,9 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bus.server import NatsServer
+from hecate.dev.chaos.proxy import FaultProxy
+from hecate.launch import ProcessSpec
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent
 
@@ -132,3 +135,47 @@ async def test_silence_telemetry_did_not_watch_counts_against_nobody(
     assert not [e for e in events.seen if e.state == "down"], events.seen
     data = await figures(client)
     assert data["blind_s"] >= 1.0, data
+
+
+async def test_telemetry_cut_off_itself_calls_nobody_down(
+    processes: Processes, client: Client, nats_server: NatsServer
+) -> None:
+    """Telemetry's own link held open and silent (its server cut off, nothing closed)
+    for four times every node's patience while the nodes beat on. Proves: it calls
+    nobody down, neither meanwhile (what it would have said comes out when the link
+    heals) nor after, and counts the sweeps it could not judge."""
+    proxy = await FaultProxy([("127.0.0.1", nats_server.client_port)], seed=3).start()
+    events = Events()
+    await client.subscribe(subjects.EVENT_NODE_DOWN, cb=events.heard)
+    await client.subscribe(subjects.EVENT_NODE_UP, cb=events.heard)
+    argv = ("telemetry", "--id", "telemetry", "--nats", proxy.url)
+    processes.supervisor.start(ProcessSpec("telemetry", argv, {"HECATE_LOG_LEVEL": "INFO"}))
+    await listening(client, "telemetry", "telemetry", "heartbeat")
+    nodes = [Beats(client, f"n{i}") for i in range(3)]
+    beating = [asyncio.create_task(n.forever(0.1)) for n in nodes]
+    try:
+        await until(lambda: all(events.of(n.node_id, "up") for n in nodes), "all nodes up")
+        await proxy.blackhole()
+        try:
+            await asyncio.sleep(2.0)  # the length of the cut: the input, not a wait
+        finally:
+            await proxy.heal()
+
+        async def judging_again() -> bool:
+            # Its answer comes on the healed link after everything it held.
+            data = await figures(client)
+            return data.get("deaf_sweeps", 0) > 0 and data.get("sweeps", 0) > 0
+
+        await until(judging_again, "telemetry answering and judging again after the cut")
+        before = (await figures(client))["sweeps"]
+
+        async def judged_twice() -> bool:
+            return int((await figures(client)).get("sweeps", 0)) > before + 2
+
+        await until(judged_twice, "telemetry judged the nodes again")
+        await client.flush()
+    finally:
+        for task in beating:
+            task.cancel()
+        await proxy.stop()
+    assert not [e for e in events.seen if e.state == "down"], events.seen

@@ -32,6 +32,7 @@ import time
 from typing import Literal
 
 import msgspec
+from nats.aio.client import Client
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
@@ -43,6 +44,19 @@ from hecate.services.config import TelemetryConfig
 from hecate.services.vouching import NodeIdentity
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
+
+# A link whose PING has gone unanswered this long (or two sweeps) is taken for silent:
+# logged and counted (its silence is never held against the nodes, however short).
+DEAF_AFTER_S = 0.25
+# nats-py's own wait for a PONG: never reached on a live connection, whose pings call a
+# held link stale (and replace it, dropping the PING) well before.
+PING_TIMEOUT_S = 120
+
+
+def _quietly(task: asyncio.Future[None]) -> None:
+    """A PING of a connection that closed raises: that is not news here."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Telemetry:
@@ -59,6 +73,11 @@ class Telemetry:
         self.sweeps = 0  # passes that judged every node
         self.stalls = 0  # sweeps that woke so late that this service was not watching
         self.blind_s = 0.0
+        self.deaf = 0  # sweeps whose own link had not answered a ping lately
+        self._deaf_spell = False
+        self._probe: asyncio.Future[None] | None = None  # the PING out on the inbound link
+        self._probe_sent = 0.0
+        self._link_at = 0.0  # when the latest PING answered went out (monotonic)
         self.publish_s = config.publish_s
         self.alpha = config.alpha
         self.log = log
@@ -109,6 +128,8 @@ class Telemetry:
         event(self.log, "telemetry ready", **msgspec.structs.asdict(self.detector.config))
         await stop.wait()
         await svc.stop()
+        if self._probe is not None:
+            self._probe.cancel()
 
     # -- inputs ------------------------------------------------------------------------
 
@@ -169,15 +190,53 @@ class Telemetry:
                     skipped = True
                     continue
             skipped = False
+            # Silence is measured up to the last moment our own link is known to have
+            # worked, not up to now: a link held silent makes nobody silent.
+            proven = self._link_proven(inbound, now)
+            self._deaf(now - proven > max(2 * period, DEAF_AFTER_S), now - proven)
             self.sweeps += 1
             for node_id, state in list(self.nodes.items()):
-                if state.alive and self.detector.suspected(node_id, now):
-                    reason = self._silence(node_id, now)
+                if state.alive and self.detector.suspected(node_id, proven):
+                    reason = self._silence(node_id, proven)
                     self.nodes[node_id] = msgspec.structs.replace(state, alive=False, in_flight=0)
                     # If it comes back it starts afresh: the silence that made it dead (a
                     # restart, say) is not a gap it is entitled to repeat.
                     self.detector.forget(node_id)
                     await self._liveness(node_id, up=False, reason=reason)
+
+    def _link_proven(self, inbound: Client, now: float) -> float:
+        """When the link the heartbeats come in on last proved it works: the moment the
+        latest PING answered went out (every heartbeat the server had by then came in
+        before its PONG). Sends the next PING when none is out.
+
+        A link held open and silent (its server cut off from the cluster, nothing
+        closed) brings no heartbeat from anyone, and the client notices only when its
+        own pings run out (15 s and more); judged up to now, every node would look dead.
+        The PING waits in a task of its own, never cancelled: nats-py fails its reader
+        on the PONG of a flush that timed out, and drops the PINGs of a connection it
+        replaced (so a PING out before the last reconnect is given up)."""
+        probe = self._probe
+        if probe is not None and probe.done():
+            if not probe.cancelled() and probe.exception() is None:
+                self._link_at = self._probe_sent
+            probe = None
+        elif probe is not None and self.service.reconnected_at > self._probe_sent:
+            probe = None  # its PING went with the old connection
+        if probe is None:
+            self._probe_sent = now
+            self._probe = asyncio.ensure_future(inbound.flush(timeout=PING_TIMEOUT_S))
+            self._probe.add_done_callback(_quietly)
+        return self._link_at
+
+    def _deaf(self, deaf: bool, for_s: float) -> None:
+        """Count (and log once per spell) the sweeps whose link was not proven lately."""
+        if deaf:
+            self.deaf += 1
+            if not self._deaf_spell:
+                event(self.log, "link silent: judging nobody", logging.WARNING, for_s=for_s)
+        elif self._deaf_spell:
+            event(self.log, "link answers again", logging.WARNING)
+        self._deaf_spell = deaf
 
     def _silence(self, node_id: str, now: float) -> str:
         """Why a node is down, in the detector's figures."""
@@ -201,6 +260,7 @@ class Telemetry:
             "sweeps": self.sweeps,
             "stalls": self.stalls,
             "blind_s": round(self.blind_s, 3),
+            "deaf_sweeps": self.deaf,
             "identity_mismatch": self.identity.refused,
         }
 

@@ -31,9 +31,10 @@ on once and the request is answered once.
 it down, nobody listens on its subject) and no route is left, the swarm may be cut in
 two by a partition that heals in seconds, not dead: nodes that fall silent together
 are far more often behind one failed link or server than dead at once. The request is
-held, for at most ``route_wait_s`` (a flight's hold starts afresh after a stage reply),
-and the rescue is asked again every ``resend_delay_s``; the first route that comes back
-takes it, as a failover, and only a wait that ends with none is ``unrecoverable``. A
+held, for at most ``route_wait_s``, and the rescue is asked again every
+``resend_delay_s``; the first route that comes back takes it, as a failover (an attempt,
+so a flight waits afresh at most ``max_attempts`` times), and only a wait that ends with
+none is ``unrecoverable``. A
 node that answered with an error, or a router that hears nobody (its own isolation:
 ``hecate.routing.hearing``), is not waited for.
 """
