@@ -185,6 +185,10 @@ async def server_partition(swarm: Swarm, nc: Client, record: Record, t: Timing) 
     # blaming nobody (a failover event would have named a node that never failed).
     counters = await _router_counters(swarm, nc)
     record.notes["router_resent_isolated"] = float(counters.get("resent_isolated", 0))
+    # And the requests whose every route went silent with the cut server's nodes: held
+    # for a route, and how many had one come back (the rest waited out: unrecoverable).
+    for name in ("held_for_route", "route_came_back", "waited_out"):
+        record.notes[f"router_{name}"] = float(counters.get(name, 0))
     if wrote_in is not None:
         record.notes["plan_write_s"] = round(wrote_in, 2)
 
@@ -226,6 +230,13 @@ class ServerPartition(Scenario):
             if resent
             else ""
         )
+        waited = int(r.notes.get("router_held_for_route", 0))
+        came = int(r.notes.get("router_route_came_back", 0))
+        if waited:
+            held += (
+                f"; {waited} request{'' if waited == 1 else 's'} in flight lost every "
+                f"route with the cut nodes and waited for one: {came} came back"
+            )
         return (
             "the callers' server is cut from its peers and clients with its links held; "
             f"after {num(DETECT_S, 1)} s (standing for their pings) its clients' links "
