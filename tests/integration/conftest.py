@@ -172,8 +172,9 @@ def start_swarm(
     dispatch: str = "hop",
     stage_timeout_ms: float = 1500,
     route_wait_ms: float | None = None,
+    telemetry_args: tuple[str, ...] = (),
 ) -> None:
-    procs.start("telemetry", "telemetry", "--id", "telemetry")
+    procs.start("telemetry", "telemetry", "--id", "telemetry", *telemetry_args)
     procs.start(
         "planner",
         "planner",
