@@ -22,10 +22,20 @@ RUNS_TO_BITE = 3
 
 # On proxied links: the heaviest of the short runs; router-kill, whose own checks are
 # its speed targets (recovered within 1 s, no caller over 1.5 s), which a loaded machine
-# misses; and control-plane, whose outages test_faults.py also stages (routers serving
-# from their last snapshots): left to make test-heavy (make chaos runs every scenario in
-# full).
-HEAVY = ("node-blackhole", "slow-link", "server-partition", "router-kill", "control-plane")
+# misses; control-plane, whose outages test_faults.py also stages (routers serving from
+# their last snapshots); nats-cluster (the callers' server of three killed), whose
+# single-server kin nats-restart stays here; and node-freeze, whose frozen node
+# test_faults.py also stops and thaws: left to make test-heavy (make chaos runs every
+# scenario in full).
+HEAVY = (
+    "node-blackhole",
+    "slow-link",
+    "server-partition",
+    "router-kill",
+    "control-plane",
+    "nats-cluster",
+    "node-freeze",
+)
 
 
 @pytest.mark.parametrize(
