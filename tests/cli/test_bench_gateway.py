@@ -32,6 +32,9 @@ def _section(doc: str, title: str) -> str:
     return " ".join(doc[start : end if end >= 0 else len(doc)].split())
 
 
+# In make test-heavy (about 11 s): make bench runs the suite in full, and the report's
+# rendering of its results is tested here without a run.
+@pytest.mark.heavy
 def test_a_short_run_checks_every_answer_and_renders(tmp_path: Path) -> None:
     """The toy swarm of ``make run-toy`` and ``hecate gateway --open`` as processes: a
     few requests each way, one capacity window each way, every answer checked."""

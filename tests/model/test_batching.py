@@ -122,6 +122,9 @@ def test_sixteen_prompts_in_one_batch_answer_as_each_alone(gguf: Path, whole: Ll
     assert not flips, f"near-ties flipped (prompt, step, margin alone): {flips}"
 
 
+# In make test-heavy: test_long_prompts.py sends a 1,200-token prompt through stages in
+# five chunks and checks the single-process text, end to end.
+@pytest.mark.heavy
 def test_a_thousand_token_prompt_in_chunks_gives_the_one_prefill_token(
     gguf: Path, whole: LlamaStage
 ) -> None:
