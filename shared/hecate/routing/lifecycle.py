@@ -109,7 +109,7 @@ SILENCES = frozenset({"timeout", "node_down", "no_responders"})
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """Why a request waits for a route, and since when (the flight's first hold)."""
+    """Why a request waits for a route, and since when."""
 
     node_id: str
     why: Failure
@@ -254,7 +254,6 @@ class Lifecycle:
         self.stage = at
         self.send = 0
         self.excused_since = None  # the link carried an answer: any excuse starts afresh
-        self.held = None  # and any wait for a route
         node_id = stages[at].node_id
         if isinstance(reply, ErrorReply):
             why = classify(reply.error)
@@ -340,23 +339,23 @@ class Lifecycle:
         result = self.routes.rescue(
             self.route, node_id, RoutingRequest(tokens=self.request.max_tokens)
         )
-        if isinstance(result, Recovered) or not self._may_wait(why, now, cut_off):
+        waits = opts.route_wait_s > 0 and why.kind in SILENCES and not cut_off
+        if isinstance(result, Recovered) or not waits:
             return self._rescued(node_id, why, result, now, out, cut_off)
-        if self.held is None:
-            self.held = Held(node_id, why, now)
-            self.counters["held_for_route"] += 1
+        # No route after a silence (not an error a node answered), and the router not
+        # cut off itself: wait for one. (A waiting request leaves WAITING only onto a
+        # route or with its answer, so no wait is under way here.)
+        self.held = Held(node_id, why, now)
+        self.counters["held_for_route"] += 1
         self.state = S.WAITING
-        self.resend_at = min(now + opts.resend_delay_s, self.held.since + opts.route_wait_s)
+        self._look_at(now)
         return None
 
-    def _may_wait(self, why: Failure, now: float, cut_off: str | None) -> bool:
-        """Whether a request left with no route waits for one: after a silence (not an
-        error a node answered with), not when the router itself is cut off, and while
-        its wait has not run out."""
-        wait = self.options.route_wait_s
-        if wait <= 0 or why.kind not in SILENCES or cut_off:
-            return False
-        return self.held is None or now - self.held.since < wait
+    def _look_at(self, now: float) -> None:
+        """Ask for a route again after ``resend_delay_s``, or when the wait runs out."""
+        assert self.held is not None
+        wait_ends = self.held.since + self.options.route_wait_s
+        self.resend_at = min(now + self.options.resend_delay_s, wait_ends)
 
     def _look_again(self, now: float, out: list[Action]) -> None:
         """Waiting: a route back (any node of the request's route that the router's
@@ -376,9 +375,7 @@ class Lifecycle:
                 held.why.retry_after_s,
             )
             return self._rescued(held.node_id, why, result, now, out, None, waited)
-        self.resend_at = min(
-            now + self.options.resend_delay_s, held.since + self.options.route_wait_s
-        )
+        self._look_at(now)
         return None
 
     def _rescued(
