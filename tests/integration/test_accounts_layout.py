@@ -23,7 +23,7 @@ from hecate.bus import kv as kvs
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.bus.streamed import request_streamed
-from hecate.routing.identity import REQUEST_INFO
+from hecate.routing.identity import REQUEST_INFO, Refused, tenant_of
 from hecate.wire import subjects
 from hecate.wire.messages import (
     STREAM_TOKEN_HEADERS,
@@ -34,7 +34,7 @@ from hecate.wire.messages import (
 )
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
-from .securebus import Login, Session, secure_server, sessions
+from .securebus import Login, Session, everyone, secure_server, sessions
 
 MODEL = "ncm-base"
 TOPOLOGY = EXAMPLES / "swarm.json"
@@ -173,3 +173,50 @@ async def test_a_responder_streams_to_the_tenant_and_hears_its_cancels_stamped(
     assert await asyncio.wait_for(cancels.get(), 5) == "tenant-a"
     assert not router.errors
     assert not a.errors
+
+
+async def test_only_a_tenant_s_own_account_is_taken_as_that_tenant(
+    bus: SecureBus, login: Login
+) -> None:
+    """Every identity the layout creates sends, on each subject tenants send on, a body
+    naming tenant-b and a forged stamp saying tenant-b; the routers' side hears what
+    gets through. Only tenant-b's own messages read as tenant-b: another tenant's stamp
+    is overwritten by the server (refused as a mismatch), and nobody in the services'
+    account may publish there at all (its stamp would arrive as its publisher wrote
+    it)."""
+    router = await login("router")
+    heard: asyncio.Queue[tuple[str, str, str | Refused]] = asyncio.Queue()
+
+    async def hear(msg: Msg) -> None:
+        sender, named = msg.data.decode().split(" ")
+        taken = tenant_of("bus", msg.headers or {}, named)
+        await heard.put((msg.subject, sender, taken))
+
+    for subject in (subjects.INFER_ALL, subjects.STREAM_ALL, subjects.ROUTER_CANCEL):
+        await router.nc.subscribe(subject, cb=hear)
+    await router.nc.flush()
+    forged = {REQUEST_INFO: json.dumps({"acc": "tenant-b"})}
+    sent = (subjects.infer(MODEL), subjects.stream(MODEL), subjects.ROUTER_CANCEL)
+    for user in everyone(bus):
+        session = await login(user)
+        for subject in sent:
+            await session.nc.publish(subject, f"{user} tenant-b".encode(), headers=forged)
+        await session.nc.flush()
+    await router.nc.flush()
+
+    taken_as_b: list[tuple[str, str]] = []
+    got: set[tuple[str, str]] = set()
+    while True:
+        try:
+            subject, sender, taken = await asyncio.wait_for(heard.get(), 1.0)
+        except TimeoutError:
+            break
+        got.add((sender, subject))
+        if taken == "tenant-b":
+            taken_as_b.append((sender, subject))
+    # tenant-b is heard on every subject, as itself: what the check reads gets through.
+    assert sorted(taken_as_b) == sorted(("tenant-b", s) for s in sent)
+    # Every other tenant is heard too, and refused: the server stamped its own account.
+    assert {("tenant-a", s) for s in sent} <= got
+    # Nothing from inside the services' account reaches the routers' subjects.
+    assert {sender for sender, _ in got} == set(bus.tenants)

@@ -159,13 +159,40 @@ def test_the_router_answers_tenants_through_the_import_and_nobody_reaches_their_
         assert allows(perms["router"]["publish"], inbox), inbox
 
 
-def test_everyone_keeps_the_single_account_permissions_but_the_router_s_inboxes() -> None:
+def test_nobody_in_the_services_account_may_send_what_tenants_send() -> None:
+    """A message published inside the services' account crosses no import: the server
+    stamps no Nats-Request-Info on it, and a header its publisher wrote reaches the
+    routers as it was written. So no user there may publish a subject tenants import,
+    or it could ask, read remembered answers and cancel as any tenant."""
+    layout = accounts(TENANTS, NODES)
+    exported = [e.subject.replace(">", "m") for e in layout[SERVICES_ACCOUNT].exports]
+    assert exported == [subjects.infer("m"), subjects.stream("m"), CANCEL]
+    for user, perms in layout[SERVICES_ACCOUNT].users.items():
+        for subject in exported:
+            assert not allows(perms.publish, subject), (user, subject)
+    # Each tenant, in its own account, may: the server stamps its account on the way.
+    for tenant in TENANTS:
+        for subject in exported:
+            assert allows(layout[tenant].users[tenant].publish, subject), (tenant, subject)
+
+
+def test_everyone_keeps_the_single_account_permissions_but_the_router_and_gateway() -> None:
     single = users(TENANTS, NODES)
     layout = accounts(TENANTS, NODES)
     services = layout[SERVICES_ACCOUNT].users
     for user, perms in services.items():
-        if user != "router":
+        if user not in ("router", GATEWAY):
             assert perms == single[user], user
+    # The gateway sends nothing a tenant sends (it asks through the tenants' own
+    # identities) and keeps everything else, its reads of the plan and telemetry too.
+    gateway, was = services[GATEWAY], single[GATEWAY]
+    assert gateway.subscribe == was.subscribe
+    assert set(was.publish) - set(gateway.publish) == {
+        subjects.infer("*"),
+        CANCEL,
+        subjects.stream("*"),
+    }
+    assert set(gateway.publish) <= set(was.publish)
     router, before = services["router"], single["router"]
     assert router.subscribe == before.subscribe
     # Every inbox becomes the inboxes of those inside the services' account it answers.

@@ -191,6 +191,19 @@ def _unique(items: Iterable[str]) -> list[str]:
     return [s for s in seen if not any(s != w + ">" and s.startswith(w) for w in wide)]
 
 
+def acts_as(user: str, *, accounts: bool = False) -> tuple[str, ...]:
+    """The contract roles ``user`` acts as. In the layout with an account per tenant the
+    gateway is an observer only: a request published inside the services' account
+    crosses no import, so the server stamps no ``Nats-Request-Info`` on it and a header
+    its publisher wrote would reach the routers untouched. Nobody in that account may
+    send what tenants send; the gateway asks through each tenant's own identity
+    (``--tenant-identities``)."""
+    roles = ACTS_AS[user]
+    if accounts and user == GATEWAY:
+        return tuple(r for r in roles if r != "client")
+    return roles
+
+
 def user_permissions(user: str, *, accounts: bool = False) -> Permissions:
     """A service role's (or the operator's) permissions; ``accounts``: in the services'
     account of the layout with an account per tenant."""
@@ -199,8 +212,13 @@ def user_permissions(user: str, *, accounts: bool = False) -> Permissions:
             f"no such role user {user!r}; nodes use node_permissions(), "
             "tenants tenant_permissions()"
         )
+    # The operator, and the gateway where it sends nothing as a client, still read
+    # what clients read (the plan, the telemetry snapshot).
+    reads_as_client = user == OPERATOR or (user == GATEWAY and accounts)
     derived = _from_contract(
-        ACTS_AS[user], kv_reads_of=("client",) if user == OPERATOR else (), accounts=accounts
+        acts_as(user, accounts=accounts),
+        kv_reads_of=("client",) if reads_as_client else (),
+        accounts=accounts,
     )
     publish = list(derived.publish)
     subscribe = [*derived.subscribe, f"{inbox_prefix(user)}.>"]
@@ -396,7 +414,9 @@ def accounts(
     telemetry snapshot (``hecate status`` runs as the operator). Everyone keeps the
     permissions of the single-account layout (:func:`users`), except that a responder
     to a tenant's request answers on the reply subject the server mapped (``_R_.>``)
-    instead of any inbox: no service may publish into a tenant's account otherwise."""
+    instead of any inbox (no service may publish into a tenant's account otherwise),
+    and that the gateway sends nothing tenants send (:func:`acts_as`): inside the
+    services' account nobody can be taken for a tenant."""
     everyone = users(tenants, nodes)  # names checked as in the single-account layout
     services: dict[str, Permissions] = {
         user: user_permissions(user, accounts=True) for user in (*SERVICE_USERS, GATEWAY, OPERATOR)
