@@ -60,6 +60,7 @@ class Intake:
             join=self.join,
             admit=self.admit,
             remember=config.remember_answers,
+            remember_bytes=config.remember_answer_bytes,
         )
         self.quotas = QuotaGate(
             service, start=self.start, counters=counters, timeout_s=config.quota_timeout_s

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from hecate.bus.service import Request, Service
-from hecate.routing.retrybook import Answered, Ident, RetryBook, Running
+from hecate.routing.retrybook import REMEMBER_BYTES, Answered, Ident, RetryBook, Running
 from hecate.wire import subjects
 from hecate.wire.messages import InferRequest, RetryClaim
 
@@ -39,13 +39,16 @@ class RetryLedger:
         join: Callable[[int, Caller], bool],
         admit: Callable[[Request[InferRequest]], Awaitable[None]],
         remember: int = 10_000,
+        remember_bytes: int = REMEMBER_BYTES,
         claim_s: float = 0.05,
     ) -> None:
         self.service = service
         self.counters = counters
         self._join = join
         self._admit = admit
-        self.book: RetryBook[Request[InferRequest]] = RetryBook(remember=remember, claim_s=claim_s)
+        self.book: RetryBook[Request[InferRequest]] = RetryBook(
+            remember=remember, remember_bytes=remember_bytes, claim_s=claim_s
+        )
         self.inbox = ""  # the router's reply inbox, set when it starts
         self._awake: float | None = None  # the last time this replica looked at the clock
         self._doubt_until = 0.0

@@ -10,6 +10,7 @@ from hecate.core import FailoverOptions
 from hecate.core.admission import LimitOptions
 from hecate.routing.flow import FlowOptions
 from hecate.routing.identity import TenantSource
+from hecate.routing.retrybook import REMEMBER_BYTES
 
 
 class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,6 +30,7 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     enforce_quotas: bool = False
     quota_timeout_s: float = 1.0
     remember_answers: int = 10_000  # answers kept for idempotent retries
+    remember_answer_bytes: int = REMEMBER_BYTES  # and the most they hold, headers included
     limits: LimitOptions = LimitOptions()
     queue_limit: int = 1024
     queue_timeout_s: float = 5.0
@@ -43,7 +45,13 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not self.instance_id:
             raise ValueError("instance_id: must not be empty")
-        for name in ("max_attempts", "max_request_bytes", "queue_limit", "remember_answers"):
+        for name in (
+            "max_attempts",
+            "max_request_bytes",
+            "queue_limit",
+            "remember_answers",
+            "remember_answer_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         if self.max_replays < 0:

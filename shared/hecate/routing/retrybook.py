@@ -6,6 +6,12 @@ request twice. On the replica that has it, a retry joins the running request or 
 the remembered answer again. A retry (``attempt > 1``) that lands on another replica
 is *claimed* first: that replica asks every router, and runs it only if no owner
 answers within ``claim_s``. The router shell (services/retries.py) does the asking.
+
+The newest answers are remembered, within ``remember`` of them and ``remember_bytes``
+(bodies and headers): a 4,096-token reply is some 16 KB of text, so the count alone
+let the book hold 160 MB and more. A retry of an answer forgotten, or never
+kept because it alone is larger than the budget, is one of a request this replica has
+no record of: claimed if it says it is a retry, and run again if nobody owns it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from typing import Generic, TypeVar
 
 Ident = tuple[str, str]  # (tenant, request_id)
 Answer = tuple[bytes, dict[str, str] | None]  # the encoded reply and its headers
+# NATS' largest max_payload (1 MiB by default): an answer the bus can carry always fits.
+REMEMBER_BYTES = 64 * 1024 * 1024
 H = TypeVar("H")  # what the shell holds for a retry awaiting its claim
 
 
@@ -29,12 +37,28 @@ class Answered:
     answer: Answer
 
 
+def weight(answer: Answer) -> int:
+    """The bytes an answer holds: its encoded body and its headers."""
+    body, headers = answer
+    if not headers:
+        return len(body)
+    return len(body) + sum(len(k.encode()) + len(v.encode()) for k, v in headers.items())
+
+
 class RetryBook(Generic[H]):
-    def __init__(self, *, remember: int = 10_000, claim_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        *,
+        remember: int = 10_000,
+        remember_bytes: int = REMEMBER_BYTES,
+        claim_s: float = 0.05,
+    ) -> None:
         self.remember = remember
+        self.remember_bytes = remember_bytes
         self.claim_s = claim_s
         self.in_progress: dict[Ident, int] = {}
         self.answered: OrderedDict[Ident, Answer] = OrderedDict()
+        self.bytes_held = 0  # the weight of ``answered``
         self.pending: dict[int, tuple[H, float]] = {}  # claim number -> (retry, deadline)
         self._claims = 0
 
@@ -42,12 +66,21 @@ class RetryBook(Generic[H]):
         self.in_progress[ident] = key
 
     def finished(self, ident: Ident, answer: Answer) -> None:
-        """Answered: remembered (the newest ``remember``) for retries still to come."""
+        """Answered: remembered for retries still to come, the oldest forgotten first to
+        stay within ``remember`` answers and ``remember_bytes``. One larger than the
+        whole budget is not kept (nor does it push the others out)."""
         self.in_progress.pop(ident, None)
+        old = self.answered.pop(ident, None)
+        if old is not None:
+            self.bytes_held -= weight(old)
+        size = weight(answer)
+        if size > self.remember_bytes:
+            return
         self.answered[ident] = answer
-        self.answered.move_to_end(ident)
-        while len(self.answered) > self.remember:
-            self.answered.popitem(last=False)
+        self.bytes_held += size
+        while len(self.answered) > self.remember or self.bytes_held > self.remember_bytes:
+            _, gone = self.answered.popitem(last=False)
+            self.bytes_held -= weight(gone)
 
     def lookup(self, ident: Ident) -> Running | Answered | None:
         key = self.in_progress.get(ident)
