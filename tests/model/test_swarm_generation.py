@@ -181,6 +181,36 @@ async def test_three_stages_generate_the_single_process_text_and_stream_it(
     assert chat.ok, chat.error
     assert chat.output == reference(chat_prompt([("user", messages[0].content)]), 12)
     assert "Paris" in (chat.output or "")
+    await two_tenants_one_request_id_keep_their_own_sessions(client)
+
+
+async def two_tenants_one_request_id_keep_their_own_sessions(client: Client) -> None:
+    """Two tenants generating at once under the same request_id (a caller chooses it)
+    each get their own text, and the nodes' sessions are named by neither: a session
+    named by the id would let one tenant's first step drop the other's caches, or a
+    step land on the other's cache when the positions happened to agree."""
+    sessions: set[str] = set()
+
+    async def on_stage(msg: Msg) -> None:
+        stage = msgspec.msgpack.decode(msg.data)
+        if "session" in stage:
+            sessions.add(stage["session"])
+
+    watch = await client.subscribe(subjects.node_run("*"), cb=on_stage)
+    await client.flush()
+    prompts = {"tenant-a": "The capital of France is", "tenant-b": "One, two, three, four,"}
+    replies = await asyncio.gather(
+        *(
+            ask(client, InferRequest(prompt=p, max_tokens=8, tenant=t, request_id="shared-id"))
+            for t, p in prompts.items()
+        )
+    )
+    await watch.unsubscribe()
+    for reply, prompt in zip(replies, prompts.values(), strict=True):
+        assert reply.ok, reply.error
+        assert reply.output == reference(prompt, 8)
+    assert len(sessions) == 2, sessions
+    assert not any("shared-id" in s for s in sessions), sessions
 
 
 # make test kills during the prefill, at the first step and mid-decode, across both

@@ -115,6 +115,7 @@ def machine(
     m = Lifecycle(
         request=InferRequest(prompt="hi", max_tokens=max_tokens, stream=True, stop=stop or []),
         request_id="r1",
+        flight_id="router-1-f00d-1",
         model_id="m",
         route=route,
         routes=swarm,
@@ -286,6 +287,21 @@ def test_no_responders_moves_to_another_replica_and_resumes_where_it_was() -> No
     assert run.last.node_id != lost
     run.finish()
     assert run.answers()[0].reply.attempts == 2
+
+
+def test_a_generation_s_sessions_are_named_by_the_flight_never_by_the_caller_s_id() -> None:
+    """The request_id is the caller's to choose (and another tenant's to reuse): the
+    nodes' caches are named by the router's flight id, a fresh one per attempt."""
+    run = started(Swarm(generative=True), max_tokens=3)
+    run.reply_ok()
+    run.feed(StageFailed(run.last.send, 1, Failure("no_responders", "no responders"), 0.1))
+    run.finish()
+    steps = [s.request for s in run.sends if isinstance(s.request, StepStage)]
+    released = [a.session for a in run.actions if isinstance(a, Release)]
+    flight = run.m.flight_id
+    assert {r.session for r in steps} == {f"{flight}.1", f"{flight}.2"}
+    assert released == [f"{flight}.1", f"{flight}.2"]
+    assert not any(run.m.request_id in r.session for r in steps)
 
 
 def test_an_error_reply_is_reported_to_the_breaker_with_its_code() -> None:

@@ -15,6 +15,7 @@ the router's link is not taken for the node's fault.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -122,6 +123,9 @@ class FlightDeck:
         self.options = options
         self.counters = counters
         self.flights: dict[int, Flight] = {}
+        # Names this router's flights (and so the nodes' sessions) apart from every
+        # other replica's and from its own earlier runs, which count keys from 1 too.
+        self.flight_prefix = f"{service.instance_id}-{secrets.token_hex(6)}-"
         self.inbox = ""
         self.reconnect = ReconnectWindow()  # every flight's, fed by _observe
         self.hearing = Hearing(time.monotonic())  # every flight's: what came in, and when
@@ -142,6 +146,7 @@ class FlightDeck:
             probes=probes,
             reconnect=self.reconnect,
             hearing=self.hearing,
+            flight_id=f"{self.flight_prefix}{a.key}",
         )
         ident = (request.tenant, request.request_id) if request.request_id else None
         flight = Flight(a.key, machine, a.handle, ident)

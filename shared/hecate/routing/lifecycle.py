@@ -121,7 +121,7 @@ class Lifecycle:
     """One inference request on its way through the swarm."""
 
     request: InferRequest
-    request_id: str
+    request_id: str  # the caller's, for its retries only: callers choose it
     model_id: str  # as asked for: a reserve model's route answers under this name
     route: Route
     routes: Routes
@@ -146,12 +146,18 @@ class Lifecycle:
     step_at: float = 0.0
     acts: dict[int, bytes] = field(default_factory=lambda: {0: b""})  # input of layer L
     also_reply_to: list[str] = field(default_factory=list)
+    # The router's own name for this flight, unique across router replicas and their
+    # restarts: a node's session (its KV caches) is named by it, never by anything a
+    # caller chooses, so one caller's id can never drop or continue another's cache.
+    flight_id: str = ""
     session: str = ""
     gen: Generation = field(default_factory=Generation)  # a generative model's token loop
     kinds: dict[str, ExecutorKind] = field(default_factory=dict)  # what executes each model
 
     def __post_init__(self) -> None:
-        self.session = f"{self.request_id}.1"
+        if not self.flight_id:
+            raise ValueError("a flight needs the router's own flight_id")
+        self.session = f"{self.flight_id}.1"
 
     # -- the one entry point ----------------------------------------------------------
 
@@ -443,7 +449,7 @@ class Lifecycle:
         # A fresh session per attempt: caches a dead route left half-built are never mixed.
         if self.routes.keeps_sessions(old.model_id):
             out.append(Release(old, self.session))
-        self.session = f"{self.request_id}.{self.attempts}"
+        self.session = f"{self.flight_id}.{self.attempts}"
         if self.gen.started:
             # Generation: the rescue route's caches are empty; replay the prompt and every
             # token so far in one prefill, then carry on where the stream was.
