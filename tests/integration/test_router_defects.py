@@ -1,6 +1,7 @@
 """The router's races, on a real nats-server: one answer per request whatever order its
-outcomes arrive in, exactly one probe through a half-open target on every route, and
-failure reports kept across a reconnect until a breaker service hears them.
+outcomes arrive in, exactly one probe through a half-open target on every route,
+failure reports kept across a reconnect until a breaker service hears them, and no more
+than a few retries held waiting for one running request.
 
 The router runs in this process so that the test can play its nodes (and, for the probe,
 the breaker service's lease desk) on the bus, and can take the very decision the sweep
@@ -43,6 +44,8 @@ from hecate.wire.messages import (
     InferRequest,
     NodeEvent,
     ProbeGrant,
+    RetryClaim,
+    RetryOwner,
 )
 from hecate.wire.stages import OutputReply, StageReply
 
@@ -364,3 +367,69 @@ async def test_failure_reports_made_while_disconnected_reach_the_breaker_after_r
     finally:
         await nc.close()
         await observer.close()
+
+
+# -- retries held by a running request ---------------------------------------------------
+
+
+async def again(nc: Client, inbox: str, attempt: int) -> None:
+    """The same request (tenant and request_id) as ``attempt`` of it."""
+    body = InferRequest(prompt="held", max_tokens=4, request_id="rid-9", attempt=attempt)
+    await nc.publish(subjects.infer("m"), msgspec.json.encode(body), reply=inbox)
+
+
+async def test_retries_of_a_running_request_wait_for_it_up_to_a_cap_and_the_rest_are_told(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """A client retrying in a loop (or many clients sharing a request_id) while the first
+    attempt runs: each retry joined waits for the answer, held by the router and never
+    asked of the quota desk or the line, so only the first few (8 by default) are held,
+    here or for another replica that claimed them, and every later one is answered
+    ``rate_limited`` at once, saying why."""
+    async with router_on(nats_server, client, ["a"]) as router:
+        nodes = await client.subscribe("hecate.node.*.run")
+        callers = [await client.subscribe(client.new_inbox()) for _ in range(14)]
+        await again(client, callers[0].subject, 1)
+        stage = await nodes.next_msg(timeout=5)  # the test is the node: it runs until told
+        for i in range(1, 7):  # six retries reach this replica
+            await again(client, callers[i].subject, i + 1)
+        await until(lambda: router.counters["retries_joined"] == 6, "six retries joined")
+        owners = []
+        for i in range(7, 11):  # four reached another replica, which asks who owns them
+            claim = RetryClaim(tenant="default", request_id="rid-9", reply_to=callers[i].subject)
+            msg = await client.request(subjects.ROUTER_RETRIES, msgspec.json.encode(claim), 5)
+            owners.append(msgspec.json.decode(msg.data, type=RetryOwner).router_id)
+        assert owners == ["r1"] * 4, "a claimed retry would be run on the other replica"
+        for i in range(11, 14):  # and three more here
+            await again(client, callers[i].subject, i + 1)
+        over = callers[9:]  # past the cap: the last two claimed and the last three here
+        await until(
+            lambda: all(c.pending_msgs == 1 for c in over),
+            "the retries past the cap are answered while the request still runs",
+            timeout=5,
+            last=[c.pending_msgs for c in callers],
+        )
+        refused = [_reply.decode((await c.next_msg(timeout=1)).data) for c in over]
+
+        await answer(client, stage, DONE)
+        held = [_reply.decode((await c.next_msg(timeout=5)).data) for c in callers[:9]]
+        await settled(router, client)
+
+        assert [(r.ok, r.output) for r in held] == [(True, "done")] * 9
+        for r in refused:
+            assert r.error is not None
+            assert r.error.code == "rate_limited"
+            assert r.error.message.startswith(
+                "8 retries of this request already wait for its answer"
+            ), r.error.message
+            assert r.retry_after_s is not None
+            assert 0 < r.retry_after_s <= 2
+            assert r.request_id == "rid-9"
+        assert all(c.pending_msgs == 0 for c in callers), "a caller got a second answer"
+        assert nodes.pending_msgs == 0, "the request ran twice"
+        assert router.counters["retries_joined"] == 8
+        assert router.counters["retries_refused_full"] == 5
+
+        late = await client.subscribe(client.new_inbox())  # its answer is remembered
+        await again(client, late.subject, 15)
+        assert _reply.decode((await late.next_msg(timeout=5)).data).output == "done"

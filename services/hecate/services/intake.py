@@ -1,7 +1,8 @@
 """A router's way in: from an infer request on the bus to a flight, or an honest refusal.
 
 In order: a retry of a request this replica has (or had) joins it or gets its answer
-again (retries.py); a retry that may be another replica's is claimed first; the
+again, or is answered ``rate_limited`` when that request holds enough retries already
+(retries.py); a retry that may be another replica's is claimed first; the
 tenant's quota, when enforced, is asked of the shared desk (quotagate.py); a request
 cancelled meanwhile is answered ``cancelled``; then a route, or a place in line while
 every healthy pipeline is at its limit (admission.py), or ``rate_limited`` with when to
@@ -57,10 +58,12 @@ class Intake:
         self.retries = RetryLedger(
             service,
             counters=counters,
+            waiting=self.waiting,
             join=self.join,
             admit=self.admit,
             remember=config.remember_answers,
             remember_bytes=config.remember_answer_bytes,
+            max_joined=config.max_joined_retries,
         )
         self.quotas = QuotaGate(
             service, start=self.start, counters=counters, timeout_s=config.quota_timeout_s
@@ -217,16 +220,22 @@ class Intake:
                 self.cancels.popitem(last=False)
         return flight
 
-    def join(self, key: int, caller: Caller) -> bool:
-        """A retry of a request in flight here gets the same answer when it lands."""
+    def waiting(self, key: int) -> int | None:
+        """How many retries flight ``key`` holds for its answer: those that reached this
+        replica and those another replica handed to its machine (every one is answered
+        when it lands, flightdeck.py); None once it no longer runs here."""
         flight = self.deck.flights.get(key)
         if flight is None:
-            return False
+            return None
+        return len(flight.joined) + len(flight.machine.also_reply_to)
+
+    def join(self, key: int, caller: Caller) -> None:
+        """A retry of a request in flight here gets the same answer when it lands."""
+        flight = self.deck.flights[key]
         if isinstance(caller, str):  # it reached another replica, which asked us
             flight.machine.handle(RetryJoined(caller))
         else:
             flight.joined.append(caller)
-        return True
 
     async def sweep(self, now: float) -> None:
         self.retries.tick(now)

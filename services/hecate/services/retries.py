@@ -6,6 +6,11 @@ first attempt of a request pays nothing for any of this, except just after this
 replica was frozen (GC, swap, SIGSTOP): what waited in its socket meanwhile may have
 been hedged to, and run by, another replica (client/hedge.py), so for a moment every
 request is asked about like a retry before it runs.
+
+A joined retry is held until its flight lands, asked of neither the quota desk nor the
+line: a flight holds at most ``max_joined`` of them, those that reached this replica
+and those another replica handed over together, and one more is answered
+``rate_limited`` at once (it is not run either: the request already runs).
 """
 
 from __future__ import annotations
@@ -17,9 +22,17 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from hecate.bus.service import Request, Service
-from hecate.routing.retrybook import REMEMBER_BYTES, Answered, Ident, RetryBook, Running
+from hecate.routing.retrybook import (
+    MAX_JOINED,
+    REMEMBER_BYTES,
+    Answered,
+    Ident,
+    RetryBook,
+    Running,
+)
 from hecate.wire import subjects
-from hecate.wire.messages import InferRequest, RetryClaim
+from hecate.wire.errors import error_headers
+from hecate.wire.messages import ErrorBody, InferReply, InferRequest, RetryClaim
 
 Caller = Request[InferRequest] | str  # a retry that reached us, or another replica's reply_to
 _json = msgspec.json.Encoder()
@@ -28,6 +41,9 @@ _json = msgspec.json.Encoder()
 # to be hedged waited long enough to be doubted.
 STALL_S = 0.2
 DOUBT_S = 0.5  # how long after waking every request is asked about first
+# A retry turned away from a full flight is told to come back soon: once the flight
+# lands its answer is remembered, and sent again at no cost.
+JOIN_FULL_RETRY_S = 1.0
 
 
 class RetryLedger:
@@ -36,15 +52,19 @@ class RetryLedger:
         service: Service,
         *,
         counters: Counter[str],
-        join: Callable[[int, Caller], bool],
+        waiting: Callable[[int], int | None],
+        join: Callable[[int, Caller], None],
         admit: Callable[[Request[InferRequest]], Awaitable[None]],
         remember: int = 10_000,
         remember_bytes: int = REMEMBER_BYTES,
+        max_joined: int = MAX_JOINED,
         claim_s: float = 0.05,
     ) -> None:
         self.service = service
         self.counters = counters
+        self._waiting = waiting  # retries a flight holds; None once it no longer runs
         self._join = join
+        self.max_joined = max_joined
         self._admit = admit
         self.book: RetryBook[Request[InferRequest]] = RetryBook(
             remember=remember, remember_bytes=remember_bytes, claim_s=claim_s
@@ -66,10 +86,16 @@ class RetryLedger:
         return now < self._doubt_until
 
     async def repeat(self, ident: Ident, caller: Caller) -> bool:
-        """Join the running request or repeat its answer; False if it is not ours."""
+        """Join the running request (or say it holds enough retries already) or repeat
+        its answer; False if it is not ours."""
         match self.book.lookup(ident):
-            case Running(key) if self._join(key, caller):
-                self.counters["retries_joined"] += 1
+            case Running(key) if (waiting := self._waiting(key)) is not None:
+                if waiting >= self.max_joined:
+                    self.counters["retries_refused_full"] += 1
+                    await self._refuse_full(ident, caller, waiting)
+                else:
+                    self._join(key, caller)
+                    self.counters["retries_joined"] += 1
                 return True
             case Answered((body, headers)):
                 self.counters["retries_answered_again"] += 1
@@ -79,6 +105,29 @@ class RetryLedger:
                     await self.service.nc.publish(caller, body, headers=headers)
                 return True
         return False
+
+    async def _refuse_full(self, ident: Ident, caller: Caller, waiting: int) -> None:
+        """The flight holds as many retries as it may: this one is told so, and when to
+        come back, rather than held too."""
+        retry = JOIN_FULL_RETRY_S
+        why = (
+            f"{waiting} retries of this request already wait for its answer; retry in {retry:.1f} s"
+        )
+        error = ErrorBody(code="rate_limited", message=why, retry_after_s=retry)
+        if isinstance(caller, Request):
+            model_id = subjects.model_from_infer_subject(caller.subject) or ""
+            body = InferReply(
+                ok=False,
+                error=error,
+                request_id=ident[1],
+                model_id=model_id,
+                retry_after_s=retry,
+            )
+            await caller.error("rate_limited", why, retry_after_s=retry, body=body)
+        elif caller:  # another replica's retry: its client waits on this subject
+            body = InferReply(ok=False, error=error, request_id=ident[1], retry_after_s=retry)
+            headers = error_headers("rate_limited", why, retry)
+            await self.service.nc.publish(caller, _json.encode(body), headers=headers)
 
     async def ask_owner(self, req: Request[InferRequest], ident: Ident) -> None:
         """A retry this replica has no record of: find its owner before running it."""

@@ -10,7 +10,7 @@ from hecate.core import FailoverOptions
 from hecate.core.admission import LimitOptions
 from hecate.routing.flow import FlowOptions
 from hecate.routing.identity import TenantSource
-from hecate.routing.retrybook import REMEMBER_BYTES
+from hecate.routing.retrybook import MAX_JOINED, REMEMBER_BYTES
 
 
 class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +31,9 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     quota_timeout_s: float = 1.0
     remember_answers: int = 10_000  # answers kept for idempotent retries
     remember_answer_bytes: int = REMEMBER_BYTES  # and the most they hold, headers included
+    # Retries of one running request held for its answer; a retry past them is answered
+    # rate_limited (hecate.services.retries).
+    max_joined_retries: int = MAX_JOINED
     limits: LimitOptions = LimitOptions()
     queue_limit: int = 1024
     queue_timeout_s: float = 5.0
@@ -51,6 +54,7 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
             "queue_limit",
             "remember_answers",
             "remember_answer_bytes",
+            "max_joined_retries",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")

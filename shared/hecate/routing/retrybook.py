@@ -24,6 +24,9 @@ Ident = tuple[str, str]  # (tenant, request_id)
 Answer = tuple[bytes, dict[str, str] | None]  # the encoded reply and its headers
 # NATS' largest max_payload (1 MiB by default): an answer the bus can carry always fits.
 REMEMBER_BYTES = 64 * 1024 * 1024
+# Retries of one running request held for its answer (the shell holds them): a client
+# retrying on a short timeout reaches a few while a long generation runs.
+MAX_JOINED = 8
 H = TypeVar("H")  # what the shell holds for a retry awaiting its claim
 
 
