@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hecate.core.admission import (
@@ -107,6 +107,86 @@ def test_steps_past_the_pace_never_raise_the_limit(base: float, carried: int) ->
     before = limit.limit
     limit.sample(base * 3.5, carried, 1.0)
     assert limit.limit == before
+
+
+def run_at(
+    limit: AdaptiveLimit, *, base_s: float, knee: int, now: float, for_s: float
+) -> tuple[float, list[int]]:
+    """Like :func:`drive`, for ``for_s`` seconds from ``now``: the time it ends at, and
+    the capacity after each step."""
+    seen: list[int] = []
+    end = now + for_s
+    while now < end:
+        carried = limit.capacity
+        rtt = base_s * max(1.0, carried / knee)
+        now += rtt
+        limit.sample(rtt, carried, now)
+        seen.append(limit.capacity)
+    return now, seen
+
+
+def test_a_pipeline_slowed_for_good_sees_its_limit_fall_then_follow_the_new_pace() -> None:
+    """Someone else's work on its cores: every step now takes ten times as long. Past the
+    pace for good, the limit comes down (to the floor, where near-idle steps re-learn
+    the best step time) within a bounded number of windows, then settles at what the
+    pipeline carries at its new pace. Before, it stayed at 64 for as long as it ran."""
+    options = LimitOptions()  # held over 10 s windows, the best step over 60 s ones
+    limit = AdaptiveLimit(options)
+    now, _ = run_at(limit, base_s=0.1, knee=32, now=0.0, for_s=400.0)
+    assert limit.capacity == 64
+    fell_by = now + 30 * options.held_window_s
+    now, seen = run_at(limit, base_s=1.0, knee=32, now=now, for_s=30 * options.held_window_s)
+    assert min(seen) == options.floor, f"still {min(seen)} before {fell_by:.0f} s"
+    now, seen = run_at(limit, base_s=1.0, knee=32, now=now, for_s=600.0)
+    assert limit.min_rtt_s == pytest.approx(1.0)  # the best step, at the new pace
+    assert limit.capacity == 64  # steps at 64 (2 s) keep the new pace (3 s)
+
+
+def test_a_pipeline_that_now_serves_fewer_settles_at_its_new_pace() -> None:
+    """Slower steps, and fewer served at once before they slow down further: the limit
+    ends where the steps lose the new pace, as for a pipeline that was always so."""
+    limit = AdaptiveLimit(LimitOptions(slack_s=0.0))
+    now, _ = run_at(limit, base_s=0.1, knee=32, now=0.0, for_s=400.0)
+    assert limit.capacity == 64
+    now, seen = run_at(limit, base_s=1.0, knee=4, now=now, for_s=1800.0)
+    assert min(seen) < 8
+    assert 2 * 4 <= limit.capacity <= 6 * 4
+
+
+@settings(deadline=None)
+@given(
+    base=st.floats(1e-3, 0.5),
+    knee=st.integers(1, 64),
+    slower=st.floats(8.0, 100.0),
+    idle_s=st.floats(0.0, 1e6),
+)
+def test_only_slow_steps_bring_the_limit_down_and_idleness_never_does(
+    base: float, knee: int, slower: float, idle_s: float
+) -> None:
+    """A pipeline whose every step is now past ``gain · tolerance`` times its best,
+    whatever it carries, sees its limit fall within three windows of such steps (it may
+    climb back once near-idle steps have re-learned the best time at the new pace);
+    time with no steps at all, however long, takes nothing from it."""
+    options = LimitOptions(initial=1, slack_s=0.0, ceiling=64)
+    limit = AdaptiveLimit(options)
+    now, _ = run_at(limit, base_s=base, knee=knee, now=0.0, for_s=1000 * base)
+    before = limit.capacity
+    assert before >= 2 * min(knee, 32)
+    now += idle_s  # nothing at all: no step to learn from
+    rtt = base * max(1.0, before / knee)
+    limit.sample(rtt, before, now + rtt)
+    assert limit.capacity == before
+    now += rtt
+    end = now + 3 * options.held_window_s
+    seen: list[int] = []
+    while now < end or len(seen) < 3:
+        carried = limit.capacity
+        rtt = slower * base * max(1.0, carried / knee)
+        now += rtt
+        limit.sample(rtt, carried, now)
+        seen.append(limit.capacity)
+        assert options.floor <= limit.limit <= options.ceiling
+    assert min(seen) < before
 
 
 def test_invalid_samples_are_ignored() -> None:

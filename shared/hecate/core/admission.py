@@ -56,7 +56,11 @@ DEFAULT_LIMIT = LimitOptions()
 @dataclass(slots=True)
 class _Windowed:
     """The best (least or greatest) value over the current window and the one before:
-    a good value is never forgotten all at once, and stale ones age out in two windows."""
+    a good value is never forgotten all at once, and stale ones age out in two windows.
+
+    Windows start with the samples: time with no sample at all passes no window, so an
+    idle pipeline forgets nothing by being idle. A window that took no value leaves
+    nothing behind it, so two windows of samples that say nothing empty it."""
 
     window_s: float
     least: bool
@@ -69,14 +73,13 @@ class _Windowed:
             return None
         return min(known) if self.least else max(known)
 
-    def add(self, value: float, now: float, *, counts: bool = True) -> None:
-        """Start a new window when due; then take ``value`` into this one if it counts."""
+    def add(self, value: float | None, now: float) -> None:
+        """Start a new window when due; then take ``value`` into this one (``None``: a
+        sample that says nothing about it)."""
         if self.started is None or now - self.started >= self.window_s:
-            previous, current = self.values
-            # A window that saw nothing keeps what the one before it had.
-            self.values = (previous if math.isnan(current) else current, math.nan)
+            self.values = (self.values[1], math.nan)
             self.started = now
-        if counts:
+        if value is not None:
             current = self.values[1]
             if math.isnan(current):
                 current = value
@@ -95,15 +98,32 @@ class AdaptiveLimit:
     limit double step after step (it carries ``L`` at a good pace, so ``gain · L`` is
     allowed next); one whose steps slow down past the pace stops it there: batched
     decoding serves more sessions at once at a modest cost per step, up to the point the
-    limit finds. When the pipeline slows down for good (someone else's work on its
-    cores), the good-pace figures age out within two windows and the limit follows.
-    (By Little's law, requests carried at a pace is throughput times step time: the
-    limit is sized from what the pipeline measurably serves.)"""
+    limit finds. (By Little's law, requests carried at a pace is throughput times step
+    time: the limit is sized from what the pipeline measurably serves.)
+
+    A step past the pace counts too, for what it says the pipeline serves now: carrying
+    ``n`` in ``rtt``, it would carry ``n · pace / rtt`` at the good pace (Little's law
+    again), and never more than the figure it has. Where the limit only overshoots (steps
+    at ``gain · L`` a little past the pace), that is about ``L`` again and the limit holds.
+    When the pipeline slows down for good (someone else's work on its cores), every step
+    says less, the good-pace figures age out within two windows, and the limit falls,
+    window after window, toward what the pipeline now serves.
+
+    The best step time is only learned from steps taken with the pipeline (nearly) idle:
+    a step under load is slower by the load itself, and learning from one would let the
+    limit ratchet up on its own overshoot. While the pipeline stays loaded the last best
+    figure stands; a falling limit drains the pipeline, and its near-idle steps then
+    re-learn the best time at the new pace (once two windows have passed without one,
+    the first such step replaces the old figure outright, as nothing confirmed it). The
+    steps at the new pace keep a good pace again, and the limit climbs back to what the
+    pipeline carries at it. A pipeline with no steps at all forgets nothing: its windows
+    only move with its samples."""
 
     options: LimitOptions = DEFAULT_LIMIT
     limit: float = field(init=False)
     _rtt: _Windowed = field(init=False)
     _held: _Windowed = field(init=False)
+    _last_rtt: float | None = field(init=False, default=None)  # once _rtt has aged out
 
     def __post_init__(self) -> None:
         self.limit = self.options.initial
@@ -117,11 +137,15 @@ class AdaptiveLimit:
 
     @property
     def min_rtt_s(self) -> float | None:
-        return self._rtt.best()
+        """The best step time over the last two windows of near-idle steps; while the
+        pipeline has been loaded longer than that, the last such figure."""
+        best = self._rtt.best()
+        return self._last_rtt if best is None else best
 
     @property
     def held(self) -> float | None:
-        """The most requests carried at a good pace lately."""
+        """The most requests carried at a good pace lately (from steps past the pace:
+        what they say the pipeline would carry at it)."""
         return self._held.best()
 
     def sample(self, rtt_s: float, in_flight: int, now: float) -> None:
@@ -133,15 +157,24 @@ class AdaptiveLimit:
         # The best step time is re-learned only from steps taken with the pipeline
         # (nearly) idle: a step under load is slower by the load itself. A faster step
         # always counts.
-        best = self._rtt.best()
-        self._rtt.add(rtt_s, now, counts=in_flight <= 1 or best is None or rtt_s < best)
-        best = self._rtt.best()
+        before = self.min_rtt_s
+        counts = in_flight <= 1 or before is None or rtt_s < before
+        self._rtt.add(rtt_s if counts else None, now)
+        best = self.min_rtt_s
         assert best is not None
-        good_pace = rtt_s <= o.tolerance * max(best, o.slack_s)
-        self._held.add(max(1, in_flight), now, counts=good_pace)
+        self._last_rtt = best
+        pace = o.tolerance * max(best, o.slack_s)
+        carried = float(max(1, in_flight))
+        if rtt_s <= pace:
+            self._held.add(carried, now)
+        else:
+            # What it serves now, carried at the good pace; capped so that a step past
+            # the pace never raises the limit.
+            serves = carried * pace / rtt_s
+            held = self._held.best()
+            self._held.add(serves if held is None else min(held, serves), now)
         held = self._held.best()
-        if held is None:
-            return  # nothing carried at a good pace yet: the limit stays as it is
+        assert held is not None  # every step leaves a value in the current window
         self.limit = min(o.ceiling, max(o.floor, o.gain * held))
 
 
