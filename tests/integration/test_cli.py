@@ -118,6 +118,12 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
             for node_id, *_ in SWARM_NODES:
                 assert (state / "secure" / f"node-{node_id}.env").exists()
             assert not (state / "secure" / "node.env").exists()
+            # The gateway, which asks as each tenant, holds the tenants' identities and
+            # not one service's or node's password.
+            given = gateway_identities(state)
+            assert sorted(p.name for p in given.iterdir()) == ["tenant-a.env", "tenant-b.env"]
+            for path in given.iterdir():
+                assert "HECATE_NATS_USER=tenant-" in path.read_text()
     finally:
         up.send_signal(signal.SIGINT)  # what Ctrl-C does
         out, _ = up.communicate(timeout=60)
@@ -130,6 +136,21 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
     ) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
     assert not url_file.exists()
+
+
+def gateway_identities(state: Path) -> Path:
+    """The ``--tenant-identities`` directory of the gateway ``hecate up`` started for
+    ``state``, read off its running process's command line."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if "gateway" in argv and "--tenant-identities" in argv:
+            given = Path(argv[argv.index("--tenant-identities") + 1])
+            if given.is_relative_to(state):
+                return given
+    raise AssertionError(f"no gateway of {state} with --tenant-identities is running")
 
 
 def test_infer_reports_an_explicit_error_with_a_nonzero_exit(

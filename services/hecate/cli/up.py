@@ -158,7 +158,7 @@ async def start(args: argparse.Namespace, run: Startup) -> None:
         gateway_address(args.gateway)  # a bad address fails before anything starts
         run.key_path = gateway_key(state, bus.tenants[0] if bus and bus.tenants else "default")
     run.step = "starting the services"
-    identities = str(bus.directory) if bus else ""
+    identities = str(bus.tenant_identities) if bus else ""
     specs = plan_commands(args, url, identities=identities)
     print(f"hecate up: starting {len(specs)} services and nodes", flush=True)
     for spec in specs:

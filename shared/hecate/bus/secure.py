@@ -105,15 +105,27 @@ class SecureBus:
             return self.credentials(permissions.node_user(node_id))
         return self.credentials(argv[0])
 
+    @property
+    def tenant_identities(self) -> Path:
+        """The directory of the tenants' ``<tenant>.env`` files and nothing else: what
+        the gateway is given (``--tenant-identities``), which asks as each tenant and
+        must hold no service's or node's password."""
+        return self.directory / "tenants"
+
     def write_env_files(self) -> dict[str, Path]:
         """``<user>.env`` per user (mode 0600): ``. tenant-a.env`` gives a shell the
-        tenant's credentials for ``hecate infer``."""
+        tenant's credentials for ``hecate infer``; each tenant's again under
+        :attr:`tenant_identities`."""
         out = {}
+        self.tenant_identities.mkdir(mode=0o700, exist_ok=True)
         for user in self.passwords:
-            path = self.directory / f"{user}.env"
             lines = [f"export {k}={v}" for k, v in self.credentials(user).to_env().items()]
-            _write_private(path, "\n".join(lines) + "\n")
+            body = "\n".join(lines) + "\n"
+            path = self.directory / f"{user}.env"
+            _write_private(path, body)
             out[user] = path
+            if user in self.tenants:
+                _write_private(self.tenant_identities / f"{user}.env", body)
         return out
 
 
