@@ -23,6 +23,8 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
             port=args.port,
             timeout_s=args.timeout_s,
             tenant_identities=args.tenant_identities,
+            page_auth=args.page_auth,
+            max_page_streams=args.max_page_streams,
         )
     except ValueError as exc:
         print(f"hecate gateway: {exc}", file=sys.stderr)
@@ -81,6 +83,19 @@ def add_parsers(sub: Any) -> None:
         help="a directory of <tenant>.env credentials (as hecate up --secure writes): each "
         "key's tenant asks with its own NATS identity, for routers that take the tenant "
         "from the bus (--tenant-from bus); default: the gateway's own connection",
+    )
+    gw.add_argument(
+        "--page-auth",
+        choices=("auto", "key", "open"),
+        default="auto",
+        help="who may read the swarm page's data (/v1/swarm and its events): key (an API "
+        "key), open (anyone), auto (default: a key unless --host is a loopback address)",
+    )
+    gw.add_argument(
+        "--max-page-streams",
+        type=int,
+        default=64,
+        help="swarm page event streams open at once; one more is refused 429 (default 64)",
     )
     gw.set_defaults(run=_cmd_gateway)
 

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from opentelemetry.trace import SpanKind, Tracer, TracerProvider
 from starlette.applications import Starlette
@@ -56,6 +57,8 @@ class Gateway:
     log: logging.Logger
     tracer_provider: TracerProvider | None = None
     started: int = field(default_factory=lambda: int(time.time()))
+    page_needs_key: bool = False  # the swarm page's data asks for an API key
+    max_page_streams: int = page.MAX_STREAMS
 
 
 def error_response(error: ApiError) -> Response:
@@ -89,6 +92,28 @@ def authorized(auth: Auth, handler: TenantHandler) -> Handler:
                 else "Incorrect API key provided."
             )
         return await handler(request, tenant)
+
+    return check
+
+
+def page_key(auth: Auth) -> page.Guard:
+    """The swarm page's data for a caller with a key: an ``Authorization`` header, or
+    the cookie the page sets (a browser's EventSource cannot send headers)."""
+
+    def check(request: Request) -> Response | None:
+        authorization = request.headers.get("authorization")
+        cookie = unquote(request.cookies.get(page.KEY_COOKIE, ""))
+        if authorization is None and cookie:
+            authorization = f"Bearer {cookie}"
+        if auth.tenant(authorization) is not None:
+            return None
+        return error_response(
+            unauthorized(
+                "The swarm's state needs an API key: send Authorization: Bearer <key>."
+                if authorization is None
+                else "Incorrect API key provided."
+            )
+        )
 
     return check
 
@@ -182,7 +207,11 @@ def build_app(gw: Gateway) -> Starlette:
         Route("/healthz/live", live, methods=["GET"]),
         Route("/healthz/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *page.routes(gw.watch),
+        *page.routes(
+            gw.watch,
+            guard=page_key(gw.auth) if gw.page_needs_key else page.anyone,
+            max_streams=gw.max_page_streams,
+        ),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
     if ctx.traced:

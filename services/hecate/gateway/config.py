@@ -4,7 +4,16 @@ passed beside it, as objects rather than settings."""
 
 from __future__ import annotations
 
+import ipaddress
+from typing import Literal
+
 import msgspec
+
+# Who may read the swarm page's data (/v1/swarm and its event stream): "key" asks for
+# an API key, "open" lets anyone, "auto" asks for one unless the gateway listens on a
+# loopback address only (where whoever reaches it is on this machine).
+PageAuth = Literal["auto", "key", "open"]
+PAGE_AUTH: tuple[PageAuth, ...] = ("auto", "key", "open")
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -19,6 +28,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # A directory of <tenant>.env files: each key's tenant asks with its own bus
     # identity (identities.py). "": every request goes on the gateway's own connection.
     tenant_identities: str = ""
+    page_auth: PageAuth = "auto"
+    # Live event streams of the swarm page open at once; one more is refused (429): each
+    # holds a task and a socket for as long as its client stays.
+    max_page_streams: int = 64
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -29,6 +42,30 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(
                 f"timeout_s: must be a positive number of seconds, got {self.timeout_s}"
             )
+        if self.page_auth not in PAGE_AUTH:
+            raise ValueError(
+                f"page_auth: must be one of {', '.join(PAGE_AUTH)}, got {self.page_auth!r}"
+            )
+        if not self.max_page_streams >= 1:
+            raise ValueError(f"max_page_streams: must be at least 1, got {self.max_page_streams}")
         # uvicorn takes whole seconds; less than one would give no grace at all.
         if not self.grace_s >= 1:
             raise ValueError(f"grace_s: must be at least 1 second, got {self.grace_s}")
+
+    @property
+    def page_needs_key(self) -> bool:
+        """Whether the swarm page's data asks for an API key (see :data:`PageAuth`)."""
+        if self.page_auth != "auto":
+            return self.page_auth == "key"
+        return not is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``); a wildcard
+    (``0.0.0.0``, ``::``) or any other name listens beyond it."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

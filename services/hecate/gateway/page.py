@@ -8,13 +8,19 @@ connect, then the state without its feed whenever it changed, at most every
 rate helps nobody); and, as ``event: feed``, each new or changed feed line as soon as it
 arrives. A quiet swarm still gets a state every ``QUIET_S`` (tokens/s decays by itself)
 and the connection a comment every ``KEEPALIVE_S`` (proxies drop silent streams).
+
+The state is the swarm's (its nodes, routes, failures): where the gateway listens
+beyond this machine, reading it takes an API key (``guard``), as a header or, for the
+page itself (a browser's EventSource sends no headers), the :data:`KEY_COOKIE` the page
+sets once it is given one. The page's HTML holds no state and is served to anyone, so
+that it can ask for the key. At most ``max_streams`` event streams are open at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 import msgspec
@@ -28,27 +34,72 @@ STATE_EVERY_S = 0.2
 QUIET_S = 1.0
 KEEPALIVE_S = 15.0
 
+MAX_STREAMS = 64
+STREAMS_FULL_RETRY_S = 5  # what a refused stream is told: pages come and go in seconds
+
 PAGE = Path(__file__).with_name("static") / "index.html"
+KEY_COOKIE = "hecate_key"
 _json = msgspec.json.Encoder()
 
+# A refusal to answer ``request`` (its response), or None: go on.
+Guard = Callable[[Request], Response | None]
 
-def routes(watch: SwarmWatch) -> list[BaseRoute]:
-    """The page's routes, to mount on the gateway's app."""
+
+def anyone(_request: Request) -> Response | None:
+    return None
+
+
+def routes(
+    watch: SwarmWatch, *, guard: Guard = anyone, max_streams: int = MAX_STREAMS
+) -> list[BaseRoute]:
+    """The page's routes, to mount on the gateway's app; ``guard`` is asked before any
+    state is served."""
     page = PAGE.read_bytes()  # read once: a page edited under a running gateway is not served
+    open_streams = 0
 
     async def index(_request: Request) -> Response:
         return HTMLResponse(page, headers={"Cache-Control": "no-cache"})
 
-    async def state(_request: Request) -> Response:
+    async def state(request: Request) -> Response:
+        if (refused := guard(request)) is not None:
+            return refused
         return Response(
             _json.encode(watch.snapshot()),
             media_type="application/json",
             headers={"Cache-Control": "no-store"},
         )
 
-    async def events(_request: Request) -> Response:
+    async def counted() -> AsyncGenerator[bytes, None]:
+        nonlocal open_streams
+        open_streams += 1
+        try:
+            async for chunk in stream(watch):
+                yield chunk
+        finally:
+            open_streams -= 1
+
+    async def events(request: Request) -> Response:
+        if (refused := guard(request)) is not None:
+            return refused
+        if open_streams >= max_streams:
+            return Response(
+                _json.encode(
+                    {
+                        "error": {
+                            "message": f"{open_streams} swarm event streams are open, the "
+                            f"most this gateway serves at once; retry in "
+                            f"{STREAMS_FULL_RETRY_S} s",
+                            "type": "rate_limit_error",
+                            "code": "too_many_streams",
+                        }
+                    }
+                ),
+                429,
+                {"Retry-After": str(STREAMS_FULL_RETRY_S)},
+                media_type="application/json",
+            )
         return StreamingResponse(
-            stream(watch),
+            counted(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

@@ -65,6 +65,8 @@ class GatewayService:
                 metrics=self.metrics,
                 log=self.log,
                 tracer_provider=self.tracer_provider,
+                page_needs_key=self.config.page_needs_key,
+                max_page_streams=self.config.max_page_streams,
             )
         )
         server = uvicorn.Server(
@@ -85,7 +87,14 @@ class GatewayService:
         # Server.serve() would take over SIGTERM/SIGINT and raise them again on exit;
         # this process handles its own signals (stop), so it runs the inner loop.
         serving = asyncio.create_task(server._serve(sockets=[sock]))
-        event(self.log, "listening", url=f"http://{host}:{port}/v1", host=host, port=port)
+        event(
+            self.log,
+            "listening",
+            url=f"http://{host}:{port}/v1",
+            host=host,
+            port=port,
+            page_needs_key=self.config.page_needs_key,
+        )
         stopping = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait({stopping, serving}, return_when=asyncio.FIRST_COMPLETED)
