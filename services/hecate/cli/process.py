@@ -20,6 +20,10 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 PARENT_CHECK_S = 1.0  # how soon a service notices its supervisor is gone
 
 
+class ServiceAborted(Exception):
+    """The service was cancelled from within: one of its background loops failed."""
+
+
 class Runnable(Protocol):
     def run(self, url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]: ...
 
@@ -51,6 +55,11 @@ def run_service(
         watch = asyncio.create_task(watch_parent(parent, stop, log)) if parent else None
         try:
             await service.run(url, stop)
+        except asyncio.CancelledError as exc:
+            # The signals and the parent watch set ``stop``; nothing here cancels the
+            # service but the shell, when a background loop of it failed (logged there,
+            # with the loop's name). An exception, not a cancel, makes it exit 1.
+            raise ServiceAborted(str(exc) or "cancelled") from exc
         finally:
             if watch is not None:
                 watch.cancel()

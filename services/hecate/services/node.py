@@ -222,6 +222,7 @@ class Node:
             "batched_steps": meter.batched_steps,
             "largest_batch": meter.largest_batch,
             "sessions": self.runner.sessions(),
+            "bad_plans": self.holdings.bad_plans,
         }
 
     # -- heartbeats --------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """What a node holds: the ranges the latest plan gives it, loaded and measured.
 
 The plan comes from the KV bucket the planner writes (watched, and read again when a
-stage names a newer epoch). A range of a model declared for another executor is
-refused (logged, then ``not_hosted``): better than served by another network under
-the model's name. Newly held ranges are loaded off the event loop and warmed up (a
-timed pass), and an idle node measures itself again now and then, so the latency it
-announces is one it measured, and a recent one.
+stage names a newer epoch). An entry that does not decode as a plan (written by hand,
+or by a planner of another version) is logged, counted and skipped: the node keeps
+the plan it has and watches on for the next one. A range of a model declared for
+another executor is refused (logged, then ``not_hosted``): better than served by
+another network under the model's name. Newly held ranges are loaded off the event
+loop and warmed up (a timed pass), and an idle node measures itself again now and then,
+so the latency it announces is one it measured, and a recent one.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Holdings:
         self._warmed: set[Holding] = set()  # holdings whose warm-up has been started
         self._preparing = asyncio.Lock()  # one plan's loading and warm-up at a time, in order
         self._kv: KeyValue | None = None  # the plan bucket, once it exists
+        self.bad_plans = 0  # plan entries that did not decode, each revision once
+        self._bad_revision = 0  # the latest of them: the watch and catch_up both see it
 
     def hosts(self, model_id: str, start: int, end: int) -> bool:
         return any(m == model_id and a <= start and end <= b for m, a, b in self.held)
@@ -65,15 +69,37 @@ class Holdings:
         """Adopt every plan the planner writes (once it has created the bucket)."""
         self._kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
         async for value, revision in kvs.watch(self._kv, subjects.PLAN_KEY):
-            if value is not None:
-                self.adopt(_plan.decode(value), revision)
+            if value is not None and (plan := self._decode(value, revision)) is not None:
+                self.adopt(plan, revision)
 
     async def catch_up(self, epoch: int) -> None:
         """A stage names a plan newer than ours: read it now rather than wait for the watch."""
         if epoch > self.epoch and self._kv is not None:
             entry = await self._kv.get(subjects.PLAN_KEY)
-            if entry.value:
-                self.adopt(_plan.decode(entry.value), int(entry.revision or 0))
+            revision = int(entry.revision or 0)
+            if entry.value and (plan := self._decode(entry.value, revision)) is not None:
+                self.adopt(plan, revision)
+
+    def _decode(self, value: bytes, revision: int) -> SwarmPlan | None:
+        """The plan at ``revision``, or None (logged and counted) when it is not one: a
+        bad entry must not end the watch, or the node, still heartbeating, would look
+        alive and never take another plan."""
+        try:
+            return _plan.decode(value)
+        except msgspec.DecodeError as exc:
+            if revision != self._bad_revision:
+                self._bad_revision = revision
+                self.bad_plans += 1
+                event(
+                    self.log,
+                    "bad plan skipped",
+                    logging.ERROR,
+                    revision=revision,
+                    error=str(exc),
+                    bad_plans=self.bad_plans,
+                    epoch=self.epoch,
+                )
+            return None
 
     def adopt(self, plan: SwarmPlan, revision: int) -> None:
         self.epoch = revision

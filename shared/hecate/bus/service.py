@@ -11,6 +11,15 @@ A handler is ``async (request, headers) -> reply struct``; it raises
 :class:`ServiceError` for an error the caller should see. A deferred handler gets a
 :class:`Request` handle and answers through it, now or later. The layers around a
 handler live in :mod:`hecate.bus.layers`.
+
+Background loops (:meth:`Service.spawn`: watches, sweeps, heartbeats) run in one task
+group. A loop that raises is a service that no longer does its job (a node whose plan
+watch died still heartbeats, so it looks alive but never learns a new plan): it is
+logged with the loop's name, the service's connections are closed, and the task that
+started the service is cancelled, as a task group cancels the task that opened it, so
+that the process exits nonzero (:func:`hecate.cli.process.run_service`) and its
+supervisor restarts it. On :meth:`Service.stop` the loops are cancelled, which is not
+a failure.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +61,7 @@ __all__ = [
     "STATUS",
     "BusUnreachable",
     "EndpointStats",
+    "LoopFailed",
     "Request",
     "Service",
     "ServiceError",
@@ -60,6 +71,25 @@ __all__ = [
 ]
 
 NO_RESPONDERS = "503"  # the Status header NATS puts on a reply when nobody listened
+FAILED_GRACE_S = 5.0  # a failed service's in-flight handlers get this long to answer
+
+
+class LoopFailed(Exception):
+    """A background loop of a service raised: the service cannot go on as it was."""
+
+    def __init__(self, loop: str, error: Exception) -> None:
+        super().__init__(f"background loop {loop} failed: {error!r}")
+        self.loop = loop
+        self.error = error
+
+
+def _loop_name(work: Awaitable[None]) -> str:
+    # A coroutine's qualified name says which loop it is (``Holdings.follow``).
+    return str(getattr(work, "__qualname__", None) or type(work).__name__)
+
+
+async def _nothing() -> None:
+    """What a loop spawned too late (after stop, or after a failure) becomes."""
 
 
 class Service:
@@ -92,6 +122,12 @@ class Service:
         self.outbound: Client | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # in-flight handlers: awaited on stop
         self._background: set[asyncio.Task[None]] = set()  # loops and watchers: cancelled
+        self._group: asyncio.TaskGroup | None = None  # the loops' group, while it is open
+        self._supervisor: asyncio.Task[None] | None = None  # the task holding it open
+        self._owner: asyncio.Task[Any] | None = None  # the task that started the service
+        self._closing = asyncio.Event()  # stop: the loops are being cancelled
+        self._stopping = False
+        self.failure: LoopFailed | None = None  # the first loop that failed, if one did
         self._subs: list[Any] = []
         self._back_at = 0.0
         self._reconnects_seen = 0
@@ -148,6 +184,12 @@ class Service:
         )
         for verb, subject in discovery.subjects(self.name, self.instance_id):
             self._subs.append(await self.inbound.subscribe(subject, cb=self._srv(verb)))
+        self._owner = asyncio.current_task()
+        opened = asyncio.Event()
+        self._supervisor = asyncio.create_task(
+            self._supervise(opened), name=f"{self.name}-{self.instance_id}-loops"
+        )
+        await opened.wait()  # spawn may be called as soon as start returns
 
     async def ready(self) -> None:
         """Flush subscriptions so a request sent right after does not miss them."""
@@ -264,11 +306,94 @@ class Service:
     # -- lifecycle ---------------------------------------------------------------------
 
     def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        """A background loop owned by the service (cancelled on stop, after the drain)."""
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        """A background loop owned by the service, in its task group: cancelled on stop
+        (after the drain); if it raises, the service fails (see the module's doc).
+        Spawned after stop has begun cancelling, or after a failure, it never runs."""
+        name = _loop_name(coro)
+        group = self._group
+        assert self._supervisor is not None, "service not started"
+        task: asyncio.Task[None] | None = None
+        if group is not None and not self._closing.is_set() and self.failure is None:
+            # The group refuses new tasks once a loop has failed and it is cancelling
+            # the others: a loop started then would outlive the service.
+            with contextlib.suppress(RuntimeError):
+                task = group.create_task(self._run_loop(name, coro), name=name)
+        if task is None:
+            if isinstance(coro, Coroutine):
+                coro.close()  # never awaited, on purpose: no warning for it
+            task = asyncio.create_task(_nothing(), name=name)
+            task.cancel()
+            return task
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+    async def _run_loop(self, name: str, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except Exception as exc:
+            if self._closing.is_set() or self.failure is not None:
+                # Raised as it was cancelled (stop, or another loop's failure): the
+                # service is going away already; this one is not its cause.
+                event(
+                    self.log,
+                    "background loop error while stopping",
+                    logging.WARNING,
+                    loop=name,
+                    error=repr(exc),
+                )
+                return
+            self.failure = LoopFailed(name, exc)
+            event(
+                self.log,
+                "background loop failed",
+                logging.ERROR,
+                loop=name,
+                error=repr(exc),
+                exception="".join(traceback.format_exception(exc)),
+            )
+            raise self.failure from exc
+
+    async def _supervise(self, opened: asyncio.Event) -> None:
+        """Hold the loops' task group open until stop (which cancels them) or until one
+        of them fails (the group cancels the others); then, on a failure, close the
+        service and cancel the task that started it."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                opened.set()
+                await self._closing.wait()
+                for task in list(self._background):
+                    task.cancel()
+        except* LoopFailed:
+            pass  # logged where it was raised; self.failure says which
+        finally:
+            self._group = None
+        failure = self.failure
+        if failure is None or self._stopping:
+            return  # stopped as asked; or failed while stopping, which goes on
+        await self._drain_handlers(FAILED_GRACE_S)
+        await self._close_outbound(FAILED_GRACE_S)
+        owner = self._owner
+        if owner is not None and not owner.done():
+            owner.cancel(str(failure))
+
+    async def _drain_handlers(self, grace: float) -> None:
+        """Stop taking messages, and let in-flight handlers finish (up to ``grace``)."""
+        await self.drain_inbound(grace)
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            _done, late = await asyncio.wait(pending, timeout=grace)
+            for t in late:
+                t.cancel()
+
+    async def _close_outbound(self, grace: float) -> None:
+        if self.outbound is not None and not self.outbound.is_closed:
+            try:
+                await asyncio.wait_for(self.outbound.drain(), grace)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await self.outbound.close()
 
     async def drain_inbound(self, grace: float = 5.0) -> None:
         """Stop taking messages. Never raises: with the server gone there is nothing to
@@ -284,21 +409,12 @@ class Service:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Drain: stop taking messages, let in-flight handlers finish (up to ``grace``),
-        then close the outbound connection (flushing replies)."""
-        await self.drain_inbound(grace)
-        pending = [t for t in self._tasks if not t.done()]
-        if pending:
-            _done, late = await asyncio.wait(pending, timeout=grace)
-            for t in late:
-                t.cancel()
-        loops = [t for t in self._background if not t.done()]
-        for t in loops:
-            t.cancel()
-        if loops:
-            await asyncio.wait(loops, timeout=grace)
-        if self.outbound is not None and not self.outbound.is_closed:
-            try:
-                await asyncio.wait_for(self.outbound.drain(), grace)
-            except Exception:
-                with contextlib.suppress(Exception):
-                    await self.outbound.close()
+        cancel the background loops, then close the outbound connection (flushing
+        replies). A loop that fails meanwhile is logged and recorded in ``failure``;
+        the service, stopping already, goes on stopping."""
+        self._stopping = True
+        await self._drain_handlers(grace)
+        self._closing.set()
+        if self._supervisor is not None:
+            await asyncio.wait([self._supervisor], timeout=grace)
+        await self._close_outbound(grace)
