@@ -240,7 +240,8 @@ def test_admitted_work_never_exceeds_burst_plus_rate_times_the_interval(
         if answer.admitted:
             admissions.append((now, cost))
         elif tries < 3:  # return on time; with booking, present the ticket
-            assert (answer.ticket is not None) == book
+            # Booking, only a refusal past the horizon has none: it is told the horizon.
+            assert (answer.ticket is not None) == (book and answer.retry_after_s < bucket.horizon_s)
             back = now + answer.retry_after_s
             heapq.heappush(queue, (back, next(order), share, answer.ticket, tries + 1))
         if book and ticket is not None:
@@ -325,3 +326,131 @@ def test_two_tenants_are_independent() -> None:
     assert not b.try_acquire(0.0).admitted
     refused_a = a.try_acquire(0.0, tokens=100)
     assert refused_a.retry_after_s == pytest.approx(6.0 + 0.06)  # its own backlog only
+
+
+# -- the horizon: bookings are bounded ---------------------------------------------------
+
+
+def test_a_herd_of_refusals_at_one_instant_books_no_further_than_the_horizon() -> None:
+    """20,000 callers at once against 1 a second: only the horizon's worth is booked (it
+    was 19,999 tickets, the last told to wait 19,799 s); the rest are refused, told to
+    come back when every booking made so far has come due, and push nothing later."""
+    bucket = TokenBucket(1.0, 200.0)
+    answers = herd(bucket, 20_000)
+    refused = [a for a in answers if not a.admitted]
+    booked = [a for a in refused if a.ticket is not None]
+    assert len(booked) <= bucket.horizon_s * bucket.rate + 1
+    assert max(a.retry_after_s for a in refused) <= bucket.horizon_s + 1e-9
+    assert bucket.bookings == len(booked)
+    tat = bucket.tat
+    assert not bucket.try_acquire(0.0).admitted
+    assert bucket.tat == tat  # a refusal past the horizon takes nothing from the future
+    unbooked = refused[-1]
+    assert unbooked.ticket is None
+    assert unbooked.retry_after_s == pytest.approx(bucket.horizon_s)
+    # The last booked caller, back on its ticket at its slot, is admitted as ever.
+    last = booked[-1]
+    assert bucket.try_acquire(last.retry_after_s, ticket=last.ticket).admitted
+    # An unbooked one, back when it was told, books a slot of its own.
+    back = bucket.try_acquire(unbooked.retry_after_s)
+    assert back.ticket is not None
+    assert back.retry_after_s <= bucket.horizon_s
+
+
+def test_the_horizon_is_the_longest_wait_a_caller_is_told() -> None:
+    bucket = TokenBucket(10.0, 10.0, horizon_s=2.0)
+    answers = herd(bucket, 100)
+    assert sum(a.admitted for a in answers) == 10
+    assert sum(a.ticket is not None for a in answers) == 20  # slots 0.1 s .. 2.0 s
+    assert max(a.retry_after_s for a in answers) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="horizon_s"):
+        TokenBucket(1.0, 1.0, horizon_s=0.0)
+
+
+def test_bookings_nobody_came_back_for_are_forgotten_once_their_slot_and_ttl_pass() -> None:
+    bucket = TokenBucket(1.0, 1.0, ticket_ttl_s=30.0)
+    answers = herd(bucket, 301)
+    assert bucket.bookings == 300  # slots at 1 s .. 300 s, the horizon
+    assert bucket.try_acquire(100.0, ticket=answers[100].ticket).admitted
+    assert bucket.bookings == 299 - 69  # the 69 slots before 70 s are past their ttl
+    assert bucket.try_acquire(330.0 + 1e-6).admitted  # every slot came due, then its ttl
+    assert bucket.bookings == 0
+
+
+def test_a_quota_books_no_further_than_the_horizon_and_forgets_with_its_buckets() -> None:
+    quota = Quota(requests_per_min=60, tokens_per_min=6000)
+    answers = [quota.try_acquire(0.0, tokens=10) for _ in range(20_000)]
+    refused = [a for a in answers if not a.admitted]
+    booked = [a for a in refused if a.ticket is not None]
+    horizon = quota.requests.horizon_s
+    assert len(booked) <= horizon * quota.requests.rate + 1
+    assert max(a.retry_after_s for a in refused) <= horizon + 1e-9
+    assert quota.bookings == len(booked)
+    assert quota.try_acquire(booked[0].retry_after_s, ticket=booked[0].ticket).admitted
+    assert quota.bookings == len(booked) - 1
+    later = horizon + quota.requests.ticket_ttl_s + 1.0  # every slot and its ttl passed
+    assert quota.try_acquire(later).admitted
+    assert quota.bookings == 0
+    assert quota.requests.bookings == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.floats(min_value=0.5, max_value=50.0),
+    burst=st.floats(min_value=1.0, max_value=10.0),
+    horizon=st.floats(min_value=0.5, max_value=20.0),
+    ttl=st.floats(min_value=1.0, max_value=20.0),
+    arrivals=st.lists(
+        st.tuples(st.floats(min_value=0.0, max_value=30.0), st.floats(0.0, 1.0)),
+        min_size=1,
+        max_size=300,
+    ),
+)
+def test_bookings_and_waits_stay_within_the_horizon(
+    rate: float, burst: float, horizon: float, ttl: float, arrivals: list[tuple[float, float]]
+) -> None:
+    """Whatever arrives, in time order: no wait told is longer than the horizon, no
+    more bookings are held than slots fit between ``now - ttl`` and ``now + horizon``
+    (each at least ``1 / rate`` after the last, every cost being at least 1), a caller
+    back on its ticket at its slot is admitted, and admitted work keeps to the rate."""
+    bucket = TokenBucket(rate, burst, horizon_s=horizon, ticket_ttl_s=ttl)
+    order = itertools.count()
+    queue: list[tuple[float, int, float, int | None, int]] = [
+        (t, next(order), share, None, 0) for t, share in arrivals
+    ]
+    heapq.heapify(queue)
+    admissions: list[tuple[float, float]] = []
+    while queue:
+        now, _, share, ticket, tries = heapq.heappop(queue)
+        cost = 1.0 + share * (burst - 1.0)
+        answer = bucket.try_acquire(now, cost, ticket=ticket)
+        assert 0.0 <= answer.retry_after_s <= horizon + 1e-9
+        assert bucket.bookings <= rate * (horizon + ttl) + 1 + 1e-9
+        if ticket is not None:
+            assert answer.admitted, "a booked caller returning on time was refused"
+        if answer.admitted:
+            admissions.append((now, cost))
+        elif tries < 3:
+            back = now + answer.retry_after_s
+            heapq.heappush(queue, (back, next(order), share, answer.ticket, tries + 1))
+    assert_within_rate(admissions, rate, burst)
+
+
+def test_a_quota_ticket_back_too_late_is_booked_afresh_and_admitted_on_that_booking() -> None:
+    """Past its grace the slot is gone and the request books again like a newcomer; the
+    quota ticket then claims that booking (it used to keep the stale one, so every
+    return booked yet another slot and was never admitted)."""
+    quota = Quota(requests_per_min=60, burst=1)  # one a second, a second's grace
+    assert quota.try_acquire(0.0).admitted
+    late = quota.try_acquire(0.0)
+    assert late.retry_after_s == pytest.approx(1.0)
+    others = [quota.try_acquire(5.0) for _ in range(4)]  # one admitted, slots 6 s .. 8 s
+    assert [a.ticket is not None for a in others] == [False, True, True, True]
+    again = quota.try_acquire(5.0, ticket=late.ticket)  # four seconds past its slot
+    assert not again.admitted
+    assert again.ticket == late.ticket
+    assert again.retry_after_s == pytest.approx(4.0)  # after the three booked meanwhile
+    tat = quota.requests.tat
+    assert quota.try_acquire(9.0, ticket=late.ticket).admitted
+    assert quota.requests.tat == tat  # on the booking it was given, not a new one
+    assert quota.bookings == 3
