@@ -27,6 +27,8 @@ async def test_answers_equal_the_single_process_reference(
         reply = await infer(client, "ncm-base", prompt, tokens)
         assert reply.ok, reply.error
         assert reply.output == reference("ncm-base", 12, prompt, tokens)
+        # The toy model counts words: the first stage the prompt's, the last its own.
+        assert (reply.prompt_tokens, reply.completion_tokens) == (len(prompt.split()), tokens)
         assert reply.route is not None
         assert reply.route.model_id == "ncm-base"
         assert (reply.degraded, reply.attempts) == (False, 1)

@@ -178,6 +178,8 @@ async def test_chained_dispatch_answers_correctly_and_survives_a_middle_node_kil
     assert first.route is not None
     assert len(first.route.stages) == 3
     assert first.output == reference("ncm-base", 12, "ready?", 8)
+    # The first stage's count of the prompt rides down the chain to the last one's reply.
+    assert (first.prompt_tokens, first.completion_tokens) == (1, 8)
     middle = first.route.stages[1].node_id
     load = start_load(client, "ncm-base", 12, workers=3)
     await load.answered(10, "chained dispatch under load before the kill")

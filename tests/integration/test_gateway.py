@@ -207,6 +207,46 @@ async def test_streamed_deltas_add_up_to_the_swarms_text(swarm: Swarm, nc: Clien
     assert all(c.usage is None for c in chunks[:-1])
 
 
+async def test_usage_counts_what_the_toy_model_read_and_wrote(swarm: Swarm) -> None:
+    """The toy model's tokens are words: it writes one pseudo-word per token, and reads
+    a prompt (a chat as the gateway renders it for a model that takes only a prompt) as
+    its whitespace-separated words. Whole, streamed, chat or not, usage says so."""
+    rendered = "user: the gateway\nassistant:"  # CHAT as the toy model reads it: 4 words
+    async with client(swarm) as c:
+        chat = await c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=5)
+        text = await c.completions.create(
+            model=MODEL, prompt="count these four words", max_tokens=3
+        )
+        stream = await c.chat.completions.create(
+            model=MODEL,
+            messages=CHAT,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [chunk async for chunk in stream]
+    said = chat.choices[0].message.content or ""
+    assert chat.usage is not None
+    assert len(said.split()) == 5
+    assert (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (
+        len(rendered.split()),
+        len(said.split()),
+    )
+    assert chat.usage.total_tokens == 9
+    assert text.usage is not None
+    assert len(text.choices[0].text.split()) == 3
+    assert (text.usage.prompt_tokens, text.usage.completion_tokens, text.usage.total_tokens) == (
+        4,
+        3,
+        7,
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert len(streamed.split()) == 6
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (4, 6, 10)
+
+
 async def test_sse_framing_byte_by_byte(swarm: Swarm, nc: Client) -> None:
     body = {"model": MODEL, "prompt": "bytes", "max_tokens": 3, "stream": True}
     headers = {"authorization": f"Bearer {swarm.keys['alice']}"}

@@ -28,7 +28,8 @@ def next_stage(req: StageRequest, reply: StageReply) -> StageRequest:
     """The request for the stage after ``req`` on its chain, fed ``reply``'s activation.
     The first stage's inputs stop here (later stages take the activation); a
     generation step carries its session, position and sampling along, and the first
-    stage's tokenization of the prompt down to the last, whose reply brings it back."""
+    stage's tokenization of the prompt (a layer network's stage, its count of the
+    prompt) down to the last, whose reply brings it back."""
     nxt, rest = req.chain[0], req.chain[1:]
     if not isinstance(reply, ActivationReply):
         raise ServiceError("internal", f"stage {req.stage_index} of a chain gave no activation")
@@ -53,6 +54,7 @@ def next_stage(req: StageRequest, reply: StageReply) -> StageRequest:
             chain=rest,
             stage_index=req.stage_index + 1,
             activation=reply.activation,
+            prompt_count=reply.prompt_count,
             prompt="",
         )
     raise ServiceError("bad_range", "a whole request is never chained")

@@ -129,9 +129,15 @@ class LayerRunner(_Base):
                 decode_tokens=None if req.chain else req.decode_tokens,
             )
         )
+        # The first stage counted the prompt; down a chain its count rides along.
+        prompt_count = req.prompt_count if out.prompt_count is None else out.prompt_count
         if out.output is not None:
-            return OutputReply(output=out.output)
-        return ActivationReply(activation=out.activation)
+            return OutputReply(
+                output=out.output,
+                prompt_count=prompt_count,
+                completion_count=out.completion_count,
+            )
+        return ActivationReply(activation=out.activation, prompt_count=prompt_count)
 
     async def warm_pass(self, holding: Holding) -> int:
         return await asyncio.to_thread(timed, self.executor.warm_up, holding)

@@ -89,10 +89,16 @@ class LayerInput(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LayerOutput(msgspec.Struct, frozen=True, kw_only=True):
-    """The activation leaving ``layer_end - 1``, or the decoded text instead of it."""
+    """The activation leaving ``layer_end - 1``, or the decoded text instead of it.
+
+    ``prompt_count`` is the prompt's length in the network's tokens, from the stage that
+    embedded it; ``completion_count`` the decoded text's, from the stage that decoded
+    it. None from a network that does not count (or a stage that did neither)."""
 
     activation: bytes = b""
     output: str | None = None
+    prompt_count: int | None = None
+    completion_count: int | None = None
 
 
 @runtime_checkable
@@ -126,15 +132,27 @@ class LayerNetwork:
     def decode(self, model_id: str, layers: int, activation: bytes, max_tokens: int) -> str:
         raise NotImplementedError
 
+    def count(self, model_id: str, text: str) -> int | None:
+        """How many of this network's tokens ``text`` is (a prompt it embeds, a text it
+        decoded): what a caller is told it read and wrote. None: it does not count."""
+        del model_id, text
+        return None
+
     def execute(self, stage: LayerInput) -> LayerOutput:
         x = stage.activation
+        prompt_count = None
         if stage.layer_start == 0 and not x:
             x = self.embed(stage.model_id, stage.prompt)
+            prompt_count = self.count(stage.model_id, stage.prompt)
         x = self.run(stage.model_id, stage.layer_start, stage.layer_end, x)
         if stage.decode_tokens is None:
-            return LayerOutput(activation=x)
+            return LayerOutput(activation=x, prompt_count=prompt_count)
         text = self.decode(stage.model_id, stage.model_layers, x, stage.decode_tokens)
-        return LayerOutput(output=text)
+        return LayerOutput(
+            output=text,
+            prompt_count=prompt_count,
+            completion_count=self.count(stage.model_id, text),
+        )
 
 
 # -- steps -------------------------------------------------------------------------------

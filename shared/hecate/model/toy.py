@@ -170,6 +170,13 @@ class ToyModel(LayerNetwork):
             words.append(VOCABULARY[h.digest()[0]])
         return " ".join(words)
 
+    def count(self, model_id: str, text: str) -> int:
+        """Words: the toy's tokens. Its decoded text is one pseudo-word per token
+        (``max_tokens`` of them, none with a space in it), and a prompt, which it hashes
+        whole, counts in the same unit, its whitespace-separated words."""
+        del model_id
+        return len(text.split())
+
     def warm_up(self, model_id: str, layer_start: int, layer_end: int) -> None:
         """The range once on a fixed prompt's embedding (any layer takes that shape),
         which also puts the range's weights in the cache."""

@@ -152,6 +152,10 @@ class Lifecycle:
     flight_id: str = ""
     session: str = ""
     gen: Generation = field(default_factory=Generation)  # a generative model's token loop
+    # A layer network's counts, in its tokens: the prompt's (from the stage that embedded
+    # it, or a chain's end) and the decoded text's (from the route's end).
+    prompt_count: int | None = None
+    completion_count: int | None = None
     kinds: dict[str, ExecutorKind] = field(default_factory=dict)  # what executes each model
 
     def __post_init__(self) -> None:
@@ -271,6 +275,8 @@ class Lifecycle:
             self._report(Report(s.node_id, ok=True), out)
         if not isinstance(reply, OutputReply) and reply.prompt_tokens is not None:
             self.gen.prompt_tokens = reply.prompt_tokens
+        if not isinstance(reply, TokenReply) and reply.prompt_count is not None:
+            self.prompt_count = reply.prompt_count
         if not last:
             act = reply.activation if isinstance(reply, ActivationReply) else b""
             self.acts[stages[at].layer_end] = act
@@ -280,7 +286,9 @@ class Lifecycle:
             return self._generated(reply, ev.now, out)
         if not self.gen.started and self.attempts == 1 and not self.resent:  # one pass
             out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
-        output = reply.output if isinstance(reply, OutputReply) else ""
+        output = ""
+        if isinstance(reply, OutputReply):
+            output, self.completion_count = reply.output, reply.completion_count
         return self._answer(True, output, None, out)
 
     def _generated(self, reply: TokenReply, now: float, out: list[Action]) -> None:
@@ -492,6 +500,10 @@ class Lifecycle:
             if self.degraded:
                 self.counters["degraded"] += 1
         gen = self.gen
+        # What the answer cost: a generation's tokens (its end token is not text, nor
+        # counted), or a layer network's own count, if it keeps one.
+        read = len(gen.prompt_tokens) if gen.prompt_tokens is not None else self.prompt_count
+        written = gen.completion_tokens() if gen.started else self.completion_count
         reply = InferReply(
             ok=ok,
             output=output,
@@ -502,9 +514,8 @@ class Lifecycle:
             model_id=self.model_id,
             error=error,
             retry_after_s=error.retry_after_s if error is not None else None,
-            # What the answer cost (a generation's end token is not text, nor counted).
-            prompt_tokens=len(gen.prompt_tokens) if gen.prompt_tokens is not None else None,
-            completion_tokens=gen.completion_tokens() if gen.started else None,
+            prompt_tokens=read,
+            completion_tokens=written,
             finish_reason=gen.finish_reason,
         )
         out.append(Answer(reply, tuple(self.also_reply_to), self.route))

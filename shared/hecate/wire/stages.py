@@ -71,6 +71,9 @@ class LayersStage(StageHeader, frozen=True, kw_only=True, tag="layers"):
     prompt: str = ""
     activation: bytes = b""
     decode_tokens: int | None = None
+    # Down a chain: the first stage's count of the prompt (in the network's tokens), so
+    # that the last stage's reply carries it back to the router.
+    prompt_count: int | None = None
 
 
 class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
@@ -123,6 +126,9 @@ class ActivationReply(_Answer, frozen=True, kw_only=True, tag="activation"):
     activation: bytes
     prompt_tokens: list[int] | None = None
     positions: int | None = None
+    # A layer network's first stage (or a later one on a chain, passing it on): the
+    # prompt's length in the network's tokens; None from one that does not count.
+    prompt_count: int | None = None
 
 
 class TokenReply(_Answer, frozen=True, kw_only=True, tag="token"):
@@ -141,9 +147,16 @@ class TokenReply(_Answer, frozen=True, kw_only=True, tag="token"):
 
 
 class OutputReply(_Answer, frozen=True, kw_only=True, tag="output"):
-    """Text decoded at a route's end (a layer network's last stage, a whole request)."""
+    """Text decoded at a route's end (a layer network's last stage, a whole request).
+
+    ``completion_count`` is the text's length in the model's tokens; ``prompt_count``
+    the prompt's, when this stage embedded it or a chain brought it here (on a route
+    the router walks, it came in the first stage's :class:`ActivationReply`). None from
+    a model that does not count."""
 
     output: str
+    prompt_count: int | None = None
+    completion_count: int | None = None
 
 
 StageReply = ActivationReply | TokenReply | OutputReply
