@@ -1,13 +1,16 @@
 """``make run``: ``hecate up`` on the SmolLM2 topology pulls the model, starts six stage
 nodes (two 3-stage pipelines) and streams a real generation through them, over NATS and
-through the OpenAI-compatible gateway it starts beside them."""
+through the OpenAI-compatible gateway it starts beside them, to many people at once."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import re
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import openai
@@ -18,6 +21,39 @@ from hecate.llm.store import pull
 from ..integration.conftest import infer_when_up
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+async def many_users(port: int, state: Path, users: int) -> list[tuple[str, float] | str]:
+    """``users`` streaming chat completions at once through the gateway: each one's text
+    and time to its first token, or what it failed with."""
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key=(state / "gateway.key").read_text().strip(),
+        max_retries=5,
+        timeout=120,
+    )
+
+    async def one(i: int) -> tuple[str, float] | str:
+        began, first, text = time.monotonic(), math.inf, ""
+        try:
+            stream = await client.chat.completions.create(
+                model="smollm2-135m",
+                messages=[{"role": "user", "content": f"Tell me about the number {i}."}],
+                max_tokens=16,
+                stream=True,
+            )
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    first = min(first, time.monotonic() - began)
+                    text += chunk.choices[0].delta.content
+        except openai.APIError as exc:
+            return f"user {i}: {exc!r}"
+        return text, first
+
+    try:
+        return await asyncio.gather(*(one(i) for i in range(users)))
+    finally:
+        await client.close()
 
 
 def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
@@ -66,6 +102,14 @@ def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
         )
         text = "".join(c.choices[0].text for c in stream if c.choices)
         assert text.rstrip("\n") == answer.stdout.rstrip("\n")  # the CLI ends with one
+        # Many people at once on the freshly started swarm, as the official client
+        # sends them (its own retries on): every one is answered, the line waits as long
+        # as the generations ahead of it take, and nobody is told to come back later.
+        for users in (16, 32):
+            outcomes = asyncio.run(many_users(port, state, users))
+            failed = [o for o in outcomes if isinstance(o, str)]
+            assert not failed, failed
+            assert all(text for text, _first in outcomes), outcomes
     finally:
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=90)

@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from hecate.core.admission import (
     AdaptiveLimit,
     FairQueue,
+    Finishing,
     LimitOptions,
-    Throughput,
+    line_wait_s,
     retry_after_s,
 )
-from hecate.services.admission import AdmissionDesk
+from hecate.services.admission import MAX_TICKETS, AdmissionDesk
 
 
 def drive(limit: AdaptiveLimit, *, base_s: float, knee: int, steps: int = 400) -> None:
@@ -266,22 +267,33 @@ def test_the_line_is_bounded_in_total_and_per_tenant() -> None:
 
 def test_waiting_too_long_takes_a_request_out_of_line() -> None:
     q: FairQueue[str] = FairQueue()
-    q.push("a", "old", 0.0)
-    q.push("a", "new", 4.0)
-    q.push("b", "b-old", 1.0)
-    assert sorted(q.expire(6.0, max_wait_s=3.0)) == ["b-old", "old"]
+    q.push("a", "old", 0.0, until=3.0)
+    q.push("a", "new", 4.0, until=7.0)
+    q.push("b", "b-old", 1.0, until=4.0)
+    assert sorted(q.expire(6.0)) == [("b-old", 1.0), ("old", 0.0)]
     assert list(q) == ["new"]
     assert len(q) == 1
 
 
-def test_throughput_measures_a_steady_rate() -> None:
-    rate = Throughput(tau_s=2.0)
-    now = 0.0
-    for _ in range(400):
-        now += 0.05  # 20 a second
-        rate.finished(now)
-    assert 18 < rate.at(now) < 22
-    assert rate.at(now + 20) < 0.1  # and forgets it when nothing finishes
+def test_a_caller_back_with_its_place_goes_before_those_who_came_after_it() -> None:
+    q: FairQueue[str] = FairQueue()
+    q.push("a", "second", 2.0)
+    q.push("a", "third", 3.0)
+    q.push("a", "first-again", 4.0, since=1.0)  # refused at 1.0's place, back as told
+    q.push("a", "fourth", 5.0)
+    assert [q.pop() for _ in range(4)] == ["first-again", "second", "third", "fourth"]
+
+
+def test_the_finishing_rate_is_what_is_carried_over_how_long_one_takes() -> None:
+    rate = Finishing()
+    assert rate.per_s() == 0.0  # nothing measured yet
+    for _ in range(8):
+        rate.began()
+    rate.finished(4.0)  # one took 4 s; seven still carried
+    assert rate.per_s() == 7 / 4.0
+    # However long nothing finishes, the rate does not collapse while work is carried:
+    # long generations all running are not a line that never moves.
+    assert rate.per_s() == 7 / 4.0
 
 
 def test_retry_after_follows_the_line_and_the_rate() -> None:
@@ -290,14 +302,40 @@ def test_retry_after_follows_the_line_and_the_rate() -> None:
     assert retry_after_s(0, 100.0) == 1.0
 
 
+def test_the_line_allows_what_the_line_ahead_needs_within_its_bounds() -> None:
+    assert line_wait_s(3, 0.0, least_s=5.0, most_s=60.0) == 5.0  # nothing measured
+    assert line_wait_s(11, 1.0, least_s=5.0, most_s=60.0) == 18.0  # 12 at 1/s, x1.5
+    assert line_wait_s(0, 10.0, least_s=5.0, most_s=60.0) == 5.0
+    assert line_wait_s(500, 1.0, least_s=5.0, most_s=60.0) == 60.0
+
+
+@given(
+    ahead=st.integers(0, 1000),
+    carried=st.integers(1, 64),
+    took=st.floats(0.01, 600.0),
+)
+def test_a_refused_caller_is_told_what_the_line_ahead_needs(
+    ahead: int, carried: int, took: float
+) -> None:
+    """Never minutes for a line of seconds: the wait told is the line ahead at the rate
+    the carried requests finish, whenever the last one finished."""
+    rate = Finishing()
+    for _ in range(carried + 1):
+        rate.began()
+    rate.finished(took)
+    told = retry_after_s(ahead, rate.per_s())
+    needed = (ahead + 1) * took / carried
+    assert told == max(1.0, needed) or abs(told - max(1.0, needed)) < 1e-6 * needed
+
+
 # -- the router's desk ---------------------------------------------------------------
 
 
 def test_the_desk_counts_pipelines_full_at_their_limit() -> None:
     desk: AdmissionDesk[str] = AdmissionDesk(limits=LimitOptions(initial=2, floor=1))
-    desk.began("p1")
+    desk.began("p1", "m")
     assert desk.full() == set()
-    desk.began("p1")
+    desk.began("p1", "m")
     assert desk.full() == {"p1"}
     desk.moved("p1", "p2")  # failed over: the load moves with it
     assert desk.in_flight["p1"] == 1
@@ -315,11 +353,55 @@ def test_the_desk_lines_up_per_model_and_expires() -> None:
     assert not desk.wait("m", "v", "r3", 0.5)  # the line is full
     assert desk.waiting("m") == 2
     assert desk.models_waiting() == ["m"]
-    assert list(desk.expired(1.2)) == [("m", "r1")]
+    assert list(desk.expired(1.2)) == [("m", "r1", 0.0)]
     assert desk.next("m") == "r2"
     assert desk.next("m") is None
-    assert desk.retry_after_s("m", 2.0) >= 1.0
+    assert desk.retry_after_s("m") >= 1.0
     assert desk.status()["waiting"] == {}
+
+
+def test_the_line_waits_as_long_as_the_requests_ahead_take_to_finish() -> None:
+    """Eight generations of 6 s each carried, 16 more in line: the last in line is
+    served in about 12 s, and is not refused at a fixed 5 s; the first, due in under
+    a second, is refused at 5 s if the line has not moved by then."""
+    desk: AdmissionDesk[str] = AdmissionDesk(max_wait_s=5.0, max_line_wait_s=60.0)
+    for _ in range(9):
+        desk.began("p1", "m")
+    desk.ended("p1", "m", 6.0)  # one landed after 6 s, eight carried
+    for i in range(16):
+        assert desk.wait("m", f"user-{i}", f"r{i}", 0.0)
+    assert [r for _, r, _ in desk.expired(5.01)] == ["r0", "r1", "r2", "r3"]
+    assert "r15" not in [r for _, r, _ in desk.expired(17.9)]  # 1.5 x 16 x 0.75 s
+    assert [r for _, r, _ in desk.expired(18.01)] == ["r15"]
+    assert desk.retry_after_s("m") == 1.0  # the line is empty again: the floor
+    assert desk.wait("m", "late", "r16", 18.0)
+    assert desk.retry_after_s("m") == 1.5  # behind one
+
+
+def test_a_refused_caller_back_with_its_ticket_keeps_its_place() -> None:
+    desk: AdmissionDesk[str] = AdmissionDesk(max_wait_s=1.0)
+    assert desk.wait("m", "t", "first", 0.0)
+    [(_, item, since)] = desk.expired(1.5)
+    ticket = desk.ticket("m", "t", since, retry_after_s=2.0, now=1.5)
+    assert ticket < 0  # never one of the quota desk's
+    assert desk.wait("m", "t", "second", 2.0)
+    assert desk.wait("m", "t", item, 3.0, ticket=ticket)  # back as told
+    assert desk.next("m") == "first"
+    assert desk.next("m") == "second"
+    # A ticket is spent once, holds only its tenant's and model's place, and lapses.
+    assert desk.place(ticket, "m", "t", 3.0) is None
+    other = desk.ticket("m", "t", 0.0, retry_after_s=2.0, now=3.0)
+    assert desk.place(other, "m", "u", 3.0) is None
+    assert desk.place(other, "n", "t", 3.0) is None
+    late = desk.ticket("m", "t", 0.0, retry_after_s=2.0, now=3.0)
+    assert desk.place(late, "m", "t", 3.0 + 2.0 + 5.1) is None
+
+
+def test_line_tickets_are_bounded() -> None:
+    desk: AdmissionDesk[str] = AdmissionDesk()
+    for i in range(MAX_TICKETS + 100):
+        desk.ticket("m", "t", 0.0, retry_after_s=1.0, now=float(i) * 1e-6)
+    assert len(desk._tickets) == MAX_TICKETS
 
 
 @given(
@@ -341,9 +423,9 @@ def test_the_full_set_kept_up_to_date_is_the_one_worked_out(
     for op, p, q, rtt in ops:
         now += rtt
         if op == "began":
-            desk.began(p)
+            desk.began(p, "m")
         elif op == "ended":
-            desk.ended(p, "m", now)
+            desk.ended(p, "m", rtt)
         elif op == "moved":
             desk.moved(p, q)
         else:

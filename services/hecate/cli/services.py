@@ -114,6 +114,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
                 limits=LimitOptions(gain=args.limit_gain, ceiling=args.limit_ceiling),
                 queue_limit=args.queue_limit,
                 queue_timeout_s=args.queue_timeout_ms / 1000,
+                queue_max_wait_s=args.queue_max_wait_ms / 1000,
                 breaker_probe_timeout_s=args.breaker_probe_timeout_s,
                 enforce_quotas=args.enforce_quotas,
                 tenant_from=args.tenant_from,
@@ -288,7 +289,15 @@ def add_parsers(sub: Any) -> None:
         "--queue-timeout-ms",
         type=float,
         default=5000.0,
-        help="a request that waited this long for room is refused as rate_limited",
+        help="the least a request waits for room before it is refused as rate_limited "
+        "(and its wait before any request has finished); past it, what the line ahead "
+        "needs at the measured finishing rate (default 5000)",
+    )
+    router.add_argument(
+        "--queue-max-wait-ms",
+        type=float,
+        default=60000.0,
+        help="the most a request waits for room, whatever the line (default 60000)",
     )
     router.set_defaults(run=_cmd_router)
 

@@ -153,26 +153,31 @@ class Intake:
                 a.model_id, RoutingRequest(tokens=request.max_tokens), self.admission.full()
             )
         except Saturated:
-            if self.admission.wait(a.model_id, request.tenant, a, time.monotonic()):
+            now = time.monotonic()
+            if self.admission.wait(a.model_id, request.tenant, a, now, ticket=a.ticket):
                 self.counters["queued"] += 1
                 return None
-            return await self.refuse_busy(a, "the line for room is full")
+            return await self.refuse_busy(a, "the line for room is full", since=now)
         except RoutingError as exc:
             return await self.reject(a, exc.code, exc.message)
         if request.request_id:
             self.retries.book.started((request.tenant, request.request_id), a.key)
         assert self.view.router is not None
         self.view.router.begin(route)
-        self.admission.began(route.pipeline_id)
+        self.admission.began(route.pipeline_id, a.model_id)
         await self.deck.launch(a, route, degraded, probes)
         return None
 
-    async def refuse_busy(self, a: Admission, why: str) -> None:
-        """Overload's honest answer: not now, and when to come back."""
-        retry = self.admission.retry_after_s(a.model_id, time.monotonic())
+    async def refuse_busy(self, a: Admission, why: str, *, since: float) -> None:
+        """Overload's honest answer: not now, when to come back, and a line ticket that
+        keeps the place it held (it first asked at ``since``) for a caller back by then."""
+        now = time.monotonic()
+        retry = self.admission.retry_after_s(a.model_id)
+        ticket = self.admission.ticket(a.model_id, a.handle.body.tenant, since, retry, now)
         self.counters["rate_limited_load"] += 1
         busy = f"every healthy pipeline of {a.model_id!r} is busy and {why}"
-        await self.reject(a, "rate_limited", f"{busy}; retry in {retry:.1f} s", retry)
+        message = f"{busy}; retry in {retry:.1f} s with quota_ticket {ticket} to keep its place"
+        await self.reject(a, "rate_limited", message, retry, ticket=ticket)
 
     async def admit_waiting(self, model_id: str) -> None:
         """Room may have opened on ``model_id``: start who is next in line, in turn per
@@ -188,7 +193,13 @@ class Intake:
             await self.start(a)
 
     async def reject(
-        self, a: Admission, code: ErrorCode, message: str, retry_after_s: float | None = None
+        self,
+        a: Admission,
+        code: ErrorCode,
+        message: str,
+        retry_after_s: float | None = None,
+        *,
+        ticket: int | None = None,
     ) -> None:
         a.handle.span.set_status(Status(StatusCode.ERROR, code))
         body = InferReply(
@@ -197,6 +208,7 @@ class Intake:
             model_id=a.model_id,
             request_id=a.request_id,
             retry_after_s=retry_after_s,
+            quota_ticket=ticket,
         )
         await a.handle.error(code, message, retry_after_s=retry_after_s, body=body)
 
@@ -205,7 +217,7 @@ class Intake:
         m = flight.machine
         if self.view.router is not None:
             self.view.router.end(m.route)
-        self.admission.ended(m.route.pipeline_id, m.model_id, time.monotonic())
+        self.admission.ended(m.route.pipeline_id, m.model_id, time.monotonic() - m.started)
         if flight.ident is not None:
             self.retries.book.finished(flight.ident, flight.answer)
         await self.admit_waiting(m.model_id)
@@ -243,7 +255,9 @@ class Intake:
             await self.quotas.sweep(now)
         if self.retries.book.pending:
             await self.retries.sweep(now)
-        for _model_id, waited in list(self.admission.expired(now)):
-            await self.refuse_busy(waited, f"it waited {self.admission.max_wait_s:.1f} s in line")
+        for _model_id, waited, since in list(self.admission.expired(now)):
+            await self.refuse_busy(
+                waited, f"it waited {now - since:.1f} s in line, all the line allowed", since=since
+            )
         for model_id in self.admission.models_waiting():
             await self.admit_waiting(model_id)  # pipelines may have come back

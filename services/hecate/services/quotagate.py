@@ -23,6 +23,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from hecate.bus.service import NO_RESPONDERS, Request, Service
 from hecate.routing.quota import Admit, AskDesk, QuotaAction, QuotaWait, Refuse, holds
+from hecate.services.admission import is_line_ticket
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorBody, InferReply, InferRequest, QuotaReply, QuotaRequest
 
@@ -68,7 +69,9 @@ class QuotaGate:
             max_wait_ms=request.max_wait_ms,
             timeout_s=self.quota_timeout_s,
             counters=self.counters,
-            ticket=a.ticket,
+            # A line ticket is the router's own (its admission desk's), not the quota
+            # desk's: the request asks the quota desk as a new one.
+            ticket=None if is_line_ticket(a.ticket) else a.ticket,
         )
         self.admissions[a.key] = a
         await self._run(a, a.quota.start(time.monotonic()))

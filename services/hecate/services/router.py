@@ -74,7 +74,10 @@ class RouterService:
             failover=config.failover, suspect_s=config.suspect_s, stale_s=config.stale_s, log=log
         )
         self.admission: AdmissionDesk[Admission] = AdmissionDesk(
-            limits=config.limits, queue_limit=config.queue_limit, max_wait_s=config.queue_timeout_s
+            limits=config.limits,
+            queue_limit=config.queue_limit,
+            max_wait_s=config.queue_timeout_s,
+            max_line_wait_s=max(config.queue_max_wait_s, config.queue_timeout_s),
         )
         self.deck = FlightDeck(svc, self.view, self.admission, config.flow(), self.counters)
         self.intake = Intake(svc, config, self.view, self.counters, self.admission, self.deck)

@@ -36,7 +36,11 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_joined_retries: int = MAX_JOINED
     limits: LimitOptions = LimitOptions()
     queue_limit: int = 1024
+    # The least and the most a request may wait in line for room (the most is never
+    # less than the least): between them, what the line ahead needs at the rate
+    # requests finish (hecate.services.admission).
     queue_timeout_s: float = 5.0
+    queue_max_wait_s: float = 60.0
     # The longest a node is forgiven "no responders" after the router's own reconnect
     # (it may not have resubscribed yet); what the router hears since usually ends it
     # far sooner for each node (hecate.routing.reconnect).
@@ -70,6 +74,8 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds")
+        if not self.queue_max_wait_s > 0:
+            raise ValueError("queue_max_wait_s: must be a positive number of seconds")
         for name in ("reconnect_grace_s", "route_wait_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must not be negative")

@@ -15,8 +15,9 @@ Two pieces, both pure (the clock is passed in):
   served round-robin across tenants, bounded in total and per tenant, so one tenant's
   burst cannot push the others out of line or out of the queue.
 
-And :func:`retry_after_s`: how long a refused caller should stand off, from the queue
-ahead of it and the rate at which requests are finishing, as measured.
+And, from the line ahead and the rate requests finish at (:class:`Finishing`, by
+Little's law), :func:`line_wait_s`: how long a request may wait in line, and
+:func:`retry_after_s`: how long a refused caller should stand off.
 """
 
 from __future__ import annotations
@@ -181,16 +182,19 @@ class AdaptiveLimit:
 @dataclass(slots=True)
 class _Waiting(Generic[T]):
     item: T
-    since: float
+    since: float  # its place: when it first asked (a refused caller back keeps it)
+    until: float  # when it stops waiting and is refused
 
 
 class FairQueue(Generic[T]):
-    """Waiting requests: a FIFO per tenant, tenants served in turn.
+    """Waiting requests: a line per tenant in order of arrival, tenants served in turn.
 
     ``push`` refuses (returns False) when the queue holds ``limit`` items, or the tenant
-    already holds ``tenant_limit`` of them; ``pop`` takes the oldest item of the next
+    already holds ``tenant_limit`` of them; ``pop`` takes the earliest item of the next
     tenant in rotation, so a tenant with one request waiting is served after at most one
-    request of every other tenant, however many those have queued."""
+    request of every other tenant, however many those have queued. An item pushed with
+    an earlier ``since`` than others of its tenant (a refused caller come back as told)
+    goes before them: its place is when it first asked."""
 
     def __init__(self, limit: int = 64, tenant_limit: int | None = None) -> None:
         if limit < 1:
@@ -206,10 +210,26 @@ class FairQueue(Generic[T]):
     def waiting(self, tenant: str) -> int:
         return len(self._tenants.get(tenant, ()))
 
-    def push(self, tenant: str, item: T, now: float) -> bool:
+    def push(
+        self,
+        tenant: str,
+        item: T,
+        now: float,
+        *,
+        until: float = math.inf,
+        since: float | None = None,
+    ) -> bool:
+        """Wait until ``until`` at most; ``since``: its place, when not ``now``."""
         if self._size >= self.limit or self.waiting(tenant) >= self.tenant_limit:
             return False
-        self._tenants.setdefault(tenant, deque()).append(_Waiting(item, now))
+        line = self._tenants.setdefault(tenant, deque())
+        if since is None:
+            line.append(_Waiting(item, now, until))
+        else:  # back with its place: before those of its tenant who came after it
+            at = len(line)
+            while at > 0 and line[at - 1].since > since:
+                at -= 1
+            line.insert(at, _Waiting(item, min(since, now), until))
         self._size += 1
         return True
 
@@ -223,13 +243,15 @@ class FairQueue(Generic[T]):
             return waiting.item
         return None
 
-    def expire(self, now: float, max_wait_s: float) -> list[T]:
-        """Take out every item that has waited longer than ``max_wait_s``. Each tenant's
-        line is oldest first, so only its head is ever looked at."""
-        out: list[T] = []
+    def expire(self, now: float) -> list[tuple[T, float]]:
+        """Take out every item whose wait is over, with its place (``since``). Only each
+        tenant's head is looked at: an item whose wait ends before the one ahead of it
+        (both are served in turn anyway) waits for that one to be served or to go."""
+        out: list[tuple[T, float]] = []
         for tenant, line in list(self._tenants.items()):
-            while line and now - line[0].since > max_wait_s:
-                out.append(line.popleft().item)
+            while line and now > line[0].until:
+                gone = line.popleft()
+                out.append((gone.item, gone.since))
             if not line:
                 del self._tenants[tenant]
         self._size -= len(out)
@@ -242,22 +264,37 @@ class FairQueue(Generic[T]):
 
 
 @dataclass(slots=True)
-class Throughput:
-    """Requests finished per second: each adds ``1 / tau_s`` to a sum that decays with
-    time constant ``tau_s``, which at a steady rate equals that rate."""
+class Finishing:
+    """How fast a model's requests finish, by Little's law: the requests carried at once
+    over how long one takes (a moving average of those that finished).
 
-    tau_s: float = 5.0
-    _sum: float = 0.0
-    _last: float | None = None
+    Counting finishes per second over a recent window instead reads near zero while
+    long generations are all still running (none finished lately), and a caller told
+    to wait for the line ahead at that rate was told minutes for a line of seconds;
+    what is carried now, and how long each takes, says what the line will do."""
 
-    def finished(self, now: float, count: int = 1) -> None:
-        self._sum = self.at(now) + count / self.tau_s
-        self._last = now
+    weight: float = 0.2  # of the latest finish in the average
+    took_s: float | None = None  # how long a request takes here, on average
+    carried: int = 0  # requests carried now
 
-    def at(self, now: float) -> float:
-        if self._last is None:
+    def began(self) -> None:
+        self.carried += 1
+
+    def finished(self, took_s: float) -> None:
+        self.carried = max(0, self.carried - 1)
+        if not math.isfinite(took_s) or took_s < 0:
+            return
+        if self.took_s is None:
+            self.took_s = took_s
+        else:
+            self.took_s += self.weight * (took_s - self.took_s)
+
+    def per_s(self) -> float:
+        """Requests finishing per second; 0 while nothing is known (nothing finished
+        yet, or nothing carried)."""
+        if self.took_s is None or self.carried == 0:
             return 0.0
-        return self._sum * math.exp(-max(0.0, now - self._last) / self.tau_s)
+        return self.carried / max(self.took_s, 1e-3)
 
 
 def retry_after_s(ahead: int, finishing_per_s: float, *, floor_s: float = 1.0) -> float:
@@ -267,3 +304,15 @@ def retry_after_s(ahead: int, finishing_per_s: float, *, floor_s: float = 1.0) -
     if finishing_per_s <= 0:
         return floor_s
     return max(floor_s, (ahead + 1) / finishing_per_s)
+
+
+def line_wait_s(
+    ahead: int, finishing_per_s: float, *, least_s: float, most_s: float, margin: float = 1.5
+) -> float:
+    """How long a request joining the line behind ``ahead`` others may wait: what the
+    line ahead needs at the measured rate, with ``margin`` for its spread, within
+    ``least_s`` (also the wait while nothing is measured) and ``most_s``. A fixed wait
+    refuses, every time, a request that would have been served a moment later."""
+    if finishing_per_s <= 0:
+        return least_s
+    return min(most_s, max(least_s, margin * (ahead + 1) / finishing_per_s))
