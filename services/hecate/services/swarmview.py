@@ -101,6 +101,9 @@ class SwarmView:
             if self.plan is None or self.telemetry is None
             else ("stale" if (tel_age or 0) > self.stale_s else "fresh"),
             "suspects": sorted(self.suspects),
+            # Requests sent to an unmeasured pipeline to measure it (Router.explore):
+            # why a pipeline the cost model passes over still carries a few.
+            "explored": self.router.explored if self.router is not None else 0,
         }
 
     async def follow_plan(self, nc: Client) -> None:

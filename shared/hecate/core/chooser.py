@@ -12,8 +12,10 @@ them into a core :class:`SwarmState` and :class:`Router`, and decides:
    since it was suspected.
 2. **A new request** goes to the cheapest intact pipeline (this router's in-flight work
    counted as load, and the round trips it measured on each pipeline as its link term,
-   see :mod:`hecate.core.roundtrips`; a rescue is costed from the snapshot). Pipelines
-   in ``full`` are at their admission limit: when only those are intact,
+   see :mod:`hecate.core.roundtrips`; a rescue is costed from the snapshot), except for
+   the bounded share that goes to an unmeasured intact pipeline so that it is measured
+   again (:meth:`Router.explore <hecate.core.router.Router.explore>`). Pipelines in
+   ``full`` are at their admission limit: when only those are intact,
    :class:`Saturated` is raised, since load is a reason to wait, never to splice or
    degrade.
 3. **No intact pipeline**: the best rescue of a broken one, in the failover tiers' order
@@ -43,7 +45,7 @@ from hecate.core.errors import NoHealthyPipeline, Unrecoverable
 from hecate.core.failover import FailoverOptions, Recovered, failover_in_swarm
 from hecate.core.plan import SwarmPlan
 from hecate.core.roundtrips import DEFAULT_WINDOW_S
-from hecate.core.router import Router
+from hecate.core.router import DEFAULT_EXPLORE_EVERY, DEFAULT_EXPLORE_S, Router
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, route_request
 from hecate.core.state import SwarmState
 from hecate.core.telemetry import NodeState
@@ -60,10 +62,14 @@ class Chooser:
         weights: RouteWeights = DEFAULT_WEIGHTS,
         penalty: ColdPenalty = DEFAULT_PENALTY,
         window_s: float = DEFAULT_WINDOW_S,
+        explore_s: float = DEFAULT_EXPLORE_S,
+        explore_every: int = DEFAULT_EXPLORE_EVERY,
     ) -> None:
         self.failover = failover
         self.suspect_s = suspect_s
         self.window_s = window_s
+        self.explore_s = explore_s
+        self.explore_every = explore_every
         self.weights = weights
         self.penalty = penalty
         self.suspects: dict[str, float] = {}  # node -> when this router saw it fail
@@ -143,7 +149,14 @@ class Chooser:
         snapshot = SwarmState(plan, nodes)
         self.unsuspected = SwarmState(plan, plain) if self.suspects else None
         if self.router is None:
-            self.router = Router(snapshot, self.weights, self.penalty, window_s=self.window_s)
+            self.router = Router(
+                snapshot,
+                self.weights,
+                self.penalty,
+                window_s=self.window_s,
+                explore_s=self.explore_s,
+                explore_every=self.explore_every,
+            )
         else:
             self.router.update(snapshot)
         self.router.forget(now)
@@ -165,13 +178,16 @@ class Chooser:
         there is no route at all."""
         assert self.router is not None, "observe() a plan first"
         try:
-            return self.router.route(model_id, request, full, now=now), False
+            route = self.router.route(model_id, request, full, now=now)
         except NoHealthyPipeline:
             rescue = self._best_rescue(self.state, model_id, request)
             if rescue is not None:
                 return rescue.route, rescue.degraded
             if self.unsuspected is None:
                 raise
+        else:
+            trial = self.router.explore(model_id, route, request, full, now=now)
+            return (route if trial is None else trial), False
         # Only suspicion stands in the way: decide as if there were none.
         try:
             return route_request(

@@ -31,7 +31,11 @@ is no plan pipeline and has no measurement) are telemetry's alone. Three additio
   allowance loses to a like one never tried, so the router finds the better one by
   sending it the next request; one measured within it keeps the traffic. A measurement
   is forgotten when its pipeline has had no step for a window or two, and it then
-  counts as unmeasured again.
+  counts as unmeasured again. A pipeline the allowance keeps out (one within it was
+  measured, or its own figure was forgotten while it was down) would then never be
+  sent a step to measure it: the router sends it one now and then instead, a bounded
+  share (:meth:`hecate.core.router.Router.explore`), which is not the cost model's
+  business and leaves every figure here as it is.
 """
 
 from __future__ import annotations

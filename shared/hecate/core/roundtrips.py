@@ -23,7 +23,10 @@ The rules:
   (2 s each by default: short, because a measured pipeline's latency is this figure
   alone, and a node that slowed down must not keep its traffic for long).
 * **Unmeasured is penalised, never ignored**, by the cost model's fixed allowance
-  (:attr:`hecate.core.cost.ColdPenalty.link_ms`), not by anything kept here.
+  (:attr:`hecate.core.cost.ColdPenalty.link_ms`), not by anything kept here; and so
+  that a pipeline charged it is ever measured again, the router sends a bounded share
+  of requests to the cheapest unmeasured one that could win
+  (:meth:`hecate.core.router.Router.explore`).
 * **Plan pipelines only.** A route that is not one (a splice, named ``<id>~splice``) is
   not a pipeline the router can choose again; the caller passes only plan pipelines.
 

@@ -18,12 +18,47 @@ link term one figure per pipeline. While nothing is measured every added term is
 never negative, so walking the cost table stops as soon as no later (cheaper-based)
 entry can win; a measured step can lower a pipeline below its base, and then every
 healthy pipeline of the model is weighed (a handful).
+
+**The way back for the unmeasured** (:meth:`Router.explore`). The link term holds only
+while this router sends a pipeline steps. One that gets none (passed over for a measured
+pipeline within the allowance, or frozen long enough for its figure to be forgotten)
+pays the allowance, and on cost alone would never be sent a step to measure it again:
+a pipeline that had one bad moment would lose its traffic for good, however much
+cheaper it is. An unmeasured pipeline is penalised, never ignored, so a small share of
+requests goes where nothing is known: when the chosen pipeline is measured, at most one
+decision in ``explore_every`` (20) and one every ``explore_s`` (1 s) per model, the
+request goes instead to the cheapest unmeasured pipeline that is intact and not full and
+that could be the choice once measured (costed as if its step took no time, the least
+a measurement can say, it would beat the chosen one). Its step is timed like any other,
+and from then on the cost model alone decides: a pipeline measured cheaper keeps the
+traffic, one measured slower loses the next decision, and is tried again only once its
+figure is forgotten. A new snapshot makes a look due at once (within those bounds),
+since that is when a node comes back or a circuit closes.
+
+Why a share of real requests, not the alternatives:
+
+* **Not a prior** (holding a forgotten pipeline's last figure, aged, in place of the
+  allowance): a figure from before a freeze, a partition or a restart says nothing of
+  the pipeline now, and a figure only held is never renewed either: a pipeline whose
+  last figure was bad would be passed over as surely as one charged the allowance.
+* **Not a link probe that needs no request** (a ping to each node): it times a bus round
+  trip, not a step (compute, the chain's hops, the node's queue), and needs every node
+  to answer one more subject; a request measures exactly what the cost model uses.
+* **Bounded, and only where it can matter.** At most 5 % of a model's decisions and one
+  a second, and only to a pipeline every other rule already serves from: its nodes
+  alive by telemetry, not suspected, circuits closed (or leased to this router), below
+  its admission limit. A pipeline that could not win even measured at its best is never
+  sent one. The price: a pipeline that stays slower gets a request each time its figure
+  is forgotten (every two windows or so), as a production balancer pays for finding the
+  one that recovered.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from hecate.core.cost import (
     DEFAULT_PENALTY,
@@ -41,6 +76,21 @@ from hecate.core.roundtrips import DEFAULT_WINDOW_S, RoundTrips
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, no_route_error
 from hecate.core.state import SwarmState
 
+# At most one exploration every DEFAULT_EXPLORE_S per model, and one decision in
+# DEFAULT_EXPLORE_EVERY: a thawed pipeline is back within a second under load, and
+# never more than 5 % of the traffic goes where nothing is known.
+DEFAULT_EXPLORE_S = 1.0
+DEFAULT_EXPLORE_EVERY = 20
+
+
+@dataclass(slots=True)
+class _Exploring:
+    """One model's exploration, as :meth:`Router.explore` keeps it."""
+
+    decisions: int = 0  # since its last exploration
+    explored_at: float = -math.inf
+    look_at: float = -math.inf  # when a look for an unmeasured pipeline is next due
+
 
 class Router:
     """Routing decisions for one router process. Not thread-safe; one event loop owns it."""
@@ -52,7 +102,11 @@ class Router:
         penalty: ColdPenalty = DEFAULT_PENALTY,
         *,
         window_s: float = DEFAULT_WINDOW_S,
+        explore_s: float = DEFAULT_EXPLORE_S,
+        explore_every: int = DEFAULT_EXPLORE_EVERY,
     ) -> None:
+        if not explore_s >= 0 or explore_every < 1:
+            raise ValueError("need explore_s >= 0 and explore_every >= 1")
         self.weights = weights
         self.penalty = penalty
         self._per_request = inflight_cost(1, weights)
@@ -64,6 +118,10 @@ class Router:
         # Each pipeline's link term as last computed, from when and until when it holds
         # (RoundTrips.lately): a decision reads it, a sample or a snapshot drops it.
         self._links: dict[str, tuple[float, float, float]] = {}
+        self.explore_s = explore_s
+        self.explore_every = explore_every
+        self._exploring: dict[str, _Exploring] = {}  # per model
+        self.explored = 0  # requests sent to an unmeasured pipeline, in all
         self.state = state
         self._index_plan(None)
 
@@ -74,6 +132,8 @@ class Router:
         self.state = state
         self._compute_ms = {}
         self._links = {}
+        for e in self._exploring.values():  # a node may be back: look again
+            e.look_at = e.explored_at + self.explore_s
         if state.plan is not before:
             self._index_plan(before)
 
@@ -121,18 +181,22 @@ class Router:
         kept = self._links.get(pid)
         if kept is not None and kept[1] <= at < kept[2]:
             return kept[0]
-        compute = self._compute_ms.get(pid)
+        least, until = self.round_trips.lately(pid, at)
+        link = link_cost(least, self._compute(pipeline), self.weights, self.penalty)
+        self._links[pid] = (link, at, until)
+        return link
+
+    def _compute(self, pipeline: Pipeline) -> float:
+        """Σ ``latency_n`` of ``pipeline``'s nodes as costed, in this snapshot."""
+        compute = self._compute_ms.get(pipeline.pipeline_id)
         if compute is None:
-            compute = self._compute_ms[pid] = sum(
+            compute = self._compute_ms[pipeline.pipeline_id] = sum(
                 stage_latency_ms(
                     self.state.nodes[s.node_id], self.state.profile(s.node_id), self.penalty
                 )
                 for s in pipeline.stages
             )
-        least, until = self.round_trips.lately(pid, at)
-        link = link_cost(least, compute, self.weights, self.penalty)
-        self._links[pid] = (link, at, until)
-        return link
+        return compute
 
     def route(
         self,
@@ -178,6 +242,57 @@ class Router:
             cost=best_cost + token_cost(request.tokens, self.weights),
             stages=best.stages,
         )
+
+    def explore(
+        self,
+        model_id: str,
+        chosen: Route,
+        request: RoutingRequest = DEFAULT_REQUEST,
+        full: Collection[str] = (),
+        *,
+        now: float | None = None,
+    ) -> Route | None:
+        """The route to send this request along instead of ``chosen`` (what
+        :meth:`route` gave for it, with the same ``full`` and ``now``) so that an
+        unmeasured pipeline is measured, or None: not due, or none worth it (see the
+        module doc). Call once per decision: the decisions are counted here."""
+        e = self._exploring.get(model_id)
+        if e is None:
+            e = self._exploring[model_id] = _Exploring()
+        e.decisions += 1
+        at = self._now if now is None else now
+        if e.decisions < self.explore_every or at < e.look_at:
+            return None
+        trips = self.round_trips
+        if trips.least_ms(chosen.pipeline_id, at) is None:
+            return None  # this very request measures the chosen one: it explores already
+        e.look_at = at + self.explore_s
+        busy = self._pipeline_in_flight
+        best_cost = math.inf
+        unmeasured: list[tuple[float, str, float, Pipeline]] = []
+        for base, pid, p in self.state.cost_table(model_id, self.weights, self.penalty):
+            if pid in full:
+                continue
+            known = base + self._per_request * busy.get(pid, 0)  # all but the link term
+            if pid == chosen.pipeline_id:
+                best_cost = known + self.link(p, at)
+            elif trips.least_ms(pid, at) is None:
+                unmeasured.append((known + self.link(p, at), pid, known, p))
+        unmeasured.sort(key=lambda row: (row[0], row[1]))  # the cheapest as costed first
+        for cost, pid, known, p in unmeasured:
+            # Its cost if its step took no time, the least a measurement could say:
+            # one that would lose even then is not worth a request.
+            best_case = known + link_cost(0.0, self._compute(p), self.weights, self.penalty)
+            if (best_case, pid) < (best_cost, chosen.pipeline_id):
+                e.decisions, e.explored_at = 0, at
+                self.explored += 1
+                return Route(
+                    model_id=model_id,
+                    pipeline_id=pid,
+                    cost=cost + token_cost(request.tokens, self.weights),
+                    stages=p.stages,
+                )
+        return None
 
     def begin(self, route: Route) -> None:
         """Count a dispatch along ``route`` (call once per request sent)."""
