@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 
 from hecate.bus import kv as kvs
+from hecate.bus.settle import settled
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorReply, NodeEvent, OutcomeReport, ProbeGrant, ProbeRequest
@@ -44,7 +45,7 @@ async def fail(client: Client, target: str, times: int = 1) -> None:
     for _ in range(times):
         report = OutcomeReport(target=target, ok=False, code="internal", router_id="test")
         await client.publish(subjects.breaker_report(target), msgspec.json.encode(report))
-    await client.flush()
+    await settled(client)
 
 
 async def stored(client: Client, target: str) -> BreakerSnapshot | None:
@@ -163,13 +164,13 @@ async def report(client: Client, target: str, code: str, times: int) -> None:
     for _ in range(times):
         failure = OutcomeReport(target=target, ok=False, code=code, router_id="test")
         await client.publish(subjects.breaker_report(target), msgspec.json.encode(failure))
-    await client.flush()
+    await settled(client)
 
 
 async def node_up(client: Client, node_id: str) -> None:
     up = NodeEvent(node_id=node_id, state="up", reason="heartbeat", at=time.time())
     await client.publish(subjects.EVENT_NODE_UP, msgspec.json.encode(up))
-    await client.flush()
+    await settled(client)
 
 
 async def state_is(client: Client, target: str, state: str) -> bool:

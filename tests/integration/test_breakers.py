@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client
 
+from hecate.bus.settle import settled
 from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport
 
@@ -86,7 +87,7 @@ async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_adm
     for _ in range(5):  # what routers report when a node answers 429 five times
         report = OutcomeReport(target=target, ok=False, code="rate_limited", router_id="test")
         await client.publish(subjects.breaker_report(target), msgspec.json.encode(report))
-    await client.flush()
+    await settled(client)
 
     seen = time.monotonic()
     while True:
@@ -141,7 +142,7 @@ async def test_when_every_copy_of_the_base_is_behind_an_open_circuit_the_reserve
     for _ in range(5):
         report = OutcomeReport(target="gpu", ok=False, code="rate_limited", router_id="test")
         await client.publish(subjects.breaker_report("gpu"), msgspec.json.encode(report))
-    await client.flush()
+    await settled(client)
     deadline = time.monotonic() + 10  # a bound on a busy machine
     while True:
         reply = await infer(client, "ncm-base", "the base is unavailable", 4)

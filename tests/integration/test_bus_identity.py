@@ -21,6 +21,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 
 ACCOUNTS = """
 accounts {
@@ -86,7 +87,7 @@ async def test_the_server_names_the_requesting_account_and_streams_only_to_the_c
     try:
         await router.subscribe("hecate.infer.>", queue="routers", cb=serve)
         await router.subscribe("hecate.cancel.>", cb=cancel)
-        await router.flush()
+        await settled(router)
 
         # Tenant A claims to be B in the header the server writes: the server overwrites it.
         inbox, got, done = a.new_inbox(), [], asyncio.Event()
@@ -104,7 +105,7 @@ async def test_the_server_names_the_requesting_account_and_streams_only_to_the_c
 
         # A fire-and-forget cancel crossing the import is stamped too.
         await a.publish("hecate.cancel.m", b"{}")
-        await a.flush()
+        await settled(a)
         first = await b.request("hecate.infer.m", b"{}", timeout=5)
         assert first.data == b"one"
         for _ in range(100):
@@ -137,7 +138,7 @@ async def test_a_responder_without_the_reply_mapping_right_cannot_answer(tmp_pat
             await msg.respond(b"answer")
 
         await router.subscribe("hecate.infer.>", cb=serve)
-        await router.flush()
+        await settled(router)
         with pytest.raises(nats.errors.TimeoutError):
             await a.request("hecate.infer.m", b"{}", timeout=1)
         await router.close()

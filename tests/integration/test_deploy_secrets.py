@@ -10,6 +10,7 @@ import nats
 import pytest
 
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 from hecate.cli import natsconfig
 from hecate.gateway.identities import read_env_file
 from hecate.wire import permissions
@@ -39,7 +40,7 @@ async def test_a_role_logs_in_over_tls_by_the_deployment_name(tmp_path: Path) ->
             tls_hostname="nats",
         )
         await nc.publish("hecate.telemetry.heartbeat.gpu", b"")
-        await nc.flush()
+        await settled(nc)
         await nc.close()
         with pytest.raises(Exception):  # noqa: B017, PT011 -- any refusal will do
             await nats.connect(

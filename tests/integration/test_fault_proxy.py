@@ -17,6 +17,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 from hecate.dev.chaos.harness import Swarm
 from hecate.dev.chaos.proxy import Direction, FaultProxy, ProxyThread
 
@@ -70,7 +71,7 @@ async def echo(nats_server: NatsServer) -> AsyncIterator[Client]:
         await msg.respond(msg.data)
 
     await nc.subscribe("echo", cb=answer)
-    await nc.flush()
+    await settled(nc)
     yield nc
     await nc.close()
 
@@ -127,12 +128,12 @@ async def test_a_narrow_link_takes_its_time_both_ways(proxy: FaultProxy, watched
 async def test_jitter_never_reorders_a_stream(proxy: FaultProxy, watched: Watched) -> None:
     nc = watched.nc
     sub = await nc.subscribe("seq")
-    await nc.flush()
+    await settled(nc)
     await proxy.set(latency_ms=5, jitter_ms=40)
     for i in range(200):
         await nc.publish("seq", str(i).encode())
         if i % 20 == 0:
-            await nc.flush()  # many separate writes, each drawn its own delay
+            await settled(nc)  # many separate writes, each drawn its own delay
     got = [int((await sub.next_msg(timeout=5)).data) for _ in range(200)]
     assert got == list(range(200))
 

@@ -16,6 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
+from hecate.bus.settle import settled
 from hecate.core import SwarmPlan
 from hecate.model import reference
 from hecate.wire import subjects
@@ -54,7 +55,7 @@ async def collect(nc: Client, subject: str, type_: type[T]) -> list[T]:
         seen.append(msgspec.json.decode(msg.data, type=type_))
 
     await nc.subscribe(subject, cb=on_message)
-    await nc.flush()
+    await settled(nc)
     return seen
 
 

@@ -34,6 +34,7 @@ from nats.aio.client import Client
 
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 from hecate.model import reference
 from hecate.routing.identity import REQUEST_INFO
 from hecate.wire import subjects
@@ -299,7 +300,7 @@ async def test_every_subject_survives_bad_input_and_answers_typed_errors(swarm: 
         for payload, header in corpus:
             if len(payload) <= 1024 * 1024:
                 await nc.publish(subject, payload, headers=header)
-        await nc.flush()
+        await settled(nc)
     # Over the server's max_payload, NATS itself refuses (the publisher gets an error).
     with pytest.raises(Exception, match=r"(?i)payload"):
         await tenant.nc.publish(subjects.infer("ncm-base"), b"\x00" * 2_000_000)
@@ -360,7 +361,7 @@ async def _everyone_else_is_refused(
         ]
         for subject in banned:
             await s.nc.publish(subject, b"{}", reply=s.nc.new_inbox())
-        await s.nc.flush()
+        await settled(s.nc)
         refused = [await s.refused(timeout=5.0) for _ in banned]
         assert not s.errors, (user, s.errors)
         for subject, error in zip(banned, refused, strict=True):

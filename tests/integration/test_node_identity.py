@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from hecate.bus import kv as kvs
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 from hecate.core import NodeProfile
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorReply, Heartbeat, NodeJoin, NodeLeave, TelemetrySnapshot
@@ -97,11 +98,11 @@ async def test_a_node_cannot_join_leave_or_heartbeat_as_another(
             node = await login("node-laptop")
             laptop, refused = node.nc, node.errors
 
-            async def settled() -> bool:
+            async def planned() -> bool:
                 p = await _planner(op)
                 return p.get("members") == 4 and p.get("epoch", 0) >= 1 and not p["pending"]
 
-            await until(settled, "the planner planning the four nodes")
+            await until(planned, "the planner planning the four nodes")
             await until(lambda: _all_alive(op), "telemetry hearing the four nodes", poll_s=0.1)
             before = await _planner(op)
 
@@ -119,7 +120,7 @@ async def test_a_node_cannot_join_leave_or_heartbeat_as_another(
             ]
             for subject, body in forged:
                 await laptop.publish(subject, msgspec.json.encode(body))
-                await laptop.flush()
+                await settled(laptop)
                 await until(lambda: bool(refused), f"the server refusing {subject}")
                 assert f'publish to "{subject}"' in refused.pop(0).lower()
 
@@ -138,7 +139,7 @@ async def test_a_node_cannot_join_leave_or_heartbeat_as_another(
             ]
             for subject, body in own:
                 await laptop.publish(subject, msgspec.json.encode(body))
-            await laptop.flush()
+            await settled(laptop)
             assert not refused
 
             async def counted() -> bool:

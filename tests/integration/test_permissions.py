@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from hecate.bus import kv as kvs
 from hecate.bus.secure import SecureBus, make_certificates, prepare
 from hecate.bus.server import NatsServer, server_binary
+from hecate.bus.settle import settled
 from hecate.wire import permissions, subjects
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
@@ -102,11 +103,11 @@ async def _heard(witness: Session, subject: str, publisher: Session, *, within: 
         got.set()
 
     sub = await witness.nc.subscribe(subject, cb=hear)
-    await witness.nc.flush()
+    await settled(witness.nc)
     deadline = asyncio.get_running_loop().time() + within
     while not got.is_set() and asyncio.get_running_loop().time() < deadline:
         await publisher.nc.publish(subject, b"{}")  # again every 0.25 s (a busy machine)
-        await publisher.nc.flush()
+        await settled(publisher.nc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(got.wait(), 0.25)
     await sub.unsubscribe()
@@ -145,7 +146,7 @@ async def _kv_write(me: Session, reader: Session, subject: str) -> bool:
     """Try to write a KV value as ``me``; True if ``reader`` then sees it."""
     _, bucket, key = subject.split(".", 2)
     await me.nc.publish(subject, b"forged")
-    await me.nc.flush()
+    await settled(me.nc)
     await asyncio.sleep(0.15)
     kv = await asyncio.wait_for(kvs.wait_bucket(reader.nc, bucket), 5)
     try:

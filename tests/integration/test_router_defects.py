@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from hecate.bus import kv as kvs
+from hecate.bus import settle
 from hecate.bus.server import NatsServer
 from hecate.bus.service import connect
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
@@ -119,8 +120,8 @@ async def answer(nc: Client, stage: Msg, reply: StageReply | ErrorReply) -> None
 async def settled(router: RouterService, nc: Client) -> None:
     """Everything the router published has reached this connection's subscriptions:
     the router's connection flushed (the server has it), then ours (it was delivered)."""
-    await router.service.nc.flush()
-    await nc.flush()
+    await settle.settled(router.service.nc)
+    await settle.settled(nc)
 
 
 def node_of(stage: Msg) -> str:

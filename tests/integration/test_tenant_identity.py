@@ -21,6 +21,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 
@@ -137,7 +138,7 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
         spied.append(msg.data)
 
     await svc.subscribe(subjects.EVENT_FAILOVER, cb=spy)
-    await svc.flush()
+    await settled(svc)
     deputy = {"prompt": "hello", "max_tokens": 4, "stream": True}
     deputy["stream_to"] = subjects.EVENT_FAILOVER
     answered = (await _counters(svc)).get("answered", 0)
@@ -152,7 +153,7 @@ async def test_a_tenant_is_who_the_bus_says_and_cannot_speak_for_another(
         await asyncio.sleep(0.05)
     else:
         raise AssertionError("the router never answered the redirected request")
-    await svc.flush()
+    await settled(svc)
     assert spied == []
 
     # A request the server vouched for no tenant (from inside the services' account).

@@ -26,6 +26,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
+from hecate.bus.settle import settled
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
@@ -64,7 +65,7 @@ async def test_prompts_of_600_2000_and_4000_tokens_answer_through_three_stages(
         want = expected(golden)
         assert len(want) >= 10, "the golden file checks too little of this prompt"
         assert (reply.output or "").startswith(want), (tokens, reply.output, want)
-    await client.flush()
+    await settled(client)
     assert failovers.pending_msgs == 0  # long prompts are work, not failures
 
 
@@ -84,7 +85,7 @@ async def test_a_prompt_past_the_context_is_prompt_too_long_not_a_lost_node(
     assert reply.error.code == "prompt_too_long", reply.error
     assert "8192" in reply.error.message.replace(",", "")
     assert reply.attempts == 1
-    await client.flush()
+    await settled(client)
     assert failovers.pending_msgs == 0  # nobody was blamed
     short = await ask(client, InferRequest(prompt="The capital of France is", max_tokens=2))
     assert short.ok, short.error

@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 from nats.aio.client import Client
 
+from hecate.bus.settle import settled
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
 from hecate.llm.store import pull
@@ -80,5 +81,5 @@ async def test_a_long_prompt_hop_by_hop_answers_the_single_process_text(
         assert reply.ok, (length, reply.error)
         assert reply.output == expected, length
         assert reply.attempts == 1
-    await client.flush()
+    await settled(client)
     assert failovers.pending_msgs == 0

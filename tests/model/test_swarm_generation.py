@@ -14,6 +14,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bus.settle import settled
 from hecate.bus.streamed import request_streamed
 from hecate.client import HecateClient
 from hecate.llm.gguf_model import load_stage
@@ -131,7 +132,7 @@ async def middle_stages(client: Client) -> list[str]:
             seen.append(msg.subject.split(".")[2])
 
     await client.subscribe(subjects.node_run("*"), cb=on_stage)
-    await client.flush()
+    await settled(client)
     return seen
 
 
@@ -197,7 +198,7 @@ async def two_tenants_one_request_id_keep_their_own_sessions(client: Client) -> 
             sessions.add(stage["session"])
 
     watch = await client.subscribe(subjects.node_run("*"), cb=on_stage)
-    await client.flush()
+    await settled(client)
     prompts = {"tenant-a": "The capital of France is", "tenant-b": "One, two, three, four,"}
     replies = await asyncio.gather(
         *(

@@ -31,6 +31,7 @@ from opentelemetry.trace import TracerProvider
 
 from hecate.bus.logs import event
 from hecate.bus.service import Service
+from hecate.bus.settle import settled
 from hecate.routing.flow import Abort, Cancelled, NodeDown, Tick
 from hecate.routing.identity import Refused
 from hecate.services.admission import AdmissionDesk
@@ -128,7 +129,7 @@ class RouterService:
             )
         stats.status = self.status  # the router's, once: on the infer endpoint
         await svc.ready()
-        await svc.nc.flush()
+        await settled(svc.nc)
         event(self.log, "router ready", inbox=inbox)
         await stop.wait()
         # Drain: stop taking requests (inbound), let flights land, then close outbound.

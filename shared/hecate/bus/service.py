@@ -53,6 +53,7 @@ from hecate.bus.endpoint import (
 )
 from hecate.bus.layers import compose
 from hecate.bus.logs import event
+from hecate.bus.settle import settled
 from hecate.core.errors import ErrorCode
 from hecate.wire.errors import STATUS, error_headers
 from hecate.wire.messages import ErrorBody, ErrorReply
@@ -192,9 +193,10 @@ class Service:
         await opened.wait()  # spawn may be called as soon as start returns
 
     async def ready(self) -> None:
-        """Flush subscriptions so a request sent right after does not miss them."""
+        """Return once the server holds every subscription made so far, so a request
+        sent right after does not miss them (``flush`` alone does not: bus/settle.py)."""
         assert self.inbound is not None
-        await self.inbound.flush()
+        await settled(self.inbound)
 
     # -- endpoints ---------------------------------------------------------------------
 
