@@ -179,3 +179,26 @@ async def test_telemetry_cut_off_itself_calls_nobody_down(
             task.cancel()
         await proxy.stop()
     assert not [e for e in events.seen if e.state == "down"], events.seen
+
+
+async def test_telemetry_that_just_started_reports_no_silence_of_its_own_link(
+    processes: Processes, client: Client
+) -> None:
+    """Proves: telemetry's first sweeps, with a node beating, count no sweep deaf and log
+    no "link silent" (``make run`` logged one at start, for_s=193.1: the link's silence
+    counted from the monotonic clock's zero, the machine's uptime)."""
+    events = await telemetry(processes, client)
+    node = Beats(client, "n0")
+    beating = asyncio.create_task(node.forever(0.1))
+    try:
+        await until(lambda: bool(events.of("n0", "up")), "the node up")
+
+        async def swept() -> bool:
+            return int((await figures(client)).get("sweeps", 0)) >= 10
+
+        await until(swept, "telemetry's first sweeps")
+    finally:
+        beating.cancel()
+    data = await figures(client)
+    assert data["deaf_sweeps"] == 0, (data, processes.log("telemetry"))
+    assert "link silent" not in processes.log("telemetry")

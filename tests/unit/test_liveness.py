@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import FailureDetector, LivenessConfig
+from hecate.core.liveness import Link
 
 INTERVAL = 0.1  # what every node here declares
 
@@ -138,6 +139,7 @@ def test_silence_before_the_observer_was_back_on_the_bus_is_nobodys() -> None:
         {"acceptable_pause_s": -0.1},
         {"max_silence_s": 0.0},
         {"min_missed": -1.0},
+        {"loading_silence_s": 0.0},
     ],
 )
 def test_a_config_that_could_suspect_a_node_heard_just_now_is_refused(
@@ -229,3 +231,113 @@ def test_more_jitter_in_the_history_means_later_suspicion(
 def test_any_history_of_200_to_400ms_gaps_survives_500ms_of_silence(gaps: list[float]) -> None:
     d, last = fed(gaps)
     assert not d.suspected("n", last + 0.5)
+
+
+# -- starting: the observer's own link, and a node loading its ranges -------------------
+
+#: Telemetry's monotonic clock when ``make run`` logged "link silent: judging nobody
+#: for_s=193.1": the machine had been up for minutes, telemetry for well under one.
+STARTED = 193.1
+PERIOD = INTERVAL / 2  # telemetry sweeps twice per declared interval
+
+
+def test_telemetry_that_just_started_reports_no_silence_of_its_link() -> None:
+    # Proven by the PING that made telemetry ready, sent at STARTED; then one PING per
+    # sweep, each answered before the next sweep.
+    link = Link(proven_at=STARTED)
+    now, sent = STARTED, STARTED
+    for _ in range(40):  # two seconds of sweeps
+        now += PERIOD
+        link.answered(sent)
+        assert link.sweep(now, PERIOD) is None, f"silent for {link.silent_for(now):.1f} s"
+        sent = now
+    assert link.deaf_sweeps == 0
+    assert link.silent_for(now) == pytest.approx(PERIOD)
+
+
+def test_a_link_that_stops_answering_is_silent_from_its_last_proof_on() -> None:
+    link = Link(proven_at=STARTED)
+    now = STARTED
+    news = []
+    for _ in range(10):  # 0.6 s of sweeps 60 ms apart, no PONG at all
+        now += 0.06
+        news.append(link.sweep(now, 0.06))
+    assert news.count("silent") == 1  # logged once per spell
+    assert link.silent_for(now) == pytest.approx(0.6)  # from STARTED, not from 0
+    assert link.deaf_sweeps == 6  # the sweeps past 0.25 s, from 0.30 s on
+    link.answered(now - 0.06)
+    assert link.sweep(now + 0.06, 0.06) == "answers again"
+
+
+def test_a_stall_of_the_observer_is_no_silence_of_its_link() -> None:
+    link = Link(proven_at=STARTED)
+    link.blind(STARTED + 1.0, 0.9)  # its loop did not run for 0.9 s of the first second
+    assert link.sweep(STARTED + 1.0, PERIOD) is None
+    assert link.silent_for(STARTED + 1.0) == pytest.approx(0.1)
+
+
+@given(
+    st.floats(min_value=0.0, max_value=1e7),
+    st.lists(st.floats(min_value=0.001, max_value=0.2), max_size=60),
+)
+def test_a_link_is_never_silent_for_longer_than_it_was_watched(
+    started: float, sweeps: list[float]
+) -> None:
+    link = Link(proven_at=started)
+    now = started
+    for gap in sweeps:
+        now += gap
+        link.sweep(now, gap)
+        assert link.silent_for(now) <= now - started + 1e-9
+
+
+def loading_node(
+    gaps: Sequence[float], config: LivenessConfig | None = None
+) -> tuple[FailureDetector, float]:
+    """Node "n" as ``make run`` started alpha-2: two beats at its pace, then beats
+    saying it is loading, ``gaps`` apart (its event loop held by the load); and the time
+    of the last one."""
+    d = FailureDetector(config or LivenessConfig(min_missed=3.0))
+    d.heartbeat("n", 0.0, INTERVAL)
+    d.heartbeat("n", INTERVAL, INTERVAL, loading=True)
+    now = INTERVAL
+    for gap in gaps:
+        assert not d.suspected("n", now + gap - 1e-9), f"down {gap} s into a load"
+        now += gap
+        d.heartbeat("n", now, INTERVAL, loading=True)
+    return d, now
+
+
+def test_a_node_that_said_it_is_loading_is_not_called_down_while_its_beats_come_late() -> None:
+    # Heard of SmolLM2's end stages at make run: 0.3-0.5 s between beats while loading on
+    # a quiet machine, 0.6-0.9 s on a busy one, where a starting node is given 0.48 s.
+    d, _ = loading_node([0.6, 1.5, 0.05, 3.0, 0.3, 7.0])
+    assert d.loading("n")
+    assert d.patience("n") == LivenessConfig().loading_silence_s
+
+
+def test_a_load_that_hangs_is_a_death() -> None:
+    d, last = loading_node([0.1, 0.1])
+    allowed = d.config.loading_silence_s
+    assert not d.suspected("n", last + allowed - 1e-6)
+    assert d.suspected("n", last + allowed)
+
+
+def test_once_loaded_a_node_is_judged_at_its_pace_and_its_load_taught_nothing() -> None:
+    d, last = loading_node([0.6, 1.5, 3.0])
+    d.heartbeat("n", last + 2.0, INTERVAL)  # loaded: its next beat says so
+    assert not d.loading("n")
+    # The gaps while loading are neither held against it nor bought it rope.
+    assert d.patience("n") == pytest.approx(0.4806, abs=1e-4)
+    assert d.suspected("n", last + 2.0 + 0.49)
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=9.9), max_size=50),
+    st.floats(min_value=0.0, max_value=9.9),
+)
+def test_a_loading_node_beating_at_any_pace_within_its_allowance_is_never_down(
+    gaps: list[float], silence: float
+) -> None:
+    d, last = loading_node(gaps)
+    assert not d.suspected("n", last + silence)

@@ -13,7 +13,10 @@ each run once on adoption (a timed warm-up pass; :mod:`hecate.services.node_hold
 Publishes, on subjects naming its own id (on a locked-down bus its user may use no
 other): ``hecate.node.<id>.join`` on start and on roll-call, a heartbeat every interval
 (stage latency as measured: none before the node has run anything, then its warm-up
-passes refined by real stages; busy fraction, in-flight; :mod:`.node_meter`),
+passes refined by real stages; busy fraction, in-flight; :mod:`.node_meter`; whether it
+is loading ranges, with one beat more as a load starts, flushed, and one as it ends: a
+loader holding the interpreter, as SmolLM2's tokenizer build does, holds the beats too,
+and telemetry gives a node that said it is loading a load's allowance, not its pace's),
 ``hecate.node.<id>.leave`` when draining.
 On SIGTERM it drains: no new work, in-flight work finishes, then it leaves.
 """
@@ -43,6 +46,18 @@ from hecate.wire import subjects
 from hecate.wire.errors import as_code
 from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, NodeJoin, NodeLeave, SessionRelease
 from hecate.wire.stages import StageReply, StageRequest
+
+# How long a load waits for the beat that announces it: a round trip on a live link.
+LOADING_FLUSH_S = 1.0
+# nats-py's own wait for that PONG, never reached on a live link: a flush that times out
+# or is cancelled leaves its PONG to fail the connection's reader when it comes.
+PONG_TIMEOUT_S = 120
+
+
+def _quietly(task: asyncio.Future[None]) -> None:
+    """A PING of a connection that closed raises: that is not news here."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Node:
@@ -93,8 +108,11 @@ class Node:
             draining=lambda: self.draining,
             remeasure_s=config.remeasure_s,
         )
+        self.holdings.on_loading = self._announce_loading
         self.chain = Chain(self.service, log)
         self._seq = 0
+        self._beating = False  # beats go out once the node has joined
+        self._announced: asyncio.Future[None] | None = None  # the PING after a loading beat
 
     @property
     def latency_ms(self) -> float | None:
@@ -135,6 +153,7 @@ class Node:
         await self.chain.start()  # chained routes: forwards and their failures' relay
         await svc.ready()
         await self._join()
+        self._beating = True
         beat = svc.spawn(self._heartbeats())
         svc.spawn(self.holdings.remeasure())
         event(self.log, "node ready", node_id=node_id, capacity_layers=self.profile.capacity_layers)
@@ -232,6 +251,25 @@ class Node:
             await asyncio.sleep(self.config.heartbeat_s)
             await self._heartbeat()
 
+    async def _announce_loading(self, loading: bool) -> None:
+        """A load starts or ends: say so now. As it starts, see the beat off before the
+        loader can hold the interpreter (telemetry would otherwise hear nothing until it
+        lets go, and judge that silence by the node's 100 ms pace); as it ends, so that
+        the node is judged at its pace again at once, not a beat later. Before the node
+        has joined it is not beating yet: its first beat will say it is loading. The
+        PING that sees the beat off waits in a task of its own, never cancelled (nor
+        timed out by nats-py), and the load waits for it at most ``LOADING_FLUSH_S``:
+        reconnecting, the load goes on and its beats say it."""
+        if not self._beating or self.draining:
+            return
+        await self._heartbeat()
+        if not loading:
+            return
+        announced = asyncio.ensure_future(self.service.nc.flush(timeout=PONG_TIMEOUT_S))
+        announced.add_done_callback(_quietly)
+        self._announced = announced
+        await asyncio.wait({announced}, timeout=LOADING_FLUSH_S)
+
     async def _heartbeat(self) -> None:
         self._seq += 1
         interval_s = self.config.heartbeat_s
@@ -248,6 +286,7 @@ class Node:
             in_flight=self.meter.in_flight,
             score=self.profile.score,
             draining=self.draining,
+            loading=self.holdings.loading,
         )
         try:
             await self.service.nc.publish(subjects.heartbeat(self.profile.node_id), encode(beat))

@@ -13,9 +13,10 @@ so the latency it announces is one it measured, and a recent one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import msgspec
 from nats.aio.client import Client
@@ -32,6 +33,14 @@ _plan = msgspec.json.Decoder(SwarmPlan)
 
 
 class Holdings:
+    #: True while ranges a plan newly gives the node are loaded and warmed up: the
+    #: node's heartbeats say so.
+    loading = False
+    #: Awaited as loading starts (True), before anything is loaded, and as it ends
+    #: (False): the node beats at once, as the load may hold its interpreter, and its
+    #: next beat with it, and a load done is news as soon.
+    on_loading: Callable[[bool], Awaitable[None]] | None = None
+
     def __init__(
         self,
         node_id: str,
@@ -135,13 +144,31 @@ class Holdings:
     async def _prepare(self, fresh: list[Holding]) -> None:
         """Load the held ranges now, off the event loop, not at first use; then warm up
         the ones this plan newly gives the node. Requests are served meanwhile."""
-        async with self._preparing:
+        async with self._preparing, self._loading(bool(fresh)):
             try:
                 await self.runner.prepare([(a, b) for _m, a, b in self.held])
             except Exception as exc:  # a stage loads its range itself, or says why not
                 event(self.log, "prepare failed", logging.WARNING, error=repr(exc))
                 return
             await self.warm_up(fresh)
+
+    @contextlib.asynccontextmanager
+    async def _loading(self, fresh: bool) -> AsyncIterator[None]:
+        """Loading, when the plan gives the node ranges it has not loaded: a plan that
+        only drops ranges, or gives the same again, loads nothing, and a node that said
+        it was loading is allowed a load's silence (10 s), not its pace's."""
+        if not fresh:
+            yield
+            return
+        self.loading = True
+        try:
+            if self.on_loading is not None:
+                await self.on_loading(True)
+            yield
+        finally:
+            self.loading = False
+        if self.on_loading is not None:  # not when cancelled: the node is stopping
+            await self.on_loading(False)
 
     async def warm_up(self, holdings: Iterable[Holding]) -> None:
         """Run each of ``holdings`` the node still holds on its executor, off the event

@@ -10,17 +10,21 @@ given how its own heartbeats have been arriving (phi accrual). A node that heart
 like clockwork every 100 ms is down 0.48 s after its last heartbeat (plus at most half an
 interval until the next sweep); one whose heartbeats came 200-400 ms apart under load
 is given 0.58-0.78 s; none is given more than 5 s. ``missed`` intervals of silence are
-always allowed. A node is up again at its next beat, with a fresh history.
+always allowed. A node whose beats say it is loading its ranges is given 10 s instead
+(``loading_silence_s``): its loader may hold its interpreter, its beats with it. A node
+is up again at its next beat, with a fresh history.
 Publishes: ``hecate.events.node.down`` / ``.up`` and the snapshot in KV
 ``hecate-telemetry/snapshot`` (on every liveness change at once, otherwise at most once
 per ``publish_s``). ``$SRV.STATS`` shows, on the heartbeat endpoint, each node's
-``patience_ms`` (the silence it would be declared down after) and this service's own
-``stalls``.
+``patience_ms`` (the silence it would be declared down after), the nodes ``loading``,
+and this service's own ``stalls`` and ``deaf_sweeps``.
 
 Silence this service did not watch is not held against anyone: when its sweep wakes
 more than a period late (its own event loop was descheduled or blocked), the lateness
 is taken out of every node's silence, and nobody is declared down on that pass, so the
-heartbeats that queued meanwhile are read first.
+heartbeats that queued meanwhile are read first. Nor is silence it could not hear:
+every silence is measured up to the last moment its own link proved it works
+(:class:`hecate.core.liveness.Link`), first proven by the PING that made it ready.
 """
 
 from __future__ import annotations
@@ -38,16 +42,13 @@ from opentelemetry.trace import TracerProvider
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
-from hecate.core.liveness import FailureDetector
+from hecate.core.liveness import FailureDetector, Link, LinkNews
 from hecate.core.telemetry import NodeState, Sample, observe
 from hecate.services.config import TelemetryConfig
 from hecate.services.vouching import NodeIdentity
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
 
-# A link whose PING has gone unanswered this long (or two sweeps) is taken for silent:
-# logged and counted (its silence is never held against the nodes, however short).
-DEAF_AFTER_S = 0.25
 # nats-py's own wait for a PONG: never reached on a live connection, whose pings call a
 # held link stale (and replace it, dropping the PING) well before.
 PING_TIMEOUT_S = 120
@@ -73,11 +74,9 @@ class Telemetry:
         self.sweeps = 0  # passes that judged every node
         self.stalls = 0  # sweeps that woke so late that this service was not watching
         self.blind_s = 0.0
-        self.deaf = 0  # sweeps whose own link had not answered a ping lately
-        self._deaf_spell = False
+        self.link: Link | None = None  # the inbound link's proof, once it is ready
         self._probe: asyncio.Future[None] | None = None  # the PING out on the inbound link
         self._probe_sent = 0.0
-        self._link_at = 0.0  # when the latest PING answered went out (monotonic)
         self.publish_s = config.publish_s
         self.alpha = config.alpha
         self.log = log
@@ -122,7 +121,9 @@ class Telemetry:
             guard(self._on_leave, lambda leave: leave.node_id),
             deferred=True,
         )
-        await svc.ready()
+        pinged = time.monotonic()
+        await svc.ready()  # a PING on the inbound link, answered: its first proof
+        self.link = Link(proven_at=pinged)
         svc.spawn(self._sweep())
         svc.spawn(self._writer())
         event(self.log, "telemetry ready", **msgspec.structs.asdict(self.detector.config))
@@ -149,7 +150,7 @@ class Telemetry:
         )
         self.nodes[node_id] = state
         interval = max(beat.interval_ms, 1.0) / 1000
-        self.detector.heartbeat(node_id, time.monotonic(), interval)
+        self.detector.heartbeat(node_id, time.monotonic(), interval, loading=beat.loading)
         self.wall[node_id] = time.time()
         self.interval[node_id] = interval
         self.draining[node_id] = beat.draining
@@ -168,6 +169,8 @@ class Telemetry:
     # -- liveness ----------------------------------------------------------------------
 
     async def _sweep(self) -> None:
+        link = self.link
+        assert link is not None, "swept before the link was proven"
         skipped = False
         back = 0.0
         while True:
@@ -184,6 +187,7 @@ class Telemetry:
             late = now - due
             if late > period:  # our own loop stalled: we were not watching, they were not silent
                 self.detector.blind(now, late)
+                link.blind(now, late)  # nor could we read a PONG
                 self.stalls += 1
                 self.blind_s += late
                 if not skipped:  # the heartbeats that queued meanwhile are read first
@@ -192,8 +196,8 @@ class Telemetry:
             skipped = False
             # Silence is measured up to the last moment our own link is known to have
             # worked, not up to now: a link held silent makes nobody silent.
-            proven = self._link_proven(inbound, now)
-            self._deaf(now - proven > max(2 * period, DEAF_AFTER_S), now - proven)
+            proven = self._link_proven(link, inbound, now)
+            self._deaf(link.sweep(now, period), link.silent_for(now))
             self.sweeps += 1
             for node_id, state in list(self.nodes.items()):
                 if state.alive and self.detector.suspected(node_id, proven):
@@ -204,7 +208,7 @@ class Telemetry:
                     self.detector.forget(node_id)
                     await self._liveness(node_id, up=False, reason=reason)
 
-    def _link_proven(self, inbound: Client, now: float) -> float:
+    def _link_proven(self, link: Link, inbound: Client, now: float) -> float:
         """When the link the heartbeats come in on last proved it works: the moment the
         latest PING answered went out (every heartbeat the server had by then came in
         before its PONG). Sends the next PING when none is out.
@@ -218,7 +222,7 @@ class Telemetry:
         probe = self._probe
         if probe is not None and probe.done():
             if not probe.cancelled() and probe.exception() is None:
-                self._link_at = self._probe_sent
+                link.answered(self._probe_sent)
             probe = None
         elif probe is not None and self.service.reconnected_at > self._probe_sent:
             probe = None  # its PING went with the old connection
@@ -226,21 +230,23 @@ class Telemetry:
             self._probe_sent = now
             self._probe = asyncio.ensure_future(inbound.flush(timeout=PING_TIMEOUT_S))
             self._probe.add_done_callback(_quietly)
-        return self._link_at
+        return link.proven_at
 
-    def _deaf(self, deaf: bool, for_s: float) -> None:
-        """Count (and log once per spell) the sweeps whose link was not proven lately."""
-        if deaf:
-            self.deaf += 1
-            if not self._deaf_spell:
-                event(self.log, "link silent: judging nobody", logging.WARNING, for_s=for_s)
-        elif self._deaf_spell:
+    def _deaf(self, news: LinkNews | None, for_s: float) -> None:
+        """Log a spell of sweeps whose link was not proven lately, as it starts and ends."""
+        if news == "silent":
+            event(self.log, "link silent: judging nobody", logging.WARNING, for_s=for_s)
+        elif news == "answers again":
             event(self.log, "link answers again", logging.WARNING)
-        self._deaf_spell = deaf
 
     def _silence(self, node_id: str, now: float) -> str:
         """Why a node is down, in the detector's figures."""
         d = self.detector
+        if d.loading(node_id):
+            return (
+                f"silent for {d.silence(node_id, now) * 1000:.0f} ms while loading "
+                f"(a load is allowed {d.config.loading_silence_s * 1000:.0f} ms)"
+            )
         mean, std = d.expected(node_id)
         phi, patience = d.phi(node_id, now), d.patience(node_id)
         return (
@@ -257,10 +263,11 @@ class Telemetry:
                 for i in sorted(self.detector.nodes)
                 if self.nodes.get(i, NodeState()).alive
             },
+            "loading": [i for i in sorted(self.detector.nodes) if self.detector.loading(i)],
             "sweeps": self.sweeps,
             "stalls": self.stalls,
             "blind_s": round(self.blind_s, 3),
-            "deaf_sweeps": self.deaf,
+            "deaf_sweeps": self.link.deaf_sweeps if self.link is not None else 0,
             "identity_mismatch": self.identity.refused,
         }
 

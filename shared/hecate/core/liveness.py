@@ -29,6 +29,14 @@ Rules, and why:
 * **Silence nobody watched is nobody's**: :meth:`FailureDetector.blind` moves every
   node's last heartbeat forward by a span the observer itself was not running (its
   event loop stalled), so that span counts neither as silence nor as a gap.
+* **A node loading is starting, not failing**: a node says in its beats that it is
+  loading its ranges (weights, tokenizer, the first warm-up pass), when native code may
+  hold its interpreter and its heartbeats with it; until a beat says it has finished it
+  is judged by ``loading_silence_s`` alone, and the gaps of its load are learnt neither
+  as its pace nor as its jitter.
+
+:class:`Link` is the observer's own side: when its link to the bus last proved it
+works, which is what every node's silence is measured up to.
 
 Pure: the clock is passed in (``now``, monotonic seconds); nothing here does I/O.
 """
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Literal
 
 import msgspec
 
@@ -54,6 +63,12 @@ class LivenessConfig(msgspec.Struct, frozen=True, kw_only=True):
     acceptable_pause_s: float = 0.1
     min_missed: float = 0.0  # declared heartbeat intervals of silence always allowed
     max_silence_s: float = 5.0
+    # The silence a node that said it is loading is allowed instead. On two cores, with
+    # the whole swarm starting, SmolLM2's end stages went 0.3-0.9 s between beats while
+    # they built their tokenizer (native code holding the interpreter: 0.14 s alone on
+    # an idle machine), and one building its weights from the GGUF up to 0.5 s alone:
+    # ten seconds is ten times the worst, and a load that says nothing for longer hangs.
+    loading_silence_s: float = 10.0
 
     def __post_init__(self) -> None:
         # phi <= log10(2) while the silence is below the mean: a threshold above that
@@ -66,6 +81,8 @@ class LivenessConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("min_std_s must be positive and acceptable_pause_s not negative")
         if not (self.min_missed >= 0 and self.max_silence_s > 0):
             raise ValueError("min_missed must not be negative and max_silence_s must be positive")
+        if not self.loading_silence_s > 0:
+            raise ValueError("loading_silence_s must be positive")
 
 
 def phi(elapsed: float, mean: float, std: float) -> float:
@@ -77,21 +94,29 @@ def phi(elapsed: float, mean: float, std: float) -> float:
 
 
 class Arrivals:
-    """One node's heartbeat history: the last arrival and a window of gaps."""
+    """One node's heartbeat history: the last arrival, a window of gaps, and whether
+    its last beat said it was loading."""
 
-    __slots__ = ("gaps", "interval_s", "last", "mean", "std")
+    __slots__ = ("gaps", "interval_s", "last", "loading", "mean", "std")
 
-    def __init__(self, now: float, interval_s: float, window: int) -> None:
+    def __init__(self, now: float, interval_s: float, window: int, loading: bool) -> None:
         self.last = now
         self.interval_s = interval_s
         self.gaps: deque[float] = deque(maxlen=window)
         self.mean = interval_s
         self.std = 0.0
+        self.loading = loading
 
-    def add(self, now: float, interval_s: float) -> None:
+    def add(self, now: float, interval_s: float, loading: bool) -> None:
+        # A gap that ends in a load or spans one is the load's pace, not the node's: it
+        # is not learnt, and the node's gaps take up again from the first beat after it.
+        was_loading, self.loading = self.loading, loading
+        self.interval_s = interval_s
+        if loading or was_loading:
+            self.last = max(self.last, now)
+            return
         self.gaps.append(max(0.0, now - self.last))
         self.last = max(self.last, now)
-        self.interval_s = interval_s
         n = len(self.gaps)
         self.mean = sum(self.gaps) / n
         self.std = math.sqrt(sum((g - self.mean) ** 2 for g in self.gaps) / n)
@@ -104,13 +129,16 @@ class FailureDetector:
         self.config = config or LivenessConfig()
         self.nodes: dict[str, Arrivals] = {}
 
-    def heartbeat(self, node_id: str, now: float, interval_s: float) -> None:
-        """A heartbeat from ``node_id`` arrived at ``now``; it declares ``interval_s``."""
+    def heartbeat(
+        self, node_id: str, now: float, interval_s: float, *, loading: bool = False
+    ) -> None:
+        """A heartbeat from ``node_id`` arrived at ``now``; it declares ``interval_s``,
+        and says whether the node is loading its ranges."""
         seen = self.nodes.get(node_id)
         if seen is None:
-            self.nodes[node_id] = Arrivals(now, interval_s, self.config.window)
+            self.nodes[node_id] = Arrivals(now, interval_s, self.config.window, loading)
         else:
-            seen.add(now, interval_s)
+            seen.add(now, interval_s, loading)
 
     def forget(self, node_id: str) -> None:
         """The node left: a newcomer by the same name starts with no history."""
@@ -131,6 +159,12 @@ class FailureDetector:
             seen.last = max(seen.last, when)
 
     # -- reading -----------------------------------------------------------------------
+
+    def loading(self, node_id: str) -> bool:
+        """Whether the node's last beat said it was loading (judged by
+        ``loading_silence_s`` alone until one says it is not)."""
+        seen = self.nodes.get(node_id)
+        return seen is not None and seen.loading
 
     def silence(self, node_id: str, now: float) -> float:
         """Seconds since the last heartbeat of ``node_id`` (``inf``: never heard)."""
@@ -162,6 +196,8 @@ class FailureDetector:
         if node_id not in self.nodes:
             return True
         silent = self.silence(node_id, now)
+        if self.loading(node_id):
+            return silent >= self.config.loading_silence_s
         if silent >= self.config.max_silence_s:
             return True
         return silent >= self.min_silence(node_id) and self.phi(node_id, now) >= (
@@ -170,8 +206,11 @@ class FailureDetector:
 
     def patience(self, node_id: str) -> float:
         """The silence, in seconds, at which the node would be suspected now: what its
-        history buys it (never more than ``max_silence_s``)."""
+        history buys it (never more than ``max_silence_s``), or, loading, what a load is
+        allowed."""
         c = self.config
+        if self.loading(node_id):
+            return c.loading_silence_s
         mean, std = self.expected(node_id)
         if phi(c.max_silence_s, mean, std) < c.threshold:
             return c.max_silence_s
@@ -180,3 +219,64 @@ class FailureDetector:
             mid = (low + high) / 2
             low, high = (mid, high) if phi(mid, mean, std) < c.threshold else (low, mid)
         return max(high, self.min_silence(node_id))
+
+
+#: A link whose latest proof is older than this (and than two sweeps) is taken for
+#: silent: counted and logged, never held against the nodes.
+DEAF_AFTER_S = 0.25
+
+LinkNews = Literal["silent", "answers again"]
+
+
+class Link:
+    """The observer's own link to the bus, as far as its pings prove it works.
+
+    Every heartbeat the server had when a PING went out comes in before its PONG, so
+    the moment the latest answered PING went out is the last moment the observer is
+    known to have heard everyone: silence is measured up to there, never up to now (a
+    link held open and mute, its server cut off, would make every node look dead).
+
+    The link is first proven by the PING that made the observer ready, at the moment
+    that PING went out: its silence counts from there, never from the clock's zero,
+    which on a monotonic clock is the machine's boot and would make a link that just
+    started look silent for the machine's uptime.
+
+    Pure: the observer sends the pings and says when each one answered went out."""
+
+    __slots__ = ("deaf", "deaf_after_s", "deaf_sweeps", "proven_at")
+
+    def __init__(self, proven_at: float, deaf_after_s: float = DEAF_AFTER_S) -> None:
+        self.proven_at = proven_at
+        self.deaf_after_s = deaf_after_s
+        self.deaf = False  # in a spell of sweeps whose link was not proven lately
+        self.deaf_sweeps = 0
+
+    def answered(self, sent_at: float) -> None:
+        """The PING that went out at ``sent_at`` was answered."""
+        self.proven_at = max(self.proven_at, sent_at)
+
+    def blind(self, now: float, seconds: float) -> None:
+        """The observer did not run for ``seconds`` before ``now``: it could not read a
+        PONG meanwhile, so that span is no silence of the link (never past ``now``), as
+        :meth:`FailureDetector.blind` moves every node's last beat by the same span."""
+        if seconds > 0:
+            self.proven_at = min(self.proven_at + seconds, max(self.proven_at, now))
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the link last proved it works."""
+        return max(0.0, now - self.proven_at)
+
+    def sweep(self, now: float, period: float) -> LinkNews | None:
+        """A sweep at ``now`` (``period`` after the last): counted deaf when the link has
+        not proved itself within two sweeps and ``deaf_after_s``. The news, once per
+        spell: ``"silent"`` as one starts, ``"answers again"`` as it ends."""
+        deaf = self.silent_for(now) > max(2 * period, self.deaf_after_s)
+        news: LinkNews | None = None
+        if deaf:
+            self.deaf_sweeps += 1
+            if not self.deaf:
+                news = "silent"
+        elif self.deaf:
+            news = "answers again"
+        self.deaf = deaf
+        return news

@@ -347,7 +347,11 @@ HEARTBEAT = Message(
     "Heartbeat",
     m.Heartbeat,
     JSON,
-    "A node's periodic self-report (every `interval_ms`); silence for 3 intervals = down.",
+    "A node's periodic self-report (every `interval_ms`).",
+    "A node is down once its silence is unlikely given its own beats' history (phi "
+    "accrual; 3 intervals always allowed, never more than 5 s). A node loading its ranges "
+    "beats at once saying `loading`, and is allowed 10 s of silence until a beat says it "
+    "is done.",
 )
 FAILOVER = Message(
     "FailoverEvent",

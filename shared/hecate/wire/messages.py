@@ -143,7 +143,10 @@ class FaultAck(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
-    """A node's periodic self-report. ``latency_ms`` is its measured stage time."""
+    """A node's periodic self-report. ``latency_ms`` is its measured stage time.
+    ``loading``: the node is loading the ranges its plan gave it (weights, tokenizer,
+    first warm-up pass), when native code may hold its interpreter and delay its beats;
+    telemetry gives it a load's allowance of silence, not its pace's."""
 
     node_id: Slug
     seq: int
@@ -154,6 +157,7 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     in_flight: int = 0
     score: float | None = None
     draining: bool = False
+    loading: bool = False
 
 
 # -- telemetry snapshot (KV) -----------------------------------------------------------
