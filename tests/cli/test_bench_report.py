@@ -68,7 +68,7 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
     breaker = _section(doc, "Shared circuit breakers")
     assert "**not met**, the slowest of 150 samples 61.20 ms" in breaker
     chaos = _section(doc, "Chaos")
-    assert "| nats-restart | 10,146 | 10,146 | 0 | 0 | 2 |" in chaos
+    assert "| nats-restart | 10,146 | 10,146 | 0 | 0 | 0 | 2 |" in chaos
     assert "**not met** in 2 of 3 scenarios run" in chaos
     assert "`llm-kill`: not run, its model is not pulled" in chaos
     assert "went from 0.533 to 0.123" in chaos

@@ -17,7 +17,7 @@ from hecate.dev.chaos.acceptance import (
     degraded_while_intact,
     judge,
 )
-from hecate.dev.chaos.load import Record, Sample, summarize
+from hecate.dev.chaos.load import Record, Sample, failed_sends, summarize
 
 TIMEOUT = Attempt(1, replied=False, code="client_timeout")
 KILLED = Expect(("failover_events",), "the node killed had requests in flight")
@@ -119,6 +119,7 @@ def test_every_criterion_can_fail() -> None:
         "no_degraded_answer_beside_an_intact_pipeline": _figures(degraded_while_intact=1),
         "its_own_checks": _figures(checks={"plan_survived": False}),
         "shows_failover_events": _figures(evidence={"failover_events": 0.0}),
+        "no_send_failed_but_the_allowed": _figures(send_failures={"client_timeout": 3}),
     }
     for criterion, figures in failing.items():
         verdicts = judge(figures, KILLED)
@@ -130,6 +131,34 @@ def test_only_the_errors_a_scenario_names_are_allowed() -> None:
     assert all(judge(_figures(errors=2, error_codes={"no_plan": 2}), allows).values())
     mixed = _figures(errors=3, error_codes={"no_plan": 2, "internal": 1})
     assert not judge(mixed, allows)["no_error_but_the_allowed"]
+
+
+def test_a_failed_send_a_retry_hid_is_judged_too() -> None:
+    """Every call answered, but three sends failed first: unless the scenario says why
+    its fault makes that the right outcome, the run is not accepted."""
+    hidden = _figures(send_failures={"client_timeout": 3})
+    assert all(hidden.get(k, 0) == 0 for k in ("lost", "wrong", "errors"))
+    assert not judge(hidden, KILLED)["no_send_failed_but_the_allowed"]
+    allows = Expect(
+        ("failover_events",),
+        "x",
+        allowed_send_failures={"client_timeout": "the only server is down for a second"},
+    )
+    assert judge(hidden, allows)["no_send_failed_but_the_allowed"]
+    assert not judge(_figures(send_failures={"internal": 1}), allows)[
+        "no_send_failed_but_the_allowed"
+    ]
+
+
+def test_the_failed_sends_of_a_call_leave_out_the_answer_and_the_moot_hedges() -> None:
+    sends = [
+        Attempt(1, replied=False, code="client_timeout"),
+        Attempt(2, replied=True, code="rate_limited", hedge=False),
+        Attempt(3, replied=False, code="client_superseded", hedge=True),
+        Attempt(4, replied=True, code="", hedge=True),
+    ]
+    assert failed_sends(sends) == ("client_timeout", "rate_limited")
+    assert failed_sends([Attempt(1, replied=False)]) == ("client_no_reply",)
 
 
 def test_evidence_is_required_one_figure_at_a_time() -> None:
@@ -154,7 +183,7 @@ def test_the_line_of_figures_counts_what_happened_on_the_wire() -> None:
     record.samples = [Sample(i * 0.1, i * 0.1 + 0.005, "ok", nodes=("a1",)) for i in range(99)]
     record.samples += [
         Sample(10.1, 10.2, "ok", nodes=("x",), degraded=True),  # beside intact b
-        Sample(10.2, 12.3, "ok", sends=2),
+        Sample(10.2, 12.3, "ok", sends=2, failed_sends=("client_timeout",)),
         Sample(10.3, 14.4, "lost", "client_breaker_open", sends=2),
         Sample(11.0, 11.1, "error", "internal"),
         Sample(11.2, 11.21, "ok"),
@@ -163,6 +192,7 @@ def test_the_line_of_figures_counts_what_happened_on_the_wire() -> None:
     assert (result["ok"], result["lost"], result["errors"]) == (102, 1, 1)
     assert result["lost_codes"] == {"client_breaker_open": 1}
     assert result["error_codes"] == {"internal": 1}
+    assert result["send_failures"] == {"client_timeout": 1}  # the retried one counts
     assert (result["degraded"], result["degraded_while_intact"]) == (1, 1)
     assert result["evidence"]["failover_events"] == 2
     assert result["evidence"]["client_retries"] == 2  # one extra send each, twice
@@ -172,6 +202,7 @@ def test_the_line_of_figures_counts_what_happened_on_the_wire() -> None:
     assert [k for k, ok in verdicts.items() if not ok] == [
         "nothing_lost",
         "no_error_but_the_allowed",
+        "no_send_failed_but_the_allowed",
         "no_degraded_answer_beside_an_intact_pipeline",
     ]
 

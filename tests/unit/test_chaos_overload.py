@@ -37,14 +37,36 @@ def test_full_rate_is_the_first_one_second_window_at_the_floor() -> None:
     assert full_rate_after([], 0.0, 1.0) is None
 
 
+BACK_AT_WORK = [(13.0, ("alpha-0", "alpha-1", "alpha-2"))]  # started after the return
+
+
 def test_a_swarm_back_at_full_rate_at_once_passes() -> None:
     times = _steady(0.0, 20.0, 10.0)  # the kill changed nothing a caller could see
     events = [(10.1, "alpha-1", "down"), (12.5, "alpha-1", "up")]
-    checks, notes = findings(times, killed_at=10.0, back_at=12.0, victim="alpha-1", events=events)
+    checks, notes = findings(
+        times, killed_at=10.0, back_at=12.0, victim="alpha-1", events=events, answers=BACK_AT_WORK
+    )
     assert all(checks.values()), checks
+    assert notes["answers_through_the_killed_node_after_its_return"] == 1.0
     assert notes["tokens_per_s_before_kill"] == 10.0
     assert notes["full_rate_s_after_heartbeat"] == 0.0
     assert notes["down_events_alpha-1"] == 1.0
+
+
+def test_full_rate_kept_up_by_the_survivors_alone_is_not_the_node_back() -> None:
+    """The surviving pipeline streams at the old rate by itself: unless a generation
+    started after the return went through the restarted node, it is not back at work
+    (one answered through it before the kill, or started before its return, is not)."""
+    times = _steady(0.0, 20.0, 10.0)
+    before: list[tuple[float, tuple[str, ...]]] = [
+        (2.0, ("alpha-0", "alpha-1", "alpha-2")),
+        (11.5, ("alpha-0", "alpha-1")),
+    ]
+    others: list[tuple[float, tuple[str, ...]]] = [(14.0, ("beta-0", "beta-1", "beta-2"))]
+    checks, notes = findings(times, 10.0, 12.0, "alpha-1", events=[], answers=before + others)
+    assert checks["full_rate_within_2s_of_its_return"] is True
+    assert checks["killed_node_carries_generations_again"] is False
+    assert notes["answers_through_the_killed_node_after_its_return"] == 0.0
 
 
 def test_a_swarm_that_stays_slow_after_the_return_fails() -> None:

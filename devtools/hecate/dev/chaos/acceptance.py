@@ -9,8 +9,12 @@ A request's fate is read off the wire, not off the client's last word:
   breaker refusing to try again (``client_breaker_open``) does not turn silence into an
   error: the swarm never said anything.
 
-A scenario passes only if nothing was lost or wrong, no error came back except the
-codes its fault makes the right answer (each named with its reason), no answer came from
+Every send is judged too, not only each call's last: a send that failed and was retried
+(its error, or the client's timeout for its silence) is a failure the caller's retry
+hid. A scenario passes only if nothing was lost or wrong, no error came back, and no
+send failed, except with the codes its fault makes the right answer (each named with
+its reason: ``allowed_errors`` for an answer, ``allowed_send_failures`` for a send a
+retry then made good), no answer came from
 the reserve model while an intact pipeline of the base model was up, its own checks
 hold, and its fault demonstrably hit live traffic (:class:`Expect` names the evidence).
 """
@@ -94,13 +98,19 @@ class Expect:
     evidence: tuple[Evidence, ...]
     because: str
     allowed_errors: Mapping[str, str] = field(default_factory=dict)
+    # Codes a send may fail with, retried by its caller, because of the fault.
+    allowed_send_failures: Mapping[str, str] = field(default_factory=dict)
 
     def doc(self) -> dict[str, Any]:
         return {
             "evidence": list(self.evidence),
             "because": self.because,
             "allowed_errors": dict(self.allowed_errors),
+            "allowed_send_failures": dict(self.allowed_send_failures),
         }
+
+    def allows_send(self, code: str) -> bool:
+        return code in self.allowed_errors or code in self.allowed_send_failures
 
 
 def evidence_of(figures: Mapping[str, Any]) -> dict[str, float]:
@@ -119,10 +129,12 @@ def judge(figures: Mapping[str, Any], expect: Expect) -> dict[str, bool]:
     """Every criterion of acceptance, by name (the run passes iff all are true)."""
     codes: Mapping[str, int] = figures.get("error_codes") or {}
     allowed = sum(n for code, n in codes.items() if code in expect.allowed_errors)
+    failed_sends: Mapping[str, int] = figures.get("send_failures") or {}
     verdict = {
         "nothing_lost": figures.get("lost", 0) == 0,
         "nothing_wrong": figures.get("wrong", 0) == 0,
         "no_error_but_the_allowed": figures.get("errors", 0) == allowed,
+        "no_send_failed_but_the_allowed": all(expect.allows_send(c) for c in failed_sends),
         "no_degraded_answer_beside_an_intact_pipeline": (
             figures.get("degraded_while_intact", 0) == 0
         ),

@@ -51,6 +51,7 @@ def _line(r: ScenarioResult) -> str:
         + f"  evidence: {_pairs(r.evidence)}"
         + (f"  errors: {codes}" if codes else "")
         + (f"  lost: {lost}" if lost else "")
+        + (f"  failed sends: {_pairs(r.send_failures)}" if r.send_failures else "")
         + (f"  checks: {checks}" if checks else "")
         + (f"  ({notes})" if notes else "")
         + f"  expects: {', '.join(r.expect.evidence)} ({r.expect.because});"

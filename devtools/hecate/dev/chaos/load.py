@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,10 @@ class Sample:
     degraded: bool = False  # answered by the reserve model
     sends: int = 1  # attempts that went out on the wire
     hedges: int = 0  # of those, sent while an earlier one was still outstanding
+    # Why each send that was not answered failed (an error's code, or the client's own
+    # for silence), the retried ones too: a fault a retry absorbed is still a failure
+    # to judge. A hedge made moot by another send's answer is not one.
+    failed_sends: tuple[str, ...] = ()
 
     @property
     def latency_ms(self) -> float:
@@ -150,10 +154,22 @@ async def run_load(
                     degraded=reply.ok and reply.degraded,
                     sends=len(sends),
                     hedges=sum(1 for a in sends if a.hedge),
+                    failed_sends=failed_sends(sends),
                 )
             )
 
     await asyncio.gather(*(worker(w) for w in range(workers)))
+
+
+def failed_sends(sends: Sequence[Attempt]) -> tuple[str, ...]:
+    """The code of every send of one call that was not answered with an answer (the
+    swarm's error, or the client's own code for silence), in order; a hedge another
+    send's answer made moot is left out."""
+    return tuple(
+        a.code or ("client_no_reply" if not a.replied else "internal")
+        for a in sends
+        if a.code != "client_superseded" and not (a.replied and not a.code)
+    )
 
 
 def summarize(scenario: str, record: Record) -> dict[str, Any]:
@@ -179,6 +195,10 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
     for s in samples:
         if s.status in codes:
             codes[s.status][s.code] = codes[s.status].get(s.code, 0) + 1
+    send_failures: dict[str, int] = {}
+    for s in samples:
+        for code in s.failed_sends:
+            send_failures[code] = send_failures.get(code, 0) + 1
     count = {k: sum(1 for s in samples if s.status == k) for k in ("ok", "wrong", "error", "lost")}
     degraded = [s.ended for s in samples if s.degraded]
     evidence: dict[str, float] = {
@@ -207,6 +227,7 @@ def summarize(scenario: str, record: Record) -> dict[str, Any]:
         "baseline_p99_ms": round(baseline, 1),
         "error_codes": codes["error"],
         "lost_codes": codes["lost"],
+        "send_failures": dict(sorted(send_failures.items())),
         "evidence": evidence,
         "faults": [what for _, what in record.faults],
         "checks": record.checks,

@@ -11,6 +11,10 @@ that holds at least :data:`FULL_SHARE` of that rate; the time from the heartbeat
 start of that window is reported. The heartbeat, not the process start, is the
 reference: a fresh process spends seconds importing and loading weights before it can
 say anything, and that is not what the swarm's recovery is about.
+
+Full rate alone does not show the node back at work: the surviving pipeline may keep
+that rate up by itself. So the killed node must also carry a generation again: one
+started after its return and answered through it.
 """
 
 from __future__ import annotations
@@ -58,16 +62,24 @@ def downs_by_node(events: Iterable[tuple[float, str, str]]) -> dict[str, int]:
     return out
 
 
+def carried_after(answers: Iterable[tuple[float, Sequence[str]]], node: str, since: float) -> int:
+    """How many answers (``answers``: (started, the route's nodes) of each right one)
+    started at ``since`` or later and went through ``node``."""
+    return sum(1 for started, nodes in answers if started >= since and node in nodes)
+
+
 def findings(
     times: Sequence[float],
     killed_at: float,
     back_at: float | None,
     victim: str,
     events: Iterable[tuple[float, str, str]],
+    answers: Iterable[tuple[float, Sequence[str]]] = (),
 ) -> tuple[dict[str, bool], dict[str, float]]:
     """The scenario's own checks and the figures behind them. ``times``: every token's
     arrival; ``killed_at``: the SIGKILL; ``back_at``: the victim's first heartbeat after
-    its restart (None: never heard again); ``events``: telemetry's node events."""
+    its restart (None: never heard again); ``events``: telemetry's node events;
+    ``answers``: (started, route nodes) of every right answer."""
     times = sorted(times)
     before = tokens_per_s(times, times[0], killed_at) if times and times[0] < killed_at else 0.0
     downs = downs_by_node(events)
@@ -78,10 +90,13 @@ def findings(
         recovered = full_rate_after(times, back_at, FULL_SHARE * before)
         if recovered is not None:
             notes["full_rate_s_after_heartbeat"] = round(recovered, 2)
+    carried = carried_after(answers, victim, back_at) if back_at is not None else 0
+    notes["answers_through_the_killed_node_after_its_return"] = float(carried)
     checks = {
         "no_node_down_but_the_killed": set(downs) <= {victim},
         "tokens_streamed_before_the_kill": before > 0,
         "killed_node_heartbeats_again": back_at is not None,
         "full_rate_within_2s_of_its_return": recovered is not None and recovered <= BACK_WITHIN_S,
+        "killed_node_carries_generations_again": carried > 0,
     }
     return checks, notes

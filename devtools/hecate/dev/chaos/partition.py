@@ -201,6 +201,11 @@ class ServerPartition(Scenario):
         ("recover_s",),
         "the cut server is the callers' own: a request they sent on it is held with "
         "their link, and cannot be answered before their connection has moved",
+        allowed_send_failures={
+            "client_timeout": "a send the caller made on the cut server is held there "
+            "with its link, and nothing can answer it: its caller's own timeout ends it, "
+            "and the caller sends again once its connection has moved"
+        },
     )
     setup = Setup(cluster=3, proxied=("nats-*",))
     # Long enough in both for the two others to elect new JetStream leaders (a few

@@ -21,6 +21,7 @@ class ExpectDoc(msgspec.Struct, frozen=True, kw_only=True):
     evidence: list[str] = []
     because: str = ""
     allowed_errors: dict[str, str] = {}
+    allowed_send_failures: dict[str, str] = {}
 
 
 class TimingDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,6 +58,8 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
     baseline_p99_ms: float = 0.0
     error_codes: dict[str, int] = {}
     lost_codes: dict[str, int] = {}
+    # Every send that failed, retried or not, by code (older results: none recorded).
+    send_failures: dict[str, int] = {}
     evidence: dict[str, float] = {}
     faults: list[str] = []
     checks: dict[str, bool] = {}

@@ -117,7 +117,10 @@ class LlmOverload(Scenario):
         killed = next(at for at, what in record.faults if what.startswith("SIGKILL"))
         back = next((at for at, what in record.faults if what.endswith("heartbeats again")), None)
         victim = next(iter(record.impaired))
-        checks, notes = overload.findings(record.tokens, killed, back, victim, record.node_events)
+        answers = [(s.started, s.nodes) for s in record.samples if s.status == "ok"]
+        checks, notes = overload.findings(
+            record.tokens, killed, back, victim, record.node_events, answers
+        )
         record.checks.update(checks)
         record.notes.update(notes)
 
@@ -138,8 +141,14 @@ class LlmOverload(Scenario):
             if full is not None
             else "full rate **not** regained"
         )
+        carried = notes.get("answers_through_the_killed_node_after_its_return")
+        through = (
+            f"{carried:.0f} generations started after its return were answered through it"
+            if carried is not None
+            else "whether it carried generations again was not recorded"
+        )
         return (
             f"{r.sent:,} generations streamed by callers at once ({streamed}); "
             f"{failovers(r)} failovers; nodes declared down: {', '.join(downs) or 'none'}; "
-            f"{back}, {again} (max {seconds(r.max_ms)})."
+            f"{back}, {again}; {through} (max {seconds(r.max_ms)})."
         )

@@ -68,10 +68,22 @@ def _expects(ran: list[ScenarioResult]) -> str:
         f"* `{n}`: {' and '.join(NAMED[e] for e in x.expect.evidence)}, because "
         f"{x.expect.because}; explicit errors allowed: "
         + ("; ".join(f"`{c}` ({why})" for c, why in x.expect.allowed_errors.items()) or "none")
+        + "; failed sends allowed (retried by their callers): "
+        + (
+            "; ".join(f"`{c}` ({why})" for c, why in x.expect.allowed_send_failures.items())
+            or "none"
+        )
         + "."
         for n, x in SCENARIOS.items()
         if n in names
     )
+
+
+def _failed_sends(s: ScenarioResult) -> str:
+    """Every send that failed, retried or not, by code."""
+    if not s.send_failures:
+        return "0"
+    return ", ".join(f"{n:,} {code}" for code, n in sorted(s.send_failures.items()))
 
 
 def _row(s: ScenarioResult) -> list[str]:
@@ -80,6 +92,7 @@ def _row(s: ScenarioResult) -> list[str]:
         f"{s.sent:,}",
         f"{s.ok:,}",
         f"{s.errors:,}",
+        _failed_sends(s),
         f"{s.lost:,}",
         f"{s.wrong:,}",
         f"{s.degraded:,}",
@@ -97,6 +110,7 @@ HEADER = [
     "sent",
     "ok",
     "errors",
+    "failed sends",
     "lost",
     "wrong",
     "degraded",
@@ -152,11 +166,14 @@ time through `HecateClient` (2 s timeout, 20 s for SmolLM2, up to 4 attempts),
 
 A request is `lost` when its last send got no reply at all, whatever the client
 decided afterwards (its own breaker refusing to try again does not turn silence into an
-error); an `error` is an explicit error reply from the swarm; `degraded`: answered by
-the reserve model. `p99`/`max`: latency of the requests that overlapped the fault
-window; `recover s`: from the fault until the end of the last request that failed or
-took more than 3x the pre-fault p99 (0: none did). Acceptance: nothing lost or wrong,
-no explicit error but those the scenario allows (with its reason), no degraded answer
+error); an `error` is an explicit error reply from the swarm; `failed sends`: every
+send that was not answered with an answer, the ones its caller then retried included
+(an error's code, or the client's own for silence; a hedge another send's answer made
+moot is not one); `degraded`: answered by the reserve model. `p99`/`max`: latency of
+the requests that overlapped the fault window; `recover s`: from the fault until the
+end of the last request that failed or took more than 3x the pre-fault p99 (0: none
+did). Acceptance: nothing lost or wrong, no explicit error and no failed send but those
+the scenario allows (with its reason), no degraded answer
 while an intact pipeline of the base model was up, every check true, and the evidence
 the scenario names that its fault hit live traffic (a fault that hit nothing proves
 nothing): {verdict(accepted)} in {passed} of {len(ran)}
