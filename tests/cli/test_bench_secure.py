@@ -33,6 +33,10 @@ ROUTER_ROW = (
     "(its CPU per routed reply) |"
 )
 TOKENS_ROW = "| locked-down bus ≥ 0.95× open bus, 3-stage tokens/s |"
+PATH_ROW = (
+    "| locked-down bus ≥ 0.8× open bus, the whole path's CPU per routed reply "
+    "(server, router, node and caller together, on one machine) |"
+)
 
 
 def _section(doc: str, title: str) -> str:
@@ -182,6 +186,11 @@ def test_the_router_cost_on_the_locked_down_bus_is_judged_from_its_cpu_per_reply
     bus = _section(doc, "The bus")
     assert f"a user per process) | 127 | {router_us:.0f} |" in bus
     assert f"on the locked-down bus is {quotient:.3f}" in bus
+    # The whole path's quotient is judged beside the router's: one machine running the
+    # server and the callers pays their TLS too (here 397 µs against 572-632: not met).
+    path = round(397.0 / secure["total"], 3)
+    assert f"{PATH_ROW} {path:.3f}× open | **not met** |" in _section(doc, "Headline")
+    assert f"the same quotient is {path:.3f}" in bus
 
 
 def test_a_bus_result_without_cpu_figures_says_the_router_cost_was_not_measured() -> None:
@@ -259,28 +268,30 @@ def _llm_pairs(open_secure: list[tuple[float, float]], **secure: Any) -> dict[st
     return out
 
 
-def _met_at_0_964(saved: dict[str, Any]) -> str:
-    """The rendered report of an llm result whose pairs gave 0.964, 0.893 and 0.982: the
-    headline says the target is met, the section lists the pairs; returns the section."""
-    assert judge_secure(load(saved, LlmResult)) == (True, "0.964× open")
+def _undecided_at_0_964(saved: dict[str, Any]) -> str:
+    """The rendered report of an llm result whose pairs gave 0.964, 0.893 and 0.982: a
+    median above the target, but a spread that spans it, so the headline says
+    undecided; the section lists the pairs; returns the section."""
+    figure = "0.964× (median of 3; 0.893–0.982 holds it at 75%) open"
+    assert judge_secure(load(saved, LlmResult)) == ("undecided", figure)
     doc = results()
     doc["llm"]["report"] = saved
     rendered = render(doc)
-    assert f"{TOKENS_ROW} 0.964× open | met |" in _section(rendered, "Headline")
+    assert f"{TOKENS_ROW} {figure} | undecided |" in _section(rendered, "Headline")
     llm = _section(rendered, "SmolLM2-135M")
     assert "| 3 stages, locked-down ÷ open bus, per pair | 0.964, 0.893, 0.982 |" in llm
     assert "(`--tenant-from bus`)" in llm
     return llm
 
 
-def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_at_the_median_pair() -> None:
+def test_a_median_above_the_target_on_pairs_that_span_it_is_undecided() -> None:
     saved = _llm_pairs([(28.0, 27.0), (28.0, 25.0), (28.0, 27.5)])  # 0.964, 0.893, 0.982
     r = load(saved, LlmResult)
     assert r.secure_over_open_rounds == [0.964, 0.893, 0.982]
     assert r.secure_over_open == 0.964
     assert r.secure_runs is not None
     assert [p.first for p in r.secure_runs.pairs] == ["open", "secure", "open"]
-    llm = _met_at_0_964(saved)
+    llm = _undecided_at_0_964(saved)
     assert "| 3 stages, locked-down ÷ open bus, pooled tokens/s | 0.945 |" in llm
     assert "| 3 stages, chained, locked-down bus (median pair) | 70.0 / 27.0 |" in llm
     assert "The same 3-stage swarm stands twice at once" in llm
@@ -289,19 +300,27 @@ def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_at_the_median_pair(
     assert "the generation asked by a tenant's user from its own account" in llm
 
 
+def test_tokens_per_s_on_the_locked_down_bus_meet_the_target_when_every_pair_does() -> None:
+    saved = _llm_pairs([(28.0, 27.0), (28.0, 27.9), (28.0, 27.5)])  # 0.964, 0.996, 0.982
+    met, figure = judge_secure(load(saved, LlmResult))
+    assert (met, figure) == (True, "0.982× (median of 3; 0.964–0.996 holds it at 75%) open")
+
+
 def test_tokens_per_s_slower_on_the_locked_down_bus_fail_the_target() -> None:
-    saved = _llm_pairs([(28.0, 25.0), (28.0, 26.0), (28.0, 27.5)])  # median 0.929
-    assert judge_secure(load(saved, LlmResult)) == (False, "0.929× open")
+    saved = _llm_pairs([(28.0, 25.0), (28.0, 26.0), (28.0, 26.5)])  # 0.893, 0.929, 0.946
+    figure = "0.929× (median of 3; 0.893–0.946 holds it at 75%) open"
+    assert judge_secure(load(saved, LlmResult)) == (False, figure)
     doc = results()
     doc["llm"]["report"] = saved
-    assert f"{TOKENS_ROW} 0.929× open | **not met** |" in figures(doc)
+    assert f"{TOKENS_ROW} {figure} | **not met** |" in figures(doc)
 
 
 def test_the_median_of_an_even_number_of_pairs_lies_between_the_middle_two() -> None:
     saved = _llm_pairs([(28.0, 26.0), (28.0, 28.0), (28.0, 25.0), (28.0, 27.0)])
     # 0.929, 1.0, 0.893, 0.964: the middle two are 0.929 and 0.964.
     assert saved["secure_over_open"] == 0.947
-    assert judge_secure(load(saved, LlmResult)) == (False, "0.947× open")
+    met, figure = judge_secure(load(saved, LlmResult))
+    assert (met, figure) == ("undecided", "0.947× (median of 4; 0.893–1.000 holds it at 88%) open")
 
 
 def test_a_wrong_text_in_any_pair_fails_the_target_however_fast() -> None:
@@ -370,7 +389,7 @@ def _llm_rounds(open_secure: list[tuple[float, float]], **secure: Any) -> dict[s
 
 def test_an_older_result_timed_in_rounds_is_judged_and_told_as_it_was_taken() -> None:
     saved = _llm_rounds([(28.0, 27.0), (28.0, 25.0), (28.0, 27.5)])  # 0.964, 0.893, 0.982
-    llm = _met_at_0_964(saved)
+    llm = _undecided_at_0_964(saved)
     assert "| 3 stages, locked-down ÷ open bus, pooled tokens/s | – |" in llm
     assert "| 3 stages, chained, locked-down bus (median round) |" in llm
     assert "so each round times several pairs and the figure is the median pair" in llm

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from hecate.cli.main import main
 from hecate.dev.bench.report import render
+from hecate.dev.bench.report.markdown import Met
 from hecate.dev.bench.report.wan import judge_preference, section_wan
 from hecate.dev.bench.results import load
 from hecate.dev.bench.results_wan import WanPreference, WanResult
@@ -30,7 +31,7 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _section(saved: dict[str, Any]) -> tuple[str, dict[str, bool | None]]:
+def _section(saved: dict[str, Any]) -> tuple[str, dict[str, Met]]:
     text, targets = section_wan(envelope("wan", saved), "img")
     return _flat(text), {t.what: t.met for t in targets}
 

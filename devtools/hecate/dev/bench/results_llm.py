@@ -5,6 +5,8 @@ back). A run that skipped itself (the model not pulled) or ran only the many-use
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from hecate.dev.bench.results import Result
@@ -167,7 +169,7 @@ class LlmResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     stages_3_secure: Generation | None = None
     secure_over_open_rounds: list[float] | None = None
     secure_over_open: float | None = None
-    secure_over_open_met: bool | None = None
+    secure_over_open_met: bool | Literal["undecided"] | None = None
     secure_over_open_pooled: float | None = None
     secure_runs: SecureRuns | None = None
     single_1_thread: Generation | None = None

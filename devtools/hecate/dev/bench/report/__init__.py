@@ -45,7 +45,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "hecate bench bus",
         section_bus,
     ),
-    ("herd", "A thundering herd against a rate limit", "hecate bench herd", section_herd),
+    (
+        "herd",
+        "A thundering herd against a rate limit (simulated)",
+        "hecate bench herd",
+        section_herd,
+    ),
     (
         "breaker",
         "Shared circuit breakers: how fast an OPEN reaches every router",

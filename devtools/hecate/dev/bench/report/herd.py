@@ -66,7 +66,7 @@ def section_herd(env: Doc, img: str) -> tuple[str, list[Target]]:
             f" ticket and come back (the SDK's Retry-After + U(0.1, 0.5) s): "
             f"{num(attempts('hecate-queue-5s'), 2)} attempts per success."
         )
-    text = f"""## A thundering herd against a rate limit
+    text = f"""## A thundering herd against a rate limit (simulated)
 
 {provenance(env)}
 A deterministic discrete-event simulation: no sleeping, no network; jittered policies
@@ -102,12 +102,12 @@ of the ideal: {verdict(met_hecate)}; `hecate-queue` ≤ {HERD_TARGET_QUEUE}:
 """
     return text, [
         Target(
-            "herd: `hecate` ≤ 1.95 attempts per success, last success ≤ 1.1× ideal",
+            "herd (simulated): `hecate` ≤ 1.95 attempts per success, last success ≤ 1.1× ideal",
             f"{num(attempts('hecate'), 2)} attempts, {num(last('hecate'), 2)} s",
             met_hecate,
         ),
         Target(
-            "herd: `hecate-queue` ≤ 1.05 attempts per success",
+            "herd (simulated): `hecate-queue` ≤ 1.05 attempts per success",
             f"{num(attempts('hecate-queue'), 2)} attempts",
             met_queue,
         ),

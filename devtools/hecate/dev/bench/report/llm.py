@@ -10,8 +10,18 @@ import re
 import statistics
 from typing import TypeVar
 
+from hecate.dev.bench.interval import median_interval
 from hecate.dev.bench.report import concurrency as users
-from hecate.dev.bench.report.markdown import Doc, Target, num, provenance, span, table, verdict
+from hecate.dev.bench.report.markdown import (
+    Doc,
+    Met,
+    Target,
+    num,
+    provenance,
+    span,
+    table,
+    verdict,
+)
 from hecate.dev.bench.results import load
 from hecate.dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round, SecurePair
 
@@ -81,18 +91,31 @@ def _secure_runs(r: LlmResult) -> list[Generation | None]:
     return [g for p in pairs for g in (p.stages_3, p.stages_3_secure)]
 
 
-def judge_secure(r: LlmResult) -> tuple[bool | None, str]:
+def judged(ratios: list[float], target: float) -> tuple[Met, str]:
+    """Paired ratios against ``target`` (at least): met or not only when their median's
+    interval lies on one side of it (:mod:`hecate.dev.bench.interval`), else
+    undecided; and the figure: the median and its interval."""
+    interval = median_interval(ratios)
+    figure = (
+        f"{num(median_ratio(ratios), 3)}× (median of {len(ratios)}; "
+        f"{num(interval.low, 3)}–{num(interval.high, 3)} holds it at "
+        f"{interval.confidence:.0%})"
+    )
+    return interval.verdict_at_least(target), figure
+
+
+def judge_secure(r: LlmResult) -> tuple[Met, str]:
     """The 3-stage swarm on the locked-down bus against the same on the open bus
-    (:data:`LLM_TARGET_SECURE`), judged on the median of the per-pair ratios, and the
-    figure; not measured in results saved before the secure runs. A pair whose text
-    was wrong on either bus fails it."""
+    (:data:`LLM_TARGET_SECURE`), judged on the per-pair ratios' median and its
+    interval, and the figure; not measured in results saved before the secure runs. A
+    pair whose text was wrong on either bus fails it."""
     ratios = r.secure_over_open_rounds
     if not ratios:
         return None, "not measured"
     if any(_wrong(x) for x in _secure_runs(r)):
         return False, WRONG
-    median = median_ratio(ratios)
-    return median >= LLM_TARGET_SECURE, f"{num(median, 3)}× open"
+    met, figure = judged(ratios, LLM_TARGET_SECURE)
+    return met, f"{figure} open"
 
 
 _LOCKED_DOWN = """the bus as `hecate up --secure` and `deploy/` run it: TLS between every
@@ -104,7 +127,7 @@ _LOCKED_DOWN = """the bus as `hecate up --secure` and `deploy/` run it: TLS betw
   account and the router takes the tenant from it (`--tenant-from bus`)."""
 
 
-def _secure_prose(r: LlmResult, met: bool | None, figure: str) -> str:
+def _secure_prose(r: LlmResult, met: Met, figure: str) -> str:
     ratios = r.secure_over_open_rounds
     if not ratios:
         return (
@@ -113,7 +136,8 @@ def _secure_prose(r: LlmResult, met: bool | None, figure: str) -> str:
         )
     pairs = ", ".join(num(x, 3) for x in ratios)
     head = f"""* **3 stages on the locked-down bus ≥ {LLM_TARGET_SECURE}× the open bus
-  (tokens/s)**: {verdict(met)} ({figure}, the median pair; per pair {pairs})."""
+  (tokens/s)**: {verdict(met)} ({figure}; per pair {pairs}). Met or not only when
+  the interval lies on one side of the target."""
     runs = r.secure_runs
     if runs is None:  # older results: a swarm started for every generation
         return f"""{head}
@@ -270,14 +294,20 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         ],
     )
     wrong_stages = wrong_single or any(_wrong(x) for x in _in_rounds(r, "stages_3"))
-    met_stages = ratio >= LLM_TARGET_STAGES and not wrong_stages
-    stages_figure = WRONG if wrong_stages else f"{num(ratio, 3)}×"
+    met_stages, stages_figure = judged(rounds, LLM_TARGET_STAGES) if rounds else (None, "–")
+    if wrong_stages:
+        met_stages, stages_figure = False, WRONG
     above = sum(1 for x in rounds if x >= LLM_TARGET_STAGES)
-    met_llama = None
+    met_llama: Met = None
     llama_figure = why_not
     if ratio_llama is not None:
-        met_llama = ratio_llama >= LLM_TARGET_LLAMA and not wrong_single
-        llama_figure = WRONG if wrong_single else f"{num(ratio_llama, 2)}×"
+        met_llama, llama_figure = (
+            judged(llama_rounds, LLM_TARGET_LLAMA)
+            if llama_rounds
+            else (ratio_llama >= LLM_TARGET_LLAMA, f"{num(ratio_llama, 2)}×")
+        )
+        if wrong_single:
+            met_llama, llama_figure = False, WRONG
     stall = max(k.kill_stall_ms or 0.0 for k in kills)
     wrong_kill = any(_wrong(k) for k in kills)
     met_stall = stall < LLM_TARGET_STALL_MS and not wrong_kill
@@ -311,8 +341,8 @@ Against the issue's targets:
 
 * **every timed generation gives the single-process text**: {verdict(met_text)}
   ({text_figure}). A run with the wrong text is reported as failed, never as fast.
-* **3 stages ≥ {LLM_TARGET_STAGES}× single process**: {verdict(met_stages)} (median
-  round {num(ratio, 3)}; {above} of {len(rounds)} rounds at or above it{
+* **3 stages ≥ {LLM_TARGET_STAGES}× single process**: {verdict(met_stages)}
+  ({stages_figure}; {above} of {len(rounds)} rounds at or above it{
         "; a round produced the wrong text" if wrong_stages else ""
     }). What the gap
   is made of: the bus and the router take a small share of a token (measured once with

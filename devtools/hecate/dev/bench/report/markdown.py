@@ -9,19 +9,22 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 Doc = dict[str, Any]  # a saved result (see hecate.dev.bench.provenance.envelope)
+
+# Met, not met, undecided (the figure's interval spans the target: hecate.dev.bench
+# .interval), or None: not measured in this run.
+Met = bool | Literal["undecided"] | None
 
 
 @dataclass(frozen=True)
 class Target:
-    """One target, the figure this run measured against it, and whether it was met
-    (``None``: not measured in this run)."""
+    """One target, the figure this run measured against it, and whether it was met."""
 
     what: str
     figure: str
-    met: bool | None
+    met: Met
 
 
 def num(x: float, digits: int = 1) -> str:
@@ -31,7 +34,9 @@ def num(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def verdict(met: bool | None) -> str:
+def verdict(met: Met) -> str:
+    if met == "undecided":
+        return "undecided"
     return {True: "met", False: "**not met**", None: "not measured"}[met]
 
 
