@@ -31,6 +31,16 @@ def test_refused_says_when_and_hands_over_the_ticket() -> None:
     assert "over its quota" in refuse.message
 
 
+def test_refused_past_the_horizon_names_no_ticket_it_was_not_given() -> None:
+    q = wait()
+    q.start(0.0)
+    [refuse] = q.answered(QuotaReply(admitted=False, retry_after_s=300.0), 0.1)
+    assert isinstance(refuse, Refuse)
+    assert refuse.ticket is None
+    assert "quota_ticket" not in refuse.message
+    assert "as far ahead as the quota desk books; retry in 300.000 s" in refuse.message
+
+
 def test_held_asks_again_with_its_ticket_at_the_booked_slot() -> None:
     q = wait(max_wait_ms=1000)
     q.start(0.0)

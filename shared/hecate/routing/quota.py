@@ -90,6 +90,10 @@ class QuotaWait:
         message = (
             f"tenant {self.tenant!r} is over its quota; retry in {wait:.3f} s "
             "with the quota_ticket to claim the slot booked for you"
+            if reply.ticket is not None
+            # Past the desk's horizon nothing is booked: the wait is all it can say.
+            else f"tenant {self.tenant!r} is over its quota as far ahead as the quota desk "
+            f"books; retry in {wait:.3f} s"
         )
         return [Refuse(message, wait, reply.ticket)]
 
