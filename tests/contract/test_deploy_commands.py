@@ -705,6 +705,23 @@ def test_routers_take_the_tenant_from_the_bus_and_the_gateway_asks_as_tenants() 
     assert volumes["tenants"]["secret"]["secretName"] == "hecate-gateway-tenants"
 
 
+def test_the_readme_says_whether_the_shipped_setups_enforce_quotas() -> None:
+    """The README tells users what a 429 is; it may promise the quota desk's booked
+    slot only where a shipped setup runs it: routers with --enforce-quotas and the
+    breaker with --quotas. None does, so it must say quotas are off there."""
+    from hecate.launch import plan_commands
+
+    up = plan_commands(build_parser().parse_args(["up", "--topology", str(EXAMPLE_TOPOLOGY)]), "")
+    shipped = [c.argv for c in ALL_COMMANDS] + [list(spec.argv) for spec in up]
+    enforcing = [a for a in shipped if a[0] == "router" and "--enforce-quotas" in a]
+    desk = [a for a in shipped if a[0] == "breaker" and "--quotas" in a]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert not enforcing, enforcing
+    assert not desk, desk
+    assert "quotas" in readme
+    assert "are off in every shipped setup (`hecate up`, compose, Kubernetes)" in readme
+
+
 def test_the_generator_writes_every_identity_the_deployment_uses(tmp_path: Path) -> None:
     topology = parse_topology(EXAMPLE_TOPOLOGY.read_bytes())
     out = tmp_path / "deploy"
