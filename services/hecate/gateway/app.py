@@ -81,17 +81,20 @@ def openai_errors(handler: Handler, metrics: Metrics, endpoint: str) -> Handler:
     return guarded
 
 
+def key_holder(auth: Auth, authorization: str | None, missing: str) -> str:
+    """The tenant whose key ``authorization`` carries; raises the 401 to answer with
+    (``missing``: what to say when there is no key at all)."""
+    tenant = auth.tenant(authorization)
+    if tenant is None:
+        raise unauthorized(missing if authorization is None else "Incorrect API key provided.")
+    return tenant
+
+
 def authorized(auth: Auth, handler: TenantHandler) -> Handler:
     async def check(request: Request) -> Response:
         authorization = request.headers.get("authorization")
-        tenant = auth.tenant(authorization)
-        if tenant is None:
-            raise unauthorized(
-                "You didn't provide an API key: send Authorization: Bearer <key>."
-                if authorization is None
-                else "Incorrect API key provided."
-            )
-        return await handler(request, tenant)
+        missing = "You didn't provide an API key: send Authorization: Bearer <key>."
+        return await handler(request, key_holder(auth, authorization, missing))
 
     return check
 
@@ -105,15 +108,12 @@ def page_key(auth: Auth) -> page.Guard:
         cookie = unquote(request.cookies.get(page.KEY_COOKIE, ""))
         if authorization is None and cookie:
             authorization = f"Bearer {cookie}"
-        if auth.tenant(authorization) is not None:
-            return None
-        return error_response(
-            unauthorized(
-                "The swarm's state needs an API key: send Authorization: Bearer <key>."
-                if authorization is None
-                else "Incorrect API key provided."
-            )
-        )
+        missing = "The swarm's state needs an API key: send Authorization: Bearer <key>."
+        try:
+            key_holder(auth, authorization, missing)
+        except ApiError as error:
+            return error_response(error)
+        return None
 
     return check
 
