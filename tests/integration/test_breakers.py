@@ -15,39 +15,13 @@ from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
-
-
-async def _stats(client: Client, routers: int, within: float) -> list[dict[str, Any]]:
-    """The infer statistics of the routers that answer within ``within`` s (it returns
-    as soon as ``routers`` have)."""
-    inbox = client.new_inbox()
-    sub = await client.subscribe(inbox)
-    await client.publish("$SRV.STATS.hecate-router", b"", reply=inbox)
-    out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + within
-    while len(out) < routers and time.monotonic() < deadline:
-        try:
-            msg = await sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
-        except Exception:
-            break
-        doc = json.loads(msg.data)
-        out.append(next(e["data"] for e in doc["endpoints"] if e["name"] == "infer"))
-    await sub.unsubscribe()
-    return out
-
-
-async def routers_up(client: Client, routers: int) -> None:
-    """Until every replica answers: serving says only that one of them does, and a
-    replica still starting on a busy machine would be missing from a sum below."""
-    deadline = time.monotonic() + 30.0
-    while len(up := await _stats(client, routers, 1.0)) < routers:
-        assert time.monotonic() < deadline, f"{len(up)} of {routers} routers started"
+from .waits import router_infer_stats, routers_up
 
 
 async def router_data(client: Client, routers: int) -> list[dict[str, Any]]:
     """Every router's infer statistics. All of them: a sum or an ``all()`` over the
     replicas that happened to answer first would miss the one that matters."""
-    out = await _stats(client, routers, 10.0)  # a bound on a busy machine, not a wait
+    out = await router_infer_stats(client, routers, 10.0)  # a bound on a busy machine, not a wait
     assert len(out) == routers, f"{len(out)} of {routers} routers answered $SRV.STATS"
     return out
 

@@ -20,6 +20,7 @@ from hecate.resilience.backoff import SeedPolicy
 from hecate.wire.messages import InferReply, InferRequest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
+from .waits import router_infer_stats, routers_up
 
 
 async def router_counters(client: Client) -> dict[str, int]:
@@ -124,21 +125,12 @@ async def test_a_retry_reaching_another_replica_is_answered_by_the_owner_not_run
 ) -> None:
     start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, routers=2)
     await wait_until_serving(client, "ncm-base")
-    await asyncio.sleep(0.3)
+    await routers_up(client, 2)
 
     async def answered() -> int:
-        inbox = client.new_inbox()
-        sub = await client.subscribe(inbox)
-        await client.publish("$SRV.STATS.hecate-router", b"", reply=inbox)
-        total = 0
-        for _ in range(2):
-            msg = await sub.next_msg(timeout=1)
-            data = next(
-                e["data"] for e in json.loads(msg.data)["endpoints"] if e["name"] == "infer"
-            )
-            total += int(data["counters"].get("answered", 0))
-        await sub.unsubscribe()
-        return total
+        every = await router_infer_stats(client, 2, 10.0)
+        assert len(every) == 2, f"{len(every)} of 2 routers answered $SRV.STATS"
+        return sum(int(data["counters"].get("answered", 0)) for data in every)
 
     before = await answered()
     first = await HecateClient(client).infer("ncm-base", "only once", request_id="rid-7")

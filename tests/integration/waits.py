@@ -96,3 +96,34 @@ async def routers_ready(client: Client, *router_ids: str) -> None:
             )
 
         await until(ready, f"router {router_id} holding a plan and fresh telemetry")
+
+
+async def router_infer_stats(client: Client, routers: int, within: float) -> list[dict[str, Any]]:
+    """The infer statistics of the routers that answer within ``within`` s (it returns
+    as soon as ``routers`` have)."""
+    inbox = client.new_inbox()
+    sub = await client.subscribe(inbox)
+    await client.publish("$SRV.STATS.hecate-router", b"", reply=inbox)
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + within
+    while len(out) < routers and time.monotonic() < deadline:
+        try:
+            msg = await sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
+        except Exception:
+            break
+        doc = json.loads(msg.data)
+        # A replica answers $SRV from its start, but lists infer only once it has a
+        # plan and joins the queue group: until then it is not up, whatever it says.
+        data = next((e["data"] for e in doc["endpoints"] if e["name"] == "infer"), None)
+        if data is not None:
+            out.append(data)
+    await sub.unsubscribe()
+    return out
+
+
+async def routers_up(client: Client, routers: int) -> None:
+    """Until every replica answers: serving says only that one of them does, and a
+    replica still starting on a busy machine would be missing from a sum below."""
+    deadline = time.monotonic() + 30.0
+    while len(up := await router_infer_stats(client, routers, 1.0)) < routers:
+        assert time.monotonic() < deadline, f"{len(up)} of {routers} routers started"
