@@ -123,12 +123,21 @@ class GatewayService:
             await asyncio.sleep(1.0)
 
 
+#: Connections the kernel holds for the server before it accepts them (uvicorn's own).
+BACKLOG = 2048
+
+
 def listen(host: str, port: int) -> socket.socket:
-    """A bound socket for the server; a port in use is a :class:`HecateError`."""
+    """A socket bound and listening for the server; a port in use is a
+    :class:`HecateError`. Listening from here, before uvicorn starts: the "listening"
+    line is logged at once, and a client that reads it and connects while the server
+    still starts (its lifespan, on a loaded machine) waits in the backlog instead of
+    being refused."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise HecateError(f"gateway: cannot listen on {host}:{port}: {exc.strerror}") from None
