@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus.server import NatsServer
+from hecate.bus.settle import settled
 from hecate.dev.chaos.proxy import FaultProxy
 from hecate.launch import ProcessSpec
 from hecate.wire import subjects
@@ -42,7 +43,7 @@ class Beats:
     async def beat(self) -> None:
         beat = Heartbeat(node_id=self.node_id, seq=self.sent, sent_at=0.0, interval_ms=100.0)
         await self.client.publish(subjects.heartbeat(self.node_id), msgspec.json.encode(beat))
-        await self.client.flush()
+        await settled(self.client)  # a cancelled flush would break the connection
         self.sent += 1
 
     async def every(self, gaps: list[float]) -> None:

@@ -6,6 +6,8 @@ import was then, now and again, answered "no responders")."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Iterator, Mapping
@@ -74,3 +76,31 @@ async def test_a_service_is_ready_once_the_server_holds_its_endpoints(
         assert "SUB test.echo" in read_before_ping(traced, "settle-s1-in")
     finally:
         await svc.stop(grace=1.0)
+
+
+async def test_a_caller_that_gives_up_on_settling_leaves_the_connection_whole(
+    traced: NatsServer,
+) -> None:
+    """A task stopped while it settles (a heartbeat loop cancelled at its flush) must not
+    cost the connection: nats-py's own ``flush`` left its cancelled future for the PONG,
+    whose arrival raised InvalidStateError in the read loop and reconnected the client."""
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc = await nats.connect(traced.url, name="giving-up", error_cb=on_error)
+    try:
+        for _ in range(5):
+            waiting = asyncio.create_task(settled(nc))
+            while not nc._pongs:  # until its PING is out and its PONG awaited
+                await asyncio.sleep(0)
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+        await settled(nc)  # every PONG since has been read
+        assert errors == []
+        assert nc.stats["reconnects"] == 0
+        assert nc.is_connected
+    finally:
+        await nc.close()
