@@ -119,6 +119,17 @@ def test_without_a_replica_or_a_splice_and_no_degradation_it_is_unrecoverable() 
     assert (result.model_id, result.lost_node) == ("m", "b")
 
 
+def test_asked_again_without_a_new_loss_it_names_the_node_the_route_lost() -> None:
+    """A request held for a route asks again with no node of its own to name (the
+    lifecycle passes ''); the answer still names the dead node, never node ''."""
+    state = measured(plan([pipeline("m-r0", "m", ("a", 0, 4), ("b", 4, 8))]))
+    route = route_request("m", REQ, state)
+    result = failover_in_swarm(route, "", state.mark("b", alive=False), FailoverOptions())
+    assert isinstance(result, Unrecoverable)
+    assert "node 'b' was lost from m-r0" in result.message
+    assert result.lost_node == "b"
+
+
 def reserve_plan(role: str = "reserve") -> SwarmState:
     p = plan(
         [pipeline("m-r0", "m", ("a", 0, 8)), pipeline("mini-r0", "mini", ("r", 0, 2))],

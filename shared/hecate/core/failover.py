@@ -109,6 +109,9 @@ def failover_in_swarm(
         )
         return Recovered(kind="splice", degraded=False, replaced=replaced, route=rescue)
 
+    # A request that waited for a route asks again naming no new loss: the nodes of its
+    # route that are down are what it lost (a message naming node '' says nothing).
+    lost_node = lost_node or next(s.node_id for s in route.stages if down(s.node_id))
     why = (
         f"node {lost_node!r} was lost from {route.pipeline_id}; no intact replica of "
         f"{route.model_id!r} and no live node holds every lost layer range"
