@@ -15,7 +15,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
-from .waits import router_infer_stats, routers_up
+from .waits import planned, router_infer_stats
 
 
 async def router_data(client: Client, routers: int) -> list[dict[str, Any]]:
@@ -55,7 +55,7 @@ async def test_an_open_circuit_reaches_every_router_and_exactly_one_probe_is_adm
     first = await wait_until_serving(client, "ncm-base")
     assert first.route is not None
     target = first.route.stages[0].node_id
-    await routers_up(client, 3)
+    await planned(client, "ncm-base", pipelines=2, routers=3)  # one to route around it
     await breaker_listening(client)
 
     for _ in range(5):  # what routers report when a node answers 429 five times

@@ -33,6 +33,7 @@ from hecate.wire import permissions, subjects
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
 from .securebus import Login, Session, secure_server, sessions
+from .waits import planned
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -208,6 +209,7 @@ async def test_a_swarm_runs_on_the_locked_down_bus_and_tenants_hear_only_their_r
         procs.start("breaker", "breaker", "--id", "breaker")
         a, b = await login("tenant-a"), await login("tenant-b")
         await wait_until_serving(a.nc, "ncm-base")
+        await planned((await login("operator")).nc, "ncm-base", pipelines=2, routers=2)
         # Tenant b listens wherever it can; tenant a's answers never reach it.
         overheard: list[bytes] = []
 

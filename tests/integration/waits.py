@@ -14,8 +14,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client
 
+from hecate.bus import kv as kvs
+from hecate.core import SwarmPlan
 from hecate.wire import subjects
 
 GENEROUS_S = 30.0
@@ -127,3 +130,30 @@ async def routers_up(client: Client, routers: int) -> None:
     deadline = time.monotonic() + 30.0
     while len(up := await router_infer_stats(client, routers, 1.0)) < routers:
         assert time.monotonic() < deadline, f"{len(up)} of {routers} routers started"
+
+
+async def planned(client: Client, model: str, pipelines: int, routers: int) -> None:
+    """Until the plan holds ``pipelines`` pipelines of ``model`` and ``routers`` router
+    replicas route on it. Serving says only that one route does: nodes join the planner
+    one by one, so on a loaded machine the first plan may hold one pipeline, and a test
+    that kills its node then meets no replica where the whole swarm has one."""
+    bucket = await asyncio.wait_for(kvs.wait_bucket(client, subjects.PLAN_BUCKET), GENEROUS_S)
+    epoch = 0
+
+    async def whole() -> bool:
+        nonlocal epoch
+        try:
+            entry = await bucket.get(subjects.PLAN_KEY)
+        except Exception:  # no plan yet
+            return False
+        plan = msgspec.json.decode(entry.value or b"", type=SwarmPlan)
+        epoch = plan.epoch
+        return len(plan.pipelines_of(model)) >= pipelines
+
+    await until(whole, f"a plan with {pipelines} pipelines of {model}")
+
+    async def followed() -> bool:
+        every = await router_infer_stats(client, routers, 1.0)
+        return len(every) == routers and all(int(s["plan_epoch"]) >= epoch for s in every)
+
+    await until(followed, f"{routers} routers on plan epoch {epoch}")
