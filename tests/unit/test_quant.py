@@ -1,0 +1,54 @@
+"""GGUF blocks repacked for MatMulNBits stand for exactly the weights gguf dequantises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hecate.llm.quant import UnsupportedWeights, pack, unpack
+
+#: bytes of one block of 32 weights, and where its float16 scales sit
+LAYOUT = {Q.Q4_0: (18, (0,)), Q.Q4_1: (20, (0, 2)), Q.Q8_0: (34, (0,))}
+
+
+def blocks(kind: Q, n: int, k: int, seed: int) -> np.ndarray:
+    """Random rows of ``kind`` blocks with finite scales, as the GGUF reader gives them."""
+    size, scales = LAYOUT[kind]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(n, k // 32, size), dtype=np.uint8)
+    for at in scales:
+        half = rng.normal(0, 0.05, size=(n, k // 32)).astype(np.float16)
+        raw[:, :, at : at + 2] = half.view(np.uint8).reshape(n, k // 32, 2)
+    return raw.reshape(n, -1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(LAYOUT, key=lambda q: q.value)),
+    n=st.integers(1, 9),
+    k_blocks=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_repacked_matrix_is_the_gguf_s_own(kind: Q, n: int, k_blocks: int, seed: int) -> None:
+    k = 32 * k_blocks
+    raw = blocks(kind, n, k, seed)
+    want = dequantize(raw, kind).reshape(n, k).T  # [K, N], as x @ W reads it
+    packed = pack("blk.0.test.weight", kind, raw, n, k)
+    np.testing.assert_allclose(unpack(packed), want, rtol=1e-6, atol=1e-7)
+
+
+def test_float_weights_stay_float() -> None:
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)  # 3 outputs of 4 inputs
+    packed = pack("output_norm.weight", Q.F32, w, 3, 4)
+    assert packed.bits == 0
+    np.testing.assert_array_equal(unpack(packed), w.T)
+
+
+def test_a_type_without_a_kernel_is_refused_by_name() -> None:
+    raw = np.zeros((2, 210), np.uint8)
+    with pytest.raises(UnsupportedWeights, match=r"blk\.3\.ffn_down\.weight: weight type Q6_K"):
+        pack("blk.3.ffn_down.weight", Q.Q6_K, raw, 2, 256)
