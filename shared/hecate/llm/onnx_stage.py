@@ -1,0 +1,382 @@
+"""A llama layer range ``[a, b)`` as one ONNX Runtime graph, on the GGUF's own blocks.
+
+The numpy model (:mod:`hecate.llm.llama`) dequantises every weight to float32 and reads
+538 MB per token for SmolLM2; this stage keeps the file's blocks (84 MB for its Q4_1) and
+runs them with ``MatMulNBits`` (:mod:`hecate.llm.quant` says how each type maps, exactly).
+One graph holds the range: RMSNorm fused with the residual add
+(``SkipSimplifiedLayerNormalization``), the fused QKV product, ``GroupQueryAttention``
+with RoPE on adjacent pairs (as llama.cpp and the numpy model rotate), the gated MLP,
+and on the last stage the final norm and the head on each row's last position.
+
+KV cache: one buffer per layer, ``[slots, kv_heads, capacity, head_dim]``, its pages
+touched only as positions are written (``np.zeros`` maps them lazily), so a session's
+cache grows without a copy. A session holds a slot. A batch of decode steps (one row
+each) is one run over the slots from the lowest to the highest it touches, each row
+attending over its own length (``seqlens_k``); the attention reads and writes the
+buffers in place (past and present bound to the same memory). A slot in that span
+with no step rides along as a padding row, writing only at its next position, which its
+own next step overwrites. A prefill chunk is a run of its own, one row of ``T``
+positions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+import onnxruntime as ort
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+from onnx import TensorProto, helper, numpy_helper
+
+from hecate.llm.gguf_model import LlamaConfig, read_config
+from hecate.llm.quant import Packed, pack
+
+Array = npt.NDArray[np.float32]
+
+#: int8 activations in MatMulNBits, as llama.cpp quantises its activations to Q8: the
+#: fast path on CPUs (without it a 4-bit product is 20 times slower).
+ACCURACY_LEVEL = 4
+MS = "com.microsoft"
+
+
+@dataclass
+class Slot:
+    """A session's place in the stage's KV buffers, and how many positions it holds."""
+
+    index: int
+    length: int = 0
+    bytes_per_position: int = 0
+    freed: bool = field(default=False, repr=False)
+
+    def nbytes(self) -> int:
+        return self.length * self.bytes_per_position
+
+
+class _Graph:
+    """Builds the range's graph node by node; initializers go in as it goes."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._n = 0
+
+    def name(self, stem: str) -> str:
+        self._n += 1
+        return f"{stem}.{self._n}"
+
+    def const(self, stem: str, value: npt.NDArray[Any]) -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def op(
+        self, kind: str, inputs: Sequence[str], outputs: int = 1, domain: str = "", **attrs: Any
+    ) -> list[str]:
+        names = [self.name(kind) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(kind, list(inputs), names, domain=domain, **attrs))
+        return names
+
+    def linear(self, x: str, w: Packed, stem: str) -> str:
+        if w.dense is not None:
+            return self.op("MatMul", [x, self.const(f"{stem}.w", w.dense)])[0]
+        out = self.op(
+            "MatMulNBits",
+            [x, self.const(f"{stem}.q", w.data), self.const(f"{stem}.s", w.scales)],
+            domain=MS,
+            K=w.k,
+            N=w.n,
+            bits=w.bits,
+            block_size=w.block,
+            accuracy_level=ACCURACY_LEVEL,
+        )[0]
+        if w.offset is None:
+            return out
+        shape = self.const(f"{stem}.shape", np.array([0, 0, w.k // w.block, w.block], np.int64))
+        blocks = self.op("Reshape", [x, shape])[0]
+        axes = self.const(f"{stem}.axes", np.array([-1], np.int64))
+        sums = self.op("ReduceSum", [blocks, axes], keepdims=0)[0]
+        shift = self.op("MatMul", [sums, self.const(f"{stem}.m", w.offset)])[0]
+        return self.op("Add", [out, shift])[0]
+
+
+def _fuse(parts: list[Packed]) -> Packed | None:
+    """Several matrices on the same input as one (outputs stacked), when their types agree."""
+    first = parts[0]
+    if any(
+        (p.bits, p.block, p.offset is None, p.dense is None)
+        != (first.bits, first.block, first.offset is None, first.dense is None)
+        for p in parts
+    ):
+        return None
+    n = sum(p.n for p in parts)
+    if first.dense is not None:
+        dense = np.concatenate([p.dense for p in parts if p.dense is not None], axis=1)
+        return Packed(n, first.k, 0, first.block, first.data, first.scales, None, dense)
+    offset = None
+    if first.offset is not None:
+        offset = np.concatenate([p.offset for p in parts if p.offset is not None], axis=1)
+    return Packed(
+        n,
+        first.k,
+        first.bits,
+        first.block,
+        np.concatenate([p.data for p in parts]),
+        np.concatenate([p.scales for p in parts]),
+        offset,
+    )
+
+
+class OnnxStage:
+    """Blocks ``[layer_start, layer_end)`` of a llama GGUF; embeds on the first stage (in
+    numpy: a few rows dequantised), heads on the last (in the graph)."""
+
+    def __init__(
+        self,
+        path: Path,
+        layer_start: int,
+        layer_end: int,
+        *,
+        threads: int | None = None,
+        slots: int = 32,
+        capacity: int | None = None,
+    ) -> None:
+        reader = GGUFReader(path)
+        self.config: LlamaConfig = read_config(reader)
+        c = self.config
+        if not 0 <= layer_start < layer_end <= c.layers:
+            raise ValueError(f"layer range [{layer_start}, {layer_end}) outside 0..{c.layers}")
+        self.layer_start, self.layer_end = layer_start, layer_end
+        self.first = layer_start == 0
+        self.last = layer_end == c.layers
+        self.blocks = layer_end - layer_start
+        self.capacity = min(c.context, capacity or c.context)
+        tensors = {t.name: t for t in reader.tensors}
+        self._tensors = tensors
+        self._embd = tensors["token_embd.weight"] if self.first else None
+
+        def packed(name: str) -> Packed:
+            t = tensors[f"{name}.weight"]
+            k, n = int(t.shape[0]), int(t.shape[1])
+            return pack(t.name, GGMLQuantizationType(t.tensor_type), t.data, n, k)
+
+        def vector(name: str) -> npt.NDArray[np.float32]:
+            t = tensors[f"{name}.weight"]
+            return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
+
+        g = _Graph()
+        d, kv = c.head_dim, c.kv_heads
+        inv = c.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        angles = np.arange(self.capacity, dtype=np.float64)[:, None] * inv[None, :]
+        cos = g.const("cos", np.cos(angles).astype(np.float32))
+        sin = g.const("sin", np.sin(angles).astype(np.float32))
+        x, resid, pending = "x", "", ""
+        inputs = [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", c.hidden]),
+            helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+            helper.make_tensor_value_info("total_len", TensorProto.INT32, []),
+        ]
+        outputs: list[onnx.ValueInfoProto] = []
+        cache_shape: list[str | int | None] = ["B", kv, self.capacity, d]
+        for i in range(layer_start, layer_end):
+            b = f"blk.{i}"
+            for kind in ("key", "value"):
+                inputs.append(
+                    helper.make_tensor_value_info(
+                        f"past_{kind}.{i}", TensorProto.FLOAT, cache_shape
+                    )
+                )
+                outputs.append(
+                    helper.make_tensor_value_info(
+                        f"present_{kind}.{i}", TensorProto.FLOAT, cache_shape
+                    )
+                )
+            norm = g.const(f"{b}.attn_norm", vector(f"{b}.attn_norm"))
+            if not pending:
+                h = g.op("SimplifiedLayerNormalization", [x, norm], epsilon=c.eps, axis=-1)[0]
+                resid = x
+            else:
+                h, _, _, resid = g.op(
+                    "SkipSimplifiedLayerNormalization",
+                    [pending, resid, norm],
+                    4,
+                    domain=MS,
+                    epsilon=c.eps,
+                )
+            qkv = self._linear_of(
+                g, h, [packed(f"{b}.attn_{n}") for n in ("q", "k", "v")], f"{b}.qkv"
+            )
+            g.nodes.append(
+                helper.make_node(
+                    "GroupQueryAttention",
+                    [
+                        qkv,
+                        "",
+                        "",
+                        f"past_key.{i}",
+                        f"past_value.{i}",
+                        "seqlens_k",
+                        "total_len",
+                        cos,
+                        sin,
+                    ],
+                    [f"{b}.attn", f"present_key.{i}", f"present_value.{i}"],
+                    domain=MS,
+                    num_heads=c.heads,
+                    kv_num_heads=kv,
+                    do_rotary=1,
+                    rotary_interleaved=1,
+                    scale=float(1.0 / np.sqrt(d)),
+                )
+            )
+            o = g.linear(f"{b}.attn", packed(f"{b}.attn_output"), f"{b}.wo")
+            ffn_norm = g.const(f"{b}.ffn_norm", vector(f"{b}.ffn_norm"))
+            h2, _, _, resid = g.op(
+                "SkipSimplifiedLayerNormalization",
+                [o, resid, ffn_norm],
+                4,
+                domain=MS,
+                epsilon=c.eps,
+            )
+            gate = g.linear(h2, packed(f"{b}.ffn_gate"), f"{b}.gate")
+            up = g.linear(h2, packed(f"{b}.ffn_up"), f"{b}.up")
+            act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])[0]])[0], up])[0]
+            pending = g.linear(act, packed(f"{b}.ffn_down"), f"{b}.down")
+        if self.last:
+            out_norm = g.const("output_norm", vector("output_norm"))
+            normed = g.op(
+                "SkipSimplifiedLayerNormalization",
+                [pending, resid, out_norm],
+                4,
+                domain=MS,
+                epsilon=c.eps,
+            )[0]
+            starts = g.const("last.start", np.array([-1], np.int64))
+            ends = g.const("last.end", np.array([np.iinfo(np.int64).max], np.int64))
+            axes = g.const("last.axis", np.array([1], np.int64))
+            tail = g.op("Slice", [normed, starts, ends, axes])[0]
+            head_name = "output" if "output.weight" in tensors else "token_embd"
+            logits = g.linear(tail, packed(head_name), "head")
+            squeeze = g.const("last.squeeze", np.array([1], np.int64))
+            g.nodes.append(helper.make_node("Squeeze", [logits, squeeze], ["logits"]))
+            outputs.insert(
+                0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", c.vocab])
+            )
+            self._out = "logits"
+        else:
+            g.nodes.append(helper.make_node("Add", [pending, resid], ["hidden"]))
+            outputs.insert(
+                0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", "S", c.hidden])
+            )
+            self._out = "hidden"
+        graph = helper.make_graph(
+            g.nodes, f"llama[{layer_start},{layer_end})", inputs, outputs, g.inits
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
+        )
+        model.ir_version = 10
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        del model, graph, g
+        shape = (slots, kv, self.capacity, d)
+        self._k = [np.zeros(shape, np.float32) for _ in range(self.blocks)]
+        self._v = [np.zeros(shape, np.float32) for _ in range(self.blocks)]
+        self._free = list(range(slots))
+        self._bytes_per_position = 2 * self.blocks * kv * d * 4
+        self._lengths = [0] * slots
+
+    @staticmethod
+    def _linear_of(g: _Graph, x: str, parts: list[Packed], stem: str) -> str:
+        fused = _fuse(parts)
+        if fused is not None:
+            return g.linear(x, fused, stem)
+        outs = [g.linear(x, p, f"{stem}.{j}") for j, p in enumerate(parts)]
+        return g.op("Concat", outs, axis=-1)[0]
+
+    # sessions' slots -------------------------------------------------------------
+
+    def new_cache(self) -> Slot:
+        if not self._free:
+            raise MemoryError("every KV slot of this stage is taken")
+        index = min(self._free)  # the lowest: decode runs span fewer padding rows
+        self._free.remove(index)
+        self._lengths[index] = 0
+        return Slot(index, 0, self._bytes_per_position)
+
+    def free(self, slot: Slot) -> None:
+        if not slot.freed:
+            slot.freed = True
+            self._lengths[slot.index] = 0
+            self._free.append(slot.index)
+
+    # the model -------------------------------------------------------------------
+
+    def embed(self, tokens: list[int]) -> Array:
+        assert self._embd is not None, "only the first stage embeds"
+        rows = np.asarray(self._embd.data)[np.asarray(tokens, dtype=np.int64)]
+        out: Array = np.asarray(dequantize(rows, self._embd.tensor_type), dtype=np.float32)
+        return out.reshape(len(tokens), self.config.hidden)
+
+    def forward_batch(self, xs: list[Array], caches: list[Slot]) -> list[Array]:
+        """Run the range for several sessions (each once): ``xs[j]`` [T_j, hidden] are the
+        next positions of ``caches[j]``. Returns the output hidden rows [T_j, hidden], or
+        on the last stage the logits of each session's last position [1, vocab]."""
+        out: list[Array | None] = [None] * len(xs)
+        decode = [j for j, x in enumerate(xs) if x.shape[0] == 1]
+        for j, x in enumerate(xs):
+            if x.shape[0] > 1:
+                out[j] = self._run([x], [caches[j]])[0]
+        if decode:
+            for j, y in zip(
+                decode, self._run([xs[j] for j in decode], [caches[j] for j in decode]), strict=True
+            ):
+                out[j] = y
+        return [y for y in out if y is not None]
+
+    def _run(self, xs: list[Array], caches: list[Slot]) -> list[Array]:
+        c = self.config
+        rows = xs[0].shape[0]
+        for cache in caches:
+            if cache.length + rows > self.capacity:
+                raise ValueError(
+                    f"a session of {cache.length + rows} positions is past this stage's "
+                    f"{self.capacity}"
+                )
+        lo = min(s.index for s in caches)
+        hi = max(s.index for s in caches) + 1
+        x = np.zeros((hi - lo, rows, c.hidden), np.float32)
+        for cache, row in zip(caches, xs, strict=True):
+            x[cache.index - lo] = row
+        lengths = np.asarray(self._lengths[lo:hi], dtype=np.int32)
+        seqlens = lengths + np.int32(rows - 1)
+        io = self.session.io_binding()
+        io.bind_cpu_input("x", x)
+        io.bind_cpu_input("seqlens_k", seqlens)
+        io.bind_cpu_input("total_len", np.array(int(lengths.max()) + rows, dtype=np.int32))
+        io.bind_output(self._out)  # first: copy_outputs_to_cpu lists them as bound
+        for n, i in enumerate(range(self.layer_start, self.layer_end)):
+            for kind, pool in (("key", self._k[n]), ("value", self._v[n])):
+                value = ort.OrtValue.ortvalue_from_numpy(pool[lo:hi])
+                io.bind_ortvalue_input(f"past_{kind}.{i}", value)
+                io.bind_ortvalue_output(f"present_{kind}.{i}", value)
+        self.session.run_with_iobinding(io)
+        # Only the first output: the others are the KV buffers, already in place.
+        y: Array = io.get_outputs()[0].numpy()
+        for cache in caches:
+            cache.length += rows
+            self._lengths[cache.index] = cache.length
+        if self.last:
+            return [y[s.index - lo : s.index - lo + 1] for s in caches]
+        return [y[s.index - lo] for s in caches]

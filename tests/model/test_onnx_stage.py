@@ -1,0 +1,130 @@
+"""The ONNX Runtime stage on SmolLM2's own Q4_1 blocks, held against the numpy model.
+
+The two differ by design in one place: MatMulNBits takes int8 activations (as llama.cpp
+does), so logits move by up to about one unit against numpy's float32. Held to: step-0
+logits correlated at 0.998 or more, the same greedy tokens wherever numpy's margin
+between its two best is over 0.5 (below that either answer is the model's), and a layer
+range split in three, or a batch of sessions, changing no token at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hecate.llm.gguf_model import load_stage, model_config
+from hecate.llm.llama import LlamaStage
+from hecate.llm.onnx_stage import OnnxStage
+from hecate.llm.store import model_path
+from hecate.llm.tokenizer import load_tokenizer
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+]
+TOKENS = 16
+MARGIN = 0.5
+
+
+@pytest.fixture(scope="module")
+def numpy_model() -> LlamaStage:
+    path = model_path("smollm2-135m")
+    return LlamaStage(load_stage(path, 0, model_config(path).layers))
+
+
+@pytest.fixture(scope="module")
+def whole() -> OnnxStage:
+    path = model_path("smollm2-135m")
+    return OnnxStage(path, 0, model_config(path).layers, threads=2, slots=8, capacity=512)
+
+
+def ids(prompt: str) -> list[int]:
+    return list(load_tokenizer(model_path("smollm2-135m")).encode(prompt).ids)
+
+
+def test_step_zero_logits_follow_numpy_s(numpy_model: LlamaStage, whole: OnnxStage) -> None:
+    for prompt in PROMPTS:
+        tokens = ids(prompt)
+        want = numpy_model.logits(
+            numpy_model.forward(numpy_model.embed(tokens), numpy_model.new_cache())
+        )
+        slot = whole.new_cache()
+        got = whole.forward_batch([whole.embed(tokens)], [slot])[0][0]
+        whole.free(slot)
+        assert np.corrcoef(want, got)[0, 1] >= 0.998, prompt
+
+
+def test_teacher_forced_greedy_tokens_agree_where_numpy_is_sure(
+    numpy_model: LlamaStage, whole: OnnxStage
+) -> None:
+    """Both models read numpy's own continuation (teacher forcing, so one near-tie does
+    not send the rest apart); at every step where numpy's best beats its second by more
+    than :data:`MARGIN`, the stage's best is the same token."""
+    judged = 0
+    for prompt in PROMPTS:
+        tokens = ids(prompt)
+        cache, slot = numpy_model.new_cache(), whole.new_cache()
+        x_np, x_ort = numpy_model.embed(tokens), whole.embed(tokens)
+        for _ in range(TOKENS):
+            want = numpy_model.logits(numpy_model.forward(x_np, cache))
+            got = whole.forward_batch([x_ort], [slot])[0][0]
+            top2 = np.sort(want)[-2:]
+            if top2[1] - top2[0] > MARGIN:
+                judged += 1
+                assert int(np.argmax(got)) == int(np.argmax(want)), prompt
+            token = int(np.argmax(want))
+            x_np, x_ort = numpy_model.embed([token]), whole.embed([token])
+        whole.free(slot)
+    assert judged >= TOKENS * len(PROMPTS) // 2  # the check judged most steps
+
+
+def greedy(stages: list[OnnxStage], tokens: list[int], n: int) -> list[int]:
+    slots = [s.new_cache() for s in stages]
+    x = stages[0].embed(tokens)
+    out: list[int] = []
+    try:
+        for _ in range(n):
+            for stage, slot in zip(stages, slots, strict=True):
+                x = stage.forward_batch([x], [slot])[0]
+            out.append(int(np.argmax(x[0])))
+            x = stages[0].embed(out[-1:])
+    finally:
+        for stage, slot in zip(stages, slots, strict=True):
+            stage.free(slot)
+    return out
+
+
+def test_three_stages_give_the_whole_range_s_tokens(whole: OnnxStage) -> None:
+    path = model_path("smollm2-135m")
+    thirds = [OnnxStage(path, a, a + 10, threads=2, slots=4, capacity=512) for a in (0, 10, 20)]
+    for prompt in PROMPTS:
+        assert greedy(thirds, ids(prompt), TOKENS) == greedy([whole], ids(prompt), TOKENS)
+
+
+def test_a_batch_of_sessions_gives_each_its_own_tokens(whole: OnnxStage) -> None:
+    """Sessions step together (decode rows in one run, prefills on their own), one of
+    them starting late so that lengths differ and a free slot sits between them."""
+    alone = {p: greedy([whole], ids(p), TOKENS) for p in PROMPTS}
+    first = whole.new_cache()
+    gap = whole.new_cache()  # held, never stepped: a padding row inside the span
+    slots = [first, *(whole.new_cache() for _ in PROMPTS[1:])]
+    assert first.index < gap.index < slots[1].index
+    xs = [whole.embed(ids(p)) for p in PROMPTS]
+    got: dict[str, list[int]] = {p: [] for p in PROMPTS}
+    for step in range(TOKENS + 2):
+        live = [
+            j
+            for j in range(len(PROMPTS))
+            if (j != 2 or step >= 2) and len(got[PROMPTS[j]]) < TOKENS
+        ]
+        if not live:
+            break
+        outs = whole.forward_batch([xs[j] for j in live], [slots[j] for j in live])
+        for j, logits in zip(live, outs, strict=True):
+            token = int(np.argmax(logits[0]))
+            got[PROMPTS[j]].append(token)
+            xs[j] = whole.embed([token])
+    for s in [gap, *slots]:
+        whole.free(s)
+    assert got == alone
