@@ -84,9 +84,9 @@ def pack(
         return Packed(
             n, k, 0, BLOCK, np.zeros((0,), np.uint8), np.zeros((0,), np.float32), None, dense
         )
+    raw8 = np.asarray(raw).view(np.uint8)
     if k % BLOCK:
         raise UnsupportedWeights(f"{name}: {k} inputs are not whole blocks of {BLOCK}")
-    raw8 = np.asarray(raw).view(np.uint8)
     if kind == GGMLQuantizationType.Q8_0:
         b = _blocks(raw8, n, 2 + BLOCK)
         q = (b[:, :, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
@@ -99,7 +99,94 @@ def pack(
         d, m = _scale(b, 0), _scale(b, 2)
         offset = np.ascontiguousarray((m + 8.0 * d).T, dtype=np.float32)  # [K/32, N]
         return Packed(n, k, 4, BLOCK, _nibbles(b[:, :, 4:]), d.reshape(-1), offset)
-    raise UnsupportedWeights(f"{name}: weight type {kind.name} is not supported")
+    if kind in K_QUANTS:
+        if k % QK_K:
+            raise UnsupportedWeights(f"{name}: {k} inputs are not whole blocks of {QK_K}")
+        return K_QUANTS[kind](raw8.reshape(-1, K_BYTES[kind]), n, k)
+    raise UnsupportedWeights(
+        f"{name}: weight type {kind.name} is not supported (supported: F32, F16, Q4_0, "
+        "Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)"
+    )
+
+
+# k-quants: super-blocks of 256 weights whose sub-blocks (32 weights, 16 for Q6_K) carry
+# 6- or 8-bit scales of one float16 per super-block; the same layouts gguf dequantises.
+QK_K = 256
+K_BYTES = {
+    GGMLQuantizationType.Q4_K: 144,
+    GGMLQuantizationType.Q5_K: 176,
+    GGMLQuantizationType.Q6_K: 210,
+}
+
+
+_SHIFT4 = np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)  # a byte's low, then high nibble
+SUB6 = 16  # weights per Q6_K scale
+
+
+def _k_scales(scales: U8) -> tuple[U8, U8]:
+    """The eight 6-bit scales and mins of a Q4_K/Q5_K super-block, from its 12 bytes."""
+    nb = scales.shape[0]
+    d, m, m_d = np.split(scales.reshape(nb, 3, 4), 3, axis=-2)
+    sc = np.concatenate([d & 0x3F, (m_d & 0x0F) | ((d >> 2) & 0x30)], axis=-1).reshape(nb, 8)
+    mn = np.concatenate([m & 0x3F, (m_d >> 4) | ((m >> 2) & 0x30)], axis=-1).reshape(nb, 8)
+    return sc, mn
+
+
+def _k_header(blocks: U8) -> tuple[F32, F32, U8]:
+    """Per sub-block scale ``s`` and min ``mn`` [nb, 8] (``w = s·q - mn``), and the rest."""
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    sc, mn = _k_scales(np.ascontiguousarray(blocks[:, 4:16]))
+    return d * sc.astype(np.float32), dmin * mn.astype(np.float32), blocks[:, 16:]
+
+
+def _by_rows(q: U8, s: F32, n: int, k: int, block: int) -> tuple[U8, F32]:
+    return q.reshape(n, k // block, block), np.ascontiguousarray(s.reshape(-1))
+
+
+def _q4_k(blocks: U8, n: int, k: int) -> Packed:
+    s, mn, qs = _k_header(blocks)
+    nb = blocks.shape[0]
+    q: U8 = ((qs.reshape(nb, 4, 1, 32) >> _SHIFT4) & 0x0F).astype(np.uint8)
+    rows, scales = _by_rows(q.reshape(nb, 8, 32), s, n, k, BLOCK)
+    packed = (rows[..., 0::2] | (rows[..., 1::2] << 4)).astype(np.uint8)
+    offset = (8.0 * s - mn).reshape(n, k // BLOCK).T  # w = s(q - 8) + (8s - mn)
+    return Packed(n, k, 4, BLOCK, packed, scales, np.ascontiguousarray(offset, np.float32))
+
+
+def _q5_k(blocks: U8, n: int, k: int) -> Packed:
+    s, mn, rest = _k_header(blocks)
+    nb = blocks.shape[0]
+    qh, qs = rest[:, :32], rest[:, 32:]
+    low = (qs.reshape(nb, 4, 1, 32) >> _SHIFT4) & 0x0F
+    high = (qh.reshape(nb, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 0x01
+    q: U8 = (low.reshape(nb, 8, 32) | (high << 4)).astype(np.uint8)  # 0..31
+    rows, scales = _by_rows(q, s, n, k, BLOCK)
+    # 8 bits at the default zero point 128: stored q + 112 reads q - 16, so that
+    # w = s(q - 16) + (16s - mn).
+    offset = (16.0 * s - mn).reshape(n, k // BLOCK).T
+    stored = (rows.astype(np.int16) + 112).astype(np.uint8)
+    return Packed(n, k, 8, BLOCK, stored, scales, np.ascontiguousarray(offset, np.float32))
+
+
+def _q6_k(blocks: U8, n: int, k: int) -> Packed:
+    nb = blocks.shape[0]
+    ql, qh = blocks[:, :128], blocks[:, 128:192]
+    sc = blocks[:, 192:208].copy().view(np.int8).astype(np.float32)
+    d = blocks[:, 208:210].copy().view(np.float16).astype(np.float32)
+    low = (ql.reshape(nb, 2, 1, 64) >> _SHIFT4) & 0x0F
+    high = (qh.reshape(nb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
+    q: U8 = (low.reshape(nb, 8, 32) | (high.reshape(nb, 8, 32) << 4)).astype(np.uint8)  # 0..63
+    rows, scales = _by_rows(q.reshape(nb, QK_K // SUB6, SUB6), d * sc, n, k, SUB6)
+    stored = (rows.astype(np.int16) + 96).astype(np.uint8)  # read as q - 32: stored q + 96
+    return Packed(n, k, 8, SUB6, stored, scales)
+
+
+K_QUANTS = {
+    GGMLQuantizationType.Q4_K: _q4_k,
+    GGMLQuantizationType.Q5_K: _q5_k,
+    GGMLQuantizationType.Q6_K: _q6_k,
+}
 
 
 def unpack(p: Packed) -> F32:
