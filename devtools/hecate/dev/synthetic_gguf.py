@@ -1,0 +1,138 @@
+"""Small llama GGUFs of random weights, one weight type throughout, for holding the engine
+against the numpy model on every type and shape it claims.
+
+The blocks are random bytes with float16 scales drawn, then every scale of the file
+rescaled so that each weight matrix has a standard deviation of about
+:data:`WEIGHT_STD` (random blocks at face value would blow the activations up within a
+layer). Both models read the very same blocks, so the comparison is exact in its
+inputs: whatever differs comes from how each runs them.
+
+``python -m hecate.dev.synthetic_gguf OUT.gguf --type Q4_K`` writes one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFWriter
+from gguf.quants import dequantize
+
+WEIGHT_STD = 0.05
+
+#: weights and bytes of one block, and where its float16 scales sit in it
+LAYOUT: dict[Q, tuple[int, int, tuple[int, ...]]] = {
+    Q.Q4_0: (32, 18, (0,)),
+    Q.Q4_1: (32, 20, (0, 2)),
+    Q.Q8_0: (32, 34, (0,)),
+    Q.Q4_K: (256, 144, (0, 2)),
+    Q.Q5_K: (256, 176, (0, 2)),
+    Q.Q6_K: (256, 210, (208,)),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int = 3
+    hidden: int = 256
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 512
+    vocab: int = 512
+    context: int = 512
+    rope_base: float = 10_000.0
+
+
+def random_blocks(kind: Q, n: int, k: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+    """``n`` rows of ``k`` weights as ``kind`` blocks: random bytes, finite scales."""
+    weights, size, scales = LAYOUT[kind]
+    raw = rng.integers(0, 256, size=(n, k // weights, size), dtype=np.uint8)
+    for at in scales:
+        half = np.abs(rng.normal(0, 0.05, size=(n, k // weights))).astype(np.float16)
+        raw[:, :, at : at + 2] = half.view(np.uint8).reshape(n, k // weights, 2)
+    return raw.reshape(n, -1)
+
+
+def _scaled(kind: Q, raw: npt.NDArray[np.uint8], n: int, k: int) -> npt.NDArray[np.uint8]:
+    """``raw`` with every float16 scale multiplied so the matrix's std is WEIGHT_STD."""
+    std = float(np.std(dequantize(raw, kind)))
+    factor = WEIGHT_STD / std if std > 0 else 1.0
+    weights, size, scales = LAYOUT[kind]
+    out = raw.reshape(n, k // weights, size).copy()
+    for at in scales:
+        half = out[:, :, at : at + 2].copy().view(np.float16).astype(np.float32) * factor
+        out[:, :, at : at + 2] = half.astype(np.float16).view(np.uint8)
+    return out.reshape(n, -1)
+
+
+def matrix(
+    kind: Q, n: int, k: int, rng: np.random.Generator
+) -> tuple[npt.NDArray[np.generic], Q | None]:
+    """A weight of ``n`` outputs by ``k`` inputs as the writer takes it, and its raw type
+    (None: a plain float array the writer types itself)."""
+    if kind == Q.F32:
+        return rng.normal(0, WEIGHT_STD, size=(n, k)).astype(np.float32), None
+    if kind == Q.F16:
+        return rng.normal(0, WEIGHT_STD, size=(n, k)).astype(np.float16), None
+    return _scaled(kind, random_blocks(kind, n, k, rng), n, k), kind
+
+
+def write(path: Path, kind: Q, shape: Shape = Shape(), seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    s = shape
+    d = s.hidden // s.heads
+    w = GGUFWriter(str(path), "llama")
+    w.add_block_count(s.layers)
+    w.add_embedding_length(s.hidden)
+    w.add_feed_forward_length(s.ffn)
+    w.add_head_count(s.heads)
+    w.add_head_count_kv(s.kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(s.rope_base)
+    w.add_context_length(s.context)
+    w.add_vocab_size(s.vocab)
+
+    def tensor(name: str, n: int, k: int, as_kind: Q = kind) -> None:
+        data, raw_dtype = matrix(as_kind, n, k, rng)
+        if raw_dtype is None:
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, data, raw_dtype=raw_dtype)  # shape: from its bytes
+
+    # The embedding (and tied head) is Q8_0 for the quantised types, as in SmolLM2's file.
+    tensor("token_embd.weight", s.vocab, s.hidden, kind if kind in (Q.F32, Q.F16) else Q.Q8_0)
+    w.add_tensor("output_norm.weight", np.ones(s.hidden, np.float32))
+    for i in range(s.layers):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", np.ones(s.hidden, np.float32))
+        w.add_tensor(f"{b}.ffn_norm.weight", np.ones(s.hidden, np.float32))
+        tensor(f"{b}.attn_q.weight", s.heads * d, s.hidden)
+        tensor(f"{b}.attn_k.weight", s.kv_heads * d, s.hidden)
+        tensor(f"{b}.attn_v.weight", s.kv_heads * d, s.hidden)
+        tensor(f"{b}.attn_output.weight", s.hidden, s.heads * d)
+        tensor(f"{b}.ffn_gate.weight", s.ffn, s.hidden)
+        tensor(f"{b}.ffn_up.weight", s.ffn, s.hidden)
+        tensor(f"{b}.ffn_down.weight", s.hidden, s.ffn)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--type", default="Q4_K", choices=["F32", "F16", *(q.name for q in LAYOUT)])
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(write(args.out, Q[args.type], Shape(kv_heads=args.kv_heads), args.seed))
+
+
+if __name__ == "__main__":
+    main()
