@@ -47,7 +47,18 @@ def _smollm2() -> Executor:
 
 #: The built-ins: name -> factory. Factories take no arguments so a node config needs
 #: only a name.
-EXECUTORS: dict[str, Callable[[], Executor]] = {"toy": _toy, "null": _null, "smollm2": _smollm2}
+def _smollm2_onnx() -> Executor:
+    from hecate.llm.executor import LlmExecutor
+
+    return LlmExecutor(engine="onnx")
+
+
+EXECUTORS: dict[str, Callable[[], Executor]] = {
+    "toy": _toy,
+    "null": _null,
+    "smollm2": _smollm2,
+    "smollm2-onnx": _smollm2_onnx,
+}
 
 
 #: The kind each built-in declares, and the executors a node is handed by its caller
@@ -57,6 +68,7 @@ DECLARED_KINDS: dict[str, ExecutorKind] = {
     "toy": "layers",
     "null": "layers",
     "smollm2": "steps",
+    "smollm2-onnx": "steps",
     "upstream": "whole",
 }
 

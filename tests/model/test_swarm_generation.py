@@ -19,6 +19,7 @@ from hecate.bus.streamed import request_streamed
 from hecate.client import HecateClient
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
+from hecate.llm.onnx_stage import OnnxStage
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 from hecate.wire import subjects
@@ -59,14 +60,15 @@ def start(
     pipelines: int,
     dispatch: str = "hop",
     router_args: tuple[str, ...] = (),
+    executor: str = "smollm2",
 ) -> None:
     pull(MODEL, progress=lambda _line: None)
     topology = tmp_path / "llm.json"
     topology.write_text(
         json.dumps(
             {
-                "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": "smollm2"}],
-                "nodes": [{"id": n, "capacity_layers": 10, "executor": "smollm2"} for n in nodes],
+                "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": executor}],
+                "nodes": [{"id": n, "capacity_layers": 10, "executor": executor} for n in nodes],
             }
         )
     )
@@ -96,7 +98,7 @@ def start(
     )
     for n in nodes:
         processes.start(
-            f"node-{n}", "node", "--id", n, "--capacity-layers", "10", "--executor", "smollm2"
+            f"node-{n}", "node", "--id", n, "--capacity-layers", "10", "--executor", executor
         )
 
 
@@ -304,3 +306,65 @@ async def test_past_the_migration_limit_the_error_carries_the_text_so_far(
     assert reply.output  # the text so far, a prefix of the whole greedy text
     assert expected.startswith(reply.output)
     assert reply.output == "".join(t.text for t in stream)
+
+
+def engine_reference(prompt: str, max_tokens: int) -> str:
+    """The engine's own greedy text in one process (its int8 activations may part from
+    the numpy model's at a near-tie: the swarm is held to the engine it runs)."""
+    path = pull(MODEL, progress=lambda _line: None)
+    stage = OnnxStage(path, 0, 30, threads=1, slots=1, capacity=256)
+    tok = load_tokenizer(path)
+    slot = stage.new_cache()
+    logits = stage.forward_batch([stage.embed(tok.encode(prompt).ids)], [slot])[0]
+    out = []
+    for _ in range(max_tokens):
+        token = int(np.argmax(logits[0]))
+        if token == 2:
+            break
+        out.append(token)
+        logits = stage.forward_batch([stage.embed([token])], [slot])[0]
+    return "".join(tok.decode([t]) for t in out)
+
+
+async def test_the_engine_s_three_stages_generate_its_single_process_text(
+    processes: Processes, client: Client, tmp_path: Path
+) -> None:
+    """Nodes running the ONNX Runtime engine (--executor smollm2-onnx), two pipelines of
+    three stages, chained: the text is the engine's own in one process."""
+    nodes = ["a", "b", "c", "d", "e", "f"]
+    start(processes, tmp_path, nodes, pipelines=2, dispatch="chain", executor="smollm2-onnx")
+    await ready(client)
+    prompt, n = "Once upon a time, in a small village,", 24
+    stream: list[StreamToken] = []
+    reply = await generate(client, prompt, n, stream)
+    assert reply.ok, reply.error
+    assert reply.output == engine_reference(prompt, n)
+    assert "".join(t.text for t in stream) == reply.output
+
+
+async def test_the_engine_s_generation_through_a_kill_is_answered_in_one_stream(
+    processes: Processes, client: Client, tmp_path: Path
+) -> None:
+    """The middle node a generation runs on is SIGKILLed after a few tokens: the
+    generation moves to the other pipeline and answers, its stream one piece. (Not the
+    same text as without the kill: the rescue replays the sequence as one prefill,
+    whose logits on this engine differ from the decode steps' by up to about 0.8,
+    enough to turn a near-tie; the numpy model is held to the same text.)"""
+    nodes = ["a", "b", "c", "d", "e", "f"]
+    start(processes, tmp_path, nodes, pipelines=2, dispatch="chain", executor="smollm2-onnx")
+    await ready(client)
+    middles = await middle_stages(client)
+    stream: list[StreamToken] = []
+    prompt = "Once upon a time, in a small village,"
+    task = asyncio.create_task(generate(client, prompt, 24, stream))
+    while (len(stream) < 4 or not middles) and not task.done():
+        await asyncio.sleep(0.002)
+    assert middles, "the generation ended before its middle stage was seen"
+    victim = middles[-1]
+    processes.kill(f"node-{victim}", signal.SIGKILL)
+    reply = await task
+    assert reply.ok, reply.error
+    assert "".join(t.text for t in stream) == reply.output
+    assert [t.index for t in stream] == list(range(len(stream)))
+    assert reply.route is not None
+    assert victim not in [s.node_id for s in reply.route.stages]

@@ -23,14 +23,14 @@ import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from hecate.llm.gguf_model import LlamaConfig, load_stage
 from hecate.llm.llama import Array, LlamaStage
-from hecate.llm.sessions import Sessions, Step, sample
+from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
@@ -73,6 +73,17 @@ def check_context(config: LlamaConfig, req: StepInput, rows: int) -> None:
         )
 
 
+Engine = Literal["numpy", "onnx"]
+ENGINES: tuple[str, ...] = get_args(Engine)
+
+
+def rows_of(step: Step, config_hidden: int) -> int:
+    """The positions ``step`` runs: its tokens, or its activation's rows."""
+    if step.tokens is not None:
+        return len(step.tokens)
+    return len(step.hidden) // (4 * config_hidden)
+
+
 class LlmExecutor:
     name = "smollm2"
     kind: Literal["steps"] = "steps"
@@ -83,9 +94,18 @@ class LlmExecutor:
         path: Path | None = None,
         *,
         prefill_chunk: int = PREFILL_CHUNK,
+        engine: Engine = "numpy",
+        threads: int | None = None,
     ) -> None:
+        """``engine``: what runs each range, the numpy model (float32 weights, the
+        reference) or ONNX Runtime on the GGUF's own blocks (:mod:`hecate.llm.onnx_stage`),
+        on ``threads`` threads (default: every core)."""
         self.model = model
         self.path = path
+        self.engine: Engine = engine
+        self.threads = threads
+        if engine != "numpy":
+            self.name = f"smollm2-{engine}"
         self.prefill_chunk = prefill_chunk
         self.max_payload: int | None = None  # the bus's, once the node has connected
         self._ranges: dict[tuple[int, int], Sessions] = {}
@@ -107,10 +127,21 @@ class LlmExecutor:
                     del self._ranges[r]
             for r in ranges:
                 if r not in self._ranges:
-                    self._ranges[r] = Sessions(LlamaStage(load_stage(self._gguf(), *r)))
+                    self._ranges[r] = Sessions(self._stage(*r))
             ends = any(s.stage.first or s.stage.last for s in self._ranges.values())
         if ends:  # the first stage encodes prompts, the last decodes tokens: load it now too
             self.tokenizer()
+
+    def _stage(self, layer_start: int, layer_end: int) -> Stage:
+        if self.engine == "onnx":
+            from hecate.llm.onnx_stage import OnnxStage
+
+            # Several stages share a node's cores with its event loop: threads that
+            # spin between runs would take them from the heartbeats.
+            return OnnxStage(
+                self._gguf(), layer_start, layer_end, threads=self.threads, slots=64, spin=False
+            )
+        return LlamaStage(load_stage(self._gguf(), layer_start, layer_end))
 
     def _sessions(self, layer_start: int, layer_end: int) -> Sessions:
         """The range's stage and sessions, loaded now if the plan's ``prepare`` has not."""
@@ -135,9 +166,13 @@ class LlmExecutor:
         else:
             rng = np.random.default_rng(0)
             x = rng.standard_normal((WARM_UP_POSITIONS, stage.config.hidden), dtype=np.float32)
-        hidden = stage.forward(x, stage.new_cache())
-        if stage.last:
-            stage.logits(hidden)
+        cache = stage.new_cache()
+        try:
+            outs = stage.forward_batch([x], [cache])
+            if stage.last:
+                stage.logits_of(outs)
+        finally:
+            stage.free(cache)
 
     def release(self, session: str) -> None:
         """Drop ``session``'s caches on every range held here. Run it on the compute
@@ -234,8 +269,9 @@ class LlmExecutor:
                         positions=hidden.shape[0],
                     )
                 continue
-            logits = stage.logits_batch([hidden for _, hidden, _ in done])
-            for row, (i, hidden, prompt_tokens) in enumerate(done):
+            logits = stage.logits_of([out for _, out, _ in done])
+            ran = {i: rows_of(step, config_hidden=stage.config.hidden) for i, step, _ in items}
+            for row, (i, _, prompt_tokens) in enumerate(done):
                 req = reqs[i]
                 token = sample(
                     logits[row],
@@ -249,7 +285,7 @@ class LlmExecutor:
                     text=self.tokenizer().decode([token]),
                     eos=token == EOS,
                     prompt_tokens=prompt_tokens,
-                    positions=hidden.shape[0],
+                    positions=ran[i],
                 )
         return [r if r is not None else ExecutorError("internal", "step not run") for r in results]
 
@@ -259,7 +295,7 @@ class LlmExecutor:
         except ValueError as exc:  # a range outside the model
             raise ExecutorError("bad_range", str(exc)) from None
 
-    def _step_of(self, stage: LlamaStage, req: StepInput) -> tuple[Step, list[int] | None]:
+    def _step_of(self, stage: Stage, req: StepInput) -> tuple[Step, list[int] | None]:
         """What ``req`` runs on ``stage``, and the prompt's token ids when tokenized here.
         The first stage takes the next chunk of the tokens; a later stage the rows it is
         sent."""

@@ -107,9 +107,21 @@ class LlamaStage:
         self.first = weights.layer_start == 0
         self.last = weights.layer_end == weights.config.layers
 
+    @property
+    def block_count(self) -> int:
+        return len(self.w.blocks)
+
     def new_cache(self) -> KVCache:
         c = self.config
         return KVCache(len(self.w.blocks), c.kv_heads, c.head_dim)
+
+    def free(self, cache: KVCache) -> None:
+        """Nothing to give back: a cache is its own arrays, gone with its last reference."""
+        del cache
+
+    def logits_of(self, outs: list[Array]) -> Array:
+        """The last-position logits [B, vocab] of what ``forward_batch`` returned."""
+        return self.logits_batch(outs)
 
     def embed(self, tokens: list[int]) -> Array:
         assert self.w.embedding is not None, "only the first stage embeds"

@@ -146,7 +146,10 @@ class OnnxStage:
         threads: int | None = None,
         slots: int = 32,
         capacity: int | None = None,
+        spin: bool = True,
     ) -> None:
+        """``spin``: let ONNX Runtime's threads spin between runs (the fastest alone;
+        off where several stages share the cores, as on a machine running a swarm)."""
         reader = GGUFReader(path)
         self.config: LlamaConfig = read_config(reader)
         c = self.config
@@ -286,6 +289,8 @@ class OnnxStage:
         options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
@@ -304,6 +309,14 @@ class OnnxStage:
             return g.linear(x, fused, stem)
         outs = [g.linear(x, p, f"{stem}.{j}") for j, p in enumerate(parts)]
         return g.op("Concat", outs, axis=-1)[0]
+
+    @property
+    def block_count(self) -> int:
+        return self.blocks
+
+    def logits_of(self, outs: list[Array]) -> Array:
+        """The last-position logits [B, vocab] of what ``forward_batch`` returned."""
+        return np.concatenate(outs)
 
     # sessions' slots -------------------------------------------------------------
 

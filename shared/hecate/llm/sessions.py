@@ -16,12 +16,45 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from hecate.llm.gguf_model import LlamaConfig
-from hecate.llm.llama import Array, KVCache, LlamaStage
+from hecate.llm.llama import Array
 from hecate.model.executor import ExecutorError
+
+
+class Cache(Protocol):
+    """One session's keys and values on a stage."""
+
+    @property
+    def length(self) -> int: ...
+
+    def nbytes(self) -> int: ...
+
+
+class Stage(Protocol):
+    """What runs a layer range: the numpy model (:class:`hecate.llm.llama.LlamaStage`)
+    or the engine (:class:`hecate.llm.onnx_stage.OnnxStage`)."""
+
+    config: LlamaConfig
+    first: bool
+    last: bool
+
+    @property
+    def block_count(self) -> int: ...
+
+    def new_cache(self) -> Any: ...
+
+    def free(self, cache: Any) -> None: ...
+
+    def embed(self, tokens: list[int]) -> Array: ...
+
+    def forward_batch(self, xs: list[Array], caches: list[Any]) -> list[Array]: ...
+
+    def logits_of(self, outs: list[Array]) -> Array: ...
+
 
 #: How many full-context sessions a stage's caches may hold before the least recently
 #: used is dropped: a few long prompts at once must fit, or each would evict the other
@@ -34,11 +67,11 @@ def kv_bytes_per_position(config: LlamaConfig, blocks: int) -> int:
     return 2 * blocks * config.kv_heads * config.head_dim * 4
 
 
-def default_max_bytes(stage: LlamaStage) -> int:
+def default_max_bytes(stage: Stage) -> int:
     """Room for :data:`FULL_CONTEXT_SESSIONS` sessions of the whole context on this stage
     (SmolLM2, 10 blocks: 15,360 bytes a position, 126 MB a full session, 503 MB in all;
     shorter sessions, the usual case, take only what they use)."""
-    per_position = kv_bytes_per_position(stage.config, len(stage.w.blocks))
+    per_position = kv_bytes_per_position(stage.config, stage.block_count)
     return FULL_CONTEXT_SESSIONS * stage.config.context * per_position
 
 
@@ -55,7 +88,7 @@ class Step:
 class Sessions:
     def __init__(
         self,
-        stage: LlamaStage,
+        stage: Stage,
         *,
         max_bytes: int | None = None,
         idle_s: float = 120.0,
@@ -65,7 +98,7 @@ class Sessions:
         self.max_bytes = default_max_bytes(stage) if max_bytes is None else max_bytes
         self.idle_s = idle_s
         self.clock = clock
-        self.caches: OrderedDict[str, tuple[KVCache, float]] = OrderedDict()
+        self.caches: OrderedDict[str, tuple[Any, float]] = OrderedDict()
 
     def step(
         self,
@@ -106,10 +139,11 @@ class Sessions:
     ) -> None:
         now = self.clock()
         self._evict(now, keep={s.session for _, s in steps})
-        ready: list[tuple[int, str, KVCache, Array]] = []
+        ready: list[tuple[int, str, Any, Array]] = []
+        keep = {s.session for _, s in steps}
         for i, step in steps:
             try:
-                cache = self._cache(step.session, step.position)
+                cache = self._cache(step.session, step.position, keep)
                 ready.append((i, step.session, cache, self._input(step)))
             except ExecutorError as exc:
                 results[i] = exc
@@ -121,14 +155,14 @@ class Sessions:
             self.caches.move_to_end(session)
             results[i] = out
 
-    def _cache(self, session: str, position: int) -> KVCache:
+    def _cache(self, session: str, position: int, keep: Collection[str]) -> Any:
         held = self.caches.get(session)
         if held is None and position == 0:
-            return self.stage.new_cache()
+            return self._new_cache(keep)
         if held is not None and held[0].length == position:
             return held[0]
         have = held[0].length if held else 0
-        self.caches.pop(session, None)
+        self._drop(session)
         raise ExecutorError(
             "session_lost",
             f"session {session!r} holds {have} positions here, the step expects {position}: "
@@ -153,21 +187,42 @@ class Sessions:
         x: Array = np.frombuffer(step.hidden, dtype="<f4").reshape(-1, width).astype(np.float32)
         return x
 
+    def _new_cache(self, keep: Collection[str]) -> Any:
+        """A cache for a new session; a stage with a fixed number of places (the
+        engine's KV slots) gives up its least recently used session not stepping now."""
+        while True:
+            try:
+                return self.stage.new_cache()
+            except MemoryError:
+                victim = next((k for k in self.caches if k not in keep), None)
+                if victim is None:
+                    raise ExecutorError(
+                        "rate_limited",
+                        "every KV place of this stage is held by a session of this batch",
+                        retry_after_s=0.1,
+                    ) from None
+                self._drop(victim)
+
+    def _drop(self, session: str) -> None:
+        held = self.caches.pop(session, None)
+        if held is not None:
+            self.stage.free(held[0])
+
     def close(self, session: str) -> None:
-        self.caches.pop(session, None)
+        self._drop(session)
 
     def _evict(self, now: float, keep: Collection[str] = ()) -> None:
         """Drop idle caches, then the least recently used past ``max_bytes``; never one
         of ``keep`` (the sessions about to step: evicting one would only make it replay)."""
         for key in [k for k, (_, seen) in self.caches.items() if now - seen > self.idle_s]:
             if key not in keep:
-                del self.caches[key]
+                self._drop(key)
         total = sum(c.nbytes() for c, _ in self.caches.values())
         for key in [k for k in self.caches if k not in keep]:
             if total <= self.max_bytes:
                 break
-            cache, _ = self.caches.pop(key)  # oldest first: least recently used
-            total -= cache.nbytes()
+            total -= self.caches[key][0].nbytes()  # oldest first: least recently used
+            self._drop(key)
 
 
 def sample(
