@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,6 @@ class Slot:
     index: int
     length: int = 0
     bytes_per_position: int = 0
-    freed: bool = field(default=False, repr=False)
 
     def nbytes(self) -> int:
         return self.length * self.bytes_per_position
@@ -298,9 +297,8 @@ class OnnxStage:
         shape = (slots, kv, self.capacity, d)
         self._k = [np.zeros(shape, np.float32) for _ in range(self.blocks)]
         self._v = [np.zeros(shape, np.float32) for _ in range(self.blocks)]
-        self._free = list(range(slots))
+        self._held: list[Slot | None] = [None] * slots  # by index: the slot's holder
         self._bytes_per_position = 2 * self.blocks * kv * d * 4
-        self._lengths = [0] * slots
 
     @staticmethod
     def _linear_of(g: _Graph, x: str, parts: list[Packed], stem: str) -> str:
@@ -321,18 +319,16 @@ class OnnxStage:
     # sessions' slots -------------------------------------------------------------
 
     def new_cache(self) -> Slot:
-        if not self._free:
+        # The lowest free index: decode runs then span fewer padding rows.
+        index = next((i for i, held in enumerate(self._held) if held is None), None)
+        if index is None:
             raise MemoryError("every KV slot of this stage is taken")
-        index = min(self._free)  # the lowest: decode runs span fewer padding rows
-        self._free.remove(index)
-        self._lengths[index] = 0
-        return Slot(index, 0, self._bytes_per_position)
+        slot = self._held[index] = Slot(index, 0, self._bytes_per_position)
+        return slot
 
     def free(self, slot: Slot) -> None:
-        if not slot.freed:
-            slot.freed = True
-            self._lengths[slot.index] = 0
-            self._free.append(slot.index)
+        if self._held[slot.index] is slot:
+            self._held[slot.index] = None
 
     # the model -------------------------------------------------------------------
 
@@ -372,7 +368,9 @@ class OnnxStage:
         x = np.zeros((hi - lo, rows, c.hidden), np.float32)
         for cache, row in zip(caches, xs, strict=True):
             x[cache.index - lo] = row
-        lengths = np.asarray(self._lengths[lo:hi], dtype=np.int32)
+        lengths = np.asarray(
+            [0 if held is None else held.length for held in self._held[lo:hi]], dtype=np.int32
+        )
         seqlens = lengths + np.int32(rows - 1)
         io = self.session.io_binding()
         io.bind_cpu_input("x", x)
@@ -389,7 +387,6 @@ class OnnxStage:
         y: Array = io.get_outputs()[0].numpy()
         for cache in caches:
             cache.length += rows
-            self._lengths[cache.index] = cache.length
         if self.last:
             return [y[s.index - lo : s.index - lo + 1] for s in caches]
         return [y[s.index - lo] for s in caches]
