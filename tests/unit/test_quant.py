@@ -9,28 +9,13 @@ from gguf.quants import dequantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hecate.dev.synthetic_gguf import LAYOUT, random_blocks
 from hecate.llm.quant import UnsupportedWeights, pack, unpack
-
-#: weights and bytes of one block, and where its float16 scales sit
-LAYOUT = {
-    Q.Q4_0: (32, 18, (0,)),
-    Q.Q4_1: (32, 20, (0, 2)),
-    Q.Q8_0: (32, 34, (0,)),
-    Q.Q4_K: (256, 144, (0, 2)),
-    Q.Q5_K: (256, 176, (0, 2)),
-    Q.Q6_K: (256, 210, (208,)),
-}
 
 
 def blocks(kind: Q, n: int, k: int, seed: int) -> np.ndarray:
     """Random rows of ``kind`` blocks with finite scales, as the GGUF reader gives them."""
-    weights, size, scales = LAYOUT[kind]
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, size=(n, k // weights, size), dtype=np.uint8)
-    for at in scales:
-        half = rng.normal(0, 0.05, size=(n, k // weights)).astype(np.float16)
-        raw[:, :, at : at + 2] = half.view(np.uint8).reshape(n, k // weights, 2)
-    return raw.reshape(n, -1)
+    return random_blocks(kind, n, k, np.random.default_rng(seed))
 
 
 def assert_same(got: np.ndarray, want: np.ndarray) -> None:

@@ -52,7 +52,8 @@ def random_blocks(kind: Q, n: int, k: int, rng: np.random.Generator) -> npt.NDAr
     weights, size, scales = LAYOUT[kind]
     raw = rng.integers(0, 256, size=(n, k // weights, size), dtype=np.uint8)
     for at in scales:
-        half = np.abs(rng.normal(0, 0.05, size=(n, k // weights))).astype(np.float16)
+        # Either sign, as a file holds: Q4_0's d is the block's extreme over -8.
+        half = rng.normal(0, 0.05, size=(n, k // weights)).astype(np.float16)
         raw[:, :, at : at + 2] = half.view(np.uint8).reshape(n, k // weights, 2)
     return raw.reshape(n, -1)
 
