@@ -19,7 +19,7 @@ from hecate.bus.streamed import request_streamed
 from hecate.client import HecateClient
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
-from hecate.llm.onnx_stage import OnnxStage
+from hecate.llm.reference import greedy_text
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 from hecate.wire import subjects
@@ -308,24 +308,6 @@ async def test_past_the_migration_limit_the_error_carries_the_text_so_far(
     assert reply.output == "".join(t.text for t in stream)
 
 
-def engine_reference(prompt: str, max_tokens: int) -> str:
-    """The engine's own greedy text in one process (its int8 activations may part from
-    the numpy model's at a near-tie: the swarm is held to the engine it runs)."""
-    path = pull(MODEL, progress=lambda _line: None)
-    stage = OnnxStage(path, 0, 30, threads=1, slots=1, capacity=256)
-    tok = load_tokenizer(path)
-    slot = stage.new_cache()
-    logits = stage.forward_batch([stage.embed(tok.encode(prompt).ids)], [slot])[0]
-    out = []
-    for _ in range(max_tokens):
-        token = int(np.argmax(logits[0]))
-        if token == 2:
-            break
-        out.append(token)
-        logits = stage.forward_batch([stage.embed([token])], [slot])[0]
-    return "".join(tok.decode([t]) for t in out)
-
-
 async def test_the_engine_s_three_stages_generate_its_single_process_text(
     processes: Processes, client: Client, tmp_path: Path
 ) -> None:
@@ -338,7 +320,11 @@ async def test_the_engine_s_three_stages_generate_its_single_process_text(
     stream: list[StreamToken] = []
     reply = await generate(client, prompt, n, stream)
     assert reply.ok, reply.error
-    assert reply.output == engine_reference(prompt, n)
+    # The engine's own text in one process (its int8 activations may part from the
+    # numpy model's at a near-tie: the swarm is held to the engine it runs).
+    assert reply.output == greedy_text(
+        pull(MODEL, progress=lambda _line: None), prompt, n, engine="onnx"
+    )
     assert "".join(t.text for t in stream) == reply.output
 
 

@@ -1,6 +1,7 @@
 """Greedy generation in one process: the text the swarm must reproduce token for token
 (each token decoded on its own and joined, as the router streams them; it stops at the
-end-of-turn token)."""
+end-of-turn token). ``engine`` names what runs the model, as a node's executor does:
+the numpy model, or ONNX Runtime on the file's own blocks, whose text is its own."""
 
 from __future__ import annotations
 
@@ -10,21 +11,34 @@ import numpy as np
 
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
+from hecate.llm.sessions import Stage
 from hecate.llm.tokenizer import load_tokenizer
 
 EOS = 2  # <|im_end|>
 
 
-def greedy_text(path: Path, prompt: str, max_tokens: int) -> str:
-    stage = LlamaStage(load_stage(path, 0, model_config(path).layers))
+def whole_model(path: Path, engine: str = "numpy") -> Stage:
+    layers = model_config(path).layers
+    if engine == "onnx":
+        from hecate.llm.onnx_stage import OnnxStage
+
+        return OnnxStage(path, 0, layers, threads=1, slots=1)
+    return LlamaStage(load_stage(path, 0, layers))
+
+
+def greedy_text(path: Path, prompt: str, max_tokens: int, engine: str = "numpy") -> str:
+    stage = whole_model(path, engine)
     tok = load_tokenizer(path)
     cache = stage.new_cache()
-    hidden = stage.forward(stage.embed(tok.encode(prompt).ids), cache)
+    x = stage.embed(tok.encode(prompt).ids)
     out: list[str] = []
-    for _ in range(max_tokens):
-        token = int(np.argmax(stage.logits(hidden)))
-        if token == EOS:
-            break
-        out.append(tok.decode([token]))
-        hidden = stage.forward(stage.embed([token]), cache)
+    try:
+        for _ in range(max_tokens):
+            token = int(np.argmax(stage.logits_of(stage.forward_batch([x], [cache]))[0]))
+            if token == EOS:
+                break
+            out.append(tok.decode([token]))
+            x = stage.embed([token])
+    finally:
+        stage.free(cache)
     return "".join(out)
