@@ -138,9 +138,9 @@ class Sessions:
         self, steps: list[tuple[int, Step]], results: list[Array | ExecutorError | None]
     ) -> None:
         now = self.clock()
-        self._evict(now, keep={s.session for _, s in steps})
+        keep = {s.session for _, s in steps}  # never evicted for another: they step now
+        self._evict(now, keep=keep)
         ready: list[tuple[int, str, Any, Array]] = []
-        keep = {s.session for _, s in steps}
         for i, step in steps:
             try:
                 cache = self._cache(step.session, step.position, keep)
