@@ -25,6 +25,7 @@ import numpy as np
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.onnx_stage import OnnxStage
+from hecate.llm.sessions import Stage
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 
@@ -36,40 +37,24 @@ PROMPTS = [
 ]
 
 
-def _numpy_runner(
-    stage: LlamaStage,
-) -> Callable[[list[list[int]], int], tuple[list[list[int]], float]]:
+def _runner(stage: Stage) -> Callable[[list[list[int]], int], tuple[list[list[int]], float]]:
+    """Greedy decoding of ``prompts`` together, as a node's executor runs them (the
+    head's logits through ``logits_of``); returns the tokens and the time per step."""
+
     def run(prompts: list[list[int]], steps: int) -> tuple[list[list[int]], float]:
         caches = [stage.new_cache() for _ in prompts]
-        hiddens = stage.forward_batch([stage.embed(p) for p in prompts], caches)
-        tokens = [[int(np.argmax(row))] for row in stage.logits_batch(hiddens)]
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            hiddens = stage.forward_batch([stage.embed(t[-1:]) for t in tokens], caches)
-            for t, row in zip(tokens, stage.logits_batch(hiddens), strict=True):
-                t.append(int(np.argmax(row)))
-        return tokens, (time.perf_counter() - t0) / steps
-
-    return run
-
-
-def _onnx_runner(
-    stage: OnnxStage,
-) -> Callable[[list[list[int]], int], tuple[list[list[int]], float]]:
-    def run(prompts: list[list[int]], steps: int) -> tuple[list[list[int]], float]:
-        slots = [stage.new_cache() for _ in prompts]
         try:
-            outs = stage.forward_batch([stage.embed(p) for p in prompts], slots)
-            tokens = [[int(np.argmax(o[0]))] for o in outs]
+            outs = stage.forward_batch([stage.embed(p) for p in prompts], caches)
+            tokens = [[int(np.argmax(row))] for row in stage.logits_of(outs)]
             t0 = time.perf_counter()
             for _ in range(steps):
-                outs = stage.forward_batch([stage.embed(t[-1:]) for t in tokens], slots)
-                for t, o in zip(tokens, outs, strict=True):
-                    t.append(int(np.argmax(o[0])))
+                outs = stage.forward_batch([stage.embed(t[-1:]) for t in tokens], caches)
+                for t, row in zip(tokens, stage.logits_of(outs), strict=True):
+                    t.append(int(np.argmax(row)))
             return tokens, (time.perf_counter() - t0) / steps
         finally:
-            for s in slots:
-                stage.free(s)
+            for cache in caches:
+                stage.free(cache)
 
     return run
 
@@ -84,10 +69,8 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
     prompts = [list(tok.encode(p).ids) for p in PROMPTS]
     many = [prompts[i % len(prompts)] for i in range(batch)]
     engines = {
-        "numpy": _numpy_runner(LlamaStage(load_stage(path, 0, layers))),
-        "onnx": _onnx_runner(
-            OnnxStage(path, 0, layers, threads=threads, slots=batch, capacity=1024)
-        ),
+        "numpy": _runner(LlamaStage(load_stage(path, 0, layers))),
+        "onnx": _runner(OnnxStage(path, 0, layers, threads=threads, slots=batch, capacity=1024)),
     }
     times: dict[tuple[str, int], list[float]] = {(e, b): [] for e in engines for b in (1, batch)}
     answers: dict[str, tuple[list[int], list[list[int]]]] = {}
