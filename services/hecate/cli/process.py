@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import logs, tracing
+from hecate.core.errors import HecateError
 from hecate.launch.orphans import orphaned, parent_watch
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -66,6 +67,9 @@ def run_service(
 
     try:
         run_loop(main())
+    except HecateError as exc:  # a cause it can name (a port taken, a bad file): no trace
+        log.error("service failed", extra={"fields": {"error": str(exc)}})
+        return 1
     except Exception:
         log.exception("service crashed")  # one structured record, exit code 1
         return 1
