@@ -35,17 +35,12 @@ def run(
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.parametrize("secure", [False, True], ids=["open", "secure"])
 def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bool) -> None:
     state = tmp_path / "state"
-    port = free_port()
+    # Port 0: the gateway takes a free port as it binds and writes its URL down. A port
+    # the test picked and let go could be taken meanwhile by whatever listens next (the
+    # embedded NATS server once was, and the test spoke HTTP to it).
     up = subprocess.Popen(
         [
             *hecate_argv(),
@@ -56,7 +51,7 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
             str(state),
             *(["--secure"] if secure else []),
             "--gateway",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -91,7 +86,8 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
         # bus too, as its own NATS user), and refuses a caller without one.
         key = (state / "gateway.key").read_text().strip()
         assert key not in (state / "gateway-keys.json").read_text()  # only its hash
-        base = f"http://127.0.0.1:{port}"
+        base = (state / "gateway.url").read_text().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:[1-9][0-9]*", base), base
         with httpx.Client(base_url=base, timeout=10) as http:
             body = {"model": "ncm-base", "prompt": "hello from the cli", "max_tokens": 16}
             ready = time.monotonic() + 30
@@ -130,12 +126,42 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
     assert up.returncode == 0, out[-2000:]
     assert "Traceback" not in out, out[-3000:]
     assert "hecate up: NATS at nats://127.0.0.1:" in out
-    assert f"OpenAI-compatible API at http://127.0.0.1:{port}/v1" in out
+    assert f"OpenAI-compatible API at {base}/v1" in out
+    assert not (state / "gateway.url").exists(), "the gateway removes its URL as it stops"
     assert (
         "secure bus (TLS, one user per role and per node, one account per tenant)" in out
     ) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
     assert not url_file.exists()
+
+
+def test_hecate_up_whose_gateway_cannot_listen_stops_and_says_why(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = subprocess.run(
+            [
+                *hecate_argv(),
+                "up",
+                "--topology",
+                str(EXAMPLES / "swarm.json"),
+                "--state",
+                str(tmp_path / "state"),
+                "--gateway",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    out = up.stdout + up.stderr
+    assert up.returncode == 2, out[-2000:]  # an error of the command, as a bad flag is
+    assert f"cannot listen on 127.0.0.1:{port}" in out
+    assert "the gateway exited (1) before listening" in out
+    assert "OpenAI-compatible API at" not in out  # no banner naming an address nobody serves
+    assert "Traceback" not in out, out[-3000:]
 
 
 def gateway_identities(state: Path) -> Path:

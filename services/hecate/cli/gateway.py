@@ -25,6 +25,7 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
             tenant_identities=args.tenant_identities,
             page_auth=args.page_auth,
             max_page_streams=args.max_page_streams,
+            url_file=args.url_file,
         )
     except ValueError as exc:
         print(f"hecate gateway: {exc}", file=sys.stderr)
@@ -96,6 +97,13 @@ def add_parsers(sub: Any) -> None:
         type=int,
         default=64,
         help="swarm page event streams open at once; one more is refused 429 (default 64)",
+    )
+    gw.add_argument(
+        "--url-file",
+        default="",
+        metavar="PATH",
+        help="write the URL it listens on to PATH once listening (port 0's choice "
+        "included), and remove it on stopping",
     )
     gw.set_defaults(run=_cmd_gateway)
 

@@ -39,6 +39,7 @@ from hecate.cli.natsconfig import add_tenant_option, tenants
 from hecate.core.errors import HecateError
 from hecate.launch import (
     GATEWAY_KEYS,
+    GATEWAY_URL,
     GENERATIVE,
     ProcessSpec,
     Supervisor,
@@ -112,6 +113,7 @@ class Startup:
     bus: SecureBus | None = None
     url: str = ""
     key_path: Path | None = None
+    gateway_url: str = ""
 
 
 async def start(args: argparse.Namespace, run: Startup) -> None:
@@ -157,6 +159,7 @@ async def start(args: argparse.Namespace, run: Startup) -> None:
     if args.gateway != "off":
         gateway_address(args.gateway)  # a bad address fails before anything starts
         run.key_path = gateway_key(state, bus.tenants[0] if bus and bus.tenants else "default")
+        (state / GATEWAY_URL).unlink(missing_ok=True)  # a previous run's
     run.step = "starting the services"
     identities = str(bus.tenant_identities) if bus else ""
     specs = plan_commands(args, url, identities=identities)
@@ -166,6 +169,21 @@ async def start(args: argparse.Namespace, run: Startup) -> None:
         creds = bus.service_credentials(spec.argv).to_env() if bus else {}
         run.supervisor.start(dataclasses.replace(spec, env=creds))
         await asyncio.sleep(0)  # a signal between two starts is seen before the next
+    if run.key_path is not None:
+        run.step = "waiting for the gateway to listen"
+        run.gateway_url = await gateway_listening(run.supervisor, state / GATEWAY_URL)
+
+
+async def gateway_listening(supervisor: Supervisor, url_file: Path) -> str:
+    """The URL the gateway listens on, once it does (port 0's choice included: the
+    banner names the real one); a gateway that exits first (its port taken, say) fails
+    the start, as a server that cannot start does, its own lines above saying why."""
+    while not url_file.exists():
+        code = supervisor.procs["gateway"].poll()
+        if code is not None:
+            raise HecateError(f"the gateway exited ({code}) before listening; see its lines above")
+        await asyncio.sleep(0.05)
+    return url_file.read_text().strip()
 
 
 async def up(args: argparse.Namespace) -> int:
@@ -252,8 +270,7 @@ def _banner(args: argparse.Namespace, run: Startup) -> None:
             flush=True,
         )
     if key_path is not None:
-        host, port = gateway_address(args.gateway)
-        base = f"http://{host}:{port}"
+        base = run.gateway_url
         print(
             f"hecate up: OpenAI-compatible API at {base}/v1 (API key in {key_path}); "
             f"the live swarm page at {base}/\n"
@@ -293,7 +310,8 @@ def add_parser(sub: Any) -> None:
         "--gateway",
         default="127.0.0.1:8000",
         metavar="HOST:PORT",
-        help="where the OpenAI-compatible gateway and the swarm page listen, or off",
+        help="where the OpenAI-compatible gateway and the swarm page listen (port 0: any "
+        "free one, written to <state>/gateway.url), or off",
     )
     p.add_argument("--for-seconds", type=float, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=_cmd_up)

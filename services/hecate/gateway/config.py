@@ -32,6 +32,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Live event streams of the swarm page open at once; one more is refused (429): each
     # holds a task and a socket for as long as its client stays.
     max_page_streams: int = 64
+    # A file the gateway writes its URL into once it listens (and removes when it
+    # stops), for whoever started it on port 0: "" writes none.
+    url_file: str = ""
 
     def __post_init__(self) -> None:
         if not self.host:

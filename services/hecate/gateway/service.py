@@ -87,6 +87,9 @@ class GatewayService:
         # Server.serve() would take over SIGTERM/SIGINT and raise them again on exit;
         # this process handles its own signals (stop), so it runs the inner loop.
         serving = asyncio.create_task(server._serve(sockets=[sock]))
+        url_file = Path(self.config.url_file) if self.config.url_file else None
+        if url_file is not None:
+            write_url(url_file, f"http://{host}:{port}")
         event(
             self.log,
             "listening",
@@ -99,6 +102,8 @@ class GatewayService:
         try:
             await asyncio.wait({stopping, serving}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if url_file is not None:
+                url_file.unlink(missing_ok=True)
             stopping.cancel()
             server.should_exit = True
             await asyncio.gather(serving, return_exceptions=True)
@@ -121,6 +126,15 @@ class GatewayService:
             except Exception:
                 self.log.exception("swarm watch failed; following again in 1 s")
             await asyncio.sleep(1.0)
+
+
+def write_url(path: Path, url: str) -> None:
+    """``url`` and a newline into ``path``, whole or not at all: a reader polling for
+    the file never sees half an address."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(url + "\n")
+    partial.replace(path)
 
 
 #: Connections the kernel holds for the server before it accepts them (uvicorn's own).

@@ -5,6 +5,7 @@ runs them (:mod:`.supervisor`), whose children do not outlive it (:mod:`.orphans
 from hecate.launch.commands import (
     BLAS_THREAD_TIMEOUT,
     GATEWAY_KEYS,
+    GATEWAY_URL,
     GENERATIVE,
     gateway_address,
     node_argv,
@@ -17,6 +18,7 @@ from hecate.launch.supervisor import ProcessSpec, Supervisor, hecate_command, te
 __all__ = [
     "BLAS_THREAD_TIMEOUT",
     "GATEWAY_KEYS",
+    "GATEWAY_URL",
     "GENERATIVE",
     "ProcessSpec",
     "Supervisor",

@@ -64,6 +64,7 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
         host, port = gateway_address(args.gateway)
         keys = str(Path(args.state) / GATEWAY_KEYS)
         gateway = ["gateway", *common, "--host", host, "--port", str(port), "--keys", keys]
+        gateway += ["--url-file", str(Path(args.state) / GATEWAY_URL)]
         if identities:
             gateway += ["--tenant-identities", identities]
         cmds.append(("gateway", gateway))
@@ -71,6 +72,7 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
 
 
 GATEWAY_KEYS = "gateway-keys.json"  # hashes only
+GATEWAY_URL = "gateway.url"  # where the gateway listens, written once it does
 
 
 def gateway_address(spec: str) -> tuple[str, int]:
