@@ -8,7 +8,6 @@ import asyncio
 import math
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,11 +22,11 @@ from ..integration.conftest import infer_when_up
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-async def many_users(port: int, state: Path, users: int) -> list[tuple[str, float] | str]:
+async def many_users(base: str, state: Path, users: int) -> list[tuple[str, float] | str]:
     """``users`` streaming chat completions at once through the gateway: each one's text
     and time to its first token, or what it failed with."""
     client = openai.AsyncOpenAI(
-        base_url=f"http://127.0.0.1:{port}/v1",
+        base_url=f"{base}/v1",
         api_key=(state / "gateway.key").read_text().strip(),
         max_retries=5,
         timeout=120,
@@ -59,9 +58,6 @@ async def many_users(port: int, state: Path, users: int) -> list[tuple[str, floa
 def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
     pull("smollm2-135m", progress=lambda _line: None)
     state = tmp_path / "state"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     up = subprocess.Popen(
         [
             *hecate_command(),
@@ -71,7 +67,7 @@ def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
             "--state",
             str(state),
             "--gateway",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",  # any free port, written to gateway.url once listening
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -92,8 +88,9 @@ def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.startswith(" Paris"), answer.stdout
         # The official client, pointed where `hecate up` said, with the key it made.
+        base = (state / "gateway.url").read_text().strip()
         client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1",
+            base_url=f"{base}/v1",
             api_key=(state / "gateway.key").read_text().strip(),
             timeout=60,
         )
@@ -106,7 +103,7 @@ def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
         # sends them (its own retries on): every one is answered, the line waits as long
         # as the generations ahead of it take, and nobody is told to come back later.
         for users in (16, 32):
-            outcomes = asyncio.run(many_users(port, state, users))
+            outcomes = asyncio.run(many_users(base, state, users))
             answered = [o for o in outcomes if not isinstance(o, str)]
             assert len(answered) == users, [o for o in outcomes if isinstance(o, str)]
             assert all(text for text, _first in answered), answered
@@ -116,4 +113,4 @@ def test_hecate_up_serves_smollm2_across_stages(tmp_path: Path) -> None:
     assert up.returncode == 0, out[-2000:]
     assert "Traceback" not in out, out[-3000:]
     assert "smollm2-135m: already in" in out  # pulled (here: found) before the nodes start
-    assert re.search(rf"OpenAI-compatible API at http://127.0.0.1:{port}/v1 \(API key in ", out)
+    assert re.search(rf"OpenAI-compatible API at {re.escape(base)}/v1 \(API key in ", out)
