@@ -9,6 +9,9 @@ range split in three, or a batch of sessions, changing no token at all.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+
 import numpy as np
 import pytest
 
@@ -128,3 +131,35 @@ def test_a_batch_of_sessions_gives_each_its_own_tokens(whole: OnnxStage) -> None
     for s in [gap, *slots]:
         whole.free(s)
     assert got == alone
+
+
+def resident_bytes(array: np.ndarray) -> int:
+    """How many bytes of ``array``'s pages the kernel backs (``mincore``)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    page = mmap.PAGESIZE
+    start = array.ctypes.data - array.ctypes.data % page
+    length = array.ctypes.data + array.nbytes - start
+    vec = (ctypes.c_ubyte * (-(-length // page)))()
+    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(length), vec) == 0
+    return sum(v & 1 for v in vec) * page
+
+
+def test_a_session_s_cache_costs_the_positions_it_holds_and_is_given_back() -> None:
+    path = model_path("smollm2-135m")
+    stage = OnnxStage(path, 0, 2, threads=2, slots=4)  # the model's whole 8,192 positions
+    config = stage.config
+    held = [stage.new_cache() for _ in range(2)]
+    for slot in held:
+        stage.forward_batch([stage.embed(ids("The capital of France is") * 4)], [slot])
+    positions = held[0].length
+    # What the positions take, a page per head's rows at most over: never the slot's
+    # whole capacity (with 2 MiB pages each head's first row cost 2 MiB).
+    per_head = -(-positions * config.head_dim * 4 // mmap.PAGESIZE) * mmap.PAGESIZE
+    bound = 2 * stage.blocks * config.kv_heads * (per_head + mmap.PAGESIZE)
+    capacity_cost = 2 * stage.blocks * config.kv_heads * stage.capacity * config.head_dim * 4
+    for slot in held:
+        used = sum(resident_bytes(pool[slot.index]) for pool in (*stage._k, *stage._v))
+        assert 0 < used <= bound < capacity_cost / 100, (used, bound)
+    stage.free(held[0])
+    assert sum(resident_bytes(pool[held[0].index]) for pool in (*stage._k, *stage._v)) == 0
+    assert sum(resident_bytes(pool[held[1].index]) for pool in (*stage._k, *stage._v)) > 0
