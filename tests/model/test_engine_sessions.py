@@ -54,3 +54,40 @@ def test_closing_a_session_gives_its_place_back(stage: OnnxStage) -> None:
     sessions.close("a")
     sessions.step("c", 0, tokens=[1])
     assert set(sessions.caches) == {"b", "c"}
+
+
+def test_a_replay_s_sampled_tokens_run_as_the_decode_steps_they_were(tmp_path: Path) -> None:
+    """A session that ran a prompt, then decode steps beside another session's, and a
+    new session fed the same positions as the prompt and a one-by-one step: the same
+    numbers, bit for bit, on the first stage and on a later one (hidden rows in). Fed as
+    one prefill instead, they differ: the reason for one_by_one."""
+    path = write(tmp_path / "m.gguf", Q.Q4_0)
+    first = Sessions(OnnxStage(path, 0, 2, threads=1, slots=4, capacity=64))
+    last = Sessions(OnnxStage(path, 2, 3, threads=1, slots=4, capacity=64))
+    prompt, sampled = [3, 1, 4, 1, 5], [9, 2, 6, 5]
+    hidden = [first.step("a", 0, tokens=prompt)]
+    logits = [last.step("a", 0, hidden=hidden[0].astype("<f4").tobytes())]
+    first.step("other", 0, tokens=[7, 7])
+    for k, token in enumerate(sampled):
+        position = len(prompt) + k
+        h, _ = first.step_batch(
+            [Step("a", position, tokens=[token]), Step("other", 2 + k, tokens=[8])]
+        )
+        assert isinstance(h, np.ndarray)
+        hidden.append(h)
+        logits.append(last.step("a", position, hidden=h.astype("<f4").tobytes()))
+    # The replay: the prompt as it ran, then the sampled tokens one at a time.
+    h0 = first.step("b", 0, tokens=prompt)
+    (h1,) = first.step_batch([Step("b", len(prompt), tokens=sampled, one_by_one=True)])
+    assert isinstance(h1, np.ndarray)
+    np.testing.assert_array_equal(np.concatenate([h0, h1]), np.concatenate(hidden))
+    last.step("b", 0, hidden=h0.astype("<f4").tobytes())
+    (out,) = last.step_batch(
+        [Step("b", len(prompt), hidden=h1.astype("<f4").tobytes(), one_by_one=True)]
+    )
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, logits[-1])  # the last stage: the last position's
+    # As one prefill, the same positions give other numbers.
+    (whole,) = first.step_batch([Step("c", 0, tokens=prompt + sampled)])
+    assert isinstance(whole, np.ndarray)
+    assert not np.array_equal(whole, np.concatenate(hidden))

@@ -14,6 +14,7 @@ from hecate.core import Route, Stage
 from hecate.executors import DECLARED_KINDS, EXECUTORS, declared_kind, kind_of
 from hecate.routing.generation import Generation
 from hecate.routing.stages import Dispatch, stage_request
+from hecate.services.node_chain import next_stage
 from hecate.services.upstream import UpstreamModel
 from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
 from hecate.wire.stages import (
@@ -134,3 +135,17 @@ def test_a_stage_carries_what_its_kind_takes_and_the_prompt_only_first(
         assert (sent.session, sent.position, sent.temperature) == ("r1.1", 2, 0.3)
     else:
         assert sent.prompt == "hi"
+
+
+def test_a_replay_says_where_its_sampled_tokens_begin_down_the_whole_chain() -> None:
+    gen = Generation(prompt_tokens=[5, 6, 7], generated=[8, 9])
+    request = InferRequest(prompt="hi", max_tokens=5)
+    d = Dispatch(ROUTE, 0, 1, 8, 3)
+    assert stage_request("steps", d, request, "r1", b"", "s", gen).sampled_from is None  # type: ignore[union-attr]
+    gen.replay()
+    sent = stage_request("steps", d, request, "r1", b"", "s", gen)
+    assert isinstance(sent, StepStage)
+    assert (sent.tokens, sent.position, sent.sampled_from) == ([5, 6, 7, 8, 9], 0, 3)
+    onward = next_stage(sent, ActivationReply(activation=b"\0" * 8, positions=2))
+    assert isinstance(onward, StepStage)
+    assert onward.sampled_from == 3  # a later stage runs the sampled positions as steps too

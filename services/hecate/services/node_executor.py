@@ -266,6 +266,7 @@ def _step_input(req: StepStage) -> StepInput:
         temperature=req.temperature,
         top_p=req.top_p,
         seed=req.seed,
+        sampled_from=req.sampled_from,
     )
 
 

@@ -213,8 +213,17 @@ class LlmExecutor:
                 # step itself: a batch then knows a short prompt is a few rows, and takes
                 # several new prompts at once instead of one per batch.
                 tokens = self._prompt_ids(step)
-            return min(len(tokens), self.chunk(hidden))
+            return len(self._chunk_of(step, tokens, hidden))
         return len(step.activation) // (4 * hidden)
+
+    def _chunk_of(self, req: StepInput, tokens: Sequence[int], hidden: int) -> list[int]:
+        """The tokens the first stage runs of ``tokens`` this step: a chunk, ended where
+        a replay's sampled tokens begin (the prompt's last chunk then is the one it
+        first ran)."""
+        size = self.chunk(hidden)
+        if req.sampled_from is not None and req.position < req.sampled_from:
+            size = min(size, req.sampled_from - req.position)
+        return list(tokens[:size])
 
     def _prompt_ids(self, req: StepInput) -> list[int]:
         text = req.prompt
@@ -300,10 +309,11 @@ class LlmExecutor:
         The first stage takes the next chunk of the tokens; a later stage the rows it is
         sent."""
         config = stage.config
+        sampled = req.sampled_from is not None and req.position >= req.sampled_from
         if not stage.first:
             rows = len(req.activation) // (4 * config.hidden)
             check_context(config, req, rows)
-            return Step(req.session, req.position, hidden=req.activation), None
+            return Step(req.session, req.position, hidden=req.activation, one_by_one=sampled), None
         prompt_tokens = None
         tokens = req.tokens
         if tokens is None:
@@ -311,8 +321,8 @@ class LlmExecutor:
         if not tokens:
             raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
         check_context(config, req, len(tokens))
-        chunk = list(tokens[: self.chunk(config.hidden)])
-        return Step(req.session, req.position, tokens=chunk), prompt_tokens
+        chunk = self._chunk_of(req, tokens, config.hidden)
+        return Step(req.session, req.position, tokens=chunk, one_by_one=sampled), prompt_tokens
 
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:

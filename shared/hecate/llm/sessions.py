@@ -77,12 +77,27 @@ def default_max_bytes(stage: Stage) -> int:
 
 @dataclass(frozen=True)
 class Step:
-    """The next positions of one session: token ids (first stage) or hidden bytes."""
+    """The next positions of one session: token ids (first stage) or hidden bytes.
+    ``one_by_one``: run them a position at a time, each as a decode step (a replay's
+    sampled tokens, computed as they were when sampled)."""
 
     session: str
     position: int
     tokens: list[int] | None = None
     hidden: bytes = b""
+    one_by_one: bool = False
+
+    def positions(self, width: int) -> list[Step]:
+        """This step as one step a position (``width``: the hidden rows' width)."""
+        if self.tokens is not None:
+            return [
+                Step(self.session, self.position + k, tokens=[t]) for k, t in enumerate(self.tokens)
+            ]
+        row = 4 * width
+        return [
+            Step(self.session, self.position + k, hidden=self.hidden[k * row : (k + 1) * row])
+            for k in range(len(self.hidden) // row)
+        ]
 
 
 class Sessions:
@@ -120,19 +135,43 @@ class Sessions:
         """Run the next positions of several sessions in one forward pass per round;
         returns, per step and in order, this stage's output hidden or why that step was
         refused. A session named twice runs its steps in order, one round each (its
-        second step expects the positions its first adds)."""
-        results: list[Array | ExecutorError | None] = [None] * len(steps)
-        todo = list(range(len(steps)))
+        second step expects the positions its first adds). A ``one_by_one`` step runs
+        as that many steps of one position, in rounds beside the others' steps; its
+        output is their rows (on the last stage, the last position's)."""
+        width = self.stage.config.hidden
+        parts: list[tuple[int, Step]] = []  # (the step it is part of, what runs)
+        for i, step in enumerate(steps):
+            if step.one_by_one:
+                parts.extend((i, one) for one in step.positions(width))
+            else:
+                parts.append((i, step))
+        results: list[Array | ExecutorError | None] = [None] * len(parts)
+        todo = list(range(len(parts)))
         while todo:
             seen: set[str] = set()
             now: list[int] = []
             later: list[int] = []
-            for i in todo:
-                (later if steps[i].session in seen else now).append(i)
-                seen.add(steps[i].session)
-            self._round([(i, steps[i]) for i in now], results)
+            for j in todo:
+                (later if parts[j][1].session in seen else now).append(j)
+                seen.add(parts[j][1].session)
+            self._round([(j, parts[j][1]) for j in now], results)
             todo = later
-        return [r if r is not None else ExecutorError("internal", "step not run") for r in results]
+        merged: list[list[Array | ExecutorError | None]] = [[] for _ in steps]
+        for (i, _), result in zip(parts, results, strict=True):
+            merged[i].append(result)
+        return [self._merge(outs) for outs in merged]
+
+    def _merge(self, outs: list[Array | ExecutorError | None]) -> Array | ExecutorError:
+        """One step's output from its parts': the first refusal, or the rows."""
+        for out in outs:
+            if out is None:
+                return ExecutorError("internal", "step not run")
+            if isinstance(out, ExecutorError):
+                return out
+        rows = [out for out in outs if not isinstance(out, ExecutorError) and out is not None]
+        if len(rows) == 1 or self.stage.last:
+            return rows[-1]  # the last stage answers for the last position only
+        return np.concatenate(rows)
 
     def _round(
         self, steps: list[tuple[int, Step]], results: list[Array | ExecutorError | None]

@@ -182,6 +182,8 @@ class StepInput(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    # Positions from this one on hold sampled tokens (a replay): run one at a time.
+    sampled_from: int | None = None
 
 
 class StepOutput(msgspec.Struct, frozen=True, kw_only=True):

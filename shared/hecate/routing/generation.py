@@ -4,7 +4,9 @@ is fed each step, what came back, stop strings, and how a replay starts over. Pu
 The router sends a generative model one step at a time: the prompt (or a chunk of a
 long one) first, then each sampled token. Its nodes keep per-session caches, so a
 rescue route starts empty: a *replay* feeds it the prompt and every token so far in
-one prefill, and the stream carries on where it was.
+one message, and the stream carries on where it was. The stages run the prompt as it
+first ran and the sampled tokens one position at a time, as decode steps, so that the
+rescue route's numbers (and so its greedy tokens) are the first route's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class Generation:
     generated: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     replays: int = 0
+    # On a replay, where the tokens it re-feeds that were sampled begin (the prompt's
+    # length): the stages run those one position at a time, as they first ran.
+    sampled_from: int | None = None
     finish_reason: Literal["stop", "length"] | None = None
     eos: bool = False  # the model's end token is the last of ``generated``
 
@@ -76,8 +81,10 @@ class Generation:
         return Step("next", steps, streamed)
 
     def replay(self) -> None:
-        """Start over on an empty route: the prompt and every token so far, at once."""
+        """Start over on an empty route: the prompt and every token so far, in one go,
+        the sampled tokens marked as such (``sampled_from``)."""
         assert self.prompt_tokens is not None
         self.replays += 1
         self.position = 0
         self.step_tokens = self.prompt_tokens + self.generated
+        self.sampled_from = len(self.prompt_tokens)

@@ -69,6 +69,7 @@ def stage_request(
             temperature=request.temperature,
             top_p=request.top_p,
             seed=request.seed,
+            sampled_from=gen.sampled_from,
         )
     if kind == "whole":
         return WholeStage(

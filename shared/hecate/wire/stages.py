@@ -98,6 +98,11 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # Down a chain: the first stage's tokenization of the prompt, so that the last
     # stage's reply carries it back to the router (which needs it to replay).
     prompt_tokens: list[int] | None = None
+    # On a replay: positions from this one on hold tokens the generation sampled. Each
+    # stage runs them one position at a time, as they ran when they were sampled, and
+    # the first stage ends a chunk there: the rescue route computes exactly what the
+    # first one did (a prefill's numbers differ from a decode step's).
+    sampled_from: int | None = None
 
 
 class WholeStage(StageHeader, frozen=True, kw_only=True, tag="whole"):
