@@ -460,7 +460,8 @@ class Lifecycle:
         self.session = f"{self.flight_id}.{self.attempts}"
         if self.gen.started:
             # Generation: the rescue route's caches are empty; replay the prompt and every
-            # token so far in one prefill, then carry on where the stream was.
+            # token so far (the sampled ones as decode steps), then carry on where the
+            # stream was.
             self.counters["replays"] += 1
             self.gen.replay()
             self.acts = {0: b""}
