@@ -19,7 +19,7 @@ from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.onnx_stage import OnnxStage
 from hecate.llm.store import model_path
-from hecate.llm.tokenizer import load_tokenizer
+from hecate.llm.tokenizer import chat_prompt, load_tokenizer
 
 PROMPTS = [
     "The capital of France is",
@@ -98,10 +98,21 @@ def greedy(stages: list[OnnxStage], tokens: list[int], n: int) -> list[int]:
     return out
 
 
-def test_three_stages_give_the_whole_range_s_tokens(whole: OnnxStage) -> None:
+def test_three_stages_give_the_whole_range_s_numbers(whole: OnnxStage) -> None:
+    """Cut in three, the range computes its very logits, bit for bit (and so its
+    tokens): a chat prompt once turned " The" into "L" across the cut."""
     path = model_path("smollm2-135m")
     thirds = [OnnxStage(path, a, a + 10, threads=2, slots=4, capacity=512) for a in (0, 10, 20)]
-    for prompt in PROMPTS:
+    chat = chat_prompt([("user", "What is the capital of France?")])
+    for prompt in [*PROMPTS, chat]:
+        x = thirds[0].embed(ids(prompt))
+        for stage in thirds:
+            slot = stage.new_cache()
+            x = stage.forward_batch([x], [slot])[0]
+            stage.free(slot)
+        slot = whole.new_cache()
+        np.testing.assert_array_equal(x, whole.forward_batch([whole.embed(ids(prompt))], [slot])[0])
+        whole.free(slot)
         assert greedy(thirds, ids(prompt), TOKENS) == greedy([whole], ids(prompt), TOKENS)
 
 

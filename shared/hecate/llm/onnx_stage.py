@@ -245,9 +245,25 @@ class OnnxStage:
                     )
                 )
             norm = g.const(f"{b}.attn_norm", vector(f"{b}.attn_norm"))
-            if not pending:
+            if not pending and i == 0:
                 h = g.op("SimplifiedLayerNormalization", [x, norm], epsilon=c.eps, axis=-1)[0]
                 resid = x
+            elif not pending:
+                # A later stage's first block: the incoming hidden state is the sum the
+                # whole model's SkipSimplifiedLayerNormalization would have made here.
+                # The same kernel normalises it (x + 0 is x), so a range cut in stages
+                # computes the very numbers of the range in one piece: another norm
+                # kernel differs in the last bits, which int8 activations can turn into
+                # another token at a near-tie.
+                zero = g.const(f"{b}.zero", np.zeros((), np.float32))
+                nothing = g.op("Mul", [x, zero])[0]
+                h, _, _, resid = g.op(
+                    "SkipSimplifiedLayerNormalization",
+                    [x, nothing, norm],
+                    4,
+                    domain=MS,
+                    epsilon=c.eps,
+                )
             else:
                 h, _, _, resid = g.op(
                     "SkipSimplifiedLayerNormalization",
