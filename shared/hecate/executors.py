@@ -2,9 +2,10 @@
 
 It sits above both executor families so neither imports the other: the layer networks
 in :mod:`hecate.model` (``toy``, ``null``) and the real model in :mod:`hecate.llm`
-(``smollm2``) each import only the shared types of :mod:`hecate.model.executor`, and
-this module imports them all. Factories import their executor when called, so naming
-``toy`` never loads the real model's code.
+(``smollm2`` on the engine, ``smollm2-numpy`` its float32 reference) each import only
+the shared types of :mod:`hecate.model.executor`, and this module imports them all.
+Factories import their executor when called, so naming ``toy`` never loads the real
+model's code.
 
 A package adds an executor by declaring an entry point in the ``hecate.executors``
 group whose object is a factory taking no arguments (a class will do)::
@@ -42,22 +43,22 @@ def _null() -> Executor:
 def _smollm2() -> Executor:
     from hecate.llm.executor import LlmExecutor
 
-    return LlmExecutor()
+    return LlmExecutor()  # the engine: ONNX Runtime on the GGUF's own blocks
+
+
+def _smollm2_numpy() -> Executor:
+    from hecate.llm.executor import LlmExecutor
+
+    return LlmExecutor(engine="numpy")  # the reference: float32 weights, numpy
 
 
 #: The built-ins: name -> factory. Factories take no arguments so a node config needs
 #: only a name.
-def _smollm2_onnx() -> Executor:
-    from hecate.llm.executor import LlmExecutor
-
-    return LlmExecutor(engine="onnx")
-
-
 EXECUTORS: dict[str, Callable[[], Executor]] = {
     "toy": _toy,
     "null": _null,
     "smollm2": _smollm2,
-    "smollm2-onnx": _smollm2_onnx,
+    "smollm2-numpy": _smollm2_numpy,
 }
 
 
@@ -68,7 +69,7 @@ DECLARED_KINDS: dict[str, ExecutorKind] = {
     "toy": "layers",
     "null": "layers",
     "smollm2": "steps",
-    "smollm2-onnx": "steps",
+    "smollm2-numpy": "steps",
     "upstream": "whole",
 }
 

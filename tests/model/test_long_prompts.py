@@ -11,12 +11,10 @@ import functools
 from pathlib import Path
 
 import msgspec
-import numpy as np
 from nats.aio.client import Client
 
 from hecate.bus.settle import settled
-from hecate.llm.gguf_model import load_stage
-from hecate.llm.llama import LlamaStage
+from hecate.llm.reference import greedy_text
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
@@ -44,24 +42,10 @@ def prompt(tokens: int) -> str:
 
 @functools.cache
 def reference(text: str) -> tuple[int, str]:
-    """The prompt's length in tokens and its greedy continuation in one process (the
-    prompt run 512 positions at a time: one prefill of 4,000 would hold a gigabyte of
-    attention scores)."""
+    """The prompt's length in tokens and its greedy continuation in one process, the
+    prompt run in the first stage's chunks as the swarm runs it."""
     path = pull(MODEL, progress=lambda _line: None)
-    stage = LlamaStage(load_stage(path, 0, 30))
-    tok = load_tokenizer(path)
-    ids = tok.encode(text).ids
-    cache = stage.new_cache()
-    for i in range(0, len(ids), 512):
-        hidden = stage.forward(stage.embed(ids[i : i + 512]), cache)
-    out = []
-    for _ in range(TOKENS):
-        token = int(np.argmax(stage.logits(hidden)))
-        if token == 2:
-            break
-        out.append(token)
-        hidden = stage.forward(stage.embed([token]), cache)
-    return len(ids), "".join(tok.decode([t]) for t in out)
+    return len(load_tokenizer(path).encode(text).ids), greedy_text(path, text, TOKENS)
 
 
 async def test_a_long_prompt_hop_by_hop_answers_the_single_process_text(
@@ -75,7 +59,6 @@ async def test_a_long_prompt_hop_by_hop_answers_the_single_process_text(
         tokens, expected = reference(text)
         assert abs(tokens - length) < 0.02 * length
         request = InferRequest(prompt=text, max_tokens=TOKENS)
-        # A 4,000-token prefill is tens of seconds of numpy on two busy cores.
         msg = await client.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=300)
         reply = msgspec.json.decode(msg.data, type=InferReply)
         assert reply.ok, (length, reply.error)

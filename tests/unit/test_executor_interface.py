@@ -23,7 +23,7 @@ from hecate.services.node import Node
 from hecate.services.node_config import NodeConfig
 from hecate.services.upstream import UpstreamModel
 
-KINDS = {"toy": "layers", "null": "layers", "smollm2": "steps", "smollm2-onnx": "steps"}
+KINDS = {"toy": "layers", "null": "layers", "smollm2": "steps", "smollm2-numpy": "steps"}
 
 
 def test_every_built_in_declares_the_kind_it_implements() -> None:
@@ -94,7 +94,7 @@ def test_an_entry_point_adds_an_executor(monkeypatch: pytest.MonkeyPatch) -> Non
     )
     assert registry.available()["echo-steps"] == f"{__name__}:Steps"
     assert kind_of(get_executor("echo-steps")) == "steps"
-    known = "echo-steps, null, smollm2, smollm2-onnx, toy"
+    known = "echo-steps, null, smollm2, smollm2-numpy, toy"
     with pytest.raises(ExecutorError, match=f"known executors: {known}"):
         get_executor("gpt-17")
 

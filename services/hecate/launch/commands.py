@@ -18,7 +18,7 @@ from hecate.sim.topology import NodeEntry, parse_topology
 # Executors whose last stage samples tokens: their routers chain the stages (each step's
 # hidden state goes node to node; a replay restarts from the prompt anyway), and the
 # model file they load is pulled once, before any node starts.
-GENERATIVE = {"smollm2": "smollm2-135m", "smollm2-onnx": "smollm2-135m"}
+GENERATIVE = {"smollm2": "smollm2-135m", "smollm2-numpy": "smollm2-135m"}
 
 
 def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -> list[ProcessSpec]:

@@ -94,17 +94,17 @@ class LlmExecutor:
         path: Path | None = None,
         *,
         prefill_chunk: int = PREFILL_CHUNK,
-        engine: Engine = "numpy",
+        engine: Engine = "onnx",
         threads: int | None = None,
     ) -> None:
-        """``engine``: what runs each range, the numpy model (float32 weights, the
-        reference) or ONNX Runtime on the GGUF's own blocks (:mod:`hecate.llm.onnx_stage`),
-        on ``threads`` threads (default: every core)."""
+        """``engine``: what runs each range, ONNX Runtime on the GGUF's own blocks
+        (:mod:`hecate.llm.onnx_stage`, on ``threads`` threads, default every core), or
+        the numpy model (float32 weights, the reference the engine is tested against)."""
         self.model = model
         self.path = path
         self.engine: Engine = engine
         self.threads = threads
-        if engine != "numpy":
+        if engine != "onnx":
             self.name = f"smollm2-{engine}"
         self.prefill_chunk = prefill_chunk
         self.max_payload: int | None = None  # the bus's, once the node has connected

@@ -1,7 +1,10 @@
 """Greedy generation in one process: the text the swarm must reproduce token for token
 (each token decoded on its own and joined, as the router streams them; it stops at the
 end-of-turn token). ``engine`` names what runs the model, as a node's executor does:
-the numpy model, or ONNX Runtime on the file's own blocks, whose text is its own."""
+ONNX Runtime on the file's own blocks (the nodes' default), or the numpy model, whose
+text is its own. The prompt runs in the chunks a node's first stage runs it in
+(``chunk``), then a decode step a token: on the engine the numbers depend on how the
+positions were grouped, so the reference groups them as the swarm does."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hecate.llm.executor import PREFILL_CHUNK
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.sessions import Stage
@@ -17,7 +21,7 @@ from hecate.llm.tokenizer import load_tokenizer
 EOS = 2  # <|im_end|>
 
 
-def whole_model(path: Path, engine: str = "numpy") -> Stage:
+def whole_model(path: Path, engine: str = "onnx") -> Stage:
     layers = model_config(path).layers
     if engine == "onnx":
         from hecate.llm.onnx_stage import OnnxStage
@@ -26,11 +30,20 @@ def whole_model(path: Path, engine: str = "numpy") -> Stage:
     return LlamaStage(load_stage(path, 0, layers))
 
 
-def greedy_text(path: Path, prompt: str, max_tokens: int, engine: str = "numpy") -> str:
+def greedy_text(
+    path: Path,
+    prompt: str,
+    max_tokens: int,
+    engine: str = "onnx",
+    chunk: int = PREFILL_CHUNK,
+) -> str:
     stage = whole_model(path, engine)
     tok = load_tokenizer(path)
     cache = stage.new_cache()
-    x = stage.embed(tok.encode(prompt).ids)
+    ids = tok.encode(prompt).ids
+    for start in range(0, len(ids) - chunk, chunk):  # every chunk but the last
+        stage.forward_batch([stage.embed(ids[start : start + chunk])], [cache])
+    x = stage.embed(ids[(len(ids) - 1) // chunk * chunk :])
     out: list[str] = []
     try:
         for _ in range(max_tokens):
