@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hecate.routing.reconnect import ReconnectWindow
@@ -79,6 +79,14 @@ def test_a_node_heard_since_is_forgiven_at_most_the_floor_after(
 
 
 @given(events=st.lists(seen, max_size=30), node=st.sampled_from(NODES))
+@example(  # a reconnect at the instant of the previous one forgets what came between
+    events=[
+        Seen("reconnect", "a", 0.0, frozenset()),
+        Seen("heard", "a", 0.0, frozenset()),
+        Seen("reconnect", "a", 0.0, frozenset()),
+    ],
+    node="a",
+)
 def test_a_node_not_back_is_forgiven_until_the_cap_while_others_are_missing_too(
     events: list[Seen], node: str
 ) -> None:

@@ -53,8 +53,10 @@ class ReconnectWindow:
 
     def reconnected(self, now: float, expected: Iterable[str]) -> None:
         """The router's connection came back at ``now``; ``expected`` are the nodes
-        that were alive before. Everything heard before is forgotten."""
-        if now <= self.at:
+        that were alive before. Everything heard before is forgotten, also at the
+        instant of the previous reconnect (what came between the two is older than this
+        one); only an older reconnect, arriving late, changes nothing."""
+        if now < self.at:
             return
         self.at = now
         self.expected = frozenset(expected)
