@@ -97,8 +97,8 @@ def test_without_llama_cpp_the_reference_is_skipped_with_its_reason_and_no_verdi
     section = _section(doc, "SmolLM2-135M")
     assert f"| llama.cpp, 2 threads | skipped: {why} |" in section
     assert "llama.cpp reference: skipped (llama-cpp-python not installed" in section
-    assert "single process ≥ 0.35× llama.cpp**: not measured" in section
-    assert f"| single process ≥ 0.35× llama.cpp | {why} | not measured |" in _section(
+    assert "single process ≥ 1.0× llama.cpp**: not measured" in section
+    assert f"| single process ≥ 1.0× llama.cpp | {why} | not measured |" in _section(
         doc, "Headline"
     )
 
@@ -118,7 +118,7 @@ def test_the_llama_cpp_version_build_and_rounds_are_printed() -> None:
     assert "built with SSE3, AVX, AVX2, OPENMP)" in section
     assert "| single process ÷ llama.cpp, median round (range) | 0.300 (0.290–0.310) |" in (section)
     assert (
-        "single process ≥ 0.35× llama.cpp**: **not met** (0.300× (median of 3; "
+        "single process ≥ 1.0× llama.cpp**: **not met** (0.300× (median of 3; "
         "0.290–0.310 holds it at 75%))"
     ) in section
 

@@ -85,7 +85,7 @@ def test_figures_and_verdicts_come_from_the_results() -> None:
         "| 3 stages ≥ 0.8× single process (tokens/s) | 0.838× (median of 3; 0.788–0.883 "
         "holds it at 75%) | undecided |"
     ) in headline
-    assert "| single process ≥ 0.35× llama.cpp | llama-cpp-python not installed |" in headline
+    assert "| single process ≥ 1.0× llama.cpp | llama-cpp-python not installed |" in headline
 
 
 def test_the_held_herd_verdict_is_judged_on_the_simulated_figure() -> None:

@@ -21,12 +21,16 @@ from hecate.llm.tokenizer import load_tokenizer
 EOS = 2  # <|im_end|>
 
 
-def whole_model(path: Path, engine: str = "onnx") -> Stage:
+def whole_model(
+    path: Path, engine: str = "onnx", *, threads: int | None = 1, spin: bool = False
+) -> Stage:
+    """The whole model in one stage; on the engine, on ``threads`` threads (None: every
+    core), ``spin`` letting them spin between runs (see :class:`OnnxStage`)."""
     layers = model_config(path).layers
     if engine == "onnx":
         from hecate.llm.onnx_stage import OnnxStage
 
-        return OnnxStage(path, 0, layers, threads=1, slots=1)
+        return OnnxStage(path, 0, layers, threads=threads, slots=1, spin=spin)
     return LlamaStage(load_stage(path, 0, layers))
 
 

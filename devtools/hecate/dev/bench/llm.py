@@ -2,18 +2,17 @@
 
 One run measures, greedy, the same prompt and token count:
 
-* ``single``: the numpy model in this process (no bus), BLAS threads as configured
-  (by default every core, threads spinning between calls: its best case);
-* ``single_1_thread``: the same in a process with BLAS pinned to one thread;
+* ``single``: the nodes' engine (ONNX Runtime on the GGUF's own blocks) on the whole
+  model in this process (no bus), every core, threads spinning between runs: its best
+  case, as llama.cpp's;
+* ``single_1_thread``: the same on one thread, in a fresh process;
 * ``stages_1`` / ``stages_2`` / ``stages_3``: one router (``--dispatch chain``) and 1-3
-  node processes (``--executor smollm2``) on an embedded nats-server, the plan written
-  to KV directly. Nodes run ``blas_threads`` BLAS threads with the short spin
-  ``hecate up`` gives them (``OPENBLAS_THREAD_TIMEOUT=20``): threads that spin long
-  after a call starve the other stage processes sharing the cores. ``stages_3_hop``:
-  the router calls each stage; ``stages_3_1_thread``: one BLAS thread per node, to
-  compare with ``single_1_thread``. ``stage_steps_*``: one 10-block stage's step back
-  to back and after a 25 ms pause (the other stages' share of a token), per BLAS
-  setting: the wake-up each stage pays per token;
+  node processes (``--executor smollm2``, the engine) on an embedded nats-server, the
+  plan written to KV directly. Nodes run the engine on every core with threads that do
+  not spin between runs (stages share the cores). ``stages_3_hop``: the router calls
+  each stage. ``stage_steps_*``: one
+  10-block stage's step on the engine, at 1 and 2 threads, back to back and after a
+  25 ms pause (the other stages' share of a token): the wake-up each stage pays;
 * ``stages_3_secure``: ``stages_3`` on the bus as deployed: TLS, an account per tenant,
   every process its own user, the router taking the tenant from the account the server
   stamps (``--tenant-from bus``), the generation asked by a tenant from its own account.
@@ -51,7 +50,8 @@ Every timed generation is checked against the single-process greedy text
 (:func:`hecate.llm.reference.greedy_text`): a run whose text differs carries
 ``text_ok: false`` and is listed in ``failed_checks``, which fails the command after the
 result is saved: a fast wrong answer is not a figure. llama.cpp's text is only compared
-(``matches_numpy_text``): it multiplies with 8-bit activations, so near-ties may flip.
+(``matches_numpy_text``, against the engine's text since the engine became the nodes'
+default): its kernels differ from the engine's, so near-ties may flip.
 
 Time to first token (TTFT) includes the prompt's prefill; tokens/s counts the tokens
 after the first; ``gap_ms`` is the median time between two tokens.
@@ -86,7 +86,6 @@ from hecate.dev.bench.llm_single import (
 from hecate.dev.bench.llm_swarm import side_by_side, swarm
 from hecate.dev.bench.report.llm import judge_secure, median_ratio
 from hecate.dev.bench.results_llm import LlmResult
-from hecate.launch import BLAS_THREAD_TIMEOUT
 from hecate.llm.gguf_model import prepare
 from hecate.llm.reference import greedy_text
 from hecate.llm.store import pull
@@ -231,7 +230,7 @@ def run_llm_bench(
         if reference is not None:
             _settle()
             run = reference.run(tokens)
-            run["matches_numpy_text"] = run.pop("text") == expected
+            run["matches_numpy_text"] = run.pop("text") == expected  # the engine's text
             rnd["llama_cpp"] = run
         rnd["stages_3"] = swarm_run([three], blas_threads=blas_threads)
         per_round.append(rnd)
@@ -259,18 +258,8 @@ def run_llm_bench(
         "stages_1": swarm_run([[("s0", 0, 30)]], blas_threads=blas_threads),
         "stages_2": swarm_run([[("s0", 0, 15), ("s1", 15, 30)]], blas_threads=blas_threads),
         "stages_3_hop": swarm_run([three], dispatch="hop", blas_threads=blas_threads),
-        "stages_3_1_thread": swarm_run([three], blas_threads=1),
-        "stage_steps_1_thread": in_process("stage_steps(path)", {"OPENBLAS_NUM_THREADS": "1"}),
-        "stage_steps_2_threads_sleep_at_once": in_process(
-            "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "4"}
-        ),
-        "stage_steps_2_threads_short_spin": in_process(
-            "stage_steps(path)",
-            {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": BLAS_THREAD_TIMEOUT},
-        ),
-        "stage_steps_2_threads_default_spin": in_process(
-            "stage_steps(path)", {"OPENBLAS_NUM_THREADS": "2"}
-        ),
+        "stage_steps_1_thread": in_process("stage_steps(path, 1)", {}),
+        "stage_steps_2_threads": in_process("stage_steps(path, 2)", {}),
     }
     gap_s = result["stages_3"]["gap_ms"] / 1000
     # Killed as the token arrives, the victim is idle (the next step reaches it a few ms
@@ -292,9 +281,6 @@ def run_llm_bench(
         result["ratio_single_llama_cpp_rounds"] = ratios("single", "llama_cpp")
         result["ratio_single_llama_cpp"] = _median(result["ratio_single_llama_cpp_rounds"])
     result["ratio_3_stages"] = _median(stages_rounds)
-    result["ratio_3_stages_1_thread"] = round(
-        result["stages_3_1_thread"]["tokens_per_s"] / result["single_1_thread"]["tokens_per_s"], 3
-    )
     result["rounds"] = per_round
     result["failed_checks"] = failed_checks(result)
     result["meta"] = {**_meta(tokens, blas_threads, rounds), "text": expected}

@@ -16,7 +16,7 @@ A user is lost when its last send got no reply at all, and an error when the swa
 last word was an error reply (:func:`hecate.dev.chaos.acceptance.classify`). Each user has
 its own prompt (:data:`hecate.dev.bench.concurrency.PROMPTS`) and asks for the same number
 of tokens. The right text for each prompt is computed once, before the swarm starts,
-in this process with the numpy model (:func:`hecate.llm.reference.greedy_text`, one
+in this process on the engine (:func:`hecate.llm.reference.greedy_text`, one
 request at a time by construction); an answer whose text as replied or as streamed
 differs is counted wrong. Levels run in every round, their order rotated each round;
 the figures are :mod:`hecate.dev.bench.concurrency`'s.
@@ -64,7 +64,7 @@ from hecate.wire.messages import InferReply, InferRequest, StreamToken
 
 MODEL = "smollm2-135m"
 TOPOLOGY = "smollm2.json"  # examples/smollm2.json, shipped beside the chaos scenarios
-REFERENCE = "in this process with the numpy model, before the swarm starts"
+REFERENCE = "in this process on the nodes' engine, before the swarm starts"
 _reply = msgspec.json.Decoder(InferReply)
 
 

@@ -1,6 +1,6 @@
-"""The single-process runs of ``hecate bench llm``: the numpy model in this process
-(or in a fresh one, to pin its BLAS threads), one stage's decode step, and llama.cpp on
-the same GGUF (see :mod:`hecate.dev.bench.llm`)."""
+"""The single-process runs of ``hecate bench llm``: the nodes' engine (ONNX Runtime on
+the GGUF's own blocks) on the whole model in this process, one 10-block stage's decode
+step, and llama.cpp on the same GGUF (see :mod:`hecate.dev.bench.llm`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from hecate.llm.gguf_model import load_stage
-from hecate.llm.llama import LlamaStage
-from hecate.llm.reference import EOS
+from hecate.llm.onnx_stage import OnnxStage
+from hecate.llm.reference import EOS, whole_model
 from hecate.llm.tokenizer import load_tokenizer
 
 MODEL = "smollm2-135m"
@@ -38,20 +37,22 @@ def _text(path: Path, tokens: list[int]) -> str:
     return "".join(out)
 
 
-def single(path: Path, tokens: int) -> dict[str, Any]:
-    stage = LlamaStage(load_stage(path, 0, 30))
+def single(path: Path, tokens: int, threads: int | None = None) -> dict[str, Any]:
+    """The whole model on the engine in this process, on ``threads`` threads (default
+    every core, spinning between runs: its best case, as llama.cpp's)."""
+    stage = whole_model(path, threads=threads, spin=True)
     ids = load_tokenizer(path).encode(PROMPT).ids
     cache = stage.new_cache()
     t0 = time.perf_counter()
-    hidden = stage.forward(stage.embed(ids), cache)
-    token = int(np.argmax(stage.logits(hidden)))
+    token = int(np.argmax(stage.logits_of(stage.forward_batch([stage.embed(ids)], [cache]))[0]))
     ttft = time.perf_counter() - t0
     generated = [token]
     for _ in range(tokens - 1):
-        hidden = stage.forward(stage.embed([token]), cache)
-        token = int(np.argmax(stage.logits(hidden)))
+        outs = stage.forward_batch([stage.embed([token])], [cache])
+        token = int(np.argmax(stage.logits_of(outs)[0]))
         generated.append(token)
     total = time.perf_counter() - t0
+    stage.free(cache)
     return {
         "ttft_ms": round(ttft * 1000, 1),
         "tokens_per_s": round((tokens - 1) / (total - ttft), 1),
@@ -116,20 +117,23 @@ class LlamaCpp:
         }
 
 
-def stage_steps(path: Path, steps: int = 40, pause_s: float = 0.025) -> dict[str, float]:
-    """One 10-block stage's decode step (median ms), back to back and after a pause as
-    long as the other stages' share of a token: what a pipeline stage actually sees."""
-    stage = LlamaStage(load_stage(path, 10, 20))
+def stage_steps(
+    path: Path, threads: int, steps: int = 40, pause_s: float = 0.025
+) -> dict[str, float]:
+    """One 10-block stage's decode step (median ms) on the engine as a node runs it
+    (``threads`` threads that do not spin between runs), back to back and after a pause
+    as long as the other stages' share of a token: what a pipeline stage sees."""
+    stage = OnnxStage(path, 10, 20, threads=threads, slots=1, spin=False)
     cache = stage.new_cache()
     rng = np.random.default_rng(0)
-    stage.forward(rng.standard_normal((5, 576), dtype=np.float32), cache)
+    stage.forward_batch([rng.standard_normal((5, 576), dtype=np.float32)], [cache])
     out: dict[str, float] = {}
     for label, pause in (("busy_ms", 0.0), ("after_pause_ms", pause_s)):
         times = []
         for _ in range(steps):
             x = rng.standard_normal((1, 576), dtype=np.float32)
             t = time.perf_counter()
-            stage.forward(x, cache)
+            stage.forward_batch([x], [cache])
             times.append(time.perf_counter() - t)
             if pause:
                 time.sleep(pause)
@@ -155,6 +159,6 @@ def in_process(call: str, env: dict[str, str]) -> Any:
 
 
 def single_one_thread(tokens: int) -> dict[str, Any]:
-    """The single-process model with BLAS pinned to one thread."""
-    result: dict[str, Any] = in_process(f"single(path, {tokens})", {"OPENBLAS_NUM_THREADS": "1"})
+    """The single-process engine on one thread, in a fresh process."""
+    result: dict[str, Any] = in_process(f"single(path, {tokens}, threads=1)", {})
     return result

@@ -178,9 +178,7 @@ class LlmResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     stages_3_hop: Generation | None = None
     stages_3_1_thread: Generation | None = None
     stage_steps_1_thread: StageSteps | None = None
-    stage_steps_2_threads_sleep_at_once: StageSteps | None = None
-    stage_steps_2_threads_short_spin: StageSteps | None = None
-    stage_steps_2_threads_default_spin: StageSteps | None = None
+    stage_steps_2_threads: StageSteps | None = None
     kill_between_steps: Generation | None = None
     kill_mid_step: Generation | None = None
     llama_cpp: LlamaCpp | None = None
