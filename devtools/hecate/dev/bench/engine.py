@@ -40,6 +40,10 @@ from hecate.llm.sessions import Stage
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 
+#: A pause before each timed run: the run before leaves its threads spinning (BLAS's,
+#: ONNX Runtime's) for a while, and they would take the cores the next one is timed on.
+SETTLE_S = 0.5
+
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):",
@@ -120,12 +124,15 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
     llama_tokens: list[int] = []
     for _ in range(rounds):
         for name, runner in engines.items():
+            time.sleep(SETTLE_S)
             single, t1 = runner(prompts[:1], steps)
+            time.sleep(SETTLE_S)
             several, tb = runner(many, steps)
             times[(name, 1)].append(t1)
             times[(name, batch)].append(tb)
             answers[name] = (single[0], several)
         if reference is not None:
+            time.sleep(SETTLE_S)
             llama_tokens, t = reference(prompts[0], steps)
             llama_times.append(t)
     result: dict[str, Any] = {"rounds": rounds, "steps": steps, "batch": batch, "threads": threads}
