@@ -172,3 +172,22 @@ async def test_each_kind_is_served_as_its_kind_needs() -> None:
     whole = Node(NodeConfig(profile=PROFILE, executor="upstream"), log=log, executor=upstream)
     assert (whole.runner.kind, whole.runner.warms_up) == ("whole", False)
     await upstream.close()
+
+
+def test_the_engine_s_threads_come_from_the_environment_or_are_refused_by_name() -> None:
+    from hecate.core.errors import HecateError
+    from hecate.llm.executor import engine_threads
+
+    assert engine_threads({}) is None  # every core
+    assert engine_threads({"HECATE_ENGINE_THREADS": "1"}) == 1
+    for bad in ("0", "-2", "two", "1.5"):
+        with pytest.raises(HecateError, match="HECATE_ENGINE_THREADS"):
+            engine_threads({"HECATE_ENGINE_THREADS": bad})
+
+
+def test_a_local_swarm_s_compute_processes_get_one_engine_thread_unless_told() -> None:
+    from hecate.launch import node_env
+
+    assert node_env({})["HECATE_ENGINE_THREADS"] == "1"
+    assert node_env({"HECATE_ENGINE_THREADS": "4"})["HECATE_ENGINE_THREADS"] == "4"
+    assert node_env({}, threads=2)["HECATE_ENGINE_THREADS"] == "2"

@@ -112,14 +112,18 @@ BLAS_THREAD_TIMEOUT = "20"
 
 
 def node_env(base: dict[str, str], threads: int | None = None) -> dict[str, str]:
-    """BLAS settings for service processes: one thread each, with a short spin. A local
-    swarm runs several compute processes on the same cores: when many users keep them all
-    busy, two threads per process fight over the cores (a two-row product took 523 ms
-    against 46 ms with one thread at a load of 6-7), and one user's stages run one at a
-    time anyway. What the operator set wins."""
+    """Compute threads for service processes: one each (the engine's,
+    ``HECATE_ENGINE_THREADS``, and BLAS's, with a short spin). A local swarm runs several
+    compute processes on the same cores: when many users keep them all busy, two threads
+    per process fight over the cores (a two-row product took 523 ms against 46 ms with
+    one thread at a load of 6-7), and one user's stages run one at a time anyway (a
+    10-block stage's step on the engine: 2.40 ms on one thread, 4.06 on two that do not
+    spin, measured by ``hecate bench llm``). What the operator set wins."""
     env = dict(base)
     if threads is not None:
         env["OPENBLAS_NUM_THREADS"] = str(threads)
+        env["HECATE_ENGINE_THREADS"] = str(threads)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault("HECATE_ENGINE_THREADS", "1")
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
     return env

@@ -20,14 +20,16 @@ context with the tokens it asks for is refused up front (``prompt_too_long``).
 from __future__ import annotations
 
 import functools
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from hecate.core.errors import HecateError
 from hecate.llm.gguf_model import LlamaConfig, load_stage
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import Sessions, Stage, Step, sample
@@ -44,6 +46,18 @@ PREFILL_CHUNK = 256
 #: The share of the bus's max_payload a chunk's activation may fill: the rest is for the
 #: request around it (the prompt's token ids down a chain, the route, headers).
 PAYLOAD_SHARE = 0.9
+
+
+def engine_threads(env: Mapping[str, str] = os.environ) -> int | None:
+    """``HECATE_ENGINE_THREADS``: the engine's threads in this process (``hecate up``
+    gives each node one, as its nodes share the machine's cores); None, unset: every
+    core. A value that is not a positive whole number is refused, naming it."""
+    text = env.get("HECATE_ENGINE_THREADS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise HecateError(f"HECATE_ENGINE_THREADS: expected a positive whole number, got {text!r}")
+    return int(text)
 
 
 def prefill_chunk(hidden: int, max_payload: int | None, limit: int = PREFILL_CHUNK) -> int:
@@ -103,7 +117,7 @@ class LlmExecutor:
         self.model = model
         self.path = path
         self.engine: Engine = engine
-        self.threads = threads
+        self.threads = threads if threads is not None else engine_threads()
         if engine != "onnx":
             self.name = f"smollm2-{engine}"
         self.prefill_chunk = prefill_chunk

@@ -8,8 +8,9 @@ One run measures, greedy, the same prompt and token count:
 * ``single_1_thread``: the same on one thread, in a fresh process;
 * ``stages_1`` / ``stages_2`` / ``stages_3``: one router (``--dispatch chain``) and 1-3
   node processes (``--executor smollm2``, the engine) on an embedded nats-server, the
-  plan written to KV directly. Nodes run the engine on every core with threads that do
-  not spin between runs (stages share the cores). ``stages_3_hop``: the router calls
+  plan written to KV directly. Nodes run the engine on ``blas_threads`` threads each
+  (``HECATE_ENGINE_THREADS``; 1, as ``hecate up`` gives them: stages share the cores),
+  threads that do not spin between runs. ``stages_3_hop``: the router calls
   each stage. ``stage_steps_*``: one
   10-block stage's step on the engine, at 1 and 2 threads, back to back and after a
   25 ms pause (the other stages' share of a token): the wake-up each stage pays;
@@ -189,7 +190,7 @@ SECURE_WARMUP = 2  # untimed generations on each swarm before the pairs
 def run_llm_bench(
     *,
     tokens: int = 48,
-    blas_threads: int = 2,
+    blas_threads: int = 1,
     rounds: int = 3,
     secure_pairs: int = SECURE_PAIRS,
     secure_warmup: int = SECURE_WARMUP,

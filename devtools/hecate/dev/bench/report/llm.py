@@ -219,7 +219,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     ratio = _need(r.ratio_3_stages, "ratio_3_stages")
     kill_between = _need(r.kill_between_steps, "kill_between_steps")
     kill_mid = _need(r.kill_mid_step, "kill_mid_step")
-    steps_2 = r.stage_steps_2_threads
+    steps_node = r.stage_steps_1_thread  # what hecate up gives a node
     rounds = r.ratio_3_stages_rounds
     llama, why_not = _llama(r)
     kills = [kill_between, kill_mid]
@@ -277,8 +277,8 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     ]
     figures = table(["figure (TTFT ms / tokens/s unless stated)", "this run"], rows)
     steps = {
-        "1 thread": r.stage_steps_1_thread,
-        "2 threads, not spinning between runs (what nodes run)": steps_2,
+        "1 thread (what `hecate up` gives a node)": r.stage_steps_1_thread,
+        "2 threads, not spinning between runs": r.stage_steps_2_threads,
     }
     step_table = table(
         ["engine threads", "back to back (ms)", "after a 25 ms pause (ms)"],
@@ -316,8 +316,10 @@ Greedy, prompt "{meta.prompt}", {meta.tokens} tokens; the fields are explained a
 the top of `devtools/hecate/dev/bench/llm.py`. Separate processes on one embedded
 nats-server: a telemetry service, a router (`--dispatch chain` unless noted) and 1-3
 nodes (`--executor smollm2`: the engine, ONNX Runtime on the GGUF's own blocks), the
-plan written to KV; nodes run the engine on every core with threads that do not spin
-between runs, as `hecate up` runs them. The headline ratios are measured in {rounds_text} (single,
+plan written to KV; nodes run the engine on {meta.node_blas_threads} thread{
+        "" if meta.node_blas_threads == 1 else "s"
+    } each (`HECATE_ENGINE_THREADS`), threads that do not spin between runs, as `hecate up`
+runs them. The headline ratios are measured in {rounds_text} (single,
 llama.cpp when installed, 3 stages, single, ...) and the median round is reported: this
 machine's speed drifts over minutes, and a ratio within one round cancels most of it.
 {_llama_prose(r, llama, why_not)}
@@ -343,9 +345,9 @@ Against the issue's targets:
   is made of: the bus and the router take a small share of a token (measured once with
   timestamps in each stage); each stage pays a wake-up after idling while the others
   compute (the pause column above{
-        f": {num(steps_2.after_pause_ms, 2)} ms after a pause against "
-        f"{num(steps_2.busy_ms, 2)} ms back to back"
-        if steps_2 is not None
+        f": on one thread, {num(steps_node.after_pause_ms, 2)} ms after a pause against "
+        f"{num(steps_node.busy_ms, 2)} ms back to back"
+        if steps_node is not None
         else ""
     }); every step runs on the node's compute thread, never on its event loop, so that
   heartbeats and the bus keep flowing however busy the node is; and the single process
