@@ -21,6 +21,7 @@ printed beside numpy's and llama.cpp's with the first step where they part, if t
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -77,8 +78,8 @@ def _runner(stage: Stage) -> Callable[[list[list[int]], int], tuple[list[list[in
 def _llama_cpp(path: Path, threads: int) -> Callable[[list[int], int], tuple[list[int], float]]:
     """llama.cpp's greedy decoding of one prompt on the same file and threads (the
     same steps: a prefill, then one token a step); the tokens and the time per step."""
-    import llama_cpp
-
+    # The dev tools' bench extra, not a dependency: imported by name, and typed as Any.
+    llama_cpp = importlib.import_module("llama_cpp")
     llm = llama_cpp.Llama(
         model_path=str(path),
         n_threads=threads,
@@ -154,9 +155,8 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
     if reference is None:
         result["llama_cpp"] = skipped
         return result
-    import llama_cpp
-
-    result["llama_cpp"] = f"llama-cpp-python {llama_cpp.__version__}, {threads} threads"
+    version = importlib.import_module("llama_cpp").__version__
+    result["llama_cpp"] = f"llama-cpp-python {version}, {threads} threads"
     result["llama_cpp_b1_ms"] = round(statistics.median(llama_times) * 1000, 2)
     result["llama_cpp_b1_tokens_per_s"] = round(1 / statistics.median(llama_times), 1)
     over = [lt / o for lt, o in zip(llama_times, times[("onnx", 1)], strict=True)]
