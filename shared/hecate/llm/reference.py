@@ -8,6 +8,7 @@ positions were grouped, so the reference groups them as the swarm does."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,13 @@ def whole_model(
     return LlamaStage(load_stage(path, 0, layers))
 
 
+@functools.lru_cache(maxsize=2)
+def _reference_model(path: Path, engine: str) -> Stage:
+    """The whole model :func:`greedy_text` runs, built once per process (a graph of the
+    whole model takes seconds to build; each text frees the cache it used)."""
+    return whole_model(path, engine)
+
+
 def greedy_text(
     path: Path,
     prompt: str,
@@ -41,15 +49,16 @@ def greedy_text(
     engine: str = "onnx",
     chunk: int = PREFILL_CHUNK,
 ) -> str:
-    stage = whole_model(path, engine)
+    """Not for several threads at once: the texts share one model and its one slot."""
+    stage = _reference_model(path, engine)
     tok = load_tokenizer(path)
-    cache = stage.new_cache()
     ids = tok.encode(prompt).ids
-    for start in range(0, len(ids) - chunk, chunk):  # every chunk but the last
-        stage.forward_batch([stage.embed(ids[start : start + chunk])], [cache])
-    x = stage.embed(ids[(len(ids) - 1) // chunk * chunk :])
     out: list[str] = []
+    cache = stage.new_cache()
     try:
+        for start in range(0, len(ids) - chunk, chunk):  # every chunk but the last
+            stage.forward_batch([stage.embed(ids[start : start + chunk])], [cache])
+        x = stage.embed(ids[(len(ids) - 1) // chunk * chunk :])
         for _ in range(max_tokens):
             token = int(np.argmax(stage.logits_of(stage.forward_batch([x], [cache]))[0]))
             if token == EOS:
