@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from hecate.dev.bench.llm_single import LlamaCpp
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.onnx_stage import OnnxStage
@@ -75,33 +76,6 @@ def _runner(stage: Stage) -> Callable[[list[list[int]], int], tuple[list[list[in
     return run
 
 
-def _llama_cpp(path: Path, threads: int) -> Callable[[list[int], int], tuple[list[int], float]]:
-    """llama.cpp's greedy decoding of one prompt on the same file and threads (the
-    same steps: a prefill, then one token a step); the tokens and the time per step."""
-    # The dev tools' bench extra, not a dependency: imported by name, and typed as Any.
-    llama_cpp = importlib.import_module("llama_cpp")
-    llm = llama_cpp.Llama(
-        model_path=str(path),
-        n_threads=threads,
-        n_threads_batch=threads,
-        n_ctx=1024,
-        logits_all=True,  # a step's logits are kept (``scores``) only then
-        verbose=False,
-    )
-
-    def run(prompt: list[int], steps: int) -> tuple[list[int], float]:
-        llm.reset()
-        llm.eval(prompt)
-        tokens = [int(np.argmax(llm.scores[llm.n_tokens - 1]))]
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            llm.eval(tokens[-1:])
-            tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        return tokens, (time.perf_counter() - t0) / steps
-
-    return run
-
-
 def _first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
@@ -116,7 +90,7 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
         "onnx": _runner(OnnxStage(path, 0, layers, threads=threads, slots=batch, capacity=1024)),
     }
     try:
-        reference = _llama_cpp(path, threads)
+        reference: LlamaCpp | None = LlamaCpp(path, threads, context=1024)
     except ImportError as exc:  # the dev tools' bench extra: pip install './devtools[bench]'
         reference, skipped = None, f"llama-cpp-python not installed: {exc}"
     times: dict[tuple[str, int], list[float]] = {(e, b): [] for e in engines for b in (1, batch)}
@@ -134,7 +108,7 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
             answers[name] = (single[0], several)
         if reference is not None:
             time.sleep(SETTLE_S)
-            llama_tokens, t = reference(prompts[0], steps)
+            llama_tokens, t = reference.greedy(prompts[0], steps)
             llama_times.append(t)
     result: dict[str, Any] = {"rounds": rounds, "steps": steps, "batch": batch, "threads": threads}
     for name, (one, several) in answers.items():

@@ -81,16 +81,16 @@ class LlamaCpp:
     same prompt token ids, an argmax over the last position's logits per step, and no
     stop at the end-of-turn token (the same number of steps)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, threads: int = LLAMA_CPP_THREADS, context: int = 256) -> None:
         llama = importlib.import_module("llama_cpp")
         self.path = path
         # logits_all: llama-cpp-python keeps a step's logits (``scores``) only then; the
         # extra rows are the prompt's, computed once in the prefill.
         self.llm = llama.Llama(
             model_path=str(path),
-            n_threads=LLAMA_CPP_THREADS,
-            n_threads_batch=LLAMA_CPP_THREADS,
-            n_ctx=256,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_ctx=context,
             logits_all=True,
             verbose=False,
         )
@@ -98,6 +98,16 @@ class LlamaCpp:
     def _step(self, ids: list[int]) -> int:
         self.llm.eval(ids)
         return int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+
+    def greedy(self, ids: list[int], steps: int) -> tuple[list[int], float]:
+        """The prompt ``ids``' greedy token and ``steps`` more, and the seconds per
+        decode step (the prefill not counted)."""
+        self.llm.reset()
+        tokens = [self._step(ids)]
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tokens.append(self._step(tokens[-1:]))
+        return tokens, (time.perf_counter() - t0) / steps
 
     def run(self, tokens: int) -> dict[str, Any]:
         ids = load_tokenizer(self.path).encode(PROMPT).ids
