@@ -163,12 +163,13 @@ class Sessions:
 
     def _merge(self, outs: list[Array | ExecutorError | None]) -> Array | ExecutorError:
         """One step's output from its parts': the first refusal, or the rows."""
+        rows: list[Array] = []
         for out in outs:
             if out is None:
                 return ExecutorError("internal", "step not run")
             if isinstance(out, ExecutorError):
                 return out
-        rows = [out for out in outs if not isinstance(out, ExecutorError) and out is not None]
+            rows.append(out)
         if len(rows) == 1 or self.stage.last:
             return rows[-1]  # the last stage answers for the last position only
         return np.concatenate(rows)
