@@ -20,6 +20,10 @@ SHAPES = {
     "gqa-2:1-d64": Shape(heads=4, kv_heads=2),
     "gqa-4:1-d64": Shape(heads=4, kv_heads=1),
     "gqa-2:1-d128": Shape(hidden=512, heads=4, kv_heads=2, ffn=768),
+    "qwen2-qkv-bias": Shape(arch="qwen2"),
+    "separate-head": Shape(tied=False),
+    "llama3-rope-scaling": Shape(rope_scaling="llama3"),
+    "linear-rope-scaling": Shape(rope_scaling="linear"),
 }
 PROMPT = [1, 5, 9, 33, 100, 200, 7, 300]
 STEPS = 8

@@ -144,18 +144,14 @@ def test_the_comparison_fails_a_model_with_two_blocks_swapped(
 def test_the_comparison_fails_a_model_without_rope(
     whole: LlamaStage, golden: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(llama, "rope", lambda x, _cos, _sin: x)
+    monkeypatch.setattr(llama, "rope", lambda x, _cos, _sin, _interleaved: x)
     _fails_every_criterion(compare(whole, golden))
 
 
 def test_the_comparison_fails_rope_on_halves_instead_of_adjacent_pairs(
-    whole: LlamaStage, golden: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    whole: LlamaStage, golden: dict[str, Any]
 ) -> None:
-    """The other RoPE layout (GPT-NeoX's): the mistake the GGUF's permuted Q/K invite."""
-
-    def halves(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        a, b = np.split(x, 2, axis=-1)
-        return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-
-    monkeypatch.setattr(llama, "rope", halves)
-    _fails_every_criterion(compare(whole, golden))
+    """The other RoPE layout (GPT-NeoX's, qwen2's): the mistake the GGUF's permuted Q/K
+    invite on a llama."""
+    config = replace(whole.config, rope_interleaved=False)
+    _fails_every_criterion(compare(LlamaStage(replace(whole.w, config=config)), golden))

@@ -57,8 +57,9 @@ def weights(start: int, end: int, seed: int = 0) -> StageWeights:
         start,
         end,
         blocks[start:end],
-        embedding if start == 0 or end == c.layers else None,
+        embedding if start == 0 else None,
         output_norm if end == c.layers else None,
+        embedding if end == c.layers else None,  # tied
     )
 
 

@@ -13,16 +13,22 @@ inputs: whatever differs comes from how each runs them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFWriter
-from gguf.quants import dequantize
+from gguf import GGUFWriter, RopeScalingType
+from gguf.quants import dequantize, quantize
+
+from hecate.llm.gguf_file import GGUFFile
 
 WEIGHT_STD = 0.05
+#: qwen2's Q, K and V biases: large beside a projection's output (std about 0.8), so a
+#: bias left out changes the answer
+BIAS_STD = 0.5
 
 #: weights and bytes of one block, and where its float16 scales sit in it
 LAYOUT: dict[Q, tuple[int, int, tuple[int, ...]]] = {
@@ -45,6 +51,33 @@ class Shape:
     vocab: int = 512
     context: int = 512
     rope_base: float = 10_000.0
+    #: ``llama``, or ``qwen2`` (biases on Q, K and V; RoPE on halves)
+    arch: str = "llama"
+    #: the output head is the embedding (else an ``output.weight`` of its own)
+    tied: bool = True
+    #: ``none``; ``llama3``: per-frequency factors (``rope_freqs``); ``linear``: factor 4
+    rope_scaling: str = "none"
+
+
+#: Llama 3.1's RoPE scaling (its config.json), at this file's scale of contexts
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original": 256}
+LINEAR_FACTOR = 4.0
+
+
+def llama3_factors(head_dim: int, base: float) -> npt.NDArray[np.float32]:
+    """The divisor of each RoPE frequency, as llama.cpp's converter writes ``rope_freqs``
+    from a Llama 3 config: 1 for short wavelengths, ``factor`` for long ones, smoothed
+    between."""
+    factor, low, high = LLAMA3["factor"], LLAMA3["low_freq_factor"], LLAMA3["high_freq_factor"]
+    original = LLAMA3["original"]
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * np.pi / inv
+    smooth = (original / wavelen - low) / (high - low)
+    between = 1 / ((1 - smooth) / factor + smooth)
+    out = np.where(
+        wavelen < original / high, 1.0, np.where(wavelen > original / low, factor, between)
+    )
+    return out.astype(np.float32)
 
 
 def random_blocks(kind: Q, n: int, k: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
@@ -82,11 +115,36 @@ def matrix(
     return _scaled(kind, random_blocks(kind, n, k, rng), n, k), kind
 
 
-def write(path: Path, kind: Q, shape: Shape = Shape(), seed: int = 0) -> Path:
+#: what :func:`write` can quantise drawn weights to itself (gguf's quantisers, which give
+#: llama.cpp's bytes for these types; the golden files check that they still do)
+QUANTISABLE = (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1)
+
+
+def drawn(
+    kind: Q, n: int, k: int, rng: np.random.Generator
+) -> tuple[npt.NDArray[np.generic], Q | None]:
+    """A weight drawn as floats, stored as ``kind`` as llama.cpp's quantiser would."""
+    floats = rng.normal(0, WEIGHT_STD, size=(n, k)).astype(np.float32)
+    if kind == Q.F32:
+        return floats, None
+    if kind == Q.F16:
+        return floats.astype(np.float16), None
+    if kind not in QUANTISABLE:
+        raise ValueError(f"{kind.name}: made from floats only by llama.cpp's quantiser")
+    return quantize(floats, kind), kind
+
+
+def write(
+    path: Path, kind: Q, shape: Shape = Shape(), seed: int = 0, *, floats: bool = False
+) -> Path:
+    """A model of ``shape`` with every weight matrix of type ``kind``: random blocks at
+    face value (the embedding Q8_0, norms one), or with ``floats`` drawn as float32 and
+    quantised (:data:`QUANTISABLE`) with the embedding too, norms drawn near one: what
+    llama.cpp's ``--pure`` quantiser makes of the float32 file of the same seed."""
     rng = np.random.default_rng(seed)
     s = shape
     d = s.hidden // s.heads
-    w = GGUFWriter(str(path), "llama")
+    w = GGUFWriter(str(path), s.arch)
     w.add_block_count(s.layers)
     w.add_embedding_length(s.hidden)
     w.add_feed_forward_length(s.ffn)
@@ -96,24 +154,46 @@ def write(path: Path, kind: Q, shape: Shape = Shape(), seed: int = 0) -> Path:
     w.add_rope_freq_base(s.rope_base)
     w.add_context_length(s.context)
     w.add_vocab_size(s.vocab)
+    # No tokenizer: the tests feed token ids (llama.cpp loads such a file as is).
+    w.add_tokenizer_model("no_vocab")
+    if s.rope_scaling == "linear":
+        w.add_rope_scaling_type(RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(LINEAR_FACTOR)
+    elif s.rope_scaling == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_factors(d, s.rope_base))
+    elif s.rope_scaling != "none":
+        raise ValueError(f"rope scaling {s.rope_scaling!r}: none, linear or llama3")
 
     def tensor(name: str, n: int, k: int, as_kind: Q = kind) -> None:
-        data, raw_dtype = matrix(as_kind, n, k, rng)
+        data, raw_dtype = (drawn if floats else matrix)(as_kind, n, k, rng)
         if raw_dtype is None:
             w.add_tensor(name, data)
         else:
             w.add_tensor(name, data, raw_dtype=raw_dtype)  # shape: from its bytes
 
+    def norm(name: str) -> None:
+        weight = np.ones(s.hidden, np.float32)
+        if floats:
+            weight += rng.normal(0, 0.1, size=s.hidden).astype(np.float32)
+        w.add_tensor(name, weight)
+
     # The embedding (and tied head) is Q8_0 for the quantised types, as in SmolLM2's file.
-    tensor("token_embd.weight", s.vocab, s.hidden, kind if kind in (Q.F32, Q.F16) else Q.Q8_0)
-    w.add_tensor("output_norm.weight", np.ones(s.hidden, np.float32))
+    plain = kind in (Q.F32, Q.F16) or floats
+    tensor("token_embd.weight", s.vocab, s.hidden, kind if plain else Q.Q8_0)
+    if not s.tied:
+        tensor("output.weight", s.vocab, s.hidden)
+    norm("output_norm.weight")
     for i in range(s.layers):
         b = f"blk.{i}"
-        w.add_tensor(f"{b}.attn_norm.weight", np.ones(s.hidden, np.float32))
-        w.add_tensor(f"{b}.ffn_norm.weight", np.ones(s.hidden, np.float32))
+        norm(f"{b}.attn_norm.weight")
+        norm(f"{b}.ffn_norm.weight")
         tensor(f"{b}.attn_q.weight", s.heads * d, s.hidden)
         tensor(f"{b}.attn_k.weight", s.kv_heads * d, s.hidden)
         tensor(f"{b}.attn_v.weight", s.kv_heads * d, s.hidden)
+        if s.arch == "qwen2":
+            for name, n in (("q", s.heads), ("k", s.kv_heads), ("v", s.kv_heads)):
+                bias = rng.normal(0, BIAS_STD, size=n * d).astype(np.float32)
+                w.add_tensor(f"{b}.attn_{name}.bias", bias)
         tensor(f"{b}.attn_output.weight", s.hidden, s.heads * d)
         tensor(f"{b}.ffn_gate.weight", s.ffn, s.hidden)
         tensor(f"{b}.ffn_up.weight", s.ffn, s.hidden)
@@ -123,6 +203,16 @@ def write(path: Path, kind: Q, shape: Shape = Shape(), seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def tensors_sha256(path: Path) -> str:
+    """A hash of every tensor's name, type and bytes, in name order: equal for two files
+    of the same weights whatever their metadata."""
+    digest = hashlib.sha256()
+    for name, t in sorted(GGUFFile(path).tensors.items()):
+        digest.update(f"{name}:{t.tensor_type.name}:".encode())
+        digest.update(np.ascontiguousarray(t.data).tobytes())
+    return digest.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,14 @@
-"""Reading a llama-architecture GGUF: hyper-parameters, and the tensors of a layer range.
+"""Reading a llama-family GGUF: hyper-parameters, and the tensors of a layer range.
+
+Architectures ``llama`` (Llama 2 and 3, Mistral, SmolLM, TinyLlama) and ``qwen2``; they
+differ in three facts the engine must honour, all read here into :class:`LlamaConfig`:
+how RoPE pairs a head's dimensions (``llama``: adjacent pairs, the converters permute
+Q and K for it; ``qwen2``: the two halves, NeoX's layout), whether Q, K and V carry a
+bias (``qwen2``), and how positions are scaled (``rope_freqs``, Llama 3's per-frequency
+factors, or a linear factor). Either may tie its output head to the embedding.
 
 A stage loads only what it runs: its blocks, plus the token embedding on the first
-stage and the final norm and (tied) output head on the last. Weights are dequantised
+stage and the final norm and output head on the last. Weights are dequantised
 to float32 once, stored contiguous as ``[in, out]`` so that ``x @ W`` reads them in
 order, with Q/K/V and gate/up fused into one matrix each (one matmul instead of three
 or two: decode is memory-bandwidth bound).
@@ -16,7 +23,6 @@ when the GGUF's size or modification time changes.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -28,10 +34,18 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
+from hecate.llm.gguf_file import BadGGUF, GGUFFile, Tensor
+
 Matrix = npt.NDArray[np.float32]
+
+#: architectures this engine runs, and whether RoPE rotates adjacent pairs in each
+ARCHITECTURES = {"llama": True, "qwen2": False}
+
+
+class UnsupportedModel(BadGGUF):
+    """A GGUF whose architecture or position scaling the engine does not run."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,25 @@ class LlamaConfig:
     rope_base: float
     vocab: int
     context: int
+    arch: str = "llama"
+    #: RoPE on adjacent pairs ``(x[2i], x[2i+1])``; else on halves ``(x[i], x[i+d/2])``
+    rope_interleaved: bool = True
+    #: positions are multiplied by this (a linear ``rope.scaling.factor`` f: 1/f)
+    rope_scale: float = 1.0
+    #: Llama 3's per-frequency divisors (the GGUF's ``rope_freqs``), else none
+    rope_factors: tuple[float, ...] | None = None
+    qkv_bias: bool = False
+    tied_head: bool = True
+
+    def inverse_frequencies(self) -> npt.NDArray[np.float64]:
+        """RoPE's angle per position for each pair of a head, as llama.cpp computes it:
+        ``scale · base^(-2i/d) / factor_i``."""
+        d = self.head_dim
+        inv = self.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        if self.rope_factors is not None:
+            inv = inv / np.asarray(self.rope_factors, np.float64)
+        out: npt.NDArray[np.float64] = inv * self.rope_scale
+        return out
 
 
 @dataclass
@@ -56,6 +89,7 @@ class Block:
     ffn_norm: Matrix
     w_gate_up: Matrix  # [hidden, 2·ffn]
     w_down: Matrix  # [ffn, hidden]
+    bqkv: Matrix | None = None  # [(heads + 2·kv_heads)·head_dim] (qwen2)
 
 
 @dataclass
@@ -64,47 +98,67 @@ class StageWeights:
     layer_start: int
     layer_end: int
     blocks: list[Block]
-    embedding: Matrix | None  # [vocab, hidden]: first stage (and the tied head)
+    embedding: Matrix | None  # [vocab, hidden]: first stage
     output_norm: Matrix | None  # last stage
+    head: Matrix | None = None  # [vocab, hidden]: last stage (the embedding when tied)
 
 
-def _field(reader: GGUFReader, key: str) -> Any:
-    field = reader.fields[key]
-    value = field.parts[field.data[0]]
-    if value.dtype == np.uint8:
-        return bytes(value).decode()
-    return value.tolist()[0]
+def read_config(file: GGUFFile) -> LlamaConfig:
+    arch = file.field("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise UnsupportedModel(
+            f"{file.path}: architecture {arch!r} is not supported "
+            f"(supported: {', '.join(ARCHITECTURES)})"
+        )
+    meta = file.metadata
 
+    def field(key: str) -> Any:
+        return file.field(f"{arch}.{key}")
 
-def read_config(reader: GGUFReader) -> LlamaConfig:
-    arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise ValueError(f"unsupported architecture {arch!r}")
-    heads = int(_field(reader, "llama.attention.head_count"))
-    hidden = int(_field(reader, "llama.embedding_length"))
+    heads = int(field("attention.head_count"))
+    hidden = int(field("embedding_length"))
+    head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
+    if int(meta.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+        raise UnsupportedModel(f"{file.path}: keys and values of different widths")
+    scaling = str(meta.get(f"{arch}.rope.scaling.type", "none"))
+    factor = float(meta.get(f"{arch}.rope.scaling.factor", 1.0))
+    if scaling not in ("none", "linear") and factor != 1.0:
+        raise UnsupportedModel(
+            f"{file.path}: RoPE scaling {scaling!r} is not supported (supported: linear, "
+            "and Llama 3's per-frequency factors)"
+        )
+    freqs = file.tensors.get("rope_freqs.weight")
+    embd = file.tensors.get("token_embd.weight")
+    if embd is None:
+        raise BadGGUF(f"{file.path}: no token_embd.weight")
     return LlamaConfig(
-        layers=int(_field(reader, "llama.block_count")),
+        layers=int(field("block_count")),
         hidden=hidden,
         heads=heads,
-        kv_heads=int(_field(reader, "llama.attention.head_count_kv")),
-        head_dim=hidden // heads,
-        ffn=int(_field(reader, "llama.feed_forward_length")),
-        eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
-        rope_base=float(_field(reader, "llama.rope.freq_base")),
-        vocab=int(_field(reader, "llama.vocab_size")),
-        context=int(_field(reader, "llama.context_length")),
+        kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        ffn=int(field("feed_forward_length")),
+        eps=float(field("attention.layer_norm_rms_epsilon")),
+        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10_000.0)),
+        vocab=int(meta.get(f"{arch}.vocab_size", embd.shape[1])),
+        context=int(field("context_length")),
+        arch=arch,
+        rope_interleaved=ARCHITECTURES[arch],
+        rope_scale=1.0 / factor if scaling == "linear" else 1.0,
+        rope_factors=None if freqs is None else tuple(float(f) for f in _matrix(freqs)),
+        qkv_bias="blk.0.attn_q.bias" in file.tensors,
+        tied_head="output.weight" not in file.tensors,
     )
 
 
-def _matrix(tensor: Any) -> Matrix:
+def _matrix(tensor: Tensor) -> Matrix:
     """Dequantised as [out, in] (GGUF row order)."""
     return np.ascontiguousarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
 
 
 class Prepared:
     """What a GGUF yields once worked out, kept in ``<file>.f32/``: float32 matrices
-    (memory-mapped back), the config and the tokenizer (parsing the GGUF's metadata
-    alone takes seconds of pure Python)."""
+    (memory-mapped back) and the tokenizer (built from 98,000 strings of metadata)."""
 
     def __init__(self, path: Path) -> None:
         self.folder = path.with_name(path.name + ".f32")
@@ -153,23 +207,19 @@ class Prepared:
 
 
 def model_config(path: Path) -> LlamaConfig:
-    """The hyper-parameters, from the prepared folder when it has them."""
-    built = Prepared(path).text(
-        "config.json", lambda: json.dumps(dataclasses.asdict(read_config(GGUFReader(path))))
-    )
-    return LlamaConfig(**json.loads(built))
+    """The hyper-parameters (reading a GGUF's header takes milliseconds)."""
+    return read_config(GGUFFile(path))
 
 
 def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
     prepared = Prepared(path)
-    reader = functools.cache(lambda: GGUFReader(path))  # only when something is missing
+    file = functools.cache(lambda: GGUFFile(path))  # only when something is missing
     config = model_config(path)
     if not 0 <= layer_start < layer_end <= config.layers:
         raise ValueError(f"layer range [{layer_start}, {layer_end}) outside 0..{config.layers}")
 
-    def t(name: str) -> Matrix:
-        tensor = next(x for x in reader().tensors if x.name == f"{name}.weight")
-        return _matrix(tensor)
+    def t(name: str, part: str = "weight") -> Matrix:
+        return _matrix(file().tensors[f"{name}.{part}"])
 
     def flat(name: str) -> Callable[[], Matrix]:
         return lambda: t(name).reshape(-1)
@@ -181,27 +231,32 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
         """The tensors stacked along their outputs, as [in, out] (fused matmuls)."""
         return lambda: np.concatenate([t(n) for n in names], axis=0).T
 
+    def biases(*names: str) -> Callable[[], Matrix]:
+        return lambda: np.concatenate([t(n, "bias").reshape(-1) for n in names])
+
     blocks = []
     for i in range(layer_start, layer_end):
         b = f"blk.{i}"
+        qkv = (f"{b}.attn_q", f"{b}.attn_k", f"{b}.attn_v")
         blocks.append(
             Block(
                 attn_norm=prepared.get(f"{b}.attn_norm", flat(f"{b}.attn_norm")),
-                wqkv=prepared.get(
-                    f"{b}.wqkv", stacked_t(f"{b}.attn_q", f"{b}.attn_k", f"{b}.attn_v")
-                ),
+                wqkv=prepared.get(f"{b}.wqkv", stacked_t(*qkv)),
                 wo=prepared.get(f"{b}.wo", stacked_t(f"{b}.attn_output")),
                 ffn_norm=prepared.get(f"{b}.ffn_norm", flat(f"{b}.ffn_norm")),
                 w_gate_up=prepared.get(f"{b}.w_gate_up", stacked_t(f"{b}.ffn_gate", f"{b}.ffn_up")),
                 w_down=prepared.get(f"{b}.w_down", stacked_t(f"{b}.ffn_down")),
+                bqkv=prepared.get(f"{b}.bqkv", biases(*qkv)) if config.qkv_bias else None,
             )
         )
     last = layer_end == config.layers
-    embedding = (
-        prepared.get("token_embd", as_is("token_embd")) if layer_start == 0 or last else None
-    )
+    embedding = prepared.get("token_embd", as_is("token_embd")) if layer_start == 0 else None
+    head = None
+    if last:
+        name = "token_embd" if config.tied_head else "output"
+        head = prepared.get(name, as_is(name))
     output_norm = prepared.get("output_norm", flat("output_norm")) if last else None
-    return StageWeights(config, layer_start, layer_end, blocks, embedding, output_norm)
+    return StageWeights(config, layer_start, layer_end, blocks, embedding, output_norm, head)
 
 
 def prepare(path: Path) -> None:

@@ -1,10 +1,13 @@
 """The llama forward pass in numpy, for one contiguous range of blocks.
 
 Facts this relies on (checked against llama.cpp): RoPE rotates **adjacent pairs**
-``(x[2i], x[2i+1])`` (GGUF converters permute Q/K for that layout); attention is
-grouped-query (each KV head serves ``heads / kv_heads`` query heads); the output head
-is the token embedding (tied). Splitting the blocks over stages gives bit-identical
-logits, since each block is applied the same way on the same float32 values.
+``(x[2i], x[2i+1])`` on ``llama`` (GGUF converters permute Q/K for that layout) and the
+two halves ``(x[i], x[i+d/2])`` on ``qwen2``, each pair by ``position · inverse
+frequency`` (:meth:`LlamaConfig.inverse_frequencies`); attention is grouped-query (each
+KV head serves ``heads / kv_heads`` query heads); the output head is the token
+embedding when the file has no ``output.weight`` (tied). Splitting the blocks over
+stages gives bit-identical logits, since each block is applied the same way on the same
+float32 values.
 
 Decode is one token through 30 small blocks, so the cost of each numpy call counts as
 much as the matmuls: the RoPE angles are computed once per forward (every block rotates
@@ -50,9 +53,10 @@ def rms_norm(x: Array, weight: Array, eps: float) -> Array:
     return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * weight
 
 
-def rope_tables(positions: npt.NDArray[np.int64], dim: int, base: float) -> tuple[Array, Array]:
-    """cos and sin of position · base^(-2i/dim), shaped [T, 1, dim/2] to broadcast over heads."""
-    inv = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+def rope_tables(
+    positions: npt.NDArray[np.int64], inv: npt.NDArray[np.float64]
+) -> tuple[Array, Array]:
+    """cos and sin of position · inv[i], shaped [T, 1, dim/2] to broadcast over heads."""
     angles = positions[:, None].astype(np.float64) * inv[None, :]
     return (
         np.cos(angles).astype(np.float32)[:, None, :],
@@ -60,12 +64,19 @@ def rope_tables(positions: npt.NDArray[np.int64], dim: int, base: float) -> tupl
     )
 
 
-def rope(x: Array, cos: Array, sin: Array) -> Array:
-    """Rotate adjacent pairs of the last axis of ``x`` [T, heads, d]."""
-    even, odd = x[..., 0::2], x[..., 1::2]
+def rope(x: Array, cos: Array, sin: Array, interleaved: bool = True) -> Array:
+    """Rotate pairs of the last axis of ``x`` [T, heads, d]: adjacent ones, or the two
+    halves' (``interleaved`` False)."""
+    half = x.shape[-1] // 2
+    pairs = (
+        (slice(0, None, 2), slice(1, None, 2))
+        if interleaved
+        else (slice(0, half), slice(half, None))
+    )
+    even, odd = x[..., pairs[0]], x[..., pairs[1]]
     out = np.empty_like(x)
-    out[..., 0::2] = even * cos - odd * sin
-    out[..., 1::2] = even * sin + odd * cos
+    out[..., pairs[0]] = even * cos - odd * sin
+    out[..., pairs[1]] = even * sin + odd * cos
     return out
 
 
@@ -153,7 +164,7 @@ class LlamaStage:
         positions = np.concatenate(
             [np.arange(s, s + t, dtype=np.int64) for s, t in zip(starts, sizes, strict=True)]
         )
-        cos, sin = rope_tables(positions, d, c.rope_base)
+        cos, sin = rope_tables(positions, c.inverse_frequencies())
         scale = np.float32(1.0 / np.sqrt(d))
         # Causal mask of a session's new queries over every cached and new key, for each
         # query row of a group ([group·T, S], rows ordered (group member, position)). A
@@ -169,7 +180,9 @@ class LlamaStage:
         attn = np.empty((n, q_dim), dtype=np.float32)
         for i, b in enumerate(self.w.blocks):
             qkv = matmul(rms_norm(x, b.attn_norm, c.eps), b.wqkv)
-            qk = rope(qkv[:, : qk_heads * d].reshape(n, qk_heads, d), cos, sin)
+            if b.bqkv is not None:
+                qkv = qkv + b.bqkv
+            qk = rope(qkv[:, : qk_heads * d].reshape(n, qk_heads, d), cos, sin, c.rope_interleaved)
             v = qkv[:, qk_heads * d :].reshape(n, kv_heads, d)
             for j, cache in enumerate(caches):
                 lo, hi, t = int(bounds[j]), int(bounds[j + 1]), sizes[j]
@@ -198,14 +211,14 @@ class LlamaStage:
         return [x[int(bounds[j]) : int(bounds[j + 1])] for j in range(len(xs))]
 
     def logits(self, hidden: Array) -> Array:
-        """The last position's logits (last stage only): final norm, tied head."""
+        """The last position's logits (last stage only): final norm, output head."""
         return self.logits_batch([hidden])[0]
 
     def logits_batch(self, hiddens: list[Array]) -> Array:
         """Each session's last-position logits [B, vocab], in one head matmul (the head
         is the largest matrix of the model: read once for the batch)."""
         assert self.w.output_norm is not None
-        assert self.w.embedding is not None
+        assert self.w.head is not None
         last = np.concatenate([h[-1:] for h in hiddens])
         h = rms_norm(last, self.w.output_norm, self.config.eps)
-        return matmul(h, self.w.embedding.T)
+        return matmul(h, self.w.head.T)

@@ -35,10 +35,11 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 import onnxruntime as ort
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 from onnx import TensorProto, helper, numpy_helper
 
+from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig, read_config
 from hecate.llm.quant import Packed, pack
 
@@ -196,8 +197,8 @@ class OnnxStage:
     ) -> None:
         """``spin``: let ONNX Runtime's threads spin between runs (the fastest alone;
         off where several stages share the cores, as on a machine running a swarm)."""
-        reader = GGUFReader(path)
-        self.config: LlamaConfig = read_config(reader)
+        file = GGUFFile(path)
+        self.config: LlamaConfig = read_config(file)
         c = self.config
         if not 0 <= layer_start < layer_end <= c.layers:
             raise ValueError(f"layer range [{layer_start}, {layer_end}) outside 0..{c.layers}")
@@ -206,9 +207,11 @@ class OnnxStage:
         self.last = layer_end == c.layers
         self.blocks = layer_end - layer_start
         self.capacity = min(c.context, capacity or c.context)
-        tensors = {t.name: t for t in reader.tensors}
-        self._tensors = tensors
-        self._embd = tensors["token_embd.weight"] if self.first else None
+        tensors = file.tensors
+        # The embedding's blocks copied out of the file's map, so that the map (and the
+        # pages of every tensor read to build the graph) goes with ``file``.
+        embd = tensors["token_embd.weight"]
+        self._embd = (np.array(embd.data), embd.tensor_type) if self.first else None
 
         def packed(name: str) -> Packed:
             t = tensors[f"{name}.weight"]
@@ -219,10 +222,13 @@ class OnnxStage:
             t = tensors[f"{name}.weight"]
             return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
 
+        def bias_of(name: str) -> npt.NDArray[np.float32]:
+            t = tensors[f"{name}.bias"]
+            return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
+
         g = _Graph()
         d, kv = c.head_dim, c.kv_heads
-        inv = c.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-        angles = np.arange(self.capacity, dtype=np.float64)[:, None] * inv[None, :]
+        angles = np.arange(self.capacity, dtype=np.float64)[:, None] * c.inverse_frequencies()
         cos = g.const("cos", np.cos(angles).astype(np.float32))
         sin = g.const("sin", np.sin(angles).astype(np.float32))
         x, resid, pending = "x", "", ""
@@ -277,6 +283,9 @@ class OnnxStage:
             qkv = self._linear_of(
                 g, h, [packed(f"{b}.attn_{n}") for n in ("q", "k", "v")], f"{b}.qkv"
             )
+            if c.qkv_bias:
+                bias = np.concatenate([bias_of(f"{b}.attn_{n}") for n in ("q", "k", "v")])
+                qkv = g.op("Add", [qkv, g.const(f"{b}.bqkv", bias)])[0]
             g.nodes.append(
                 helper.make_node(
                     "GroupQueryAttention",
@@ -296,7 +305,7 @@ class OnnxStage:
                     num_heads=c.heads,
                     kv_num_heads=kv,
                     do_rotary=1,
-                    rotary_interleaved=1,
+                    rotary_interleaved=int(c.rope_interleaved),
                     scale=float(1.0 / np.sqrt(d)),
                 )
             )
@@ -326,7 +335,7 @@ class OnnxStage:
             ends = g.const("last.end", np.array([np.iinfo(np.int64).max], np.int64))
             axes = g.const("last.axis", np.array([1], np.int64))
             tail = g.op("Slice", [normed, starts, ends, axes])[0]
-            head_name = "output" if "output.weight" in tensors else "token_embd"
+            head_name = "token_embd" if c.tied_head else "output"
             logits = g.linear(tail, packed(head_name), "head")
             squeeze = g.const("last.squeeze", np.array([1], np.int64))
             g.nodes.append(helper.make_node("Squeeze", [logits, squeeze], ["logits"]))
@@ -401,8 +410,9 @@ class OnnxStage:
 
     def embed(self, tokens: list[int]) -> Array:
         assert self._embd is not None, "only the first stage embeds"
-        rows = np.asarray(self._embd.data)[np.asarray(tokens, dtype=np.int64)]
-        out: Array = np.asarray(dequantize(rows, self._embd.tensor_type), dtype=np.float32)
+        blocks, kind = self._embd
+        rows = blocks[np.asarray(tokens, dtype=np.int64)]
+        out: Array = np.asarray(dequantize(rows, kind), dtype=np.float32)
         return out.reshape(len(tokens), self.config.hidden)
 
     def forward_batch(self, xs: list[Array], caches: list[Slot]) -> list[Array]:

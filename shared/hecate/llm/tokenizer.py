@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from hecate.llm.gguf_file import GGUFFile
 
 CONTROL = 3  # GGUF token_type of control (special) tokens
 
@@ -24,19 +25,13 @@ def load_tokenizer(path: Path) -> Tokenizer:
 
 
 def _build(path: Path) -> Tokenizer:
-    reader = GGUFReader(path)
-
-    def strings(key: str) -> list[str]:
-        field = reader.fields[key]
-        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-    tokens = strings("tokenizer.ggml.tokens")
+    file = GGUFFile(path)
+    tokens: list[str] = file.field("tokenizer.ggml.tokens")
     merges: list[tuple[str, str]] = []
-    for m in strings("tokenizer.ggml.merges"):
+    for m in file.field("tokenizer.ggml.merges"):
         left, right = m.split(" ", 1)
         merges.append((left, right))
-    types_field = reader.fields["tokenizer.ggml.token_type"]
-    types = [int(np.asarray(types_field.parts[i])[0]) for i in types_field.data]
+    types = [int(t) for t in np.asarray(file.field("tokenizer.ggml.token_type"))]
     tok = Tokenizer(
         models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
     )
