@@ -15,6 +15,9 @@ group whose object is a factory taking no arguments (a class will do)::
 
 Whatever a factory returns is checked against the protocol of the kind it declares
 (:func:`kind_of`), so a broken executor stops the node's start.
+
+A model registered with ``hecate model add NAME PATH.gguf`` is an executor too, named
+as the model: the engine on that file (``"executor": "NAME"`` in a topology).
 """
 
 from __future__ import annotations
@@ -74,23 +77,57 @@ DECLARED_KINDS: dict[str, ExecutorKind] = {
 }
 
 
+#: The model file each built-in generative executor runs (pulled before its nodes start).
+BUILT_IN_MODELS = {"smollm2": "smollm2-135m", "smollm2-numpy": "smollm2-135m"}
+
+
+def _registered(name: str) -> bool:
+    from hecate.llm.store import registered
+
+    return name not in EXECUTORS and name in registered()
+
+
+def generative_model(name: str) -> str | None:
+    """The model whose file the executor ``name`` runs, for the generative ones (their
+    last stage samples tokens, their routers chain stages); None for the others."""
+    if name in BUILT_IN_MODELS:
+        return BUILT_IN_MODELS[name]
+    return name if _registered(name) else None
+
+
+#: kinds found for names outside the built-ins (a router asks on every request)
+_SEEN: dict[str, ExecutorKind] = {}
+
+
 def declared_kind(name: str) -> ExecutorKind | None:
     """The kind the executor registered as ``name`` declares (an entry point's factory
     is loaded, not called, and read for its ``kind``); None when nobody here knows it."""
     if name in DECLARED_KINDS:
         return DECLARED_KINDS[name]
+    if name in _SEEN:
+        return _SEEN[name]
+    if _registered(name):
+        _SEEN[name] = "steps"
+        return "steps"
     for ep in entry_points(group=GROUP):
         if ep.name == name:
             kind = getattr(ep.load(), "kind", None)
-            return next((k for k in KINDS if k == kind), None)
+            found = next((k for k in KINDS if k == kind), None)
+            if found is not None:
+                _SEEN[name] = found
+            return found
     return None
 
 
 def available() -> dict[str, str]:
     """Every executor name and where it comes from."""
+    from hecate.llm.store import registered
+
     names = dict.fromkeys(EXECUTORS, "hecate (built in)")
     for ep in entry_points(group=GROUP):
         names.setdefault(ep.name, ep.value)
+    for model, entry in registered().items():
+        names.setdefault(model, f"hecate model add ({entry.path})")
     return names
 
 
@@ -104,6 +141,10 @@ def get_executor(name: str) -> Executor:
             if ep.name == name:
                 factory = ep.load()
                 break
+    if factory is None and _registered(name):
+        from hecate.llm.executor import LlmExecutor
+
+        factory = lambda: LlmExecutor(model=name, name=name)  # noqa: E731
     if factory is None:
         known = ", ".join(sorted(available())) or "(none)"
         raise ExecutorError(

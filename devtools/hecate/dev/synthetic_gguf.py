@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -135,14 +137,25 @@ def drawn(
 
 
 def write(
-    path: Path, kind: Q, shape: Shape = Shape(), seed: int = 0, *, floats: bool = False
+    path: Path,
+    kind: Q,
+    shape: Shape = Shape(),
+    seed: int = 0,
+    *,
+    floats: bool = False,
+    tokenizer: Path | None = None,
 ) -> Path:
     """A model of ``shape`` with every weight matrix of type ``kind``: random blocks at
     face value (the embedding Q8_0, norms one), or with ``floats`` drawn as float32 and
     quantised (:data:`QUANTISABLE`) with the embedding too, norms drawn near one: what
-    llama.cpp's ``--pure`` quantiser makes of the float32 file of the same seed."""
+    llama.cpp's ``--pure`` quantiser makes of the float32 file of the same seed.
+    ``tokenizer``: a GGUF whose tokenizer (vocabulary, merges, special ids) the model
+    takes, and its vocabulary's size; else none (``no_vocab``)."""
     rng = np.random.default_rng(seed)
     s = shape
+    source = GGUFFile(tokenizer).metadata if tokenizer is not None else None
+    if source is not None:
+        s = replace(s, vocab=len(source["tokenizer.ggml.tokens"]))
     d = s.hidden // s.heads
     w = GGUFWriter(str(path), s.arch)
     w.add_block_count(s.layers)
@@ -154,8 +167,10 @@ def write(
     w.add_rope_freq_base(s.rope_base)
     w.add_context_length(s.context)
     w.add_vocab_size(s.vocab)
-    # No tokenizer: the tests feed token ids (llama.cpp loads such a file as is).
-    w.add_tokenizer_model("no_vocab")
+    if source is None:  # the tests feed token ids (llama.cpp loads such a file as is)
+        w.add_tokenizer_model("no_vocab")
+    else:
+        _copy_tokenizer(w, source)
     if s.rope_scaling == "linear":
         w.add_rope_scaling_type(RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(LINEAR_FACTOR)
@@ -203,6 +218,23 @@ def write(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _copy_tokenizer(w: GGUFWriter, meta: Mapping[str, Any]) -> None:
+    w.add_tokenizer_model(str(meta["tokenizer.ggml.model"]))
+    if "tokenizer.ggml.pre" in meta:
+        w.add_tokenizer_pre(str(meta["tokenizer.ggml.pre"]))
+    w.add_token_list(list(meta["tokenizer.ggml.tokens"]))
+    w.add_token_types([int(t) for t in meta["tokenizer.ggml.token_type"]])
+    if "tokenizer.ggml.merges" in meta:
+        w.add_token_merges(list(meta["tokenizer.ggml.merges"]))
+    for key, add in (
+        ("tokenizer.ggml.bos_token_id", w.add_bos_token_id),
+        ("tokenizer.ggml.eos_token_id", w.add_eos_token_id),
+    ):
+        if key in meta:
+            add(int(meta[key]))
+    w.add_add_bos_token(bool(meta.get("tokenizer.ggml.add_bos_token", False)))
 
 
 def tensors_sha256(path: Path) -> str:

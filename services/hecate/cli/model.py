@@ -1,4 +1,5 @@
-"""``hecate model pull|generate``: the real model's cache, and a single-process run."""
+"""``hecate model pull|add|list|generate``: the models a node can run, and a
+single-process run."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -18,8 +20,36 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     path = pull(args.name, progress=lambda line: print(line, file=sys.stderr))
-    print(f"{args.name}: preparing float32 weights and tokenizer", file=sys.stderr)
-    prepare(path)
+    what = "float32 weights and tokenizer" if args.float32 else "tokenizer"
+    print(f"{args.name}: preparing its {what}", file=sys.stderr)
+    prepare(path, float32=args.float32)
+    return 0
+
+
+def _cmd_add(args: argparse.Namespace) -> int:
+    from hecate.llm.store import add
+
+    entry = add(args.name, args.path, progress=lambda line: print(line, file=sys.stderr))
+    print(
+        f"{args.name}: {entry.arch}, {entry.layers} layers, {entry.size:,} bytes, sha256 "
+        f'{entry.sha256}\nserve it with "executor": "{args.name}" on a topology\'s model '
+        "and nodes"
+    )
+    return 0
+
+
+def _cmd_list(_args: argparse.Namespace) -> int:
+    from hecate.llm.store import MODELS, known, present, registered
+
+    entries = registered()
+    for name in known():
+        if name in MODELS:
+            where = "built in, " + ("in the cache" if present(name) else "not pulled yet")
+        else:
+            e = entries[name]
+            state = "" if present(name) else " (CHANGED or gone since added)"
+            where = f"{e.path}{state}, {e.arch}, {e.layers} layers"
+        print(f"{name}\t{where}")
     return 0
 
 
@@ -69,7 +99,21 @@ def add_parser(sub: Any) -> None:
         "pull", help="fetch a model into the cache and prepare it (no-op if present)"
     )
     pull.add_argument("name", help="e.g. smollm2-135m")
+    pull.add_argument(
+        "--float32",
+        action="store_true",
+        help="also prepare the float32 reference's weights (smollm2-numpy nodes)",
+    )
     pull.set_defaults(run=_cmd_pull)
+    add = verbs.add_parser(
+        "add",
+        help="register a local GGUF as NAME (checked whole and checksummed; not copied)",
+    )
+    add.add_argument("name", help="the model's name in topologies (lower-case, digits, - _)")
+    add.add_argument("path", type=Path, help="the .gguf file")
+    add.set_defaults(run=_cmd_add)
+    listing = verbs.add_parser("list", help="the models a node can run")
+    listing.set_defaults(run=_cmd_list)
     gen = verbs.add_parser("generate", help="greedy generation in this process")
     gen.add_argument("name")
     gen.add_argument("prompt")

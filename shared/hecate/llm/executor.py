@@ -34,10 +34,9 @@ from hecate.llm.gguf_model import LlamaConfig, load_stage
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import chat_prompt, load_tokenizer
+from hecate.llm.tokenizer import chat_prompt, eos_ids, load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
-EOS = 2  # <|im_end|>
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
 WARM_UP_POSITIONS = 1  # the size of a decode step, what most stage requests are
@@ -110,6 +109,7 @@ class LlmExecutor:
         prefill_chunk: int = PREFILL_CHUNK,
         engine: Engine = "onnx",
         threads: int | None = None,
+        name: str | None = None,
     ) -> None:
         """``engine``: what runs each range, ONNX Runtime on the GGUF's own blocks
         (:mod:`hecate.llm.onnx_stage`, on ``threads`` threads, default every core), or
@@ -118,13 +118,22 @@ class LlmExecutor:
         self.path = path
         self.engine: Engine = engine
         self.threads = threads if threads is not None else engine_threads()
-        if engine != "onnx":
+        if name is not None:
+            self.name = name  # a registered model's executor is named as the model
+        elif engine != "onnx":
             self.name = f"smollm2-{engine}"
         self.prefill_chunk = prefill_chunk
         self.max_payload: int | None = None  # the bus's, once the node has connected
         self._ranges: dict[tuple[int, int], Sessions] = {}
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
+        self._eos: frozenset[int] | None = None
+
+    def eos(self) -> frozenset[int]:
+        """The ids that end a generation, as the model's file names them."""
+        if self._eos is None:
+            self._eos = eos_ids(self._gguf())
+        return self._eos
 
     def _gguf(self) -> Path:
         if self.path is None:
@@ -306,7 +315,7 @@ class LlmExecutor:
                 results[i] = StepOutput(
                     token=token,
                     text=self.tokenizer().decode([token]),
-                    eos=token == EOS,
+                    eos=token in self.eos(),
                     prompt_tokens=prompt_tokens,
                     positions=ran[i],
                 )

@@ -259,9 +259,12 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
     return StageWeights(config, layer_start, layer_end, blocks, embedding, output_norm, head)
 
 
-def prepare(path: Path) -> None:
-    """Build the whole prepared folder now (``hecate up`` does, before nodes start)."""
+def prepare(path: Path, *, float32: bool = False) -> None:
+    """Build the prepared folder now (``hecate up`` does, before nodes start): the
+    tokenizer, and with ``float32`` the reference's weights (the engine reads the GGUF's
+    own blocks: it needs none)."""
     from hecate.llm.tokenizer import load_tokenizer
 
-    load_stage(path, 0, model_config(path).layers)
+    if float32:
+        load_stage(path, 0, model_config(path).layers)
     load_tokenizer(path)

@@ -21,6 +21,7 @@ byte, ``MatMulNBits`` elements ``2i`` and ``2i + 1``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +75,31 @@ def _nibbles(qs: U8) -> U8:
     return packed
 
 
+#: the weight types the engine runs (each exactly, as the module's docstring says)
+SUPPORTED = (
+    GGMLQuantizationType.F32,
+    GGMLQuantizationType.F16,
+    GGMLQuantizationType.Q8_0,
+    GGMLQuantizationType.Q4_0,
+    GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q4_K,
+    GGMLQuantizationType.Q5_K,
+    GGMLQuantizationType.Q6_K,
+)
+
+
+def check_types(file: Any) -> None:
+    """Raise :class:`UnsupportedWeights` for the first matrix of ``file`` (a
+    :class:`~hecate.llm.gguf_file.GGUFFile`) whose type the engine has no kernel for,
+    naming the type and the tensor: found when a model is added, not by a node."""
+    for name, t in file.tensors.items():
+        if len(t.shape) >= 2 and t.tensor_type not in SUPPORTED:
+            raise UnsupportedWeights(
+                f"{name}: weight type {t.tensor_type.name} is not supported (supported: "
+                f"{', '.join(q.name for q in SUPPORTED)})"
+            )
+
+
 def pack(
     name: str, kind: GGMLQuantizationType, raw: npt.NDArray[np.generic], n: int, k: int
 ) -> Packed:
@@ -104,8 +130,8 @@ def pack(
             raise UnsupportedWeights(f"{name}: {k} inputs are not whole blocks of {QK_K}")
         return K_QUANTS[kind](raw8.reshape(-1, K_BYTES[kind]), n, k)
     raise UnsupportedWeights(
-        f"{name}: weight type {kind.name} is not supported (supported: F32, F16, Q4_0, "
-        "Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)"
+        f"{name}: weight type {kind.name} is not supported (supported: "
+        f"{', '.join(q.name for q in SUPPORTED)})"
     )
 
 

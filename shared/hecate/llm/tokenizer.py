@@ -1,8 +1,10 @@
 """The GPT-2 style byte-level BPE tokenizer, rebuilt from the GGUF's own vocabulary.
 
-SmolLM2's pre-tokenizer (``tokenizer.ggml.pre = smollm``) splits digits one by one
-before the byte-level split. Special tokens (``<|im_start|>`` ...) are never split.
-BOS is not added.
+The GGUF says which pre-tokenizer splits the text before the byte-level BPE
+(``tokenizer.ggml.pre``, as llama.cpp reads it): SmolLM2's (``smollm``) splits digits one
+by one before GPT-2's split; Llama 3's (``llama-bpe``) and Qwen2's (``qwen2``) split by
+their own expressions (digits in threes, or one by one). Special tokens (``<|im_start|>``
+...) are never split. BOS is added where the file says so (``add_bos_token``).
 """
 
 from __future__ import annotations
@@ -10,11 +12,51 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
+from hecate.core.errors import HecateError
 from hecate.llm.gguf_file import GGUFFile
 
 CONTROL = 3  # GGUF token_type of control (special) tokens
+
+#: llama.cpp's expressions for the pre-tokenizers that are not GPT-2's own
+_LLAMA3 = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def _byte_level() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _split(expression: str) -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(expression), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+#: ``tokenizer.ggml.pre`` → the pre-tokenizer it names
+PRE_TOKENIZERS = {
+    "default": _byte_level,
+    "gpt-2": _byte_level,
+    "smollm": lambda: pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), _byte_level()]
+    ),
+    "llama-bpe": lambda: _split(_LLAMA3),
+    "llama3": lambda: _split(_LLAMA3),
+    "qwen2": lambda: _split(_QWEN2),
+}
+
+
+class TokenizerError(HecateError):
+    """A GGUF whose tokenizer this module cannot rebuild; the message names it."""
+
+    code = "unsupported_tokenizer"
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
@@ -26,6 +68,17 @@ def load_tokenizer(path: Path) -> Tokenizer:
 
 def _build(path: Path) -> Tokenizer:
     file = GGUFFile(path)
+    kind = file.metadata.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise TokenizerError(
+            f"{path}: tokenizer {kind!r} is not supported (supported: 'gpt2', byte-level BPE)"
+        )
+    pre = str(file.metadata.get("tokenizer.ggml.pre", "default"))
+    if pre not in PRE_TOKENIZERS:
+        raise TokenizerError(
+            f"{path}: pre-tokenizer {pre!r} is not supported (supported: "
+            f"{', '.join(PRE_TOKENIZERS)})"
+        )
     tokens: list[str] = file.field("tokenizer.ggml.tokens")
     merges: list[tuple[str, str]] = []
     for m in file.field("tokenizer.ggml.merges"):
@@ -35,15 +88,23 @@ def _build(path: Path) -> Tokenizer:
     tok = Tokenizer(
         models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
     )
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
+    tok.pre_tokenizer = PRE_TOKENIZERS[pre]()
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
+    bos = file.metadata.get("tokenizer.ggml.bos_token_id")
+    if file.metadata.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))]
+        )
     return tok
+
+
+def eos_ids(path: Path) -> frozenset[int]:
+    """The ids that end a generation: the file's EOS, and its end-of-turn token if it
+    names one (a chat model's answer ends there)."""
+    meta = GGUFFile(path).metadata
+    ids = {meta.get("tokenizer.ggml.eos_token_id"), meta.get("tokenizer.ggml.eot_token_id")}
+    return frozenset(int(i) for i in ids if i is not None)
 
 
 def chat_prompt(messages: list[tuple[str, str]], *, system: str | None = None) -> str:

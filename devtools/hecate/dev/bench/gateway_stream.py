@@ -250,7 +250,7 @@ def run_stream(*, tokens: int, rounds: int) -> dict[str, Any]:
 
     if not present(MODEL):
         return {"skipped": f"{MODEL} is not pulled (hecate model pull {MODEL})"}
-    prepare(model_path(MODEL))  # once, before six node processes would each build it
+    prepare(model_path(MODEL), float32=True)  # once, before six node processes would each build it
     env = node_env(bench_env())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / TOPOLOGY

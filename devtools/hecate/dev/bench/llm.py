@@ -201,7 +201,7 @@ def run_llm_bench(
     levels (:mod:`hecate.dev.bench.llm_concurrency`; ``only_concurrency``: that part alone,
     under ``"concurrency"``). A wrong text anywhere is listed in ``failed_checks``."""
     path = pull(MODEL, progress=lambda line: print(line, file=sys.stderr))
-    prepare(path)  # once, before six node processes would each build it
+    prepare(path, float32=True)  # once, before six node processes would each build it
     if only_concurrency:
         users = run_concurrency(path, concurrency, tokens, rounds)
         only = {

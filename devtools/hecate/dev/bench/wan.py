@@ -173,7 +173,7 @@ def run_wan_bench(
     preference_rtt_ms: float = 40.0,
 ) -> WanResult:
     path = pull(MODEL, progress=lambda line: print(line, file=sys.stderr))
-    prepare(path)  # once, before the node processes would each build it
+    prepare(path, float32=True)  # once, before the node processes would each build it
     expected = greedy_text(path, PROMPT, tokens)
     runs = [r for d in DISPATCHES for r in _dispatch(d, rtts, tokens, rounds, expected)]
     short = greedy_text(path, PROMPT, preference_tokens)
