@@ -143,17 +143,18 @@ def write(
     seed: int = 0,
     *,
     floats: bool = False,
-    tokenizer: Path | None = None,
+    tokenizer: Path | Mapping[str, Any] | None = None,
 ) -> Path:
     """A model of ``shape`` with every weight matrix of type ``kind``: random blocks at
     face value (the embedding Q8_0, norms one), or with ``floats`` drawn as float32 and
     quantised (:data:`QUANTISABLE`) with the embedding too, norms drawn near one: what
     llama.cpp's ``--pure`` quantiser makes of the float32 file of the same seed.
     ``tokenizer``: a GGUF whose tokenizer (vocabulary, merges, special ids) the model
-    takes, and its vocabulary's size; else none (``no_vocab``)."""
+    takes, or those keys themselves, and its vocabulary's size; else none
+    (``no_vocab``)."""
     rng = np.random.default_rng(seed)
     s = shape
-    source = GGUFFile(tokenizer).metadata if tokenizer is not None else None
+    source = GGUFFile(tokenizer).metadata if isinstance(tokenizer, Path) else tokenizer
     if source is not None:
         s = replace(s, vocab=len(source["tokenizer.ggml.tokens"]))
     d = s.hidden // s.heads
@@ -225,16 +226,63 @@ def _copy_tokenizer(w: GGUFWriter, meta: Mapping[str, Any]) -> None:
     if "tokenizer.ggml.pre" in meta:
         w.add_tokenizer_pre(str(meta["tokenizer.ggml.pre"]))
     w.add_token_list(list(meta["tokenizer.ggml.tokens"]))
+    if "tokenizer.ggml.scores" in meta:
+        w.add_token_scores([float(x) for x in meta["tokenizer.ggml.scores"]])
     w.add_token_types([int(t) for t in meta["tokenizer.ggml.token_type"]])
     if "tokenizer.ggml.merges" in meta:
         w.add_token_merges(list(meta["tokenizer.ggml.merges"]))
     for key, add in (
         ("tokenizer.ggml.bos_token_id", w.add_bos_token_id),
         ("tokenizer.ggml.eos_token_id", w.add_eos_token_id),
+        ("tokenizer.ggml.unknown_token_id", w.add_unk_token_id),
     ):
         if key in meta:
             add(int(meta[key]))
     w.add_add_bos_token(bool(meta.get("tokenizer.ggml.add_bos_token", False)))
+    if "tokenizer.ggml.add_space_prefix" in meta:
+        w.add_add_space_prefix(bool(meta["tokenizer.ggml.add_space_prefix"]))
+
+
+#: the text :func:`spm_vocabulary` learns its pieces from
+SPM_CORPUS = (
+    "The capital of France is Paris. Once upon a time, in a small village, there lived "
+    "an old man who told stories to the children of the village every evening. "
+    "def fibonacci(n): return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2) "
+    "In 1969, 12 people walked on the Moon; the last of them left it in 1972."
+)
+
+
+def spm_vocabulary(size: int = 400) -> dict[str, Any]:
+    """A SentencePiece (llama) vocabulary learnt crudely from :data:`SPM_CORPUS`: the
+    control tokens, the 256 byte tokens, every character of the corpus, then its most
+    frequent pieces of 2 to 6 characters (spaces as U+2581), each scored by how often it
+    occurs: the layout of Llama 2's and TinyLlama's files, small enough for a test."""
+    text = "\u2581" + SPM_CORPUS.replace(" ", "\u2581")
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    types = [2, 3, 3, *([6] * 256)]
+    scores = [0.0] * len(tokens)
+    chars = sorted(set(text))
+    counts: dict[str, int] = {}
+    for n in range(2, 7):
+        for i in range(len(text) - n + 1):
+            piece = text[i : i + n]
+            counts[piece] = counts.get(piece, 0) + 1
+    pieces = sorted((p for p, c in counts.items() if c > 1), key=lambda p: (-counts[p], p))
+    for piece in [*chars, *pieces][: size - len(tokens)]:
+        tokens.append(piece)
+        types.append(1)
+        scores.append(-float(len(tokens)) if len(piece) > 1 else -1e4 - len(tokens))
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_space_prefix": True,
+    }
 
 
 def tensors_sha256(path: Path) -> str:

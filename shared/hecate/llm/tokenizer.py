@@ -12,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 from hecate.core.errors import HecateError
 from hecate.llm.gguf_file import GGUFFile
@@ -69,14 +77,31 @@ def load_tokenizer(path: Path) -> Tokenizer:
 def _build(path: Path) -> Tokenizer:
     file = GGUFFile(path)
     kind = file.metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
+    if kind == "gpt2":
+        tok = _byte_level_bpe(file)
+    elif kind == "llama":
+        tok = _sentencepiece(file)
+    else:
         raise TokenizerError(
-            f"{path}: tokenizer {kind!r} is not supported (supported: 'gpt2', byte-level BPE)"
+            f"{path}: tokenizer {kind!r} is not supported (supported: 'gpt2', byte-level "
+            "BPE; 'llama', SentencePiece BPE)"
         )
+    tokens: list[str] = file.field("tokenizer.ggml.tokens")
+    types = [int(t) for t in np.asarray(file.field("tokenizer.ggml.token_type"))]
+    tok.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
+    bos = file.metadata.get("tokenizer.ggml.bos_token_id")
+    if file.metadata.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))]
+        )
+    return tok
+
+
+def _byte_level_bpe(file: GGUFFile) -> Tokenizer:
     pre = str(file.metadata.get("tokenizer.ggml.pre", "default"))
     if pre not in PRE_TOKENIZERS:
         raise TokenizerError(
-            f"{path}: pre-tokenizer {pre!r} is not supported (supported: "
+            f"{file.path}: pre-tokenizer {pre!r} is not supported (supported: "
             f"{', '.join(PRE_TOKENIZERS)})"
         )
     tokens: list[str] = file.field("tokenizer.ggml.tokens")
@@ -84,18 +109,47 @@ def _build(path: Path) -> Tokenizer:
     for m in file.field("tokenizer.ggml.merges"):
         left, right = m.split(" ", 1)
         merges.append((left, right))
-    types = [int(t) for t in np.asarray(file.field("tokenizer.ggml.token_type"))]
     tok = Tokenizer(
         models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
     )
     tok.pre_tokenizer = PRE_TOKENIZERS[pre]()
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
-    bos = file.metadata.get("tokenizer.ggml.bos_token_id")
-    if file.metadata.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))]
+    return tok
+
+
+SPACE = "\u2581"  # SentencePiece's visible space
+
+
+def _sentencepiece(file: GGUFFile) -> Tokenizer:
+    """Llama 2's, Mistral's and TinyLlama's tokenizer: SentencePiece BPE, which merges
+    the adjacent pair whose union scores highest until none is in the vocabulary, and
+    spells what is left as byte tokens (``<0x41>``). As a BPE model: every split of a
+    piece into two pieces is a merge, ranked by the union's score. Spaces are U+2581,
+    with one in front of the text where the file says so (``add_space_prefix``). Each
+    token decodes with its own spaces (no prefix stripped): a stream joins them."""
+    tokens: list[str] = file.field("tokenizer.ggml.tokens")
+    scores = [float(x) for x in np.asarray(file.field("tokenizer.ggml.scores"))]
+    ids = {t: i for i, t in enumerate(tokens)}
+    ranked: list[tuple[float, int, int, str, str]] = []
+    for piece, i in ids.items():
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in ids and right in ids:
+                ranked.append((-scores[i], ids[left], ids[right], left, right))
+    merges = [(left, right) for *_, left, right in sorted(ranked)]
+    unk = int(file.metadata.get("tokenizer.ggml.unknown_token_id", 0))
+    tok = Tokenizer(
+        models.BPE(
+            vocab=ids, merges=merges, unk_token=tokens[unk], fuse_unk=True, byte_fallback=True
         )
+    )
+    steps: list[normalizers.Normalizer] = [normalizers.Replace(" ", SPACE)]
+    if file.metadata.get("tokenizer.ggml.add_space_prefix", True):
+        steps.insert(0, normalizers.Prepend(SPACE))
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
     return tok
 
 

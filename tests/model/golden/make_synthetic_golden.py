@@ -11,7 +11,10 @@ a SHA-256 over the quantised tensors (name, type, bytes) and the versions;
 ``synthetic/<case>.npz`` keeps the step-0 logits. The quantised file itself is kept
 (``synthetic/<case>.gguf``) only for the types whose quantiser exists only in llama.cpp
 (the k-quants); for the others the test quantises the same floats with ``gguf`` and
-checks the hash, which proves it made llama.cpp's bytes.
+checks the hash, which proves it made llama.cpp's bytes. ``synthetic/tokenizers.json``
+keeps llama.cpp's token ids for a few texts under each tokenizer the engine rebuilds:
+SentencePiece on a small vocabulary (``spm_vocabulary``), and SmolLM2's vocabulary
+under each byte-level pre-tokenizer.
 
 The models have no tokenizer (``tokenizer.ggml.model = no_vocab``; llama.cpp loads that
 as is): a vocabulary of 256 ids keeps a k-quant file near 0.5 MB, where SmolLM2's 49,152
@@ -35,7 +38,8 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from hecate.dev.synthetic_gguf import QUANTISABLE, Shape, tensors_sha256, write
+from hecate.dev.synthetic_gguf import QUANTISABLE, Shape, spm_vocabulary, tensors_sha256, write
+from hecate.llm.gguf_file import GGUFFile
 
 HERE = Path(__file__).resolve().parent / "synthetic"
 SEED = 7
@@ -98,9 +102,56 @@ def run(llama: Any, path: Path, ids: list[int]) -> tuple[list[int], list[float],
     return out, margins, step0
 
 
+#: what the tokenizers are held to: spaces, digits, accents and emoji (byte fallback),
+#: special tokens, code
+TEXTS = (
+    "The capital of France is",
+    "Hello  world\n\nnew line, é and 😀 at 12345 o'clock",
+    " leading space, I'm sure they've",
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1)",
+    "<s>x</s><|im_start|>user",
+)
+#: the byte-level pre-tokenizers checked on SmolLM2's vocabulary (llama.cpp splits by
+#: the name in ``tokenizer.ggml.pre``, whatever the vocabulary)
+PRE_TOKENIZERS = ("smollm", "gpt-2", "llama-bpe", "qwen2")
+
+
+def tokenizer_cases(smollm2: Path) -> dict[str, dict[str, Any]]:
+    """Each tokenizer case's metadata: SentencePiece on a small vocabulary of its own,
+    and SmolLM2's vocabulary under each byte-level pre-tokenizer."""
+    meta = GGUFFile(smollm2).metadata
+    base = {
+        k: meta[k]
+        for k in meta
+        if k.startswith("tokenizer.ggml.") and k != "tokenizer.chat_template"
+    }
+    cases = {"spm": spm_vocabulary()}
+    for pre in PRE_TOKENIZERS:
+        cases[f"bpe-{pre}"] = {**base, "tokenizer.ggml.pre": pre}
+    return cases
+
+
+def tokenizers(llama: Any, folder: Path) -> None:
+    from hecate.llm.store import pull
+
+    out = {}
+    for case, meta in tokenizer_cases(pull("smollm2-135m")).items():
+        path = write(folder / f"{case}.gguf", Q.F32, Shape(layers=1), tokenizer=meta)
+        llm: Any = llama.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+        out[case] = {
+            text: llm.tokenize(text.encode(), add_bos=add_bos, special=True) for text in TEXTS
+        }
+        print(f"tokenizer {case}: {sum(len(v) for v in out[case].values())} ids")
+    golden = {"llama_cpp_python": llama.__version__, "texts": list(TEXTS), "ids": out}
+    (HERE / "tokenizers.json").write_text(json.dumps(golden, indent=1) + "\n")
+
+
 def main() -> None:
     llama = importlib.import_module("llama_cpp")
     HERE.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizers(llama, Path(tmp))
     with tempfile.TemporaryDirectory() as tmp:
         for case, (kind, shape) in CASES.items():
             source = write(Path(tmp) / "f32.gguf", Q.F32, shape, SEED, floats=True)

@@ -1,0 +1,61 @@
+"""The tokenizers rebuilt from a GGUF's metadata give llama.cpp's token ids: SentencePiece
+(Llama 2, Mistral, TinyLlama) on a small vocabulary, and byte-level BPE on SmolLM2's under
+each pre-tokenizer the engine knows (SmolLM2's, GPT-2's, Llama 3's, Qwen2's). The ids are
+llama.cpp's own, from ``golden/make_synthetic_golden.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from hecate.dev.synthetic_gguf import Shape, write
+from hecate.llm.store import pull
+from hecate.llm.tokenizer import TokenizerError, load_tokenizer
+
+from .golden.make_synthetic_golden import HERE, tokenizer_cases
+
+GOLDEN: dict[str, Any] = json.loads((HERE / "tokenizers.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict[str, dict[str, Any]]:
+    return tokenizer_cases(pull("smollm2-135m", progress=lambda _line: None))
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN["ids"]))
+def test_a_rebuilt_tokenizer_gives_llama_cpp_s_ids(
+    case: str, cases: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    path = write(tmp_path / f"{case}.gguf", Q.F32, Shape(layers=1), tokenizer=cases[case])
+    tok = load_tokenizer(path)
+    for text, want in GOLDEN["ids"][case].items():
+        ids = tok.encode(text).ids
+        assert ids == want, text
+        if case == "spm" and text.isascii() and "<" not in text:
+            # Each token decodes with its own spaces: a stream of them joins up.
+            assert "".join(tok.decode([i]) for i in ids[1:]) == " " + text
+
+
+def test_the_pre_tokenizers_split_these_texts_differently() -> None:
+    """Else the check above could not tell GPT-2's split from Llama 3's. (SmolLM2's and
+    GPT-2's, and Llama 3's and Qwen2's, differ only in how they group digits, which a
+    vocabulary of single digits, as SmolLM2's is, cannot show.)"""
+    ids = GOLDEN["ids"]
+    assert ids["bpe-gpt-2"] != ids["bpe-llama-bpe"]
+
+
+def test_a_tokenizer_it_cannot_rebuild_is_named(
+    cases: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    for key, value, says in (
+        ("tokenizer.ggml.model", "rwkv", "tokenizer 'rwkv' is not supported"),
+        ("tokenizer.ggml.pre", "deepseek-coder", "pre-tokenizer 'deepseek-coder'"),
+    ):
+        meta = {**cases["bpe-smollm"], key: value}
+        path = write(tmp_path / f"{value}.gguf", Q.F32, Shape(layers=1), tokenizer=meta)
+        with pytest.raises(TokenizerError, match=says):
+            load_tokenizer(path)
