@@ -158,3 +158,40 @@ async def test_a_refused_step_fails_alone_and_a_failed_batch_fails_all() -> None
     assert all(isinstance(r, MemoryError) for r in results)
     with pytest.raises(MemoryError):
         raise results[0]  # type: ignore[misc]
+
+
+async def test_a_step_s_span_says_how_long_it_queued_and_computed_and_with_how_many() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    llm, batches = Small(chunk=128), list[list[Waiting]]()
+    runner = compute(llm, batches)
+
+    async def traced(j: int) -> None:
+        with tracer.start_as_current_span(f"stage {j}"):
+            await runner.step(request(session=f"s{j}", tokens=[1, 2, 3]))
+
+    try:
+        await asyncio.gather(*(traced(j) for j in range(3)))
+    finally:
+        runner.close()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 3
+    for span in spans:
+        attrs = dict(span.attributes or {})
+        queued, computed = (
+            float(str(attrs["hecate.queue_ms"])),
+            float(str(attrs["hecate.compute_ms"])),
+        )
+        assert attrs["hecate.batch"] == 3
+        assert computed > 0
+        assert queued >= 0
+        assert span.end_time is not None
+        assert span.start_time is not None
+        # The stage's span covers its queueing and its batch.
+        assert (span.end_time - span.start_time) / 1e6 >= queued + computed

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from opentelemetry import trace
+
 from hecate.core.batching import take_batch
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
@@ -33,6 +35,10 @@ class Waiting:
     req: StepInput
     future: asyncio.Future[StepOutput]
     delay_ns: int = 0  # the injected slowdown it waited out before joining
+    joined_ns: int = 0  # when it began waiting (monotonic)
+    started_ns: int = 0  # when its batch went to the compute thread
+    spent_ns: int = 0  # its batch's compute
+    batch: int = 0  # the steps in its batch
 
 
 def _timed(run: RunBatch, reqs: list[StepInput]) -> tuple[list[StepOutput | ExecutorError], int]:
@@ -71,9 +77,21 @@ class Compute:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop())
         future: asyncio.Future[StepOutput] = asyncio.get_running_loop().create_future()
-        self.waiting.append(Waiting(req, future, delay_ns))
+        waiting = Waiting(req, future, delay_ns, joined_ns=time.monotonic_ns())
+        self.waiting.append(waiting)
         self._wake.set()
-        return await future
+        try:
+            return await future
+        finally:
+            span = trace.get_current_span()
+            if span.is_recording() and waiting.started_ns:
+                # Where the stage's time went, on its span: waiting for the compute
+                # thread (and the batch's gather), then the batch it ran in.
+                span.set_attribute(
+                    "hecate.queue_ms", (waiting.started_ns - waiting.joined_ns) / 1e6
+                )
+                span.set_attribute("hecate.compute_ms", waiting.spent_ns / 1e6)
+                span.set_attribute("hecate.batch", waiting.batch)
 
     async def offload(self, fn: Callable[..., R], *args: Any) -> R:
         """Run ``fn`` on the compute thread, between batches (a warm-up pass is compute
@@ -97,6 +115,9 @@ class Compute:
                 if not batch:
                     break
                 self.running = self._last_size = len(batch)
+                started = time.monotonic_ns()
+                for w in batch:
+                    w.started_ns, w.batch = started, len(batch)
                 try:
                     results, spent = await loop.run_in_executor(
                         self._thread, _timed, self.run, [w.req for w in batch]
@@ -109,6 +130,8 @@ class Compute:
                 finally:
                     self.running = 0
                 self._last_s = spent / 1e9
+                for w in batch:
+                    w.spent_ns = spent
                 self.on_batch(spent, batch)
                 for w, result in zip(batch, results, strict=True):
                     if w.future.done():
