@@ -80,6 +80,8 @@ bench: $(BENCH_STAMP)
 		|| echo gateway >> $(BENCH_FAILED)
 	$(BIN)/hecate bench llm --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo llm >> $(BENCH_FAILED)
+	$(BIN)/hecate bench tokens --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo tokens >> $(BENCH_FAILED)
 	$(BIN)/hecate bench wan --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo wan >> $(BENCH_FAILED)
 	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \

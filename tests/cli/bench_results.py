@@ -356,6 +356,33 @@ CHAOS = {
 }
 
 
+def _step(compute: float, queue: float, node: float, bus: float, router: float) -> dict[str, Any]:
+    parts = {"compute": compute, "queue": queue, "node": node, "bus": bus, "router": router}
+    return {**parts, "token_ms": sum(parts.values())}
+
+
+TOKENS = {
+    "tokens": 48,
+    "rounds": 3,
+    "levels": {
+        "1": {
+            **_step(12.0, 0.1, 2.0, 3.0, 0.2),
+            "steps": 141,
+            "tokens_per_s": 57.0,
+            "ms_per_token_per_user": 17.5,
+            "wrong_texts": 0,
+        },
+        "16": {
+            **_step(36.0, 4.0, 4.0, 8.0, 0.0),
+            "steps": 2256,
+            "tokens_per_s": 260.0,
+            "ms_per_token_per_user": 61.5,
+            "wrong_texts": 0,
+        },
+    },
+}
+
+
 def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     """Every suite's saved result (``llm=False``: the model suite never ran)."""
     out = {
@@ -368,5 +395,6 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     }
     if llm:
         out["llm"] = envelope("llm", LLM)
+        out["tokens"] = envelope("tokens", TOKENS)
         out["wan"] = envelope("wan", WAN)
     return out

@@ -331,3 +331,21 @@ def test_a_chaos_scenario_run_again_because_its_fault_missed_says_so() -> None:
     chaos = _section(render(saved), "Chaos")
     assert "(run 2 times: the fault hit no live traffic before)" in chaos
     assert chaos.count("the fault hit no live traffic before") == 1  # only node-kill's row
+
+
+def test_the_token_time_section_splits_a_step_and_fails_on_a_wrong_text() -> None:
+    doc = results()
+    tokens = _section(render(doc), "Where a token's time goes")
+    assert (
+        "| compute: the step's batch in the engine, 3 stages | 12.00 (69 %) | 36.00 (69 %) |"
+        in tokens
+    )
+    assert "| **sum: a user's decode step** | **17.30** | **52.00** |" in tokens
+    assert "Every generation's text equals the single-process greedy text: yes." in tokens
+    doc["tokens"]["report"]["levels"]["16"]["wrong_texts"] = 2
+    wrong = render(doc)
+    assert "**no, 2 differ**" in _section(wrong, "Where a token's time goes")
+    assert (
+        "| every timed generation gives the single-process text (token time) | 2 differ "
+        "| **not met** |" in _section(wrong, "Headline")
+    )

@@ -23,12 +23,14 @@ def add_parser(sub: Any) -> None:
     )
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "wan", "report"],
+        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "tokens", "wan", "report"],
         help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
         "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
         "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
         "(toy model; SmolLM2 streaming when pulled); llm: SmolLM2 generation, single "
-        "process and across stages; wan: SmolLM2 with every node behind a slow link, hop "
+        "process and across stages; tokens: where a token's time goes across 3 stages at 1 "
+        "and 16 users, from every process's spans; wan: SmolLM2 with every node behind a "
+        "slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
         "report: write --doc and its pictures from the results saved in --results",
     )
@@ -154,6 +156,18 @@ def _run_suite(args: argparse.Namespace) -> object:
             rounds=args.rounds or (1 if args.quick else 3),
             concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
             only_concurrency=args.only_concurrency,
+        )
+    if args.suite == "tokens":
+        from hecate.dev.bench.llm_single import MODEL as TOKENS_MODEL
+        from hecate.llm.store import present as have
+
+        if args.if_present and not have(TOKENS_MODEL):
+            return {"skipped": f"{TOKENS_MODEL} is not pulled (hecate model pull {TOKENS_MODEL})"}
+        from hecate.dev.bench.token_time import run
+
+        return run(
+            tokens=args.tokens or (16 if args.quick else 48),
+            rounds=args.rounds or (1 if args.quick else 3),
         )
     if args.suite == "wan":
         from hecate.dev.bench.llm_single import MODEL as WAN_MODEL

@@ -135,15 +135,19 @@ def standing(
     blas_threads: int = 1,
     secure: bool = False,
     node_url: Callable[[str, str], str] | None = None,
+    otlp: str | None = None,
 ) -> Iterator[Standing]:
     """A nats-server, telemetry, a router and one SmolLM2 node process per stage, the
     plan written to KV, serving the model when the block starts; every process and the
     server are stopped when it ends, however it ends. With ``secure`` the bus is locked
     down as the module says. ``node_url(node, server_url)``: the URL that node is given
     instead of the server's (a fault proxy's, to put the node at the far end of a slow
-    link)."""
+    link). ``otlp``: an OTLP/HTTP endpoint every process exports its spans to (none
+    otherwise, whatever the environment says: spans cost time)."""
     env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    if otlp is not None:
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_BSP_SCHEDULE_DELAY="200")
     node_ids = sorted({n for p in pipelines for n, _, _ in p})
     with tempfile.TemporaryDirectory() as tmp:
         bus: SecureBus | None = prepare(Path(tmp) / "secure", nodes=node_ids) if secure else None

@@ -31,6 +31,7 @@ from hecate.dev.bench.report.gateway import section_gateway
 from hecate.dev.bench.report.herd import section_herd
 from hecate.dev.bench.report.llm import section_llm
 from hecate.dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate.dev.bench.report.tokens import section_tokens
 from hecate.dev.bench.report.wan import section_wan
 from hecate.dev.chaos import results as chaos_results
 
@@ -68,6 +69,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "SmolLM2-135M: one process and across the swarm",
         "hecate bench llm",
         section_llm,
+    ),
+    (
+        "tokens",
+        "Where a token's time goes: 3 chained stages, 1 and 16 users",
+        "hecate bench tokens",
+        section_tokens,
     ),
     (
         "wan",
