@@ -44,6 +44,16 @@ def section_tokens(env: Doc, img: str) -> tuple[str, list[Target]]:
     )
     rows.append(["decode steps measured", *(str(levels[u]["steps"]) for u in users)])
     wrong = sum(levels[u]["wrong_texts"] for u in users)
+    one, many = levels[users[0]], levels[users[-1]]
+    rest = one["token_ms"] - one["compute"]
+    reading = (
+        f"Compute is {num(100 * one['compute'] / one['token_ms'], 0)} % of a user's decode "
+        f"step at 1 user and {num(100 * many['compute'] / many['token_ms'], 0)} % at "
+        f"{users[-1]}; the rest, at 1 user {num(rest, 2)} ms a step (the bus "
+        f"{num(one['bus'], 2)}, the nodes' own work {num(one['node'], 2)}), is what a "
+        "single process does not pay. At many users a step waits for the compute thread "
+        "too: another batch is running.\n\n"
+    )
     body = table(
         ["ms per decode step per user", *(f"{u} user{'s' if u != '1' else ''}" for u in users)],
         rows,
@@ -59,6 +69,7 @@ def section_tokens(env: Doc, img: str) -> tuple[str, list[Target]]:
         "router's time between two steps. Spans cost about 15 µs each, so the swarm runs "
         "slightly slower than untraced.\n\n"
         f"{body}\n\n"
+        f"{reading}"
         f"Every generation's text equals the single-process greedy text: "
         f"{'yes' if wrong == 0 else f'**no, {wrong} differ**'}.\n"
     )
