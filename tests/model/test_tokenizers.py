@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 
 from hecate.dev.synthetic_gguf import Shape, write
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import TokenizerError, load_tokenizer
+from hecate.llm.tokenizer import TextStream, TokenizerError, load_tokenizer
 
 from .golden.make_synthetic_golden import HERE, tokenizer_cases
 
@@ -59,3 +59,22 @@ def test_a_tokenizer_it_cannot_rebuild_is_named(
         path = write(tmp_path / f"{value}.gguf", Q.F32, Shape(layers=1), tokenizer=meta)
         with pytest.raises(TokenizerError, match=says):
             load_tokenizer(path)
+
+
+@pytest.mark.parametrize("case", ["bpe-smollm", "spm"])
+def test_a_stream_of_tokens_gives_characters_whole(
+    case: str, cases: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """A character over several tokens (its UTF-8 bytes split) comes whole, with the
+    token that ends it: the streamed text is the text, where each token decoded alone
+    gives replacement characters."""
+    path = write(tmp_path / f"{case}.gguf", Q.F32, Shape(layers=1), tokenizer=cases[case])
+    tok = load_tokenizer(path)
+    text = " café, 😀 and 中文 at last"
+    ids = tok.encode(text).ids[1 if case == "spm" else 0 :]  # SentencePiece adds BOS
+    alone = "".join(tok.decode([i]) for i in ids)
+    assert "\ufffd" in alone  # the case is one where decoding alone breaks characters
+    stream = TextStream(tok)
+    pieces = [stream.push(i) for i in ids]
+    assert "".join(pieces).strip() == text.strip()
+    assert "\ufffd" not in "".join(pieces)

@@ -60,11 +60,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from hecate.llm.gguf_model import load_stage
     from hecate.llm.llama import LlamaStage
     from hecate.llm.store import pull
-    from hecate.llm.tokenizer import load_tokenizer
+    from hecate.llm.tokenizer import TextStream, load_tokenizer
 
     path = pull(args.name, progress=lambda line: print(line, file=sys.stderr))
     stage = LlamaStage(load_stage(path, 0, load_stage_layers(path)))
     tokenizer = load_tokenizer(path)
+    text = TextStream(tokenizer)
     ids = tokenizer.encode(args.prompt).ids
     cache = stage.new_cache()
     started = time.perf_counter()
@@ -74,7 +75,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     for _ in range(args.max_tokens):
         token = int(np.argmax(stage.logits(hidden)))
         out.append(token)
-        sys.stdout.write(tokenizer.decode([token]))
+        sys.stdout.write(text.push(token))
         sys.stdout.flush()
         hidden = stage.forward(stage.embed([token]), cache)
     elapsed = time.perf_counter() - started

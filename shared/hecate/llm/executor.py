@@ -34,7 +34,7 @@ from hecate.llm.gguf_model import LlamaConfig, load_stage
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import chat_prompt, eos_ids, load_tokenizer
+from hecate.llm.tokenizer import TextStream, chat_prompt, eos_ids, load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
@@ -128,6 +128,8 @@ class LlmExecutor:
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
         self._eos: frozenset[int] | None = None
+        #: each generating session's text so far, on the last stage (characters whole)
+        self._texts: dict[str, TextStream] = {}
 
     def eos(self) -> frozenset[int]:
         """The ids that end a generation, as the model's file names them."""
@@ -197,9 +199,18 @@ class LlmExecutor:
         finally:
             stage.free(cache)
 
+    def _text(self, req: StepInput, token: int) -> str:
+        """The text ``token`` adds to ``req``'s generation, characters whole (a session's
+        first token starts its text afresh)."""
+        stream = self._texts.get(req.session)
+        if stream is None or req.step == 0:
+            stream = self._texts[req.session] = TextStream(self.tokenizer())
+        return stream.push(token)
+
     def release(self, session: str) -> None:
         """Drop ``session``'s caches on every range held here. Run it on the compute
         thread, between batches, like a step."""
+        self._texts.pop(session, None)
         with self._lock:
             held = list(self._ranges.values())
         for sessions in held:
@@ -314,7 +325,7 @@ class LlmExecutor:
                 )
                 results[i] = StepOutput(
                     token=token,
-                    text=self.tokenizer().decode([token]),
+                    text=self._text(req, token),
                     eos=token in self.eos(),
                     prompt_tokens=prompt_tokens,
                     positions=ran[i],

@@ -1,5 +1,6 @@
 """Greedy generation in one process: the text the swarm must reproduce token for token
-(each token decoded on its own and joined, as the router streams them; it stops at the
+(each token's text as the last stage gives it, a character split over tokens given whole
+by the token that ends it, and joined, as the router streams them; it stops at the
 end-of-turn token). ``engine`` names what runs the model, as a node's executor does:
 ONNX Runtime on the file's own blocks (the nodes' default), or the numpy model, whose
 text is its own. The prompt runs in the chunks a node's first stage runs it in
@@ -17,7 +18,7 @@ from hecate.llm.executor import PREFILL_CHUNK
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.sessions import Stage
-from hecate.llm.tokenizer import eos_ids, load_tokenizer
+from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 
 EOS = 2  # SmolLM2's <|im_end|> (other models: their file's, :func:`eos_ids`)
 
@@ -53,6 +54,7 @@ def greedy_text(
     stage = _reference_model(path, engine)
     tok = load_tokenizer(path)
     ends = eos_ids(path)
+    text = TextStream(tok)
     ids = tok.encode(prompt).ids
     out: list[str] = []
     cache = stage.new_cache()
@@ -64,7 +66,7 @@ def greedy_text(
             token = int(np.argmax(stage.logits_of(stage.forward_batch([x], [cache]))[0]))
             if token in ends:
                 break
-            out.append(tok.decode([token]))
+            out.append(text.push(token))
             x = stage.embed([token])
     finally:
         stage.free(cache)

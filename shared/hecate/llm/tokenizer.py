@@ -153,6 +153,32 @@ def _sentencepiece(file: GGUFFile) -> Tokenizer:
     return tok
 
 
+#: the most tokens one character can span (UTF-8 has at most 4 bytes a character)
+MAX_SPLIT = 4
+REPLACEMENT = "\ufffd"
+
+
+class TextStream:
+    """A generation's text, token by token, without breaking characters: a character
+    whose UTF-8 bytes span several tokens (an emoji in byte-level BPE, an accent in
+    SentencePiece's byte fallback) is held back until its last byte comes, then given
+    whole. Decoding each token alone would give U+FFFD for each part."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.held: list[int] = []
+
+    def push(self, token: int) -> str:
+        """The text ``token`` completes ("" while a character is still incomplete)."""
+        ids = [*self.held, token]
+        text: str = self.tokenizer.decode(ids)
+        if text.endswith(REPLACEMENT) and len(ids) < MAX_SPLIT:
+            self.held = ids
+            return ""
+        self.held = []
+        return text
+
+
 def eos_ids(path: Path) -> frozenset[int]:
     """The ids that end a generation: the file's EOS, and its end-of-turn token if it
     names one (a chat model's answer ends there)."""

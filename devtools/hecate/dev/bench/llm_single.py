@@ -17,7 +17,7 @@ import numpy as np
 
 from hecate.llm.onnx_stage import OnnxStage
 from hecate.llm.reference import EOS, whole_model
-from hecate.llm.tokenizer import load_tokenizer
+from hecate.llm.tokenizer import TextStream, load_tokenizer
 
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
@@ -26,14 +26,14 @@ LLAMA_CPP_EXTRA = "pip install './devtools[bench]'"
 
 
 def _text(path: Path, tokens: list[int]) -> str:
-    """The text of greedy ``tokens`` as the router streams it: each token decoded on its
-    own, up to the end-of-turn token."""
-    tok = load_tokenizer(path)
+    """The text of greedy ``tokens`` as the router streams it: each token's text as the
+    last stage gives it (characters whole), up to the end-of-turn token."""
+    text = TextStream(load_tokenizer(path))
     out = []
     for token in tokens:
         if token == EOS:
             break
-        out.append(tok.decode([token]))
+        out.append(text.push(token))
     return "".join(out)
 
 
