@@ -41,12 +41,12 @@ from hecate.wire import subjects
 from hecate.wire.messages import FailoverEvent, InferReply, InferRequest, StreamToken
 
 
-def _plan(pipelines: list[list[tuple[str, int, int]]]) -> SwarmPlan:
+def _plan(pipelines: list[list[tuple[str, int, int]]], executor: str = "smollm2") -> SwarmPlan:
     nodes = sorted({n for p in pipelines for n, _, _ in p})
     return SwarmPlan(
         epoch=0,
-        models=(ModelSpec(model_id=MODEL, layers=30, replicas=len(pipelines), executor="smollm2"),),
-        nodes=tuple(NodeProfile(node_id=n, capacity_layers=30, executor="smollm2") for n in nodes),
+        models=(ModelSpec(model_id=MODEL, layers=30, replicas=len(pipelines), executor=executor),),
+        nodes=tuple(NodeProfile(node_id=n, capacity_layers=30, executor=executor) for n in nodes),
         pipelines=tuple(
             Pipeline(
                 pipeline_id=f"{MODEL}-r{i}",
@@ -136,6 +136,7 @@ def standing(
     secure: bool = False,
     node_url: Callable[[str, str], str] | None = None,
     otlp: str | None = None,
+    executor: str = "smollm2",
 ) -> Iterator[Standing]:
     """A nats-server, telemetry, a router and one SmolLM2 node process per stage, the
     plan written to KV, serving the model when the block starts; every process and the
@@ -143,7 +144,8 @@ def standing(
     down as the module says. ``node_url(node, server_url)``: the URL that node is given
     instead of the server's (a fault proxy's, to put the node at the far end of a slow
     link). ``otlp``: an OTLP/HTTP endpoint every process exports its spans to (none
-    otherwise, whatever the environment says: spans cost time)."""
+    otherwise, whatever the environment says: spans cost time). ``executor``: the nodes'
+    (``smollm2-numpy``: the float32 reference)."""
     env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     if otlp is not None:
@@ -169,7 +171,7 @@ def standing(
                 planner = bus.credentials("planner") if bus else ANONYMOUS
                 nc = await nats.connect(server.url, **planner.options())
                 kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-                await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines)))
+                await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines, executor)))
                 await nc.close()
 
             asyncio.run(write_plan())
@@ -178,7 +180,7 @@ def standing(
             router = ("--id", "bench", "--stage-timeout-ms", "5000", "--dispatch", dispatch)
             run("router", "router", *router, *vouched)
             for node in node_ids:
-                layers = ("--capacity-layers", "30", "--executor", "smollm2")
+                layers = ("--capacity-layers", "30", "--executor", executor)
                 url = node_url(node, server.url) if node_url else server.url
                 run(node, "node", "--id", node, *layers, url=url)
             client = bus.credentials(SECURE_TENANT) if bus else ANONYMOUS
