@@ -218,12 +218,8 @@ class OnnxStage:
             k, n = int(t.shape[0]), int(t.shape[1])
             return pack(t.name, GGMLQuantizationType(t.tensor_type), t.data, n, k)
 
-        def vector(name: str) -> npt.NDArray[np.float32]:
-            t = tensors[f"{name}.weight"]
-            return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
-
-        def bias_of(name: str) -> npt.NDArray[np.float32]:
-            t = tensors[f"{name}.bias"]
+        def vector(name: str, part: str = "weight") -> npt.NDArray[np.float32]:
+            t = tensors[f"{name}.{part}"]
             return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
 
         g = _Graph()
@@ -284,7 +280,7 @@ class OnnxStage:
                 g, h, [packed(f"{b}.attn_{n}") for n in ("q", "k", "v")], f"{b}.qkv"
             )
             if c.qkv_bias:
-                bias = np.concatenate([bias_of(f"{b}.attn_{n}") for n in ("q", "k", "v")])
+                bias = np.concatenate([vector(f"{b}.attn_{n}", "bias") for n in ("q", "k", "v")])
                 qkv = g.op("Add", [qkv, g.const(f"{b}.bqkv", bias)])[0]
             g.nodes.append(
                 helper.make_node(
