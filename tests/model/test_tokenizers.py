@@ -78,3 +78,26 @@ def test_a_stream_of_tokens_gives_characters_whole(
     pieces = [stream.push(i) for i in ids]
     assert "".join(pieces).strip() == text.strip()
     assert "\ufffd" not in "".join(pieces)
+
+
+def test_the_last_stage_holds_a_character_per_session_and_nothing_once_it_is_whole() -> None:
+    """Two sessions, each mid-emoji, interleaved: each gets its own character whole, and
+    no session is remembered once its character is out (nor after a fresh start)."""
+    from hecate.llm.executor import LlmExecutor
+
+    from ..unit.test_llama_batch import request
+
+    llm = LlmExecutor()
+    ids = llm.tokenizer().encode("😀").ids
+    assert len(ids) > 1  # the emoji spans tokens
+    texts: dict[str, str] = {"a": "", "b": ""}
+    for step, token in enumerate(ids):
+        for session in texts:
+            texts[session] += llm._text(request(session=session, step=step), token)
+    assert texts == {"a": "😀", "b": "😀"}
+    assert llm._held == {}
+    llm._text(request(session="a", step=0), ids[0])  # held: a character begun
+    assert llm._text(request(session="a", step=0), ids[0]) == ""  # a new start drops it
+    assert llm._held == {"a": [ids[0]]}
+    llm.release("a")
+    assert llm._held == {}

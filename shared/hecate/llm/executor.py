@@ -128,8 +128,9 @@ class LlmExecutor:
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
         self._eos: frozenset[int] | None = None
-        #: each generating session's text so far, on the last stage (characters whole)
-        self._texts: dict[str, TextStream] = {}
+        #: on the last stage, the tokens of a character a session's text has begun and
+        #: not finished (its UTF-8 bytes span tokens); no entry for the others
+        self._held: dict[str, list[int]] = {}
 
     def eos(self) -> frozenset[int]:
         """The ids that end a generation, as the model's file names them."""
@@ -202,15 +203,17 @@ class LlmExecutor:
     def _text(self, req: StepInput, token: int) -> str:
         """The text ``token`` adds to ``req``'s generation, characters whole (a session's
         first token starts its text afresh)."""
-        stream = self._texts.get(req.session)
-        if stream is None or req.step == 0:
-            stream = self._texts[req.session] = TextStream(self.tokenizer())
-        return stream.push(token)
+        held = self._held.pop(req.session, None)
+        stream = TextStream(self.tokenizer(), held if req.step else None)
+        text = stream.push(token)
+        if stream.held:
+            self._held[req.session] = stream.held
+        return text
 
     def release(self, session: str) -> None:
         """Drop ``session``'s caches on every range held here. Run it on the compute
         thread, between batches, like a step."""
-        self._texts.pop(session, None)
+        self._held.pop(session, None)
         with self._lock:
             held = list(self._ranges.values())
         for sessions in held:

@@ -164,9 +164,10 @@ class TextStream:
     SentencePiece's byte fallback) is held back until its last byte comes, then given
     whole. Decoding each token alone would give U+FFFD for each part."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, held: list[int] | None = None) -> None:
+        """``held``: the tokens of a character begun before (a stream resumed)."""
         self.tokenizer = tokenizer
-        self.held: list[int] = []
+        self.held: list[int] = held or []
 
     def push(self, token: int) -> str:
         """The text ``token`` completes ("" while a character is still incomplete)."""
