@@ -79,28 +79,16 @@ def registry_path() -> Path:
     return cache_dir() / "registry.json"
 
 
-_read: dict[Path, tuple[tuple[int, int], dict[str, Registered]]] = {}
-
-
 def registered() -> dict[str, Registered]:
-    """The registered models, by name (none when nothing was ever added); read again
-    only when the registry's file changes."""
+    """The registered models, by name (none when nothing was ever added)."""
     path = registry_path()
     try:
-        stat = path.stat()
+        raw = json.loads(path.read_text())
+        return {name: Registered(**entry) for name, entry in raw.items()}
     except FileNotFoundError:
         return {}
-    stamp = (stat.st_mtime_ns, stat.st_size)
-    cached = _read.get(path)
-    if cached is not None and cached[0] == stamp:
-        return dict(cached[1])
-    try:
-        raw = json.loads(path.read_text())
-        entries = {name: Registered(**entry) for name, entry in raw.items()}
     except (OSError, ValueError, TypeError) as e:
         raise ModelStoreError(f"{path}: unreadable registry ({e})") from None
-    _read[path] = (stamp, entries)
-    return dict(entries)
 
 
 def known() -> list[str]:
@@ -195,10 +183,13 @@ def present(name: str) -> bool:
     registered and unchanged."""
     if name not in MODELS:
         entry = registered().get(name)
-        try:
-            return entry is not None and _registered_file(name, entry).exists()
-        except ModelStoreError:
+        if entry is None:
             return False
+        try:
+            _registered_file(name, entry)
+        except ModelStoreError:  # changed or gone since it was added
+            return False
+        return True
     path = model_path(name)
     return path.exists() and path.stat().st_size == _source(name).size
 
@@ -206,8 +197,9 @@ def present(name: str) -> bool:
 def pull(name: str, progress: Callable[[str], None] = print) -> Path:
     """Download (if needed), extract and verify; returns the GGUF's path. A registered
     model is not fetched: its path, if its file is unchanged since it was added."""
-    if name not in MODELS and name in registered():
-        return _registered_file(name, registered()[name])
+    entry = None if name in MODELS else registered().get(name)
+    if entry is not None:
+        return _registered_file(name, entry)
     source = _source(name)
     target = model_path(name)
     if present(name) and _sha256(target) == source.sha256:
