@@ -20,8 +20,6 @@ from hecate.llm.llama import LlamaStage
 from hecate.llm.sessions import Stage
 from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 
-EOS = 2  # SmolLM2's <|im_end|> (other models: their file's, :func:`eos_ids`)
-
 
 def whole_model(
     path: Path, engine: str = "onnx", *, threads: int | None = 1, spin: bool = False

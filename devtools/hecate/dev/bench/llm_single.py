@@ -16,8 +16,8 @@ import msgspec
 import numpy as np
 
 from hecate.llm.onnx_stage import OnnxStage
-from hecate.llm.reference import EOS, whole_model
-from hecate.llm.tokenizer import TextStream, load_tokenizer
+from hecate.llm.reference import whole_model
+from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
@@ -28,10 +28,10 @@ LLAMA_CPP_EXTRA = "pip install './devtools[bench]'"
 def _text(path: Path, tokens: list[int]) -> str:
     """The text of greedy ``tokens`` as the router streams it: each token's text as the
     last stage gives it (characters whole), up to the end-of-turn token."""
-    text = TextStream(load_tokenizer(path))
+    text, ends = TextStream(load_tokenizer(path)), eos_ids(path)
     out = []
     for token in tokens:
-        if token == EOS:
+        if token in ends:
             break
         out.append(text.push(token))
     return "".join(out)
