@@ -63,51 +63,40 @@ class Span:
         return (self.end - self.start) / 1e6
 
 
+def decode_spans(body: bytes) -> list[Span]:
+    """The spans of one OTLP/HTTP export request (protobuf)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    out = []
+    for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
+        names = (a.value.string_value for a in rs.resource.attributes if a.key == "service.name")
+        service = next(names, "?")
+        for s in (s for scope in rs.scope_spans for s in scope.spans):
+            attrs = {a.key: a.value.double_value or a.value.int_value for a in s.attributes}
+            ids = (s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex())
+            out.append(
+                Span(service, s.name, *ids, s.start_time_unix_nano, s.end_time_unix_nano, attrs)
+            )
+    return out
+
+
 @dataclass
 class Collector:
     """An OTLP/HTTP trace receiver on a free local port; spans as they arrive."""
 
     spans: list[Span] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-
-        spans, lock = self.spans, threading.Lock()
+        collector = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                got = ExportTraceServiceRequest.FromString(body)
-                with lock:
-                    for rs in got.resource_spans:
-                        service = next(
-                            (
-                                a.value.string_value
-                                for a in rs.resource.attributes
-                                if a.key == "service.name"
-                            ),
-                            "?",
-                        )
-                        for scope in rs.scope_spans:
-                            for s in scope.spans:
-                                attrs = {
-                                    a.key: a.value.double_value or a.value.int_value
-                                    for a in s.attributes
-                                }
-                                spans.append(
-                                    Span(
-                                        service,
-                                        s.name,
-                                        s.trace_id.hex(),
-                                        s.span_id.hex(),
-                                        s.parent_span_id.hex(),
-                                        s.start_time_unix_nano,
-                                        s.end_time_unix_nano,
-                                        attrs,
-                                    )
-                                )
+                spans = decode_spans(self.rfile.read(int(self.headers["Content-Length"])))
+                with collector.lock:
+                    collector.spans += spans
                 self.send_response(200)
                 self.end_headers()
 
@@ -119,7 +108,9 @@ class Collector:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def take(self) -> list[Span]:
-        out, self.spans[:] = list(self.spans), []
+        """The spans received so far, and none kept."""
+        with self.lock:
+            out, self.spans = self.spans, []
         return out
 
 
