@@ -116,7 +116,6 @@ async def test_tokens_stream_as_they_come_and_add_up_to_the_swarms_answer(
     ]
     assert len(deltas) > 1, "streamed token by token, not in one piece"
     assert "".join(deltas) == want.output
-    assert "Paris" in "".join(deltas)
     (finishing,) = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishing.choices[0].finish_reason == (want.finish_reason or "stop")
     usage = chunks[-1].usage

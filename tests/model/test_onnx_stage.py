@@ -144,6 +144,31 @@ def test_a_batch_of_sessions_gives_each_its_own_tokens(whole: OnnxStage) -> None
     assert got == alone
 
 
+def test_a_position_run_alone_is_computed_as_it_is_beside_others() -> None:
+    """Bit for bit: a session's step alone, beside another session's, and (its only
+    neighbour held) beside a held slot, whose own next step the padding row leaves as
+    it would have been."""
+    path = model_path("smollm2-135m")
+    stage = OnnxStage(path, 10, 20, threads=1, slots=3, capacity=64)
+    rng = np.random.default_rng(7)
+    history = rng.standard_normal((5, 576), dtype=np.float32)
+    step, other = (rng.standard_normal((1, 576), dtype=np.float32) for _ in range(2))
+    a, b, c = (stage.new_cache() for _ in range(3))
+    for slot in (a, b, c):
+        stage.forward_batch([history], [slot])
+    together = stage.forward_batch([step, step], [b, c])
+    assert np.array_equal(together[0], together[1])
+    alone = stage.forward_batch([step], [a])[0]  # beside b: held, its next position free
+    assert np.array_equal(alone, together[0])
+    # b's next step, after a's padding row wrote at b's next position, is c's, whose
+    # history is b's and whose next position nobody wrote.
+    after = stage.forward_batch([other, other], [b, c])
+    assert np.array_equal(after[0], after[1])
+    for slot in (a, b, c):
+        stage.free(slot)
+    assert stage.pads_alone in (True, False)  # as this machine's kernels measured
+
+
 def resident_bytes(array: np.ndarray) -> int:
     """How many bytes of ``array``'s pages the kernel backs (``mincore``)."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)

@@ -17,7 +17,9 @@ attending over its own length (``seqlens_k``); the attention reads and writes th
 buffers in place (past and present bound to the same memory). A slot in that span
 with no step rides along as a padding row, writing only at its next position, which its
 own next step overwrites. A prefill chunk is a run of its own, one row of ``T``
-positions.
+positions. A run of a single position (one session's decode step) takes a padding row
+beside it, so that every product runs on the same kernel whoever shares the step
+(:meth:`OnnxStage._beside`).
 """
 
 from __future__ import annotations
@@ -362,12 +364,16 @@ class OnnxStage:
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
         del model, graph, g
-        shape = (slots, kv, self.capacity, d)
+        # One slot more than sessions can hold: the padding row of a row run alone
+        # (:meth:`_beside`), never a session's.
+        shape = (slots + 1, kv, self.capacity, d)
         self._k = [kv_buffer(shape) for _ in range(self.blocks)]
         self._v = [kv_buffer(shape) for _ in range(self.blocks)]
         self._held: list[Slot | None] = [None] * slots  # by index: the slot's holder
         self._bytes_per_position = 2 * self.blocks * kv * d * 4
         self._bindings: dict[tuple[int, int], ort.IOBinding] = {}  # by span, LRU last
+        self.pads_alone = True
+        self.pads_alone = self._one_row_differs()
         trim_heap()
 
     @staticmethod
@@ -444,6 +450,49 @@ class OnnxStage:
         self._bindings[(lo, hi)] = io
         return io
 
+    def _one_row_differs(self) -> bool:
+        """Whether this machine's kernels compute a row run alone otherwise than the same
+        row beside another (see :meth:`_beside`): a made-up position through the range
+        both ways, compared bit for bit. Where they agree, a row alone runs alone, at the
+        one-row kernel's speed (on AMD Zen 2, which needs the padding row, a decode step
+        took 1.17-1.26x as long beside it as alone, whole model or a 10-block range)."""
+        row = np.random.default_rng(0).standard_normal((1, self.config.hidden))
+        outs = []
+        for pad in (False, True):
+            self.pads_alone = pad
+            slot = self.new_cache()
+            try:
+                outs.append(self._run([row.astype(np.float32)], [slot])[0])
+            finally:
+                self.free(slot)
+        return not np.array_equal(outs[0], outs[1])
+
+    def _beside(self, index: int, rows: int) -> tuple[int, int]:
+        """A span of two slots around ``index``, for a run of one row alone.
+
+        A product of one row takes MLAS's one-row kernel, which on some CPUs (AVX2
+        without AVX-512: AMD Zen 2, measured) sums a block's int8 products in another
+        order than its kernel for several rows; the next block's activations, quantised
+        to int8 again, turn that last-bit difference into a different token within a few
+        steps (on SmolLM2, 9 of 16 prompts' greedy texts within 16 tokens). So a
+        session's tokens would depend on whether another session shared its step (and a
+        replay, whose prompt runs as several rows, on whether it had run alone). A
+        padding row beside it (zeros, as any unused slot in a span) keeps every product
+        on the kernel for several rows, whose rows are each computed alike whatever the
+        others are. The neighbour is a free slot where there is one (the spare slot
+        after the last is always free); a held one gets the padding row's key and value
+        at its next position, which its own next step overwrites (as a held slot inside
+        any span does), so it needs room there."""
+        held = [*self._held, None]  # the spare slot
+        for other in (index + 1, index - 1):
+            if 0 <= other < len(held) and held[other] is None:
+                return min(index, other), max(index, other) + 1
+        for other in (index + 1, index - 1):
+            holder = held[other] if 0 <= other < len(held) else None
+            if holder is not None and holder.length + rows <= self.capacity:
+                return min(index, other), max(index, other) + 1
+        return index, index + 1  # no room beside it: the one-row kernel
+
     def _run(self, xs: list[Array], caches: list[Slot]) -> list[Array]:
         c = self.config
         rows = xs[0].shape[0]
@@ -455,11 +504,14 @@ class OnnxStage:
                 )
         lo = min(s.index for s in caches)
         hi = max(s.index for s in caches) + 1
+        if (hi - lo) * rows == 1 and self.pads_alone:
+            lo, hi = self._beside(lo, rows)
         x = np.zeros((hi - lo, rows, c.hidden), np.float32)
         for cache, row in zip(caches, xs, strict=True):
             x[cache.index - lo] = row
         lengths = np.asarray(
-            [0 if held is None else held.length for held in self._held[lo:hi]], dtype=np.int32
+            [0 if held is None else held.length for held in [*self._held, None][lo:hi]],
+            dtype=np.int32,
         )
         seqlens = lengths + np.int32(rows - 1)
         io = self._binding(lo, hi)
