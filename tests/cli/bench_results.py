@@ -247,6 +247,7 @@ LLM = {
     "single": _speed(100.1, 34.5),
     "stages_3": _speed(68.2, 28.7),
     "ratio_3_stages_rounds": [0.838, 0.788, 0.883],
+    "ratio_3_stages_1_thread_rounds": [0.912, 0.871, 0.953],
     "stages_3_secure": _speed(69.0, 28.1),
     "secure_over_open_rounds": [0.979, 0.962, 0.991],
     "secure_over_open": 0.979,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hecate.dev.bench.concurrency import (
     PROMPTS,
     Generation,
+    against_one_process,
     deadline_s,
     failed_checks,
     level_figures,
@@ -198,6 +199,61 @@ def test_levels_rotate_and_each_user_has_a_prompt_of_its_own() -> None:
     assert deadline_s(16, 48) > deadline_s(1, 48) >= 60
 
 
+def _at_16(aggregate: float, one: float | None, *, wrong: int = 0, ttft: float = 0.5) -> Any:
+    """A round whose 16 users made ``aggregate`` tokens/s in all, each first token after
+    ``ttft`` s, beside one process batching 16 sessions at ``one`` tokens/s."""
+    seconds = 16 * 48 / aggregate
+    users = [Generation(0.0, seconds, ttft, 48) for _ in range(16)]
+    rnd: dict[str, Any] = {"levels": {"16": level_figures(users)}}
+    if one is not None:
+        rnd["one_process"] = {
+            "sessions": 16,
+            "tokens": 768,
+            "ttft_ms": 40.0,
+            "aggregate_tokens_per_s": one,
+            "wrong": wrong,
+        }
+    return rnd
+
+
+def test_the_swarm_at_16_users_is_judged_against_one_process_in_the_same_rounds() -> None:
+    v = against_one_process([_at_16(300, 400), _at_16(310, 420), _at_16(290, 400)])
+    assert v["over_one_process"]["rounds"] == pytest.approx([0.75, 0.738, 0.725], abs=1e-3)
+    assert v["over_one_process"]["met"] is True
+    assert v["aggregate"]["met"] is True
+    assert v["ttft_p99"]["met"] is True
+    assert verdicts([_at_16(300, 400)])["one_process"]["over_one_process"]["met"] is True
+    slow = against_one_process([_at_16(140, 560), _at_16(150, 560), _at_16(145, 560)])
+    assert slow["over_one_process"]["met"] is False
+    assert slow["aggregate"]["met"] == "undecided"  # 140-150 spans 150
+    late = against_one_process([_at_16(300, 400, ttft=1.5)] * 3)
+    assert late["ttft_p99"]["met"] is False
+
+
+def test_rounds_on_both_sides_of_a_target_leave_it_undecided() -> None:
+    v = against_one_process([_at_16(290, 500), _at_16(310, 500), _at_16(350, 500)])
+    assert v["over_one_process"]["met"] == "undecided"  # 0.58, 0.62, 0.70
+
+
+def test_a_wrong_baseline_text_an_error_or_a_missing_baseline_decide_nothing_good() -> None:
+    wrong = [_at_16(300, 400, wrong=1)] * 3
+    assert against_one_process(wrong)["over_one_process"]["met"] is False
+    assert failed_checks(wrong)[0] == "one process, 16 sessions (round 1): 1 texts wrong"
+    refused = _at_16(300, 400)
+    refused["levels"]["16"] = level_figures(
+        [*[Generation(0.0, 2.5, 0.5, 48)] * 15, Generation(0.0, 0.1, None, 0, code="overloaded")]
+    )
+    v = against_one_process([refused, _at_16(300, 400), _at_16(300, 400)])
+    assert (v["aggregate"]["met"], v["over_one_process"]["met"], v["ttft_p99"]["met"]) == (
+        False,
+        False,
+        False,
+    )
+    older = against_one_process([_at_16(300, None)])
+    assert older["over_one_process"]["met"] is None
+    assert against_one_process([{"levels": {}}])["aggregate"]["met"] is None
+
+
 def test_levels_are_parsed_strictly() -> None:
     assert parse_levels("1,2,4,8,16") == (1, 2, 4, 8, 16)
     for bad in ("", "0,1", "1,1", "a", "-2"):
@@ -290,7 +346,9 @@ def test_a_many_users_run_alone_is_reported_with_the_rest_not_run() -> None:
     section = _section(doc, "SmolLM2-135M")
     assert "Only the many-users part ran (`--only-concurrency`)" in section
     headline = _section(doc, "Headline")
-    assert "| 3 stages ≥ 0.8× single process (tokens/s) | not run | not measured |" in headline
+    assert (
+        "| 3 stages ≥ 0.9× single process, every core (tokens/s) | not run | not measured |"
+    ) in headline
     assert "| every timed generation gives the single-process text | all equal | met |" in (
         headline
     )

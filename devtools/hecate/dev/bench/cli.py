@@ -62,7 +62,7 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="N,N,...",
         help="llm: how many users generate at once, one level after another "
-        "(default 1,2,4,8,16; --quick 1,2)",
+        "(default 1,2,4,8,16,32; --quick 1,2)",
     )
     bench.add_argument(
         "--only-concurrency",

@@ -1,4 +1,4 @@
-"""Many users at once (``hecate bench llm --concurrency 1,2,4,8,16``): the figures of
+"""Many users at once (``hecate bench llm --concurrency 1,2,4,8,16,32``): the figures of
 each concurrency level and the verdicts against the targets, from what every generation
 saw. Pure: generations in, figures out; :mod:`hecate.dev.bench.llm_concurrency` runs them.
 
@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from hecate.dev.bench.interval import Verdict, median_interval
+
 # Distinct prompts, so that no cache or coincidence can make two users' answers equal.
 PROMPTS: tuple[str, ...] = (
     "The capital of France is",
@@ -51,10 +53,15 @@ PROMPTS: tuple[str, ...] = (
     "To make a cup of tea, first",
 )
 
-DEFAULT_LEVELS = (1, 2, 4, 8, 16)
-TARGET_AT = 8  # the level the targets are about
+DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
+TARGET_AT = 8  # the level the scaling targets are about
 TARGET_SPEEDUP = 4.0  # aggregate tokens/s at TARGET_AT ≥ this x the 1-user figure
 TARGET_TTFT = 3.0  # TTFT p99 at TARGET_AT ≤ this x the 1-user TTFT p50
+# The swarm against one process, at BASELINE_SESSIONS users (the engine's targets):
+BASELINE_SESSIONS = 16  # the one-process baseline batches this many sessions
+TARGET_AGGREGATE = 150.0  # aggregate tokens/s at BASELINE_SESSIONS users ≥ this
+TARGET_OVER_ONE = 0.6  # ... ≥ this x one process batching as many sessions, same round
+TARGET_TTFT_MS = 1000.0  # TTFT p99 at BASELINE_SESSIONS users ≤ this
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,74 @@ def _median_ratio(ratios: Sequence[float | None]) -> float | None:
     return round(_median([r for r in ratios if r is not None]), 3)
 
 
+def _judged(values: Sequence[float | None], target: float, at_least: bool) -> Verdict | None:
+    """Per-round figures against ``target``: met or not only when the interval for their
+    median (:func:`hecate.dev.bench.interval.median_interval`) lies on one side of it,
+    else ``"undecided"``; None when some round lacks the figure."""
+    if not values or any(v is None for v in values):
+        return None
+    interval = median_interval([float(v) for v in values if v is not None])
+    if at_least:
+        return interval.verdict_at_least(target)
+    if interval.high <= target:
+        return True
+    return False if interval.low > target else "undecided"
+
+
+def against_one_process(
+    rounds: Sequence[Mapping[str, Any]], at: int = BASELINE_SESSIONS
+) -> dict[str, Any]:
+    """The swarm at ``at`` users against the targets of the engine: aggregate tokens/s
+    ≥ :data:`TARGET_AGGREGATE`, and ≥ :data:`TARGET_OVER_ONE` x the same round's one
+    process batching ``at`` sessions (``one_process``), TTFT p99 ≤
+    :data:`TARGET_TTFT_MS`; each judged over the rounds' figures (None: not measured). A
+    wrong text at that level, or in the baseline, fails the ratio; a round with an
+    error or a lost user at that level fails all three."""
+    key = str(at)
+    runs = [rnd["levels"].get(key) for rnd in rounds]
+    ones = [rnd.get("one_process") for rnd in rounds]
+    aggregate = [None if f is None else f.get("aggregate_tokens_per_s") for f in runs]
+    ttft = [None if f is None else f.get("ttft_p99_ms") for f in runs]
+    ratios: list[float | None] = [
+        round(float(f["aggregate_tokens_per_s"]) / float(o["aggregate_tokens_per_s"]), 3)
+        if f is not None
+        and o
+        and f.get("aggregate_tokens_per_s") is not None
+        and o.get("aggregate_tokens_per_s")
+        else None
+        for f, o in zip(runs, ones, strict=True)
+    ]
+    failed = any(f is not None and (f["errors"] or f["lost"]) for f in runs)
+    wrong = any(f is not None and f["wrong"] for f in runs) or any(
+        o is not None and o.get("wrong") for o in ones
+    )
+
+    def verdict(values: Sequence[float | None], target: float, at_least: bool) -> Verdict | None:
+        met = _judged(values, target, at_least)
+        return False if met is not None and failed else met
+
+    over = verdict(ratios, TARGET_OVER_ONE, True)
+    return {
+        "at": at,
+        "aggregate": {
+            "met": verdict(aggregate, TARGET_AGGREGATE, True),
+            "rounds": aggregate,
+            "target": TARGET_AGGREGATE,
+        },
+        "over_one_process": {
+            "met": False if over is not None and wrong else over,
+            "rounds": ratios,
+            "one_process": [None if o is None else o.get("aggregate_tokens_per_s") for o in ones],
+            "target": TARGET_OVER_ONE,
+        },
+        "ttft_p99": {
+            "met": verdict(ttft, TARGET_TTFT_MS, False),
+            "rounds": ttft,
+            "target": TARGET_TTFT_MS,
+        },
+    }
+
+
 def verdicts(rounds: Sequence[Mapping[str, Any]], at: int = TARGET_AT) -> dict[str, Any]:
     """The targets against the figures of ``rounds`` (as saved: ``{"levels": {...}}``):
     each ``met`` is True, False, or None when the levels it needs were not run.
@@ -226,6 +301,7 @@ def verdicts(rounds: Sequence[Mapping[str, Any]], at: int = TARGET_AT) -> dict[s
     ttfts = _ratios(rounds, (str(at), "ttft_p99_ms"), ("1", "ttft_p50_ms"))
     speedup, ttft = _median_ratio(speedups), _median_ratio(ttfts)
     return {
+        "one_process": against_one_process(rounds),
         "all_answered": {
             "met": all_answered if ran else None,
             "errors": sum(f["errors"] for f in levels.values()),
@@ -254,10 +330,19 @@ def verdicts(rounds: Sequence[Mapping[str, Any]], at: int = TARGET_AT) -> dict[s
 
 
 def failed_checks(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every level and round whose answers had a wrong text, by name."""
-    return [
+    """Every level and round whose answers had a wrong text, and every round whose
+    one-process baseline did, by name."""
+    failed = [
         f"concurrency {level} (round {i + 1}): {f['wrong']} of {f['answered']} texts wrong"
         for i, rnd in enumerate(rounds)
         for level, f in rnd["levels"].items()
         if f["wrong"]
     ]
+    for i, rnd in enumerate(rounds):
+        one = rnd.get("one_process") or {}
+        if one.get("wrong"):
+            failed.append(
+                f"one process, {one['sessions']} sessions (round {i + 1}): "
+                f"{one['wrong']} texts wrong"
+            )
+    return failed

@@ -5,7 +5,10 @@ One run measures, greedy, the same prompt and token count:
 * ``single``: the nodes' engine (ONNX Runtime on the GGUF's own blocks) on the whole
   model in this process (no bus), every core, threads spinning between runs: its best
   case, as llama.cpp's;
-* ``single_1_thread``: the same on one thread, in a fresh process;
+* ``single_1_thread``: the same on one thread (the thread a node's stage computes on),
+  in a fresh process, in every round beside ``single``; ``ratio_3_stages_1_thread_rounds``:
+  ``stages_3`` over it per round, what chaining the stages costs one user when each
+  step computes on the same thread as one process would;
 * ``stages_1`` / ``stages_2`` / ``stages_3``: one router (``--dispatch chain``) and 1-3
   node processes (``--executor smollm2``, the engine) on an embedded nats-server, the
   plan written to KV directly. Nodes run the engine on ``blas_threads`` threads each
@@ -37,7 +40,7 @@ One run measures, greedy, the same prompt and token count:
   and the replay of the prompt and the tokens so far); ``failover_reason`` says which
   of the two it was;
 * ``concurrency``: many users at once on the swarm ``make run`` starts (two 3-stage
-  pipelines), at each level of ``--concurrency`` (default 1,2,4,8,16), in the same
+  pipelines), at each level of ``--concurrency`` (default 1,2,4,8,16,32), in the same
   number of rounds, each user with its own prompt: answered, errors, lost, aggregate
   and per-user tokens/s, TTFT p50/p99, the text check and the verdicts
   (:mod:`hecate.dev.bench.llm_concurrency`, :mod:`hecate.dev.bench.concurrency`);
@@ -228,6 +231,9 @@ def run_llm_bench(
     per_round: list[dict[str, Any]] = []
     for _ in range(rounds):
         rnd: dict[str, Any] = {"single": check_text(single(path, tokens), expected)}
+        # The engine on the one thread a node's stage computes on, in a fresh process (so
+        # that it starts with no spinning threads of the run before).
+        rnd["single_1_thread"] = check_text(single_one_thread(tokens), expected)
         if reference is not None:
             _settle()
             run = reference.run(tokens)
@@ -242,6 +248,7 @@ def run_llm_bench(
         return [round(r[over]["tokens_per_s"] / r[under]["tokens_per_s"], 3) for r in per_round]
 
     stages_rounds = ratios("stages_3", "single")
+    stages_one_thread_rounds = ratios("stages_3", "single_1_thread")
     # The locked-down bus against the open one: both swarms standing side by side, many
     # pairs (see the module).
     pairs = side_by_side(
@@ -254,8 +261,9 @@ def run_llm_bench(
         "single": _median_run(singles),
         "stages_3": _median_run([r["stages_3"] for r in per_round]),
         "ratio_3_stages_rounds": stages_rounds,
+        "ratio_3_stages_1_thread_rounds": stages_one_thread_rounds,
         **secure_figures(pairs, secure_warmup),
-        "single_1_thread": check_text(single_one_thread(tokens), expected),
+        "single_1_thread": _median_run([r["single_1_thread"] for r in per_round]),
         "stages_1": swarm_run([[("s0", 0, 30)]], blas_threads=blas_threads),
         "stages_2": swarm_run([[("s0", 0, 15), ("s1", 15, 30)]], blas_threads=blas_threads),
         "stages_3_hop": swarm_run([three], dispatch="hop", blas_threads=blas_threads),

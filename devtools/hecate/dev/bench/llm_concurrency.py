@@ -1,51 +1,51 @@
-"""The many-users part of ``hecate bench llm`` (``--concurrency 1,2,4,8,16``): the swarm
-``make run`` starts, N users generating at once, in rounds.
+"""The many-users part of ``hecate bench llm`` (``--concurrency 1,2,4,8,16,32``): the
+swarm ``make run`` starts, N users generating at once through its gateway, in rounds,
+beside one process batching 16 sessions of the same prompts in the same rounds.
 
 The swarm is ``hecate up --topology examples/smollm2.json``'s, process for process
-(:func:`hecate.launch.plan_commands`: telemetry, the planner, the breaker service, two
-routers with ``--dispatch chain``, six nodes making two 3-stage pipelines of SmolLM2),
-each started with the command ``hecate up`` gives it on an embedded nats-server with
-its ``max_payload``; nothing is tuned for the benchmark. Logs go to files in the run's
-temporary folder.
+(:func:`hecate.dev.bench.gateway_swarm.standing`: telemetry, the planner, the breaker
+service, two routers with ``--dispatch chain``, six nodes making two 3-stage pipelines
+of SmolLM2, and the OpenAI-compatible gateway), each started with the command ``hecate
+up`` gives it on an embedded nats-server with its ``max_payload``; nothing is tuned for
+the benchmark. Logs go to files in the run's temporary folder.
 
-At each level N, N users send at once, each through a :class:`HecateClient` of its own
-(as a person would: it streams the tokens back on its own request's inbox, honours a
-refusal's Retry-After and sends at most the SDK's default number of times), each send
-given up after :func:`hecate.dev.bench.concurrency.deadline_s`.
-A user is lost when its last send got no reply at all, and an error when the swarm's
-last word was an error reply (:func:`hecate.dev.chaos.acceptance.classify`). Each user has
-its own prompt (:data:`hecate.dev.bench.concurrency.PROMPTS`) and asks for the same number
-of tokens. The right text for each prompt is computed once, before the swarm starts,
-in this process on the engine (:func:`hecate.llm.reference.greedy_text`, one
-request at a time by construction); an answer whose text as replied or as streamed
-differs is counted wrong. Levels run in every round, their order rotated each round;
-the figures are :mod:`hecate.dev.bench.concurrency`'s.
+At each level N, N users send at once, each through an official ``openai`` client of its
+own (``AsyncOpenAI``, as an application would: its own connection pool, its own
+retries, which honour a refusal's Retry-After), streaming a completion of its prompt
+(``/v1/completions``, greedy, ``max_tokens`` tokens, usage included), each given up
+after :func:`hecate.dev.bench.concurrency.deadline_s`. Every HTTP request a client sends
+is counted (``resent``: beyond its first). A user is lost when its client got no answer
+at all (it timed out, or the connection failed), and an error when the gateway's last
+word was an error (an HTTP error status, or an error event in the stream), filed under
+its code. Each user has its own prompt (:data:`hecate.dev.bench.concurrency.PROMPTS`).
+The right text for each prompt is computed once, before the swarm starts, in this
+process on the engine (:func:`hecate.llm.reference.greedy_text`, one request at a time
+by construction); an answer whose streamed text differs is counted wrong.
+
+Each round first runs the one-process baseline, while the swarm stands idle: the 16
+prompts of that round's 16-user level generated together in a fresh interpreter, the
+whole model on the engine on every core, batched
+(:func:`hecate.dev.bench.llm_single.batched`), its texts checked like the swarm's. Then
+every level, their order rotated each round; the figures are
+:mod:`hecate.dev.bench.concurrency`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import os
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
-from nats.aio.client import Client
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
+import openai
 
-from hecate.bus.server import NatsServer
-from hecate.client import HecateClient
-from hecate.client.sdk import MAX_ATTEMPTS, Attempt
+from hecate.client.sdk import MAX_ATTEMPTS
 from hecate.dev.bench.concurrency import (
+    BASELINE_SESSIONS,
     PROMPTS,
     Generation,
     deadline_s,
@@ -56,117 +56,114 @@ from hecate.dev.bench.concurrency import (
     prompts_for,
     verdicts,
 )
+from hecate.dev.bench.gateway_swarm import bench_env, standing, wait_serving
+from hecate.dev.bench.llm_single import in_process
 from hecate.dev.bench.results_llm import Users
-from hecate.dev.chaos.acceptance import classify
-from hecate.launch import Supervisor, node_env, plan_commands
-from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest, StreamToken
+from hecate.launch import node_env
 
 MODEL = "smollm2-135m"
 TOPOLOGY = "smollm2.json"  # examples/smollm2.json, shipped beside the chaos scenarios
 REFERENCE = "in this process on the nodes' engine, before the swarm starts"
-_reply = msgspec.json.Decoder(InferReply)
+VIA = "the gateway, each user an official openai AsyncOpenAI client streaming /v1/completions"
+BASELINE = (
+    "one process: the whole model on the engine on every core (spinning threads), the "
+    "level's 16 prompts as 16 sessions, prefilled in one batch, then one batched decode "
+    "step a token"
+)
 
 
-@contextlib.contextmanager
-def make_run_swarm(workdir: Path) -> Iterator[str]:
-    """The swarm of ``make run`` (see the module's docstring), started in ``workdir``;
-    yields its NATS URL, and stops every process (SIGTERM, then SIGKILL) and the server
-    on the way out."""
-    from hecate.dev.chaos.scenarios import topology
-
-    path = workdir / TOPOLOGY
-    path.write_bytes(topology(TOPOLOGY))
-    env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING", HECATE_STATE=str(workdir)))
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    server = NatsServer(workdir / "nats", max_payload=1024 * 1024).start()
-    swarm = Supervisor(env=env, logs=workdir)
-    try:
-        shape = argparse.Namespace(topology=str(path), strategy="greedy", pipelines=2, routers=2)
-        for spec in plan_commands(shape, server.url):
-            swarm.start(spec)
-        yield server.url
-    finally:
-        swarm.stop()
-        server.stop()
+def _error_code(exc: openai.APIError) -> str:
+    """The swarm's code in an OpenAI error body (``{"code": ...}``), else its type."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("code"):
+            return str(inner["code"])
+    return str(exc.code or exc.type or type(exc).__name__)
 
 
-async def _send(
-    nc: Client, prompt: str, tokens: int, wait_s: float
-) -> tuple[float, float | None, InferReply | str]:
-    """One bare request (no retry): when it was sent, when its reply came (None: not by
-    ``wait_s``) and the reply, or the bus's own error code when nobody listened."""
-    body = InferRequest(prompt=prompt, max_tokens=tokens, request_id=uuid.uuid4().hex)
-    sent = time.perf_counter()
-    try:
-        msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(body), timeout=wait_s)
-    except NatsTimeout:
-        return sent, None, "lost"
-    except NoRespondersError:
-        return sent, time.perf_counter(), "no_responders"
-    return sent, time.perf_counter(), _reply.decode(msg.data)
+async def _user(base: str, prompt: str, tokens: int, expected: str, wait_s: float) -> Generation:
+    """One user: an ``openai`` client of its own streaming one completion; what it saw."""
+    sends = 0
 
+    async def count(_request: object) -> None:
+        nonlocal sends
+        sends += 1
 
-async def _user(nc: Client, prompt: str, tokens: int, expected: str, wait_s: float) -> Generation:
-    """One user: a client of its own (its own breaker, as separate people have) on the
-    shared connection, streaming its tokens; what it saw."""
-    client = HecateClient(nc, timeout_s=wait_s, max_attempts=MAX_ATTEMPTS)
-    texts: dict[int, str] = {}
-    first: list[float] = []
-    sends: list[Attempt] = []
-
-    def on_token(token: StreamToken) -> None:
-        if not first:
-            first.append(time.perf_counter())
-        texts[token.index] = token.text
-
-    sent = time.perf_counter()
-    reply = await client.infer(
-        MODEL, prompt, max_tokens=tokens, on_token=on_token, on_attempt=sends.append
+    # The client's own HTTP client (whatever httpx it is built on), counting its sends.
+    http = openai.DefaultAsyncHttpxClient(event_hooks={"request": [count]}, timeout=wait_s)
+    client = openai.AsyncOpenAI(
+        base_url=f"{base}/v1",
+        api_key="bench",  # the bench's gateway is --open
+        http_client=http,
+        max_retries=MAX_ATTEMPTS - 1,
+        timeout=wait_s,
     )
-    ended = time.perf_counter()
-    code = "" if reply.ok else reply.error.code if reply.error else "internal"
-    streamed = "".join(texts[i] for i in sorted(texts))
-    right = reply.ok and reply.output == expected and streamed == expected
-    status, filed = classify(reply.ok, right, sends, code)
+    parts: list[str] = []
+    first: float | None = None
+    generated = 0
+    code = ""
+    sent = time.perf_counter()
+    replied: float | None = None
+    try:
+        async with asyncio.timeout(wait_s):
+            stream = await client.completions.create(
+                model=MODEL,
+                prompt=prompt,
+                max_tokens=tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for chunk in stream:
+                text = chunk.choices[0].text if chunk.choices else ""
+                if text:
+                    first = first or time.perf_counter()
+                    parts.append(text)
+                if chunk.usage is not None:
+                    generated = chunk.usage.completion_tokens
+        replied = time.perf_counter()
+    except (openai.APITimeoutError, openai.APIConnectionError, TimeoutError):
+        replied = None  # no answer: lost
+    except openai.APIError as exc:  # an error status, or an error event in the stream
+        replied, code = time.perf_counter(), _error_code(exc)
+    finally:
+        await client.close()
+    text = "".join(parts)
     return Generation(
         sent,
-        None if status == "lost" else ended,
-        first[0] if first else None,
-        len(texts),
-        filed if status == "error" else "",
-        right or not reply.ok,
-        sends=len(sends),
+        replied,
+        first,
+        generated,
+        code,
+        text_ok=bool(code) or replied is None or text == expected,
+        sends=max(1, sends),
     )
 
 
 async def run_level(
-    nc: Client, prompts: Sequence[str], tokens: int, expected: dict[str, str], wait_s: float
+    base: str, prompts: Sequence[str], tokens: int, expected: dict[str, str], wait_s: float
 ) -> list[Generation]:
     """``len(prompts)`` users at once, one prompt each; what each one saw."""
-    return list(await asyncio.gather(*(_user(nc, p, tokens, expected[p], wait_s) for p in prompts)))
+    users = (_user(base, p, tokens, expected[p], wait_s) for p in prompts)
+    return list(await asyncio.gather(*users))
 
 
-async def _warm(nc: Client, pipelines: int = 2, timeout_s: float = 600.0) -> list[str]:
-    """Until the swarm answers, and each pipeline has answered once (its nodes have run
-    a step: nothing is cold when timing starts): the pipelines seen."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    seen: set[str] = set()
-    while len(seen) < pipelines and loop.time() < deadline:
-        gens = await asyncio.gather(
-            *(
-                _send(nc, PROMPTS[i], 2, 30.0)
-                for i in range(pipelines)  # at once: the routers spread them
-            )
-        )
-        answered = [r for _, _, r in gens if isinstance(r, InferReply) and r.ok]
-        seen |= {r.route.pipeline_id for r in answered if r.route is not None}
-        if not answered:
-            await asyncio.sleep(0.2)  # still starting: nobody to wait for but time
-    if not seen:
-        raise RuntimeError(f"the swarm did not answer within {timeout_s:.0f} s")
-    return sorted(seen)
+def one_process(prompts: Sequence[str], tokens: int, expected: dict[str, str]) -> dict[str, Any]:
+    """The baseline: ``prompts`` batched in one fresh process (see the module's
+    docstring); its figures and how many of its texts were wrong."""
+    got = in_process(f"batched(path, {list(prompts)!r}, {tokens})", {})
+    texts = got.pop("texts")
+    got["wrong"] = sum(t != expected[p] for p, t in zip(prompts, texts, strict=True))
+    return dict(got)
+
+
+async def _warm(base: str, pipelines: int = 2, timeout_s: float = 600.0) -> None:
+    """Every pipeline has run a generation (its nodes have run a step: nothing is cold
+    when timing starts): as many users at once as there are pipelines, twice (the
+    routers spread users at once over the pipelines)."""
+    for _ in range(2):
+        await run_level(base, PROMPTS[:pipelines], 2, dict.fromkeys(PROMPTS, ""), timeout_s)
 
 
 def _say(line: str) -> None:
@@ -174,42 +171,50 @@ def _say(line: str) -> None:
 
 
 def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int) -> Users:
-    """Every level in every round on a fresh ``make run`` swarm; the figures, verdicts
-    and failed text checks (see :mod:`hecate.dev.bench.concurrency`)."""
+    """Every level in every round on a fresh ``make run`` swarm with its gateway, after
+    the round's one-process baseline; the figures, verdicts and failed text checks (see
+    :mod:`hecate.dev.bench.concurrency`)."""
+    from hecate.dev.chaos.scenarios import topology
     from hecate.llm.reference import greedy_text
 
-    needed = sorted({p for r in range(rounds) for n in levels for p in prompts_for(n, r)})
+    baselines = [prompts_for(BASELINE_SESSIONS, r) for r in range(rounds)]
+    needed = sorted(
+        {p for r in range(rounds) for n in levels for p in prompts_for(n, r)}
+        | {p for b in baselines for p in b}
+    )
     expected = {p: greedy_text(path, p, tokens) for p in needed}
     saved: list[dict[str, Any]] = []
 
-    async def measure(url: str) -> list[str]:
-        nc = await nats.connect(url, name="hecate-bench-users")
-        try:
-            warm = await _warm(nc)
-            for r in range(rounds):
-                turn = order(levels, r)
-                rnd: dict[str, Any] = {"order": turn, "levels": {}}
-                for n in turn:
-                    gens = await run_level(
-                        nc, prompts_for(n, r), tokens, expected, deadline_s(n, tokens)
-                    )
-                    figures = level_figures(gens)
-                    rnd["levels"][str(n)] = figures
-                    _say(
-                        f"round {r + 1}, {n} at once: {figures['answered']}/{n} answered, "
-                        f"{figures['aggregate_tokens_per_s']} tokens/s, "
-                        f"TTFT p99 {figures['ttft_p99_ms']} ms"
-                    )
-                saved.append(rnd)
-            return warm
-        finally:
-            await nc.close()
+    async def measure(base: str) -> None:
+        await _warm(base)
+        for r in range(rounds):
+            turn = order(levels, r)
+            one = one_process(baselines[r], tokens, expected)
+            _say(
+                f"round {r + 1}, one process, {one['sessions']} sessions: "
+                f"{one['aggregate_tokens_per_s']} tokens/s, {one['wrong']} wrong"
+            )
+            rnd: dict[str, Any] = {"order": turn, "levels": {}, "one_process": one}
+            for n in turn:
+                gens = await run_level(
+                    base, prompts_for(n, r), tokens, expected, deadline_s(n, tokens)
+                )
+                figures = level_figures(gens)
+                rnd["levels"][str(n)] = figures
+                _say(
+                    f"round {r + 1}, {n} at once: {figures['answered']}/{n} answered, "
+                    f"{figures['aggregate_tokens_per_s']} tokens/s, "
+                    f"TTFT p99 {figures['ttft_p99_ms']} ms"
+                )
+            saved.append(rnd)
 
-    with (
-        tempfile.TemporaryDirectory(prefix="hecate-bench-users-") as tmp,
-        make_run_swarm(Path(tmp)) as url,
-    ):
-        warm = asyncio.run(measure(url))
+    with tempfile.TemporaryDirectory(prefix="hecate-bench-users-") as tmp:
+        work = Path(tmp)
+        (work / TOPOLOGY).write_bytes(topology(TOPOLOGY))
+        env = node_env(bench_env(HECATE_STATE=str(work)))  # as hecate up runs them
+        with standing(work, work / TOPOLOGY, env) as st:
+            wait_serving(st, MODEL, 600.0)
+            asyncio.run(measure(st.base))
     users = {
         "levels": over_rounds(saved),
         "verdicts": verdicts(saved),
@@ -223,7 +228,8 @@ def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int)
             "reference": REFERENCE,
             "deadline_s": {str(n): deadline_s(n, tokens) for n in levels},
             "swarm": "hecate up --topology examples/smollm2.json",
-            "warmed_pipelines": warm,
+            "via": VIA,
+            "one_process": BASELINE,
         },
     }
     return msgspec.convert(users, Users)

@@ -60,6 +60,62 @@ def single(path: Path, tokens: int, threads: int | None = None) -> dict[str, Any
     }
 
 
+def batched(path: Path, prompts: list[str], tokens: int) -> dict[str, Any]:
+    """``prompts`` generated together in this process, greedy, up to ``tokens`` each: the
+    whole model on the engine on every core (spinning between runs, its best case), one
+    session per prompt, every prompt's prefill in one batch and then one batched decode
+    step for every session still going (a session leaves at its end-of-turn token), as
+    one node holding the whole model would batch them. Aggregate tokens/s: every token
+    generated ÷ the time from the first prefill to the last step; TTFT: the batched
+    prefill's first tokens; each text as :func:`_text` gives it."""
+    from hecate.llm.gguf_model import model_config
+
+    layers = model_config(path).layers
+    stage = OnnxStage(path, 0, layers, slots=len(prompts), capacity=1024, spin=True)
+    tok, ends = load_tokenizer(path), eos_ids(path)
+    # Untimed: the prompts' prefill and one batched step, so that the timed run pays no
+    # first run of a shape (the swarm's nodes are warmed up too).
+    caches = [stage.new_cache() for _ in prompts]
+    outs = stage.forward_batch([stage.embed(list(tok.encode(p).ids)) for p in prompts], caches)
+    stage.forward_batch([stage.embed([int(np.argmax(r))]) for r in stage.logits_of(outs)], caches)
+    for cache in caches:
+        stage.free(cache)
+    caches = [stage.new_cache() for _ in prompts]
+    texts: list[list[str]] = [[] for _ in prompts]
+    streams = [TextStream(tok) for _ in prompts]
+    xs = [stage.embed(list(tok.encode(p).ids)) for p in prompts]
+    live = list(range(len(prompts)))
+    generated = 0
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    for _ in range(tokens):
+        outs = stage.forward_batch([xs[i] for i in live], [caches[i] for i in live])
+        logits = stage.logits_of(outs)
+        ttft = time.perf_counter() - t0 if ttft is None else ttft
+        going = []
+        for row, i in enumerate(live):
+            token = int(np.argmax(logits[row]))
+            if token in ends:
+                continue
+            texts[i].append(streams[i].push(token))
+            generated += 1
+            xs[i] = stage.embed([token])
+            going.append(i)
+        live = going
+        if not live:
+            break
+    total = time.perf_counter() - t0
+    for cache in caches:
+        stage.free(cache)
+    return {
+        "sessions": len(prompts),
+        "tokens": generated,
+        "ttft_ms": round((ttft or 0.0) * 1000, 1),
+        "aggregate_tokens_per_s": round(generated / total, 2),
+        "texts": ["".join(t) for t in texts],
+    }
+
+
 def llama_cpp_build() -> dict[str, Any]:
     """The installed llama-cpp-python: its version and the flags its llama.cpp was built
     with (the extra builds it from source with this machine's compiler, so they vary),

@@ -61,6 +61,7 @@ class Round(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     in ``stages_3`` and ``stages_3_secure``, then its further pairs."""
 
     single: Generation | None = None
+    single_1_thread: Generation | None = None  # older results: measured once, apart
     llama_cpp: Generation | None = None
     stages_3: Generation | None = None
     stages_3_secure: Generation | None = None  # older results: the locked-down bus
@@ -126,9 +127,22 @@ class Level(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     rounds: int | None = None
 
 
+class OneProcess(msgspec.Struct, frozen=True, kw_only=True):
+    """The round's baseline: one process batching ``sessions`` sessions
+    (:func:`hecate.dev.bench.llm_single.batched`); ``wrong``: its texts that were not their
+    prompts' single-user greedy texts."""
+
+    sessions: int
+    tokens: int
+    ttft_ms: float
+    aggregate_tokens_per_s: float
+    wrong: int
+
+
 class UsersRound(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     order: list[int] = []
     levels: dict[str, Level]  # by users at once, as a string
+    one_process: OneProcess | None = None  # results saved before it was measured: none
 
 
 class UsersMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,6 +154,10 @@ class UsersMeta(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: dict[str, float]
     swarm: str
     warmed_pipelines: list[str] = []
+    # How the users reached the swarm; results saved before the gateway carried them:
+    # a HecateClient each, over NATS.
+    via: str = "a HecateClient each, streaming on its request's inbox over NATS"
+    one_process: str = ""  # the baseline, in words; none before it was measured
 
 
 class Users(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,6 +179,8 @@ class LlmResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     single: Generation | None = None
     stages_3: Generation | None = None
     ratio_3_stages_rounds: list[float] | None = None
+    # 3 stages over the engine on one thread (a stage's), per round; older results: none.
+    ratio_3_stages_1_thread_rounds: list[float] | None = None
     # The 3-stage swarm on the bus as deployed (TLS, an account per tenant, a user per
     # process, the tenant vouched by the server): its median pair's run (older results:
     # its median round's), its tokens/s over the open bus's in each pair and the median,

@@ -25,7 +25,11 @@ from hecate.dev.bench.report.markdown import (
 from hecate.dev.bench.results import load
 from hecate.dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round, SecurePair
 
-LLM_TARGET_STAGES = 0.8  # 3 stages / single process, tokens/s
+LLM_TARGET_STAGES = 0.9  # 3 stages / single process, tokens/s (each kind of single)
+STAGES_EVERY_CORE = f"3 stages ≥ {LLM_TARGET_STAGES}× single process, every core (tokens/s)"
+STAGES_ONE_THREAD = (
+    f"3 stages ≥ {LLM_TARGET_STAGES}× single process on a stage's one thread (tokens/s)"
+)
 LLM_TARGET_LLAMA = 1.0  # single process (the engine) / llama.cpp, tokens/s
 LLM_TARGET_STALL_MS = 1500.0  # longest gap in a stream when a stage is killed
 LLM_TARGET_SECURE = 0.95  # 3 stages on the locked-down bus / on the open bus, tokens/s
@@ -195,7 +199,8 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     r = load(env["report"], LlmResult)
     title = "## SmolLM2-135M: one process and across the swarm\n\n"
     single_user_not_run = [
-        Target("3 stages ≥ 0.8× single process (tokens/s)", "not run", None),
+        Target(STAGES_EVERY_CORE, "not run", None),
+        Target(STAGES_ONE_THREAD, "not run", None),
         Target(f"single process ≥ {LLM_TARGET_LLAMA}× llama.cpp", "not run", None),
         Target("a kill stalls the stream < 1.5 s", "not run", None),
         Target(SECURE_TARGET, "not run", None),
@@ -221,6 +226,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     kill_mid = _need(r.kill_mid_step, "kill_mid_step")
     steps_node = r.stage_steps_1_thread  # what hecate up gives a node
     rounds = r.ratio_3_stages_rounds
+    one_rounds = r.ratio_3_stages_1_thread_rounds or []
     llama, why_not = _llama(r)
     kills = [kill_between, kill_mid]
     llama_rounds = r.ratio_single_llama_cpp_rounds
@@ -246,6 +252,10 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         ["3 stages, router calls each stage (hop)", _speed(r.stages_3_hop)],
         ["**3 stages ÷ single process**, per round", ", ".join(num(x, 3) for x in rounds)],
         ["3 stages ÷ single process, median round", f"**{num(ratio, 3)}**"],
+        [
+            "**3 stages ÷ single process on 1 thread**, per round",
+            ", ".join(num(x, 3) for x in one_rounds) if one_rounds else "–",
+        ],
         [
             "3 stages, locked-down ÷ open bus, per pair",
             ", ".join(num(x, 3) for x in r.secure_over_open_rounds or []) or "–",
@@ -293,6 +303,13 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     if wrong_stages:
         met_stages, stages_figure = False, WRONG
     above = sum(1 for x in rounds if x >= LLM_TARGET_STAGES)
+    met_one, one_figure = (
+        judged(one_rounds, LLM_TARGET_STAGES)
+        if one_rounds
+        else (None, "not measured in this run (a result saved before it was)")
+    )
+    if wrong_stages or any(_wrong(x) for x in _in_rounds(r, "single_1_thread")):
+        met_one, one_figure = False, WRONG
     met_llama: Met = None
     llama_figure = why_not
     if ratio_llama is not None:
@@ -338,7 +355,7 @@ Against the issue's targets:
 
 * **every timed generation gives the single-process text**: {verdict(met_text)}
   ({text_figure}). A run with the wrong text is reported as failed, never as fast.
-* **3 stages ≥ {LLM_TARGET_STAGES}× single process**: {verdict(met_stages)}
+* **{STAGES_EVERY_CORE}**: {verdict(met_stages)}
   ({stages_figure}; {above} of {len(rounds)} rounds at or above it{
         "; a round produced the wrong text" if wrong_stages else ""
     }). What the gap
@@ -353,7 +370,13 @@ Against the issue's targets:
   heartbeats and the bus keep flowing however busy the node is; and the single process
   lets its threads spin between runs, which stages sharing two cores cannot afford.
   Stages on separate machines would not share cores and could spin freely; that is not
-  measured here.
+  measured here. On one machine of two cores this target cannot be met: one user's
+  stages compute one after another, each on the one thread `hecate up` gives a node,
+  so their compute alone takes about as long as the single process's on one thread.
+* **{STAGES_ONE_THREAD}**: {verdict(met_one)} ({one_figure}). The same
+  chain against one process computing each step on the same one thread: what the
+  chain itself costs one user (the bus's four hops, the nodes' decoding, encoding and
+  handoffs to their compute thread), the compute being alike on both sides.
 * **single process ≥ {LLM_TARGET_LLAMA}× llama.cpp**: {verdict(met_llama)}
   ({llama_figure}). Both read the file's quantised blocks once per token and multiply
   with 8-bit activations; what is left between them is kernels and the per-step
@@ -372,7 +395,8 @@ Against the issue's targets:
     part, many = _users(r, img)
     return text + part, [
         Target("every timed generation gives the single-process text", text_figure, met_text),
-        Target("3 stages ≥ 0.8× single process (tokens/s)", stages_figure, met_stages),
+        Target(STAGES_EVERY_CORE, stages_figure, met_stages),
+        Target(STAGES_ONE_THREAD, one_figure, met_one),
         Target(f"single process ≥ {LLM_TARGET_LLAMA}× llama.cpp", llama_figure, met_llama),
         Target("a kill stalls the stream < 1.5 s", stall_figure, met_stall),
         Target(SECURE_TARGET, secure_figure, met_secure),
