@@ -66,9 +66,9 @@ TOPOLOGY = "smollm2.json"  # examples/smollm2.json, shipped beside the chaos sce
 REFERENCE = "in this process on the nodes' engine, before the swarm starts"
 VIA = "the gateway, each user an official openai AsyncOpenAI client streaming /v1/completions"
 BASELINE = (
-    "one process: the whole model on the engine on every core (spinning threads), the "
-    "level's 16 prompts as 16 sessions, prefilled in one batch, then one batched decode "
-    "step a token"
+    "the whole model on the engine on every core (spinning threads), the 16-user level's "
+    "16 prompts as 16 sessions, prefilled in one batch, then one batched decode step a "
+    "token"
 )
 
 

@@ -165,6 +165,38 @@ def bus_load(
     plt.close(fig)
 
 
+def _one_process_marks(report: dict[str, Any], users: list[int], left: Any, right: Any) -> None:
+    """At the level the engine's targets are about: the one-process baseline (its median
+    round) and the swarm's targets against it, and the TTFT bound."""
+    from hecate.dev.bench.concurrency import (
+        BASELINE_SESSIONS,
+        TARGET_AGGREGATE,
+        TARGET_OVER_ONE,
+        TARGET_TTFT_MS,
+    )
+
+    rounds = report["concurrency"].get("rounds") or []
+    ones = sorted(
+        float(r["one_process"]["aggregate_tokens_per_s"]) for r in rounds if r.get("one_process")
+    )
+    if BASELINE_SESSIONS not in users or not ones:
+        return
+    at, one = BASELINE_SESSIONS, ones[len(ones) // 2]
+    left.scatter([at], [one], marker="*", s=90, color="#55a868", zorder=3)
+    left.text(at, one, f" one process, {at} sessions", fontsize=7, va="bottom", ha="right")
+    floor = max(TARGET_AGGREGATE, TARGET_OVER_ONE * one)
+    left.scatter([at], [floor], marker="_", s=400, color="#c44e52")
+    left.text(
+        at,
+        floor,
+        f" target ≥ {TARGET_AGGREGATE:g} and ≥ {TARGET_OVER_ONE:g}x it",
+        fontsize=7,
+        va="top",
+    )
+    right.scatter([at], [TARGET_TTFT_MS / 1000], marker="_", s=400, color="#c44e52")
+    right.text(at, TARGET_TTFT_MS / 1000, f" target p99 ≤ {TARGET_TTFT_MS / 1000:g} s", fontsize=7)
+
+
 def llm_concurrency(
     report: dict[str, Any], path: Path, command: str, run: dict[str, Any] | None = None
 ) -> None:
@@ -196,6 +228,7 @@ def llm_concurrency(
             target = TARGET_TTFT * one["ttft_p50_ms"] / 1000
             right.scatter([TARGET_AT], [target], marker="_", s=400, color="#c44e52")
             right.text(TARGET_AT, target, f" target p99 ≤ {TARGET_TTFT:g}x 1 user", fontsize=7)
+    _one_process_marks(report, users, left, right)
     for n, f in zip(users, figures, strict=True):
         if f["answered"] < f["sent"]:
             left.annotate(

@@ -123,7 +123,8 @@ def _baseline(users: Users) -> str:
     mid: OneProcess = sorted(ones, key=lambda o: o.aggregate_tokens_per_s)[len(ones) // 2]
     wrong = sum(o.wrong for o in ones)
     return (
-        f"Beside it, in every round, while the swarm stood idle: {users.meta.one_process}. "
+        f"Beside it, in every round, while the swarm stood idle, one process: "
+        f"{users.meta.one_process}. "
         f"Median round: {mid.sessions} sessions, {mid.tokens:,} tokens, "
         f"{num(mid.aggregate_tokens_per_s, 1)} tokens/s in all, first tokens after "
         f"{num(mid.ttft_ms / 1000, 2)} s; texts: "
@@ -193,8 +194,8 @@ error is the swarm's last word. Counts add up over the rounds; each figure is th
 median round's. Aggregate tokens/s: every answered token of a level ÷ the time from the
 first send to the last reply; per-user: the median user's tokens ÷ its own time from
 first send to reply; TTFT: from the first send to the first streamed token. Every
-answer's text, as replied and as streamed, is compared with its prompt's single-user
-greedy text, computed {meta.reference}.
+answer's text ({"as streamed" if "gateway" in meta.via else "as replied and as streamed"})
+is compared with its prompt's single-user greedy text, computed {meta.reference}.
 
 {table_text}
 
