@@ -254,6 +254,33 @@ def test_a_wrong_baseline_text_an_error_or_a_missing_baseline_decide_nothing_goo
     assert against_one_process([{"levels": {}}])["aggregate"]["met"] is None
 
 
+def test_cpu_is_counted_per_answered_token_by_part_of_the_swarm() -> None:
+    from hecate.dev.bench.llm_concurrency import USERS, cpu_per_token
+
+    before = {"node a-0": 1.0, "node a-1": 2.0, "router-1": 0.5, "gateway": 0.0, USERS: 3.0}
+    after = {"node a-0": 1.4, "node a-1": 2.2, "router-1": 0.55, "gateway": 0.02, USERS: 3.1}
+    assert cpu_per_token(before, after, 200) == {
+        "gateway": 0.1,
+        "nodes": 3.0,
+        "routers": 0.25,
+        USERS: 0.5,
+    }
+    assert cpu_per_token(before, after, 0) == {}
+    gone = cpu_per_token({"node a-0": 1.0}, {}, 10)  # a process gone since: nothing more
+    assert gone == {"nodes": 0.0}
+
+
+def test_the_report_shows_where_the_cpu_goes_at_each_level() -> None:
+    first, second = _round(GOOD), _round(GOOD)
+    first["cpu"] = {"1": {"nodes": 4.0, "routers": 0.2}, "16": {"nodes": 7.0}}
+    second["cpu"] = {"1": {"nodes": 5.0, "routers": 0.4}, "16": {"nodes": 8.0}}
+    doc = render(_with(_users_result(first, second)))
+    section = _section(doc, "SmolLM2-135M")
+    assert "| users at once | nodes | routers | all |" in section
+    assert "| 1 | 5.00 | 0.40 | 5.40 |" in section  # each part's median of two: the upper
+    assert "| 16 | 8.00 | – | 8.00 |" in section
+
+
 def test_levels_are_parsed_strictly() -> None:
     assert parse_levels("1,2,4,8,16") == (1, 2, 4, 8, 16)
     for bad in ("", "0,1", "1,1", "a", "-2"):

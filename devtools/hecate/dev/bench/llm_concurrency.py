@@ -27,7 +27,9 @@ prompts of that round's 16-user level generated together in a fresh interpreter,
 whole model on the engine on every core, batched
 (:func:`hecate.dev.bench.llm_single.batched`), its texts checked like the swarm's. Then
 every level, their order rotated each round; the figures are
-:mod:`hecate.dev.bench.concurrency`'s.
+:mod:`hecate.dev.bench.concurrency`'s. Around each level, the CPU time of every process
+of the swarm and of this one (the users' clients, which share the cores) is read from
+``/proc``: milliseconds of CPU per answered token, by part (:func:`cpu_per_token`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,14 @@ from hecate.dev.bench.concurrency import (
     prompts_for,
     verdicts,
 )
-from hecate.dev.bench.gateway_swarm import bench_env, standing, wait_serving
+from hecate.dev.bench.gateway_swarm import (
+    Standing,
+    bench_env,
+    cpu_s,
+    role,
+    standing,
+    wait_serving,
+)
 from hecate.dev.bench.llm_single import in_process
 from hecate.dev.bench.results_llm import Users
 from hecate.launch import node_env
@@ -149,6 +158,29 @@ async def run_level(
     return list(await asyncio.gather(*users))
 
 
+USERS = "users' clients"  # the bench process: the openai clients, on the same cores
+
+
+def _cpu(st: Standing) -> dict[str, float]:
+    """CPU seconds so far of every process of the swarm, and of this one (the users)."""
+    return {**{label: cpu_s(pid) for label, pid in st.pids.items()}, USERS: time.process_time()}
+
+
+def cpu_per_token(
+    before: dict[str, float], after: dict[str, float], tokens: int
+) -> dict[str, float]:
+    """Milliseconds of CPU per answered token, by part of the swarm (nodes, routers,
+    gateway, nats-server, other services) and for the users' clients, between two
+    readings; empty when nothing was answered."""
+    if tokens <= 0:
+        return {}
+    used: dict[str, float] = {}
+    for label, start in before.items():
+        part = USERS if label == USERS else role(label)
+        used[part] = used.get(part, 0.0) + after.get(label, start) - start
+    return {part: round(s * 1000 / tokens, 3) for part, s in sorted(used.items())}
+
+
 def one_process(prompts: Sequence[str], tokens: int, expected: dict[str, str]) -> dict[str, Any]:
     """The baseline: ``prompts`` batched in one fresh process (see the module's
     docstring); its figures and how many of its texts were wrong."""
@@ -185,7 +217,8 @@ def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int)
     expected = {p: greedy_text(path, p, tokens) for p in needed}
     saved: list[dict[str, Any]] = []
 
-    async def measure(base: str) -> None:
+    async def measure(st: Standing) -> None:
+        base = st.base
         await _warm(base)
         for r in range(rounds):
             turn = order(levels, r)
@@ -194,13 +227,15 @@ def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int)
                 f"round {r + 1}, one process, {one['sessions']} sessions: "
                 f"{one['aggregate_tokens_per_s']} tokens/s, {one['wrong']} wrong"
             )
-            rnd: dict[str, Any] = {"order": turn, "levels": {}, "one_process": one}
+            rnd: dict[str, Any] = {"order": turn, "levels": {}, "one_process": one, "cpu": {}}
             for n in turn:
+                before = _cpu(st)
                 gens = await run_level(
                     base, prompts_for(n, r), tokens, expected, deadline_s(n, tokens)
                 )
                 figures = level_figures(gens)
                 rnd["levels"][str(n)] = figures
+                rnd["cpu"][str(n)] = cpu_per_token(before, _cpu(st), figures["tokens"])
                 _say(
                     f"round {r + 1}, {n} at once: {figures['answered']}/{n} answered, "
                     f"{figures['aggregate_tokens_per_s']} tokens/s, "
@@ -214,7 +249,7 @@ def run_concurrency(path: Path, levels: Sequence[int], tokens: int, rounds: int)
         env = node_env(bench_env(HECATE_STATE=str(work)))  # as hecate up runs them
         with standing(work, work / TOPOLOGY, env) as st:
             wait_serving(st, MODEL, 600.0)
-            asyncio.run(measure(st.base))
+            asyncio.run(measure(st))
     users = {
         "levels": over_rounds(saved),
         "verdicts": verdicts(saved),

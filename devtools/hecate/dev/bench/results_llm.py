@@ -143,6 +143,9 @@ class UsersRound(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     order: list[int] = []
     levels: dict[str, Level]  # by users at once, as a string
     one_process: OneProcess | None = None  # results saved before it was measured: none
+    # By level: ms of CPU per answered token, by part of the swarm and for the users'
+    # clients (llm_concurrency.cpu_per_token); results saved before: none.
+    cpu: dict[str, dict[str, float]] = {}
 
 
 class UsersMeta(msgspec.Struct, frozen=True, kw_only=True):

@@ -133,6 +133,31 @@ def _baseline(users: Users) -> str:
     )
 
 
+def _cpu_table(users: Users) -> str:
+    """Milliseconds of CPU per answered token by part of the swarm, each level's median
+    over the rounds; empty for results saved before it was read."""
+    by_level: dict[str, dict[str, list[float]]] = {}
+    for rnd in users.rounds:
+        for level, used in rnd.cpu.items():
+            for part, ms in used.items():
+                by_level.setdefault(level, {}).setdefault(part, []).append(ms)
+    if not by_level:
+        return ""
+    parts = sorted({p for level in by_level.values() for p in level})
+    rows = []
+    for level in sorted(by_level, key=int):
+        medians = {p: sorted(v)[len(v) // 2] for p, v in by_level[level].items()}
+        shown = [num(medians[p], 2) if p in medians else "–" for p in parts]
+        rows.append([level, *shown, num(sum(medians.values()), 2)])
+    text = table(["users at once", *parts, "all"], rows)
+    return (
+        "Where the CPU goes (ms of CPU per answered token, each level's median round; "
+        "user and system time of every process, read from `/proc` around each level; "
+        "the users' clients run on the same two cores, in the bench's own process):\n\n"
+        f"{text}\n"
+    )
+
+
 def section(users: Users, img: str) -> tuple[str, list[Target]]:
     """The many-users text and its targets, from the saved ``concurrency`` result."""
     meta = users.meta
@@ -200,6 +225,7 @@ is compared with its prompt's single-user greedy text, computed {meta.reference}
 {table_text}
 
 {_baseline(users)}
+{_cpu_table(users)}
 ![aggregate and per-user tokens/s, and TTFT p50 and p99, against users at once]({img}/{PICTURE})
 
 Against the targets (ratios taken within each round, then the median round):
