@@ -372,8 +372,8 @@ class OnnxStage:
         self._held: list[Slot | None] = [None] * slots  # by index: the slot's holder
         self._bytes_per_position = 2 * self.blocks * kv * d * 4
         self._bindings: dict[tuple[int, int], ort.IOBinding] = {}  # by span, LRU last
-        self.pads_alone = True
-        self.pads_alone = self._one_row_differs()
+        #: Whether a row run alone takes a padding row beside it (:meth:`_beside`).
+        self.pads_alone: bool = self._one_row_differs()
         trim_heap()
 
     @staticmethod
@@ -456,13 +456,13 @@ class OnnxStage:
         both ways, compared bit for bit. Where they agree, a row alone runs alone, at the
         one-row kernel's speed (on AMD Zen 2, which needs the padding row, a decode step
         took 1.17-1.26x as long beside it as alone, whole model or a 10-block range)."""
-        row = np.random.default_rng(0).standard_normal((1, self.config.hidden))
+        row = np.random.default_rng(0).standard_normal((1, self.config.hidden), np.float32)
         outs = []
         for pad in (False, True):
-            self.pads_alone = pad
+            self.pads_alone = pad  # what _run reads
             slot = self.new_cache()
             try:
-                outs.append(self._run([row.astype(np.float32)], [slot])[0])
+                outs.append(self._run([row], [slot])[0])
             finally:
                 self.free(slot)
         return not np.array_equal(outs[0], outs[1])
