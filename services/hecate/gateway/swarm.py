@@ -258,6 +258,7 @@ class SwarmWatch:
         kv = await kvs.wait_bucket(nc, subjects.BREAKER_BUCKET)
         watcher = await kv.watchall()
         try:
+            kvs.still_cancelled()  # its setup waits with asyncio.wait_for
             async for entry in watcher:
                 if entry is not None and entry.key is not None:
                     self.adopt_circuit(entry.key, entry.value or None)

@@ -77,6 +77,7 @@ class BreakerView:
         kv = await kvs.wait_bucket(self.nc, subjects.BREAKER_BUCKET)
         watcher = await kv.watchall()
         try:
+            kvs.still_cancelled()  # its setup waits with asyncio.wait_for
             async for entry in watcher:
                 if entry is None or entry.key is None:
                     continue

@@ -33,6 +33,17 @@ async def bucket(nc: Client, name: str, *, replicas: int = 1) -> KeyValue:
         )
 
 
+def still_cancelled() -> None:
+    """Raise the cancellation a library lost. nats-py waits for its replies with
+    ``asyncio.wait_for``, which on Python 3.11 drops a cancel that lands as the reply
+    does: the call returns, and a loop calling it again runs on as if it had never been
+    cancelled (a task group waiting for it then never ends). The task still counts the
+    request (``Task.cancelling``), so a loop asks here after each such call."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue:
     """The bucket ``name`` once its owner has created it (polled; cancel to give up).
     Run it in a background task: a reader must not wait for another service to start."""
@@ -41,7 +52,10 @@ async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue
         # Not created yet, or disconnected or timed out (the client reconnects on its
         # own): ask again.
         with contextlib.suppress(Exception):
-            return await js.key_value(name)
+            found = await js.key_value(name)
+            still_cancelled()
+            return found
+        still_cancelled()
         await asyncio.sleep(poll_s)
 
 
@@ -63,6 +77,7 @@ async def watch(
     while True:
         watcher = await kv.watch(key)
         try:
+            still_cancelled()
             while True:
                 try:
                     # Not watcher.updates(timeout): its asyncio.wait_for can swallow a
@@ -74,6 +89,7 @@ async def watch(
                     break  # stopped under us: watch again
                 except TimeoutError:
                     now = await _revision(kv, key)
+                    still_cancelled()
                     if now > last:
                         break
                     if 0 < now < last:
