@@ -24,7 +24,7 @@ from hecate.wire.messages import FailoverEvent, NodeEvent, TelemetrySnapshot
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
 from .load import start_load
-from .waits import GENEROUS_S, router_status, routers_ready, until
+from .waits import GENEROUS_S, planned, router_status, routers_ready, until
 
 # A stage timeout no test here lives to see: a flight held by a dead node can then only
 # be rescued by a sign of the death itself, and one that waited for the timer would
@@ -87,10 +87,14 @@ async def test_sigkill_a_node_under_load_loses_nothing_and_the_swarm_heals(
         routers=2,
         stage_timeout_ms=BEYOND_THE_TEST_MS,
     )
-    first = await wait_until_serving(client, "ncm-base")
+    await wait_until_serving(client, "ncm-base")
+    await routers_ready(client, "router-1", "router-2")
+    # Both pipelines planned before the kill: nodes join one by one, and on a loaded
+    # machine the first plan holds one, whose node's death leaves no replica to serve.
+    await planned(client, "ncm-base", pipelines=2, routers=2)
+    first = await wait_until_serving(client, "ncm-base")  # a route on the whole plan
     assert first.route is not None
     victim = first.route.stages[0].node_id  # on the cheapest pipeline: it carries the load
-    await routers_ready(client, "router-1", "router-2")
     failovers = await collect(client, subjects.EVENT_FAILOVER, FailoverEvent)
     downs = await collect(client, subjects.EVENT_NODE_DOWN, NodeEvent)
 

@@ -33,7 +33,7 @@ from hecate.gateway.metrics import Metrics
 from hecate.gateway.swarm import SwarmWatch
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
-from .waits import routers_ready, until
+from .waits import planned, routers_ready, until
 
 CHROMIUM = Path("/usr/bin/chromium")
 MODEL = "ncm-base"
@@ -117,8 +117,11 @@ async def test_a_killed_node_shows_down_with_its_failover_within_two_seconds(
 ) -> None:
     browser_path = chromium()
     start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES)
-    first = await wait_until_serving(client, MODEL)
+    await wait_until_serving(client, MODEL)
     await routers_ready(client, "router-1")
+    # Both pipelines planned before the kill, or there is no replica to fail over to.
+    await planned(client, MODEL, pipelines=2, routers=1)
+    first = await wait_until_serving(client, MODEL)
     assert first.route is not None
     victim = first.route.stages[0].node_id  # on the cheapest pipeline: it carries the load
 
