@@ -369,7 +369,8 @@ class OnnxStage:
         shape = (slots + 1, kv, self.capacity, d)
         self._k = [kv_buffer(shape) for _ in range(self.blocks)]
         self._v = [kv_buffer(shape) for _ in range(self.blocks)]
-        self._held: list[Slot | None] = [None] * slots  # by index: the slot's holder
+        # By index: the slot's holder; the last, the spare, is never a session's.
+        self._held: list[Slot | None] = [None] * (slots + 1)
         self._bytes_per_position = 2 * self.blocks * kv * d * 4
         self._bindings: dict[tuple[int, int], ort.IOBinding] = {}  # by span, LRU last
         #: Whether a row run alone takes a padding row beside it (:meth:`_beside`).
@@ -396,7 +397,8 @@ class OnnxStage:
 
     def new_cache(self) -> Slot:
         # The lowest free index: decode runs then span fewer padding rows.
-        index = next((i for i, held in enumerate(self._held) if held is None), None)
+        sessions = range(len(self._held) - 1)  # not the spare
+        index = next((i for i in sessions if self._held[i] is None), None)
         if index is None:
             raise MemoryError("every KV slot of this stage is taken")
         slot = self._held[index] = Slot(index, 0, self._bytes_per_position)
@@ -467,7 +469,7 @@ class OnnxStage:
                 self.free(slot)
         return not np.array_equal(outs[0], outs[1])
 
-    def _beside(self, index: int, rows: int) -> tuple[int, int]:
+    def _beside(self, index: int) -> tuple[int, int]:
         """A span of two slots around ``index``, for a run of one row alone.
 
         A product of one row takes MLAS's one-row kernel, which on some CPUs (AVX2
@@ -483,13 +485,13 @@ class OnnxStage:
         after the last is always free); a held one gets the padding row's key and value
         at its next position, which its own next step overwrites (as a held slot inside
         any span does), so it needs room there."""
-        held = [*self._held, None]  # the spare slot
+        held = self._held
         for other in (index + 1, index - 1):
             if 0 <= other < len(held) and held[other] is None:
                 return min(index, other), max(index, other) + 1
         for other in (index + 1, index - 1):
             holder = held[other] if 0 <= other < len(held) else None
-            if holder is not None and holder.length + rows <= self.capacity:
+            if holder is not None and holder.length < self.capacity:
                 return min(index, other), max(index, other) + 1
         return index, index + 1  # no room beside it: the one-row kernel
 
@@ -505,13 +507,12 @@ class OnnxStage:
         lo = min(s.index for s in caches)
         hi = max(s.index for s in caches) + 1
         if (hi - lo) * rows == 1 and self.pads_alone:
-            lo, hi = self._beside(lo, rows)
+            lo, hi = self._beside(lo)
         x = np.zeros((hi - lo, rows, c.hidden), np.float32)
         for cache, row in zip(caches, xs, strict=True):
             x[cache.index - lo] = row
         lengths = np.asarray(
-            [0 if held is None else held.length for held in [*self._held, None][lo:hi]],
-            dtype=np.int32,
+            [0 if held is None else held.length for held in self._held[lo:hi]], dtype=np.int32
         )
         seqlens = lengths + np.int32(rows - 1)
         io = self._binding(lo, hi)
