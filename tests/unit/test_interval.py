@@ -21,6 +21,9 @@ def test_the_secure_pairs_that_read_met_on_their_median_are_undecided() -> None:
     assert interval.verdict_at_least(0.95) == "undecided"
     assert interval.verdict_at_least(0.90) is True
     assert interval.verdict_at_least(1.05) is False
+    assert interval.verdict_at_most(0.95) == "undecided"
+    assert interval.verdict_at_most(1.05) is True
+    assert interval.verdict_at_most(0.90) is False
 
 
 def test_three_rounds_give_their_range_at_the_confidence_it_has() -> None:

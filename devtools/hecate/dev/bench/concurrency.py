@@ -219,11 +219,7 @@ def _judged(values: Sequence[float | None], target: float, at_least: bool) -> Ve
     if not values or any(v is None for v in values):
         return None
     interval = median_interval([float(v) for v in values if v is not None])
-    if at_least:
-        return interval.verdict_at_least(target)
-    if interval.high <= target:
-        return True
-    return False if interval.low > target else "undecided"
+    return interval.verdict_at_least(target) if at_least else interval.verdict_at_most(target)
 
 
 def against_one_process(

@@ -37,6 +37,15 @@ class Interval:
             return False
         return "undecided"
 
+    def verdict_at_most(self, target: float) -> Verdict:
+        """Met when the whole interval is at or below ``target``, not met when it is
+        above, and undecided when it spans it."""
+        if self.high <= target:
+            return True
+        if self.low > target:
+            return False
+        return "undecided"
+
 
 def _below(n: int, k: int) -> float:
     """P(Binomial(n, 1/2) < k)."""
