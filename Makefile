@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check shared services devtools tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared/hecate services/hecate devtools/hecate tests
+	$(BIN)/mypy shared/hecate services devtools/hecate_dev tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q --durations=20 -m "not heavy"

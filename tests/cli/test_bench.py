@@ -53,8 +53,8 @@ def test_a_quick_bus_sweep_runs_on_real_processes_and_renders(tmp_path: Path) ->
     """Raw NATS and the routed 1-stage path, closed loop and a short capacity search
     from two generator processes, on a real nats-server with a real router and node;
     then the report from it."""
-    from hecate.dev.bench import provenance
-    from hecate.dev.bench.bus import Sweep, run_bus_bench
+    from hecate_dev.bench import provenance
+    from hecate_dev.bench.bus import Sweep, run_bus_bench
 
     report = run_bus_bench(
         seconds=0.3,

@@ -16,13 +16,13 @@ import msgspec
 import pytest
 
 from hecate.cli.main import main
-from hecate.dev.bench import provenance
-from hecate.dev.bench.gateway_load import Http1
-from hecate.dev.bench.gateway_stream import SseText, matched, tokens_per_s
-from hecate.dev.bench.report import render
-from hecate.dev.bench.report.gateway import judge
-from hecate.dev.bench.results import load
-from hecate.dev.bench.results_gateway import GatewayResult
+from hecate_dev.bench import provenance
+from hecate_dev.bench.gateway_load import Http1
+from hecate_dev.bench.gateway_stream import SseText, matched, tokens_per_s
+from hecate_dev.bench.report import render
+from hecate_dev.bench.report.gateway import judge
+from hecate_dev.bench.results import load
+from hecate_dev.bench.results_gateway import GatewayResult
 from tests.cli.bench_results import GATEWAY, results
 
 
@@ -38,7 +38,7 @@ def _section(doc: str, title: str) -> str:
 def test_a_short_run_checks_every_answer_and_renders(tmp_path: Path) -> None:
     """The toy swarm of ``make run-toy`` and ``hecate gateway --open`` as processes: a
     few requests each way, one capacity window each way, every answer checked."""
-    from hecate.dev.bench.gateway import run_gateway_bench
+    from hecate_dev.bench.gateway import run_gateway_bench
 
     report = run_gateway_bench(
         samples=30, warmup=5, clients=(8,), processes=2, seconds=0.5, rounds=1, stream=False
@@ -187,7 +187,7 @@ def test_the_suite_saves_its_result_and_fails_on_a_wrong_answer(
 ) -> None:
     """The command's plumbing: --quick's settings reach the suite, the result is saved
     with its provenance, and a wrong answer fails the command after saving."""
-    import hecate.dev.bench.gateway
+    import hecate_dev.bench.gateway
 
     asked: list[dict[str, Any]] = []
 
@@ -195,9 +195,9 @@ def test_the_suite_saves_its_result_and_fails_on_a_wrong_answer(
         asked.append(kwargs)
         return _report(failed_checks=["1 wrong answers"])
 
-    monkeypatch.setattr(hecate.dev.bench.gateway, "run_gateway_bench", wrong_once)
+    monkeypatch.setattr(hecate_dev.bench.gateway, "run_gateway_bench", wrong_once)
     assert main(["bench", "gateway", "--quick", "--results", str(tmp_path)]) == 1
-    assert asked == [hecate.dev.bench.gateway.QUICK]
+    assert asked == [hecate_dev.bench.gateway.QUICK]
     saved = json.loads((tmp_path / "gateway.json").read_text())
     assert saved["command"] == f"hecate bench gateway --quick --results {tmp_path}"
     assert saved["report"]["failed_checks"] == ["1 wrong answers"]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from hecate.cli.main import main
-from hecate.dev.bench.llm import check_text, failed_checks
-from hecate.dev.bench.report import render
+from hecate_dev.bench.llm import check_text, failed_checks
+from hecate_dev.bench.report import render
 from tests.cli.bench_results import results
 
 
@@ -131,10 +131,10 @@ def test_the_llama_cpp_version_build_and_rounds_are_printed() -> None:
 def test_a_suite_with_a_failed_check_is_saved_and_fails_the_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hecate.dev.bench.llm
+    import hecate_dev.bench.llm
 
     figures = {"failed_checks": ["stages_2: wrong text"], "stages_2": _run(text_ok=False)}
-    monkeypatch.setattr(hecate.dev.bench.llm, "run_llm_bench", lambda **_kw: figures)
+    monkeypatch.setattr(hecate_dev.bench.llm, "run_llm_bench", lambda **_kw: figures)
     assert main(["bench", "llm", "--quick", "--results", str(tmp_path)]) == 1
     saved = json.loads((tmp_path / "llm.json").read_text())
     assert saved["report"]["failed_checks"] == ["stages_2: wrong text"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hecate.cli.main import main
-from hecate.dev.bench.concurrency import Generation, level_figures, over_rounds
+from hecate_dev.bench.concurrency import Generation, level_figures, over_rounds
 from tests.cli.bench_results import results
 
 
@@ -38,7 +38,7 @@ def _users(wrong: int = 0) -> dict[str, Any]:
 def test_the_levels_rounds_and_tokens_reach_the_suite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hecate.dev.bench.llm
+    import hecate_dev.bench.llm
 
     seen: dict[str, Any] = {}
 
@@ -46,7 +46,7 @@ def test_the_levels_rounds_and_tokens_reach_the_suite(
         seen.update(kwargs)
         return {"concurrency": _users(), "failed_checks": []}
 
-    monkeypatch.setattr(hecate.dev.bench.llm, "run_llm_bench", fake)
+    monkeypatch.setattr(hecate_dev.bench.llm, "run_llm_bench", fake)
     argv = ["bench", "llm", "--only-concurrency", "--concurrency", "1,2", "--rounds", "2"]
     assert main([*argv, "--tokens", "4", "--results", str(tmp_path)]) == 0
     assert seen == {"tokens": 4, "rounds": 2, "concurrency": (1, 2), "only_concurrency": True}
@@ -67,12 +67,12 @@ def test_a_bad_list_of_levels_is_refused(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_wrong_text_among_many_users_fails_the_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hecate.dev.bench.llm
-    from hecate.dev.bench.concurrency import failed_checks
+    import hecate_dev.bench.llm
+    from hecate_dev.bench.concurrency import failed_checks
 
     users = _users(wrong=1)
     figures = {"concurrency": users, "failed_checks": failed_checks(users["rounds"])}
-    monkeypatch.setattr(hecate.dev.bench.llm, "run_llm_bench", lambda **_kw: figures)
+    monkeypatch.setattr(hecate_dev.bench.llm, "run_llm_bench", lambda **_kw: figures)
     assert main(["bench", "llm", "--only-concurrency", "--results", str(tmp_path)]) == 1
     saved = json.loads((tmp_path / "llm.json").read_text())
     assert saved["report"]["failed_checks"] == ["concurrency 2 (round 1): 1 of 2 texts wrong"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hecate.cli.main import main
-from hecate.dev.bench.report import (
+from hecate_dev.bench.report import (
     FIGURES_END,
     FIGURES_START,
     SUITES,
@@ -199,9 +199,9 @@ def test_the_report_command_refuses_a_missing_folder(tmp_path: Path) -> None:
 def test_a_chaos_scenario_that_cannot_run_is_saved_as_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hecate.dev.chaos.scenarios
+    import hecate_dev.chaos.scenarios
 
-    monkeypatch.setattr(hecate.dev.chaos.scenarios, "available", lambda _name: False)
+    monkeypatch.setattr(hecate_dev.chaos.scenarios, "available", lambda _name: False)
     assert main(["chaos", "llm-kill", "--results", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "chaos.json").read_text())
     assert saved["command"] == "hecate chaos llm-kill --results " + str(tmp_path)
@@ -214,12 +214,12 @@ def test_a_chaos_scenario_that_cannot_run_is_saved_as_skipped(
 def test_a_suite_that_failed_is_saved_and_reported_as_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hecate.dev.bench.herd
+    import hecate_dev.bench.herd
 
     def broken(**_kwargs: object) -> dict[str, object]:
         raise RuntimeError("generation failed: unrecoverable")
 
-    monkeypatch.setattr(hecate.dev.bench.herd, "run_herd_bench", broken)
+    monkeypatch.setattr(hecate_dev.bench.herd, "run_herd_bench", broken)
     with pytest.raises(RuntimeError):
         main(["bench", "herd", "--results", str(tmp_path)])
     saved = json.loads((tmp_path / "herd.json").read_text())

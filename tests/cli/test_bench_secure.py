@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.bench.bus import capacity, costs, judged_result, ratios
-from hecate.dev.bench.bus_setup import cpu_by_role, cpu_per_reply, cpu_seconds, median_costs
-from hecate.dev.bench.report import figures, render
-from hecate.dev.bench.report.llm import judge_secure
-from hecate.dev.bench.results import load
-from hecate.dev.bench.results_bus import BusResult
-from hecate.dev.bench.results_llm import LlmResult
+from hecate_dev.bench.bus import capacity, costs, judged_result, ratios
+from hecate_dev.bench.bus_setup import cpu_by_role, cpu_per_reply, cpu_seconds, median_costs
+from hecate_dev.bench.report import figures, render
+from hecate_dev.bench.report.llm import judge_secure
+from hecate_dev.bench.results import load
+from hecate_dev.bench.results_bus import BusResult
+from hecate_dev.bench.results_llm import LlmResult
 from tests.cli.bench_results import BUS, LLM, results, sweep_points
 
 SECURE_ROW = "| locked-down bus ≥ 0.8× open bus, routed 1-stage capacity (open loop) |"
@@ -128,7 +128,7 @@ def test_the_secure_configuration_answers_a_tenant_the_server_vouches_for() -> N
     """On real processes: the router runs ``--tenant-from bus`` on the accounts layout,
     so a request counts only if it came through a tenant's account (a request no
     account vouched for is refused, and a refusal is not a correct reply)."""
-    from hecate.dev.bench.bus import Sweep, run_bus_bench
+    from hecate_dev.bench.bus import Sweep, run_bus_bench
 
     report = run_bus_bench(
         seconds=0.3,
@@ -253,7 +253,7 @@ def _timed(tokens_per_s: float, *, text_ok: bool = True, tokens: int = 49) -> di
 def _llm_pairs(open_secure: list[tuple[float, float]], **secure: Any) -> dict[str, Any]:
     """An llm result whose locked-down bus was timed side by side with the open one, a
     pair per (open, secure) tokens/s, the figures as the suite takes them."""
-    from hecate.dev.bench.llm import secure_figures
+    from hecate_dev.bench.llm import secure_figures
 
     out: dict[str, Any] = copy.deepcopy(LLM)
     pairs = [
@@ -333,7 +333,7 @@ def test_a_wrong_text_in_any_pair_fails_the_target_however_fast() -> None:
 
 
 def test_the_suite_names_a_wrong_text_by_pair_and_once() -> None:
-    from hecate.dev.bench.llm import failed_checks
+    from hecate_dev.bench.llm import failed_checks
 
     saved = _llm_pairs([(28.0, 27.9), (28.0, 27.0), (28.0, 27.5)])
     assert failed_checks(saved) == []
@@ -355,7 +355,7 @@ def test_the_pooled_ratio_lies_within_the_pairs_ratios(
 ) -> None:
     """Each side's pooled tokens/s is its tokens over its time: the ratio of the two is
     an average of the pairs' ratios weighted by the locked-down side's time."""
-    from hecate.dev.bench.llm import secure_figures
+    from hecate_dev.bench.llm import secure_figures
 
     timed = [
         {"stages_3": _timed(o, tokens=n), "stages_3_secure": _timed(s, tokens=n)}

@@ -17,11 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.cli.main import main
-from hecate.dev.bench.report import render
-from hecate.dev.bench.report.markdown import Met
-from hecate.dev.bench.report.wan import judge_preference, section_wan
-from hecate.dev.bench.results import load
-from hecate.dev.bench.results_wan import WanPreference, WanResult
+from hecate_dev.bench.report import render
+from hecate_dev.bench.report.markdown import Met
+from hecate_dev.bench.report.wan import judge_preference, section_wan
+from hecate_dev.bench.results import load
+from hecate_dev.bench.results_wan import WanPreference, WanResult
 from tests.cli.bench_results import WAN, envelope, results
 
 TITLE = "Wide-area links: SmolLM2 with every node 0 to 40 ms away"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hecate.dev.chaos.scenarios import SCENARIOS, topology
 from hecate.sim.topology import parse_topology
+from hecate_dev.chaos.scenarios import SCENARIOS, topology
 from tests.cli.wheels import DEVTOOLS, PRODUCT, ROOT, lay_out, run_python
 
 
@@ -24,7 +24,7 @@ def test_an_installed_hecate_finds_the_topologies_without_the_repository(
     site = lay_out(DEVTOOLS, lay_out(PRODUCT, tmp_path / "site"))
     probe = (
         "from pathlib import Path\n"
-        "import hecate.dev.chaos.scenarios as s\n"
+        "import hecate_dev.chaos.scenarios as s\n"
         "from hecate.sim.topology import parse_topology\n"
         f"assert Path(s.__file__).is_relative_to({str(site)!r}), s.__file__\n"
         "for name, sc in s.SCENARIOS.items():\n"

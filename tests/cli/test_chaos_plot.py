@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hecate.dev.chaos.cli import _line
-from hecate.dev.chaos.load import Record, Sample, summarize
-from hecate.dev.chaos.plot import record_of, timeline, timeline_doc
-from hecate.dev.chaos.results import ScenarioResult
-from hecate.dev.chaos.scenarios import SCENARIOS, figures
+from hecate_dev.chaos.cli import _line
+from hecate_dev.chaos.load import Record, Sample, summarize
+from hecate_dev.chaos.plot import record_of, timeline, timeline_doc
+from hecate_dev.chaos.results import ScenarioResult
+from hecate_dev.chaos.scenarios import SCENARIOS, figures
 
 
 def _result(record: Record) -> ScenarioResult:

@@ -1,5 +1,6 @@
-"""The files a wheel holds, read from its hatch build configuration (``only-include``
-and ``sources``), so that the tests follow the configuration rather than a copy of it."""
+"""The files a wheel holds, read from its hatch build configuration (``packages``, each
+shipped under its own name, or ``only-include``), so that the tests follow the
+configuration rather than a copy of it."""
 
 from __future__ import annotations
 
@@ -20,15 +21,14 @@ def wheel_files(pyproject: Path) -> dict[str, Path]:
     """Path inside the wheel -> source file, for every file the wheel ships."""
     config = tomllib.loads(pyproject.read_text())
     wheel = config["tool"]["hatch"]["build"]["targets"]["wheel"]
-    sources: dict[str, str] = wheel.get("sources", {})
     base = pyproject.parent
     files: dict[str, Path] = {}
-    for included in wheel["only-include"]:
-        root, _, rest = included.partition("/")
-        target = Path(sources.get(root, root)) / rest
+    shipped = [(p, Path(p).name) for p in wheel.get("packages", [])]
+    shipped += [(p, p) for p in wheel.get("only-include", [])]
+    for included, target in shipped:
         for path in sorted((base / included).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
-                files[(target / path.relative_to(base / included)).as_posix()] = path
+                files[(Path(target) / path.relative_to(base / included)).as_posix()] = path
     return files
 
 
@@ -40,10 +40,10 @@ def lay_out(pyproject: Path, into: Path) -> Path:
     return into
 
 
-def install_dev_entry_points(site: Path) -> None:
-    """The dev distribution's metadata as pip writes it: its entry points, read from
-    devtools/pyproject.toml."""
-    project = tomllib.loads(DEVTOOLS.read_text())["project"]
+def install_entry_points(pyproject: Path, site: Path) -> None:
+    """A distribution's metadata as pip writes it: its entry points, read from its
+    pyproject.toml."""
+    project = tomllib.loads(pyproject.read_text())["project"]
     info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(

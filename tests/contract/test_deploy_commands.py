@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
-from hecate.cli import kvbuckets, natsconfig
 from hecate.cli.main import build_parser
-from hecate.gateway import identities
 from hecate.sim.topology import parse_topology
 from hecate.wire import permissions, subjects
+from hecate_gateway import identities
+from hecate_launcher import kvbuckets, natsconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -709,7 +709,7 @@ def test_the_readme_says_whether_the_shipped_setups_enforce_quotas() -> None:
     """The README tells users what a 429 is; it may promise the quota desk's booked
     slot only where a shipped setup runs it: routers with --enforce-quotas and the
     breaker with --quotas. None does, so it must say quotas are off there."""
-    from hecate.launch import plan_commands
+    from hecate_launcher import plan_commands
 
     up = plan_commands(build_parser().parse_args(["up", "--topology", str(EXAMPLE_TOPOLOGY)]), "")
     shipped = [c.argv for c in ALL_COMMANDS] + [list(spec.argv) for spec in up]

@@ -25,15 +25,16 @@ from hecate.wire.errors import INFER_CODES, STAGE_CODES, STATUS, ErrorCode, as_c
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / "shared" / "hecate"
-SERVICES = ROOT / "services" / "hecate" / "services"
+ROUTER = ROOT / "services" / "hecate_router"
+NODE = ROOT / "services" / "hecate_node"
 # Modules whose error replies go to a caller of hecate.infer.<model>.
 INFER_SIDE = (
-    SERVICES / "router.py",
-    SERVICES / "intake.py",
-    SERVICES / "flightdeck.py",
-    SERVICES / "quotagate.py",
-    SHARED / "routing" / "lifecycle.py",
-    SHARED / "routing" / "rescue.py",
+    ROUTER / "service.py",
+    ROUTER / "intake.py",
+    ROUTER / "flightdeck.py",
+    ROUTER / "quotagate.py",
+    ROUTER / "lifecycle.py",
+    ROUTER / "rescue.py",
     # The service shell's layers wrap the infer endpoint as any other (an unexpected
     # failure in the router answers ``internal``).
     SHARED / "bus" / "layers.py",
@@ -41,8 +42,7 @@ INFER_SIDE = (
 # Modules whose error replies go to a node's caller: the node, the service shell it runs
 # in, and the executors it runs (the registry's unknown_executor stops a start, not a stage).
 STAGE_SIDE = (
-    *sorted(SERVICES.glob("node*.py")),
-    SERVICES / "upstream.py",
+    *sorted(NODE.glob("*.py")),
     SHARED / "bus" / "service.py",
     SHARED / "bus" / "endpoint.py",
     SHARED / "bus" / "layers.py",
@@ -130,7 +130,7 @@ def test_the_scan_finds_the_codes_it_must() -> None:
 
 
 def test_infer_codes_are_exactly_what_a_caller_can_receive() -> None:
-    from hecate.routing.flow import REQUEST_FAULTS  # a node's, passed on to the caller
+    from hecate_router.flow import REQUEST_FAULTS  # a node's, passed on to the caller
 
     router_side = set().union(*map(emitted, INFER_SIDE)) | routing_codes() | REQUEST_FAULTS
     assert router_side - set(INFER_CODES) == set(), "emitted but missing from INFER_CODES"

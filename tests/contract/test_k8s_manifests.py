@@ -48,8 +48,8 @@ def test_a_broken_manifest_is_caught() -> None:
 
 def test_the_generated_secrets_are_valid_kubernetes_objects(tmp_path: Path) -> None:
     """What `hecate nats-config --secrets` writes for `kubectl apply -f` is valid too."""
-    from hecate.cli import natsconfig
     from hecate.wire import permissions
+    from hecate_launcher import natsconfig
 
     out = natsconfig.write_deployment(
         tmp_path / "d",
@@ -86,8 +86,8 @@ def _secrets_named(node: Any) -> set[str]:
 def test_every_secret_the_manifests_use_is_generated(tmp_path: Path) -> None:
     """The Job that makes the KV buckets and every pod find the Secrets they name among
     those `hecate nats-config --secrets --topology examples/swarm.json` writes."""
-    from hecate.cli import natsconfig
     from hecate.wire import permissions
+    from hecate_launcher import natsconfig
 
     out = natsconfig.write_deployment(
         tmp_path / "d",

@@ -1,40 +1,44 @@
-"""Imports go down the layers, never up, and no two packages import each other.
+"""Imports go down the layers, never up; no service imports another; no two packages
+import each other.
 
-Every module under ``shared/hecate``, ``services/hecate`` and ``devtools/hecate`` is
-parsed (``ast``, nothing is imported) and each ``hecate.*`` import it makes is checked
-against the layer of its package. A module may import its own package, another package
-of its own layer, or any package below. Every import counts wherever it stands: at the
-top of the module, inside a function (a lazy import is still a dependency, only a later
-one) or under ``if TYPE_CHECKING:`` (a type is knowledge of the layer that defines it,
-even if it is never imported at run time).
+Every module of the three parts is parsed (``ast``, nothing is imported): the shared
+library ``shared/hecate`` (import name ``hecate``), one package per process in
+``services/`` (``hecate_router``, ``hecate_node``, ...) and the developer tools
+``devtools/hecate_dev``. Each import of one of them is checked against the layer of its
+package. A module may import its own package, another package of its own layer (inside
+the shared library only), or any package below. Every import counts wherever it stands:
+at the top of the module, inside a function (a lazy import is still a dependency, only a
+later one) or under ``if TYPE_CHECKING:`` (a type is knowledge of the layer that defines
+it, even if it is never imported at run time).
 
-The layers, lowest first (``LAYERS``):
+The layers, lowest first (``LAYERS``); a package of the shared library is named by its
+first component below ``hecate`` (``hecate.bus.kv`` is in ``bus``):
 
 0. ``core``, ``resilience``, ``wire``, ``llm``, ``model``, ``sim``: pure logic, wire
    shapes and the model libraries. ``model`` holds the executor protocol's types and
    the toy and null networks and imports nothing of hecate but the error codes
    (``hecate.core.errors``); ``llm`` (the real model) implements that protocol, so
-   the two are libraries side by side, and the registry
-   that chooses between them (``executors``) sits above both. ``sim`` is the swarm
-   lifecycle run in memory over the core; it imports nothing but ``core``, and the
-   planner reads topologies through it (``hecate.sim.topology``), so it lives with the
-   core.
+   the two are libraries side by side, and the registry that chooses between them
+   (``executors``) sits above both. ``sim`` is the swarm lifecycle run in memory over
+   the core, which ``hecate swarm-sim`` and the planner's topology reading use.
 1. ``bus``, ``executors``: the NATS shell and the executor registry.
-2. ``routing``: the router's pure policy: the chooser it shares with ``hecate swarm-sim``,
-   the request lifecycle, the quota wait and the retry book (no I/O; the router
-   service is their shell).
-3. ``services``, ``client``, ``launch``, ``gateway``: the service shells, the client SDK,
-   process launching and the HTTP gateway (a service that speaks HTTP on one side).
-4. ``cli``: the ``hecate`` command.
-5. ``dev``: the developer tools (``hecate.dev.bench``, ``hecate.dev.chaos``), a
+2. ``client``: the client SDK.
+3. ``cli``: the ``hecate`` command's frame, and what every service process runs in
+   (``hecate.cli.process``). It names no service: each service adds its own
+   subcommand through the ``hecate.cli`` entry-point group (pyproject.toml).
+4. the services, one package per process: ``hecate_router``, ``hecate_node``,
+   ``hecate_planner``, ``hecate_telemetry``, ``hecate_breaker``, ``hecate_gateway`` and
+   ``hecate_launcher`` (``hecate up``). Each may import the shared library and itself,
+   **never another service**: they meet only on the bus, and a process that needs
+   another's command runs it (``hecate up`` makes the gateway's key with ``hecate keys
+   add``).
+5. ``hecate_dev``: the developer tools (``hecate bench``, ``hecate chaos``), a
    distribution of their own beside the product (``devtools/``). They may import
    anything; nothing else imports them, not even lazily: ``hecate`` finds ``hecate
-   bench`` and ``hecate chaos`` through the ``hecate.cli`` entry-point group the dev
-   package declares (``test_the_dev_commands_come_in_by_entry_point`` holds it to that).
+   bench`` and ``hecate chaos`` through the same entry-point group.
 
 A package missing from ``LAYERS`` fails the test: a new package gets its layer here.
-``KNOWN_EXCEPTIONS`` lists each import allowed against these rules, with why; an entry
-no import needs any more fails too, so the list only shrinks.
+There are no exceptions to these rules.
 """
 
 from __future__ import annotations
@@ -47,9 +51,24 @@ from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = (ROOT / "shared", ROOT / "services", ROOT / "devtools")
+SERVICES = (
+    "hecate_router",
+    "hecate_node",
+    "hecate_planner",
+    "hecate_telemetry",
+    "hecate_breaker",
+    "hecate_gateway",
+    "hecate_launcher",
+)
+# (source root, top-level package) for every part of the product and its tools.
+PACKAGES = (
+    (ROOT / "shared", "hecate"),
+    *((ROOT / "services", name) for name in SERVICES),
+    (ROOT / "devtools", "hecate_dev"),
+)
 
 LAYERS: dict[str, int] = {
+    "hecate": 0,  # the package itself: its docstring
     "core": 0,
     "resilience": 0,
     "wire": 0,
@@ -58,25 +77,19 @@ LAYERS: dict[str, int] = {
     "sim": 0,
     "bus": 1,
     "executors": 1,
-    "routing": 2,
-    "services": 3,
-    "client": 3,
-    "launch": 3,
-    "gateway": 3,
-    "cli": 4,
-    "dev": 5,
+    "client": 2,
+    "cli": 3,
+    **dict.fromkeys(SERVICES, 4),
+    "hecate_dev": 5,
 }
 LAYER_NAMES = {
     0: "core, resilience, wire, llm, model, sim",
     1: "bus, executors",
-    2: "routing",
-    3: "services, client, launch, gateway",
-    4: "cli",
-    5: "dev (the dev tools: bench, chaos)",
+    2: "client",
+    3: "cli",
+    4: "the services",
+    5: "hecate_dev (the dev tools: bench, chaos)",
 }
-
-# (importing module, imported module) -> why it is allowed for now.
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -96,8 +109,9 @@ class Import:
 
 
 def package(module: str) -> str:
-    """``hecate.bus.service`` -> ``bus``; ``hecate.launch`` -> ``launch``."""
-    return module.split(".")[1]
+    """``hecate.bus.service`` -> ``bus``; ``hecate_router.intake`` -> ``hecate_router``."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "hecate" and len(parts) > 1 else parts[0]
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -109,10 +123,13 @@ def _module_name(root: Path, path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for root in SOURCE_ROOTS:
-        for path in sorted((root / "hecate").rglob("*.py")):
+    for root, name in PACKAGES:
+        for path in sorted((root / name).rglob("*.py")):
             found[_module_name(root, path)] = path
     return found
+
+
+TOP_LEVEL = {name for _, name in PACKAGES}
 
 
 class _Collector(ast.NodeVisitor):
@@ -145,12 +162,12 @@ class _Collector(ast.NodeVisitor):
             here = here[: len(here) - (node.level - 1)]
             base = ".".join([*here, base] if base else here)
         for alias in node.names:
-            # ``from hecate.dev.bench import cli`` imports the module hecate.dev.bench.cli.
+            # ``from hecate_dev.bench import cli`` imports the module hecate_dev.bench.cli.
             name = f"{base}.{alias.name}"
             self._add(node.lineno, name if name in self.known else base)
 
     def _add(self, line: int, imported: str) -> None:
-        if imported == "hecate" or imported.startswith("hecate."):
+        if imported.split(".")[0] in TOP_LEVEL and imported != "hecate":
             self.found.append((line, imported, self.function))
 
 
@@ -170,20 +187,21 @@ def _describe(name: str) -> str:
     return f"{name} (layer {layer}: {LAYER_NAMES[layer]})"
 
 
-def violations(imports: Iterable[Import], exceptions: Mapping[tuple[str, str], str]) -> list[str]:
-    """One line per import that goes up a layer without a listed reason."""
+def violations(imports: Iterable[Import]) -> list[str]:
+    """One line per import that goes up a layer, or from one service into another."""
     out: list[str] = []
     for imp in imports:
-        if (imp.importer, imp.imported) in exceptions:
-            continue
         src, dst = imp.edge
-        if LAYERS[dst] <= LAYERS[src]:
+        if src == dst:
             continue
-        rule = (
-            "the product reaches the dev tools only by entry point"
-            if dst == "dev"
-            else "imports go down the layers only"
-        )
+        if LAYERS[dst] < LAYERS[src] or (LAYERS[dst] == LAYERS[src] != 4):
+            continue
+        if LAYERS[dst] == LAYERS[src]:
+            rule = "a service never imports another: they meet on the bus"
+        elif dst == "hecate_dev":
+            rule = "the product reaches the dev tools only by entry point"
+        else:
+            rule = "imports go down the layers only"
         out.append(
             f"{imp.where()}: {imp.importer} imports {imp.imported}: "
             f"{_describe(src)} -> {_describe(dst)}; {rule}"
@@ -219,14 +237,12 @@ def package_cycle(edges: Mapping[tuple[str, str], Import]) -> list[str] | None:
     return None
 
 
-def package_edges(
-    imports: Iterable[Import], exceptions: Mapping[tuple[str, str], str]
-) -> dict[tuple[str, str], Import]:
-    """Each import between two packages (not a listed exception), one example each."""
+def package_edges(imports: Iterable[Import]) -> dict[tuple[str, str], Import]:
+    """Each import between two packages, one example each."""
     edges: dict[tuple[str, str], Import] = {}
     for imp in imports:
         src, dst = imp.edge
-        if src != dst and (imp.importer, imp.imported) not in exceptions:
+        if src != dst:
             edges.setdefault((src, dst), imp)
     return edges
 
@@ -241,12 +257,12 @@ def test_every_package_has_a_layer() -> None:
 
 
 def test_imports_go_down_the_layers() -> None:
-    found = violations(IMPORTS, KNOWN_EXCEPTIONS)
+    found = violations(IMPORTS)
     assert not found, "imports against the layers:\n" + "\n".join(found)
 
 
 def test_no_two_packages_import_each_other() -> None:
-    edges = package_edges(IMPORTS, KNOWN_EXCEPTIONS)
+    edges = package_edges(IMPORTS)
     cycle = package_cycle(edges)
     if cycle is not None:
         steps = [
@@ -256,19 +272,15 @@ def test_no_two_packages_import_each_other() -> None:
         raise AssertionError("packages import each other:\n" + "\n".join(steps))
 
 
-def test_every_known_exception_is_still_needed() -> None:
-    seen = {(imp.importer, imp.imported) for imp in IMPORTS}
-    stale = sorted(set(KNOWN_EXCEPTIONS) - seen)
-    assert not stale, f"no import needs these KNOWN_EXCEPTIONS entries any more: {stale}"
-
-
 def test_the_scan_sees_lazy_imports_and_the_dev_package() -> None:
     # A scan that missed imports inside functions, or the dev package's source root,
     # would pass everything.
     lazy = {imp.imported for imp in IMPORTS if imp.function == "_swarm_sim"}
-    assert "hecate.routing" in lazy
-    dev = {imp.importer for imp in IMPORTS if package(imp.importer) == "dev"}
-    assert {"hecate.dev.bench.cli", "hecate.dev.chaos.harness"} <= dev
+    assert "hecate.core.chooser" in lazy
+    dev = {imp.importer for imp in IMPORTS if package(imp.importer) == "hecate_dev"}
+    assert {"hecate_dev.bench.cli", "hecate_dev.chaos.harness"} <= dev
+    services = {package(imp.importer) for imp in IMPORTS}
+    assert set(SERVICES) <= services
 
 
 def test_the_dev_commands_come_in_by_entry_point() -> None:
@@ -287,11 +299,32 @@ def test_the_dev_commands_come_in_by_entry_point() -> None:
         assert function in defined, target
 
 
-def test_an_upward_import_and_a_cycle_are_caught() -> None:
-    up = Import("x.py", 3, "hecate.bus.service", "hecate.services.router", None)
-    lazy = Import("y.py", 9, "hecate.cli.main", "hecate.dev.bench.cli", "build_parser")
-    back = Import("z.py", 5, "hecate.services.router", "hecate.bus.service", None)
-    found = violations([up, lazy, back], {})
-    assert [line.split(":")[0] for line in found] == ["x.py", "y.py"]
-    assert package_cycle(package_edges([up, back], {})) == ["bus", "services", "bus"]
-    assert package_cycle(package_edges([back], {})) is None
+def test_every_service_adds_its_command_by_entry_point() -> None:
+    """Each service's subcommands come in through the ``hecate.cli`` group, naming a
+    function of that service that exists; the shared frame imports none of them."""
+    from hecate.cli.main import PLUGIN_GROUP
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    points: dict[str, str] = config["project"]["entry-points"][PLUGIN_GROUP]
+    modules = _modules()
+    owners = set()
+    for target in points.values():
+        module, _, function = target.partition(":")
+        tree = ast.parse(modules[module].read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert function in defined, target
+        owners.add(package(module))
+    assert owners == set(SERVICES)
+
+
+def test_an_upward_import_a_sideways_one_and_a_cycle_are_caught() -> None:
+    up = Import("x.py", 3, "hecate.bus.service", "hecate_router.service", None)
+    lazy = Import("y.py", 9, "hecate.cli.main", "hecate_dev.bench.cli", "build_parser")
+    back = Import("z.py", 5, "hecate_router.service", "hecate.bus.service", None)
+    side = Import("w.py", 7, "hecate_launcher.up", "hecate_gateway.keys", "gateway_key")
+    peer = Import("v.py", 2, "hecate.bus.kv", "hecate.wire.messages", None)
+    found = violations([up, lazy, back, side, peer])
+    assert [line.split(":")[0] for line in found] == ["x.py", "y.py", "w.py"]
+    assert "a service never imports another" in found[2]
+    assert package_cycle(package_edges([up, back])) == ["bus", "hecate_router", "bus"]
+    assert package_cycle(package_edges([back])) is None

@@ -21,9 +21,9 @@ from nats.aio.client import Client
 
 from hecate.bus.secure import SecureBus
 from hecate.bus.server import NatsServer
-from hecate.launch import ProcessSpec, Supervisor, hecate_command
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
+from hecate_launcher import ProcessSpec, Supervisor, hecate_command
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 _reply = msgspec.json.Decoder(InferReply)
@@ -78,7 +78,7 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 
 class Processes:
     """Service processes started with the real ``hecate`` command by the one supervisor
-    (:class:`hecate.launch.Supervisor`); logs go to files. ``secure``: a locked-down bus,
+    (:class:`hecate_launcher.Supervisor`); logs go to files. ``secure``: a locked-down bus,
     each service logging in as its role, each node as itself."""
 
     def __init__(self, url: str, logs: Path, secure: SecureBus | None = None) -> None:

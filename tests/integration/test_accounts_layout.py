@@ -23,7 +23,6 @@ from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
 from hecate.bus.streamed import request_streamed
-from hecate.routing.identity import REQUEST_INFO, Refused, tenant_of
 from hecate.wire import subjects
 from hecate.wire.messages import (
     STREAM_TOKEN_HEADERS,
@@ -32,6 +31,7 @@ from hecate.wire.messages import (
     PlanValue,
     StreamToken,
 )
+from hecate_router.identity import REQUEST_INFO, Refused, tenant_of
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
 from .securebus import Login, Session, everyone, secure_server, sessions

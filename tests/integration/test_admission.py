@@ -17,10 +17,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus.server import NatsServer
-from hecate.core.admission import LimitOptions
-from hecate.services.router import RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest, OutputReply
+from hecate_router.limits import LimitOptions
+from hecate_router.service import RouterService
 
 from .test_router_defects import router_on, settled
 from .waits import until

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hecate.dev.chaos.scenarios import SCENARIOS, run
+from hecate_dev.chaos.scenarios import SCENARIOS, run
 
 # The SmolLM2 scenarios run in tests/model (they need the model pulled).
 # A fault that hit no live traffic proves nothing either way; one that did must lose

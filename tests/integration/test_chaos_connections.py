@@ -6,7 +6,7 @@ import asyncio
 
 from hecate.bus.server import NatsServer
 from hecate.bus.service import connect
-from hecate.dev.chaos.faults import nodes_connected_to
+from hecate_dev.chaos.faults import nodes_connected_to
 
 
 async def test_the_nodes_connected_to_a_server_are_read_from_its_connz(

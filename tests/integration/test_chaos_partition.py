@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from hecate.dev.chaos.harness import Swarm
+from hecate_dev.chaos.harness import Swarm
 
 
 def _routes(monitor_port: int) -> list[str]:

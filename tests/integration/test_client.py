@@ -14,10 +14,10 @@ from nats.aio.client import Client
 from hecate.bus.server import NatsServer
 from hecate.client import HecateClient
 from hecate.client.sdk import Attempt
-from hecate.dev.chaos.acceptance import classify
 from hecate.model import reference
 from hecate.resilience.backoff import SeedPolicy
 from hecate.wire.messages import InferReply, InferRequest
+from hecate_dev.chaos.acceptance import classify
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
 from .waits import router_infer_stats, routers_up

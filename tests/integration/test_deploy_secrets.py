@@ -11,9 +11,9 @@ import pytest
 
 from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
-from hecate.cli import natsconfig
-from hecate.gateway.identities import read_env_file
 from hecate.wire import permissions
+from hecate_gateway.identities import read_env_file
+from hecate_launcher import natsconfig
 
 
 async def test_a_role_logs_in_over_tls_by_the_deployment_name(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The fault proxy between a nats-py client and a real nats-server: requests through it,
-and each fault as the client meets it (hecate.dev.chaos.proxy)."""
+and each fault as the client meets it (hecate_dev.chaos.proxy)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
-from hecate.dev.chaos.harness import Swarm
-from hecate.dev.chaos.proxy import Direction, FaultProxy, ProxyThread
+from hecate_dev.chaos.harness import Swarm
+from hecate_dev.chaos.proxy import Direction, FaultProxy, ProxyThread
 
 
 class Watched:

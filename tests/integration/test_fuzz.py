@@ -36,8 +36,8 @@ from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
 from hecate.model import reference
-from hecate.routing.identity import REQUEST_INFO
 from hecate.wire import subjects
+from hecate_router.identity import REQUEST_INFO
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, infer, start_swarm, wait_until_serving
 from .securebus import (

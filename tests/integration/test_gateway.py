@@ -33,14 +33,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hecate.bus.server import NatsServer
-from hecate.gateway.app import Gateway, build_app
-from hecate.gateway.bridge import Bridge
-from hecate.gateway.keys import OpenAccess
-from hecate.gateway.metrics import Metrics
-from hecate.gateway.openai import Kind, parse
-from hecate.gateway.swarm import SwarmWatch
 from hecate.wire import subjects
 from hecate.wire.messages import InferCancel, InferReply, InferRequest, NodeFault
+from hecate_gateway.app import Gateway, build_app
+from hecate_gateway.bridge import Bridge
+from hecate_gateway.keys import OpenAccess
+from hecate_gateway.metrics import Metrics
+from hecate_gateway.openai import Kind, parse
+from hecate_gateway.swarm import SwarmWatch
 
 from .conftest import EXAMPLES, Processes, hecate_argv, start_swarm
 from .waits import GENEROUS_S, router_status, until

@@ -13,9 +13,9 @@ import pytest
 
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
-from hecate.cli import kvbuckets
 from hecate.cli.main import main
 from hecate.wire import permissions, subjects
+from hecate_launcher import kvbuckets
 
 from .securebus import secure_server
 

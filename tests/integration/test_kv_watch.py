@@ -64,3 +64,42 @@ async def test_a_watch_hears_its_key_after_the_server_restarts(tmp_path: Path, s
     finally:
         await nc.close()
         server.stop()
+
+
+async def test_follow_decodes_skips_what_does_not_decode_and_says_when_deleted(
+    tmp_path: Path,
+) -> None:
+    """What every follower of the plan and the snapshot gets (hecate.bus.kv.follow): each
+    value decoded with its revision, a bad one handed to ``on_bad`` and never yielded,
+    and a deleted key as None."""
+    import msgspec
+
+    server = NatsServer(tmp_path / "nats").start()
+    nc = await nats.connect(server.url)
+    seen: asyncio.Queue[tuple[dict[str, int] | None, int]] = asyncio.Queue()
+    bad: list[int] = []
+    decoder = msgspec.json.Decoder(dict[str, int])
+    try:
+        kv = await kvs.bucket(nc, "hecate-plan")
+        await kv.put("k", b'{"a": 1}')
+
+        async def follow() -> None:
+            on_bad = lambda revision, _exc: bad.append(revision)  # noqa: E731
+            async for value, revision in kvs.follow(kv, "k", decoder, on_bad):
+                await seen.put((value, revision))
+
+        task = asyncio.create_task(follow())
+        assert await asyncio.wait_for(seen.get(), 10) == ({"a": 1}, 1)
+        await kv.put("k", b"{not json")
+        await kv.put("k", b'{"a": "not an int"}')
+        await kv.put("k", b'{"a": 4}')
+        assert await asyncio.wait_for(seen.get(), 10) == ({"a": 4}, 4)
+        assert bad == [2, 3]
+        await kv.delete("k")
+        assert await asyncio.wait_for(seen.get(), 10) == (None, 5)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        await nc.close()
+        server.stop()

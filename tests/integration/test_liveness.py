@@ -20,10 +20,10 @@ from nats.aio.msg import Msg
 
 from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
-from hecate.dev.chaos.proxy import FaultProxy
-from hecate.launch import ProcessSpec
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent
+from hecate_dev.chaos.proxy import FaultProxy
+from hecate_launcher import ProcessSpec
 
 from .conftest import Processes
 from .waits import endpoint_data, listening, stats, until

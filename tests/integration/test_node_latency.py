@@ -17,12 +17,12 @@ from nats.aio.subscription import Subscription
 from hecate.bus import kv as kvs
 from hecate.core import NodeProfile, SwarmPlan
 from hecate.model import Executor
-from hecate.services.node import Node
-from hecate.services.node_config import NodeConfig
-from hecate.services.upstream import UpstreamModel
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorReply, FaultAck, Heartbeat, LayersStage, NodeFault
 from hecate.wire.stages import StageReply, reply_decoder
+from hecate_node.config import NodeConfig
+from hecate_node.service import Node
+from hecate_node.upstream import UpstreamModel
 
 from ..support.provider import FakeProvider, provider
 from .conftest import EXAMPLES, Processes

@@ -13,9 +13,9 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from hecate.launch import ProcessSpec
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat
+from hecate_launcher import ProcessSpec
 
 from .conftest import EXAMPLES, Processes, start_router, wait_until_serving
 from .test_liveness import Events
@@ -35,8 +35,8 @@ import sys, time
 from hecate.cli.process import run_service
 from hecate.core.plan import NodeProfile
 from hecate.model.toy import ToyModel
-from hecate.services.node import Node
-from hecate.services.node_config import NodeConfig
+from hecate_node.service import Node
+from hecate_node.config import NodeConfig
 
 url, node_id, hold_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 

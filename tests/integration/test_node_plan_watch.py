@@ -14,9 +14,9 @@ from nats.aio.client import Client
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
-from hecate.services.node import Node
-from hecate.services.node_config import NodeConfig
 from hecate.wire import subjects
+from hecate_node.config import NodeConfig
+from hecate_node.service import Node
 
 from .waits import until
 

@@ -11,10 +11,10 @@ from nats.aio.client import Client
 
 from hecate.bus.server import NatsServer
 from hecate.core import NodeProfile
-from hecate.services.node import Node
-from hecate.services.node_config import NodeConfig
 from hecate.wire import subjects
 from hecate.wire.messages import NodeJoin
+from hecate_node.config import NodeConfig
+from hecate_node.service import Node
 
 _join = msgspec.json.Decoder(NodeJoin)
 

@@ -117,7 +117,7 @@ def sigkill_and_wait_all_gone(owner: subprocess.Popen[str], pids: set[int]) -> N
 SUPERVISOR = textwrap.dedent(
     """
     import sys, threading
-    from hecate.launch import ProcessSpec, Supervisor
+    from hecate_launcher import ProcessSpec, Supervisor
 
     SLEEPER = ("-c", "import time; time.sleep(600)")
     sup = Supervisor()
@@ -146,7 +146,7 @@ def test_children_of_a_sigkilled_supervisor_stop() -> None:
 
 
 def test_stop_reaches_a_childs_own_children(tmp_path: Path) -> None:
-    from hecate.launch import ProcessSpec, Supervisor
+    from hecate_launcher import ProcessSpec, Supervisor
 
     parent = "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1]])"
     with Supervisor(logs=tmp_path) as sup:
@@ -294,13 +294,15 @@ def test_a_signal_during_startup_stops_what_had_started(
 # takes Ctrl-C over (half a second of imports): each is a moment to interrupt it at.
 # Steered by the imports themselves (Python reports each as it finishes, on stderr), not
 # by delays: a delay short enough to land among them also lands, on a busy machine, in
-# the interpreter's own startup, where a Ctrl-C is Python's to report.
+# the interpreter's own startup, where a Ctrl-C is Python's to report. (A subcommand's
+# own module comes in through its entry point, importlib.import_module, which Python
+# does not report; the import statements it runs, it does.)
 IMPORTED_BEFORE_UP_RUNS = (
     "msgspec",
     "hecate.core",
     "argparse",
-    "hecate.cli.gateway",
-    "hecate.cli.up",
+    "hecate_launcher.commands",
+    "hecate_launcher.natsconfig",
 )
 
 

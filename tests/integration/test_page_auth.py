@@ -16,12 +16,12 @@ from nats.aio.client import Client
 from playwright.async_api import Dialog, async_playwright, expect
 from prometheus_client import CollectorRegistry
 
-from hecate.gateway.app import Gateway, build_app
-from hecate.gateway.bridge import Bridge
-from hecate.gateway.config import GatewayConfig
-from hecate.gateway.keys import KeyFileAuth, add
-from hecate.gateway.metrics import Metrics
-from hecate.gateway.swarm import SwarmWatch
+from hecate_gateway.app import Gateway, build_app
+from hecate_gateway.bridge import Bridge
+from hecate_gateway.config import GatewayConfig
+from hecate_gateway.keys import KeyFileAuth, add
+from hecate_gateway.metrics import Metrics
+from hecate_gateway.swarm import SwarmWatch
 
 from .test_swarm_page import chromium, serving
 

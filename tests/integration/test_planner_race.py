@@ -15,8 +15,8 @@ from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
 from hecate.core import SwarmPlan
-from hecate.services.planner import plan_digest
 from hecate.wire import subjects
+from hecate_planner.service import plan_digest
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes
 

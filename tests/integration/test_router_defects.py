@@ -29,14 +29,11 @@ from nats.aio.subscription import Subscription
 
 from hecate.bus import kv as kvs
 from hecate.bus import settle
+from hecate.bus.backlog import Backlog
 from hecate.bus.server import NatsServer
 from hecate.bus.service import connect
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.resilience.breaker import BreakerSnapshot
-from hecate.routing.flow import Failure, FailureKind, StageFailed
-from hecate.services.backlog import Backlog
-from hecate.services.breakers import BreakerView
-from hecate.services.router import RouterConfig, RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import (
     ErrorBody,
@@ -49,6 +46,9 @@ from hecate.wire.messages import (
     RetryOwner,
 )
 from hecate.wire.stages import OutputReply, StageReply
+from hecate_router.breakers import BreakerView
+from hecate_router.flow import Failure, FailureKind, StageFailed
+from hecate_router.service import RouterConfig, RouterService
 
 from .conftest import Processes
 from .waits import until

@@ -1,4 +1,4 @@
-"""The one supervisor (``hecate.launch.Supervisor``) that ``hecate up``, the chaos
+"""The one supervisor (``hecate_launcher.Supervisor``) that ``hecate up``, the chaos
 harness, the benchmarks and these tests' swarm all start their processes with: real
 child processes (small Python programs), real signals."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hecate.launch import ProcessSpec, Supervisor
+from hecate_launcher import ProcessSpec, Supervisor
 
 PYTHON = (sys.executable,)
 

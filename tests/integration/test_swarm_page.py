@@ -26,11 +26,11 @@ from playwright.async_api import Page, async_playwright, expect
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
-from hecate.gateway.app import Gateway, build_app
-from hecate.gateway.bridge import Bridge
-from hecate.gateway.keys import OpenAccess
-from hecate.gateway.metrics import Metrics
-from hecate.gateway.swarm import SwarmWatch
+from hecate_gateway.app import Gateway, build_app
+from hecate_gateway.bridge import Bridge
+from hecate_gateway.keys import OpenAccess
+from hecate_gateway.metrics import Metrics
+from hecate_gateway.swarm import SwarmWatch
 
 from .conftest import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
 from .waits import planned, routers_ready, until

@@ -21,11 +21,11 @@ from hecate.bus import tracing
 from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.model import reference
-from hecate.services.node import Node
-from hecate.services.node_config import NodeConfig
-from hecate.services.router import RouterConfig, RouterService
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
+from hecate_node.config import NodeConfig
+from hecate_node.service import Node
+from hecate_router.service import RouterConfig, RouterService
 
 
 async def test_one_trace_spans_client_router_and_every_stage(nats_server: NatsServer) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from hecate.services.upstream import UpstreamModel, UpstreamRefused
+from hecate_node.upstream import UpstreamModel, UpstreamRefused
 
 from ..support.provider import FakeProvider, provider
 from .conftest import Processes, infer, wait_until_serving

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hecate.dev.bench.concurrency import PROMPTS  # the benchmark's: short, distinct, one per user
 from hecate.llm.executor import LlmExecutor
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
@@ -23,6 +22,7 @@ from hecate.llm.sessions import Stage
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
+from hecate_dev.bench.concurrency import PROMPTS  # the benchmark's: short, distinct, one per user
 
 MODEL = "smollm2-135m"
 RANGES = [(0, 10), (10, 20), (20, 30)]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from hecate.dev.bench.llm import check_text
-from hecate.dev.bench.llm_single import MODEL, PROMPT
-from hecate.dev.bench.llm_swarm import swarm
 from hecate.llm.reference import greedy_text
 from hecate.llm.store import pull
+from hecate_dev.bench.llm import check_text
+from hecate_dev.bench.llm_single import MODEL, PROMPT
+from hecate_dev.bench.llm_swarm import swarm
 
 THREE = [("s0", 0, 10), ("s1", 10, 20), ("s2", 20, 30)]
 

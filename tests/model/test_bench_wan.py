@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hecate.dev.bench.wan import FAR_PIPELINE, NEAR_PIPELINE, run_wan_bench
+from hecate_dev.bench.wan import FAR_PIPELINE, NEAR_PIPELINE, run_wan_bench
 
 
 @pytest.mark.heavy

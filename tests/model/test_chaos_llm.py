@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hecate.dev.chaos.scenarios import SCENARIOS, available, run
+from hecate_dev.chaos.scenarios import SCENARIOS, available, run
 
 # A kill that found no generation on its node proves nothing either way; one that bit
 # must lose nothing. So a run whose only shortfall is that its fault did not bite is

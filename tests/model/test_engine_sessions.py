@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from hecate.dev.synthetic_gguf import write
 from hecate.llm.onnx_stage import OnnxStage
 from hecate.llm.sessions import Sessions, Step
 from hecate.model.executor import ExecutorError
+from hecate_dev.synthetic_gguf import write
 
 
 @pytest.fixture

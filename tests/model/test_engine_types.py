@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from hecate.dev.synthetic_gguf import Shape, write
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import LlamaStage
 from hecate.llm.onnx_stage import OnnxStage
+from hecate_dev.synthetic_gguf import Shape, write
 
 TYPES = [Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
 SHAPES = {

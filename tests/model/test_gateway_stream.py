@@ -21,10 +21,10 @@ from nats.aio.msg import Msg
 from openai.types.chat import ChatCompletionMessageParam
 
 from hecate.bus.server import NatsServer
-from hecate.gateway.openai import parse
 from hecate.llm.store import pull
 from hecate.wire import subjects
 from hecate.wire.messages import InferCancel, InferReply
+from hecate_gateway.openai import parse
 
 from ..integration.conftest import Processes
 from ..integration.test_gateway import counted, gateway_port

@@ -17,11 +17,11 @@ from gguf import GGUFWriter
 from gguf.quants import quantize
 
 from hecate.core.plan import SLUG_PATTERN
-from hecate.dev.synthetic_gguf import Shape, write
 from hecate.executors import declared_kind, generative_model, get_executor
-from hecate.launch import hecate_command
 from hecate.llm.reference import greedy_text
 from hecate.llm.store import NAME_PATTERN, ModelStoreError, add, known, model_path, pull, registered
+from hecate_dev.synthetic_gguf import Shape, write
+from hecate_launcher import hecate_command
 
 from ..integration.conftest import infer_when_up
 

@@ -15,9 +15,9 @@ from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
-from hecate.dev.bench.concurrency import PROMPTS
 from hecate.wire import subjects
 from hecate.wire.messages import StepStage, TokenReply
+from hecate_dev.bench.concurrency import PROMPTS
 
 from ..integration.conftest import Processes
 from ..integration.waits import until

@@ -24,10 +24,10 @@ import numpy.typing as npt
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from hecate.dev.synthetic_gguf import Shape, tensors_sha256, write
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.onnx_stage import OnnxStage
+from hecate_dev.synthetic_gguf import Shape, tensors_sha256, write
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "synthetic"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.npz"))  # tokenizers.json is not a model

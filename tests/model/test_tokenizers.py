@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from hecate.dev.synthetic_gguf import Shape, write
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import TextStream, TokenizerError, load_tokenizer
+from hecate_dev.synthetic_gguf import Shape, write
 
 from .golden.make_synthetic_golden import HERE, tokenizer_cases
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import openai
 
-from hecate.launch import hecate_command
 from hecate.llm.store import pull
+from hecate_launcher import hecate_command
 
 from ..integration.conftest import infer_when_up
 

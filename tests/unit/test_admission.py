@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hecate.core.admission import (
+from hecate_router.admission import MAX_TICKETS, AdmissionDesk
+from hecate_router.limits import (
     AdaptiveLimit,
     FairQueue,
     Finishing,
@@ -14,7 +15,6 @@ from hecate.core.admission import (
     line_wait_s,
     retry_after_s,
 )
-from hecate.services.admission import MAX_TICKETS, AdmissionDesk
 
 
 def drive(limit: AdaptiveLimit, *, base_s: float, knee: int, steps: int = 400) -> None:

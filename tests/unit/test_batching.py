@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.core.batching import take_batch
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
-from hecate.services.compute import Compute, Waiting
+from hecate_node.batching import take_batch
+from hecate_node.compute import Compute, Waiting
 
 from .test_llama_batch import Small, request
 

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hecate.dev.bench.results import (
+from hecate_dev.bench.results import (
     BreakerMeta,
     BreakerResult,
     HerdResult,
@@ -16,10 +16,10 @@ from hecate.dev.bench.results import (
     Spread,
     load,
 )
-from hecate.dev.bench.results_bus import BusResult
-from hecate.dev.bench.results_gateway import GatewayResult
-from hecate.dev.bench.results_llm import LlmResult
-from hecate.dev.chaos import results as chaos_results
+from hecate_dev.bench.results_bus import BusResult
+from hecate_dev.bench.results_gateway import GatewayResult
+from hecate_dev.bench.results_llm import LlmResult
+from hecate_dev.chaos import results as chaos_results
 from tests.cli.bench_results import BREAKER, BUS, CHAOS, GATEWAY, HERD, LLM
 
 

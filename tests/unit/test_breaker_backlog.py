@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.services.backlog import Backlog
+from hecate.bus.backlog import Backlog
 from hecate.wire.messages import OutcomeReport
 
 

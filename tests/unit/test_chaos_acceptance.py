@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.client.sdk import Attempt
-from hecate.dev.chaos.acceptance import (
+from hecate_dev.chaos.acceptance import (
     Expect,
     answered_during,
     classify,
     degraded_while_intact,
     judge,
 )
-from hecate.dev.chaos.load import Record, Sample, failed_sends, summarize
+from hecate_dev.chaos.load import Record, Sample, failed_sends, summarize
 
 TIMEOUT = Attempt(1, replied=False, code="client_timeout")
 KILLED = Expect(("failover_events",), "the node killed had requests in flight")
@@ -208,7 +208,7 @@ def test_the_line_of_figures_counts_what_happened_on_the_wire() -> None:
 
 
 def test_a_node_is_known_by_the_names_of_its_connections() -> None:
-    from hecate.dev.chaos.faults import node_of_connection
+    from hecate_dev.chaos.faults import node_of_connection
 
     assert node_of_connection("hecate-node-a1-in") == "a1"
     assert node_of_connection("hecate-node-gpu-2-out") == "gpu-2"

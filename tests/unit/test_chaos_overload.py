@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.chaos.acceptance import Expect, judge
-from hecate.dev.chaos.overload import downs_by_node, findings, full_rate_after, tokens_per_s
+from hecate_dev.chaos.acceptance import Expect, judge
+from hecate_dev.chaos.overload import downs_by_node, findings, full_rate_after, tokens_per_s
 
 
 def _steady(start: float, end: float, per_s: float) -> list[float]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.chaos.cli import RUNS_TO_BITE, run_until_it_bites
-from hecate.dev.chaos.results import ScenarioResult
+from hecate_dev.chaos.cli import RUNS_TO_BITE, run_until_it_bites
+from hecate_dev.chaos.results import ScenarioResult
 
 ACCEPTED = {"nothing_lost": True, "nothing_wrong": True, "shows_failover_events": True}
 MISSED = {**ACCEPTED, "shows_failover_events": False}

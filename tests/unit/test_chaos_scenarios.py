@@ -9,10 +9,10 @@ import json
 import msgspec
 import pytest
 
-from hecate.dev.chaos import results
-from hecate.dev.chaos.load import Record, Sample
-from hecate.dev.chaos.scenario import Unknown
-from hecate.dev.chaos.scenarios import SCENARIOS, of
+from hecate_dev.chaos import results
+from hecate_dev.chaos.load import Record, Sample
+from hecate_dev.chaos.scenario import Unknown
+from hecate_dev.chaos.scenarios import SCENARIOS, of
 
 
 def _record(lost: int = 0) -> Record:

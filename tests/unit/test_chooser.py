@@ -21,9 +21,10 @@ from hecate.core import (
     SwarmPlan,
     Unrecoverable,
 )
+from hecate.core.chooser import Chooser
 from hecate.core.errors import Saturated
-from hecate.routing import Chooser, telemetry_nodes
 from hecate.wire.messages import NodeTelemetry
+from hecate_router.fold import telemetry_nodes
 from tests.unit.builders import pipeline, plan
 
 REQ = RoutingRequest(tokens=8)

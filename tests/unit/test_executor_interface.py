@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 import hecate.executors as registry
 from hecate.core import NodeProfile
-from hecate.core.batching import MAX_BATCH
 from hecate.executors import EXECUTORS, checked, get_executor, kind_of
 from hecate.model import ExecutorError, LayerInput, StepInput, StepOutput, ToyModel, reference
-from hecate.services.node import Node
-from hecate.services.node_config import NodeConfig
-from hecate.services.upstream import UpstreamModel
+from hecate_node.batching import MAX_BATCH
+from hecate_node.config import NodeConfig
+from hecate_node.service import Node
+from hecate_node.upstream import UpstreamModel
 
 KINDS = {"toy": "layers", "null": "layers", "smollm2": "steps", "smollm2-numpy": "steps"}
 
@@ -186,7 +186,7 @@ def test_the_engine_s_threads_come_from_the_environment_or_are_refused_by_name()
 
 
 def test_a_local_swarm_s_compute_processes_get_one_engine_thread_unless_told() -> None:
-    from hecate.launch import node_env
+    from hecate_launcher import node_env
 
     assert node_env({})["HECATE_ENGINE_THREADS"] == "1"
     assert node_env({"HECATE_ENGINE_THREADS": "4"})["HECATE_ENGINE_THREADS"] == "4"

@@ -1,5 +1,5 @@
 """The fault proxy's schedule: when bytes read at a given moment may go out, with no
-socket and no clock (hecate.dev.chaos.toxics)."""
+socket and no clock (hecate_dev.chaos.toxics)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.chaos.toxics import LinkSchedule, Release, Toxics, segment_bytes
+from hecate_dev.chaos.toxics import LinkSchedule, Release, Toxics, segment_bytes
 
 # Chunks as a proxy reads them: (seconds since the previous read, bytes read).
 chunks = st.lists(st.tuples(st.floats(0.0, 0.05), st.integers(1, 20_000)), min_size=1, max_size=60)

@@ -14,12 +14,12 @@ from nats.aio.client import Client
 
 from hecate.bus.service import Service
 from hecate.core.failover import FailoverOptions
-from hecate.routing.flow import FlowOptions
-from hecate.services.admission import AdmissionDesk
-from hecate.services.flightdeck import FlightDeck
-from hecate.services.quotagate import Admission
-from hecate.services.swarmview import SwarmView
 from hecate.wire.messages import NodeTelemetry, TelemetrySnapshot
+from hecate_router.admission import AdmissionDesk
+from hecate_router.flightdeck import FlightDeck
+from hecate_router.flow import FlowOptions
+from hecate_router.quotagate import Admission
+from hecate_router.swarmview import SwarmView
 
 GRACE = FlowOptions().reconnect_grace_s
 log = logging.getLogger("test.flightdeck")

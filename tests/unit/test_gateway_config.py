@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hecate.gateway.config import GatewayConfig
+from hecate_gateway.config import GatewayConfig
 
 
 def test_the_defaults_are_what_hecate_gateway_starts_with() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hecate.gateway.identities import NoIdentity, TenantLinks, read_env_file, without_userinfo
+from hecate_gateway.identities import NoIdentity, TenantLinks, read_env_file, without_userinfo
 
 
 def test_an_identity_file_is_read_as_hecate_up_writes_it(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hecate.cli.main import main
-from hecate.gateway import keys
-from hecate.gateway.keys import KeyFileAuth, KeyRing, KeysError, OpenAccess, add, bearer, read
+from hecate_gateway import keys
+from hecate_gateway.keys import KeyFileAuth, KeyRing, KeysError, OpenAccess, add, bearer, read
 
 
 def test_the_file_keeps_hashes_never_keys(tmp_path: Path) -> None:

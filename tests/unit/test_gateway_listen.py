@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from hecate.core.errors import HecateError
-from hecate.gateway.service import listen
+from hecate_gateway.service import listen
 
 
 def test_a_client_that_reads_the_port_can_connect_before_the_server_runs() -> None:

@@ -19,17 +19,17 @@ from openai._streaming import AsyncStream
 from openai.types import Completion as OpenAICompletion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from hecate.gateway import shapes
-from hecate.gateway.bridge import TicketMemory
-from hecate.gateway.completion import _with_retry_after
-from hecate.gateway.openai import (
+from hecate.wire.messages import ChatMessage, ErrorBody, InferReply
+from hecate_gateway import shapes
+from hecate_gateway.bridge import TicketMemory
+from hecate_gateway.completion import _with_retry_after
+from hecate_gateway.openai import (
     DEFAULT_MAX_TOKENS,
     TOLERATED,
     ApiError,
     parse,
     swarm_error,
 )
-from hecate.wire.messages import ChatMessage, ErrorBody, InferReply
 
 CHAT = {"model": "ncm-base", "messages": [{"role": "user", "content": "hi"}]}
 

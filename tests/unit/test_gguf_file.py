@@ -11,9 +11,9 @@ from gguf import GGUFReader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hecate.dev.synthetic_gguf import Shape, write
 from hecate.llm.gguf_file import BadGGUF, GGUFFile
 from hecate.llm.gguf_model import UnsupportedModel, read_config
+from hecate_dev.synthetic_gguf import Shape, write
 
 
 @pytest.fixture(scope="module")

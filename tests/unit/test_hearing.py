@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import Recovered, Unrecoverable
-from hecate.routing.flow import (
+from hecate_router.flow import (
     Answer,
     Failure,
     FailureKind,
@@ -22,10 +22,10 @@ from hecate.routing.flow import (
     StageReplied,
     Tick,
 )
-from hecate.routing.hearing import Hearing, isolated
-from hecate.routing.lifecycle import Lifecycle, State
-from hecate.routing.reconnect import ReconnectWindow
-from hecate.routing.rescue import GiveUp, ResendSoon, triage, verdict
+from hecate_router.hearing import Hearing, isolated
+from hecate_router.lifecycle import Lifecycle, State
+from hecate_router.reconnect import ReconnectWindow
+from hecate_router.rescue import GiveUp, ResendSoon, triage, verdict
 from tests.unit.test_lifecycle import Run, Swarm, answer, started
 from tests.unit.test_rescue import RESCUED
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hecate.dev.bench.herd import simulate, simulate_held
+from hecate_dev.bench.herd import simulate, simulate_held
 
 
 def test_callers_that_wait_long_enough_send_once() -> None:

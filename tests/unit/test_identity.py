@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.routing.identity import REQUEST_INFO, UNNAMED, Refused, tenant_of, vouched_account
+from hecate_router.identity import REQUEST_INFO, UNNAMED, Refused, tenant_of, vouched_account
 
 names = st.sampled_from(["tenant-a", "tenant-b", "default", "", "acme"])
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.bench.interval import median_interval
+from hecate_dev.bench.interval import median_interval
 
 
 def test_the_secure_pairs_that_read_met_on_their_median_are_undecided() -> None:

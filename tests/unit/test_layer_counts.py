@@ -11,9 +11,9 @@ from hecate.core import Stage
 from hecate.model.executor import LayerInput
 from hecate.model.null import NullModel
 from hecate.model.toy import ToyModel
-from hecate.routing.flow import Answer, Send, StageReplied, Start
-from hecate.services.node_chain import next_stage
 from hecate.wire.stages import ActivationReply, LayersStage, OutputReply, StageReply
+from hecate_node.chain import next_stage
+from hecate_router.flow import Answer, Send, StageReplied, Start
 from tests.unit.test_lifecycle import Run, Swarm, machine
 
 TOY = ToyModel()

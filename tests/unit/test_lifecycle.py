@@ -19,9 +19,11 @@ from hecate.core import (
     RoutingRequest,
     Unrecoverable,
 )
+from hecate.core.chooser import Chooser
 from hecate.model.executor import ExecutorKind
-from hecate.routing import Chooser
-from hecate.routing.flow import (
+from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
+from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
+from hecate_router.flow import (
     Abort,
     Action,
     Answer,
@@ -42,9 +44,7 @@ from hecate.routing.flow import (
     Stream,
     Tick,
 )
-from hecate.routing.lifecycle import TRANSITIONS, Lifecycle, State
-from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
-from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
+from hecate_router.lifecycle import TRANSITIONS, Lifecycle, State
 from tests.unit.builders import pipeline, plan
 
 RACKS = ("a", "b", "c")

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.core import FailureDetector, LivenessConfig
-from hecate.core.liveness import Link
+from hecate_telemetry.liveness import FailureDetector, Link, LivenessConfig
 
 INTERVAL = 0.1  # what every node here declares
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.bench.concurrency import (
+from hecate_dev.bench.concurrency import (
     PROMPTS,
     Generation,
     against_one_process,
@@ -28,7 +28,7 @@ from hecate.dev.bench.concurrency import (
     prompts_for,
     verdicts,
 )
-from hecate.dev.bench.report import figures, pictures, render
+from hecate_dev.bench.report import figures, pictures, render
 from tests.cli.bench_results import results
 
 
@@ -255,7 +255,7 @@ def test_a_wrong_baseline_text_an_error_or_a_missing_baseline_decide_nothing_goo
 
 
 def test_cpu_is_counted_per_answered_token_by_part_of_the_swarm() -> None:
-    from hecate.dev.bench.llm_concurrency import USERS, cpu_per_token
+    from hecate_dev.bench.llm_concurrency import USERS, cpu_per_token
 
     before = {"node a-0": 1.0, "node a-1": 2.0, "router-1": 0.5, "gateway": 0.0, USERS: 3.0}
     after = {"node a-0": 1.4, "node a-1": 2.2, "router-1": 0.55, "gateway": 0.02, USERS: 3.1}

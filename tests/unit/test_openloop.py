@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.dev.bench.bus import capacity, ratio
-from hecate.dev.bench.openloop import (
+from hecate_dev.bench.bus import capacity, ratio
+from hecate_dev.bench.openloop import (
     CapacitySearch,
     Reply,
     due,

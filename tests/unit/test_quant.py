@@ -9,8 +9,8 @@ from gguf.quants import dequantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hecate.dev.synthetic_gguf import LAYOUT, random_blocks
 from hecate.llm.quant import UnsupportedWeights, pack, unpack
+from hecate_dev.synthetic_gguf import LAYOUT, random_blocks
 
 
 def blocks(kind: Q, n: int, k: int, seed: int) -> np.ndarray:

@@ -7,8 +7,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.routing.quota import Admit, AskDesk, QuotaState, QuotaWait, Refuse, holds
 from hecate.wire.messages import QuotaReply
+from hecate_router.quota import Admit, AskDesk, QuotaState, QuotaWait, Refuse, holds
 
 
 def wait(max_wait_ms: int = 0) -> QuotaWait:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from hecate.routing.reconnect import ReconnectWindow
+from hecate_router.reconnect import ReconnectWindow
 
 NODES = ("a", "b", "c", "d")
 CAP = 3.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.services.backlog import Backlog, Held
+from hecate.bus.backlog import Backlog, Held
 from hecate.wire.messages import OutcomeReport
 
 # -- the breaker reports a router keeps while nobody can hear them -----------------------

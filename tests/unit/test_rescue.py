@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from hecate.core import Recovered, Route, Unrecoverable
 from hecate.core.plan import Stage
-from hecate.routing.flow import REQUEST_FAULTS, Failure, FailureKind, FlowOptions
-from hecate.routing.reconnect import ReconnectWindow
-from hecate.routing.rescue import GiveUp, ResendSoon, classify, triage, verdict
 from hecate.wire.messages import ErrorBody
+from hecate_router.flow import REQUEST_FAULTS, Failure, FailureKind, FlowOptions
+from hecate_router.reconnect import ReconnectWindow
+from hecate_router.rescue import GiveUp, ResendSoon, classify, triage, verdict
 
 OPTS = FlowOptions(max_attempts=3, max_replays=2, reconnect_grace_s=3.0, resend_delay_s=0.1)
 ROUTE = Route(

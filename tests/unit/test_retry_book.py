@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.routing.retrybook import Answered, RetryBook, Running
+from hecate_router.retrybook import Answered, RetryBook, Running
 
 A = ("t", "a")
 

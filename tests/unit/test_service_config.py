@@ -11,11 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import SwarmConfig
-from hecate.core.liveness import LivenessConfig
+from hecate.core.settings import BadConfig
 from hecate.core.telemetry import DEFAULT_ALPHA
 from hecate.resilience.breaker import BreakerConfig as CircuitConfig
-from hecate.services.config import BadConfig, BreakerConfig, PlannerConfig, TelemetryConfig
-from hecate.services.quotas import QuotaConfig
+from hecate_breaker.config import BreakerConfig
+from hecate_breaker.quotas import QuotaConfig
+from hecate_planner.config import PlannerConfig
+from hecate_telemetry.config import TelemetryConfig
+from hecate_telemetry.liveness import LivenessConfig
 
 SWARM = SwarmConfig(12, 2)
 

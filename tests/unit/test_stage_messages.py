@@ -12,10 +12,6 @@ from hypothesis import strategies as st
 
 from hecate.core import Route, Stage
 from hecate.executors import DECLARED_KINDS, EXECUTORS, declared_kind, kind_of
-from hecate.routing.generation import Generation
-from hecate.routing.stages import Dispatch, stage_request
-from hecate.services.node_chain import next_stage
-from hecate.services.upstream import UpstreamModel
 from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
 from hecate.wire.stages import (
     ActivationReply,
@@ -29,6 +25,10 @@ from hecate.wire.stages import (
     reply_decoder,
     request_decoder,
 )
+from hecate_node.chain import next_stage
+from hecate_node.upstream import UpstreamModel
+from hecate_router.generation import Generation
+from hecate_router.stages import Dispatch, stage_request
 
 _enc = msgspec.msgpack.Encoder()
 HEADER: dict[str, Any] = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hecate.core import ModelSpec, NodeProfile, UnknownPlanner
-from hecate.services import strategies
+from hecate_planner import strategies
 
 PLUGIN = '''
 from hecate.core import GreedyPlanner

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import ModelSpec, Pipeline, Stage, SwarmPlan
-from hecate.core.swarmfeed import Feed, Tally, TokenRate
-from hecate.core.swarmreport import Circuit, NodeSeen, live_replicas, report
+from hecate_gateway.swarmfeed import Feed, Tally, TokenRate
+from hecate_gateway.swarmreport import Circuit, NodeSeen, live_replicas, report
 from tests.unit.builders import pipeline, plan
 
 UP = NodeSeen(alive=True, last_seen=1.0)

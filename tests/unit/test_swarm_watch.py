@@ -12,8 +12,6 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from hecate.core import Route, Stage
-from hecate.gateway import page
-from hecate.gateway.swarm import SwarmWatch
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
 from hecate.wire.messages import (
@@ -24,6 +22,8 @@ from hecate.wire.messages import (
     PlanChanged,
     TelemetrySnapshot,
 )
+from hecate_gateway import page
+from hecate_gateway.swarm import SwarmWatch
 from tests.unit.builders import pipeline, plan
 
 PLAN = plan(
@@ -35,12 +35,10 @@ PLAN = plan(
 enc = msgspec.json.encode
 
 
-def telemetry(**alive: bool) -> bytes:
-    return enc(
-        TelemetrySnapshot(
-            written_at=10.0,
-            nodes={n: NodeTelemetry(alive=up, last_seen=10.0, load=0.5) for n, up in alive.items()},
-        )
+def telemetry(**alive: bool) -> TelemetrySnapshot:
+    return TelemetrySnapshot(
+        written_at=10.0,
+        nodes={n: NodeTelemetry(alive=up, last_seen=10.0, load=0.5) for n, up in alive.items()},
     )
 
 
@@ -70,8 +68,8 @@ def failover(lost: str, kind: str = "replica", at: float = 100.0) -> bytes:
 
 def watching() -> SwarmWatch:
     watch = SwarmWatch(clock=lambda: 123.0, tick=lambda: 50.0)
-    assert watch.adopt_plan(enc(PLAN), 4)
-    assert watch.adopt_telemetry(telemetry(a=True, b=False, c=True))
+    watch.adopt_plan(PLAN, 4)
+    watch.adopt_telemetry(telemetry(a=True, b=False, c=True))
     return watch
 
 
@@ -95,8 +93,9 @@ def test_the_state_is_the_plan_over_telemetry_and_circuits() -> None:
     assert watch.servable_models() == []
     assert watch.adopt_circuit("c", None)  # the key deleted: closed again
     assert watch.servable_models() == ["m"]
-    assert not watch.adopt_plan(b"{not a plan", 5)
-    assert watch.epoch == 4
+    watch.adopt_plan(None, 5)  # the plan deleted: nothing to serve by
+    assert watch.epoch == 0
+    assert not watch.has_plan
 
 
 def test_events_fill_the_feed_and_the_tallies() -> None:
@@ -193,8 +192,8 @@ async def test_the_event_stream_sends_a_state_then_feed_lines_then_fresh_states(
 
 
 def test_the_watch_follows_every_event_the_contract_has() -> None:
-    from hecate.gateway.swarm import EVENT_SUBJECTS
     from hecate.wire import contract
+    from hecate_gateway.swarm import EVENT_SUBJECTS
 
     events = {
         c.address

@@ -10,7 +10,7 @@ retires. So every child is forked from one thread that lives as long as this pro
 (:func:`spawn`). A parent that died before the request was made is caught by checking
 ``getppid()`` right after it.
 
-Here rather than with the supervisor (:mod:`hecate.launch.orphans`, which adds what a
+Here rather than with the supervisor (:mod:`hecate.cli.orphans`, which adds what a
 service does on platforms without the signal) because the embedded NATS server
 (:mod:`hecate.bus.server`) starts its process this way too.
 """

@@ -1,5 +1,6 @@
 """JetStream KV helpers: create a bucket (its owner), wait for one (its readers), and
-watch one key's latest value.
+watch one key's latest value, raw (:func:`watch`) or decoded (:func:`follow`, how every
+service follows the plan and the telemetry snapshot).
 
 Each bucket has one owner, the only service allowed to create and write it (the NATS
 permissions in deploy/ enforce it): the planner owns the plan, telemetry the snapshot,
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+import msgspec
 from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
@@ -105,6 +108,37 @@ async def watch(
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
+
+
+T = TypeVar("T")
+
+
+async def follow(
+    kv: KeyValue,
+    key: str,
+    decoder: msgspec.json.Decoder[T],
+    on_bad: Callable[[int, msgspec.DecodeError], None],
+    *,
+    check_s: float = 1.0,
+) -> AsyncIterator[tuple[T | None, int]]:
+    """``(value, revision)`` for the key's current value and then every update, decoded;
+    ``None`` for a deleted or purged key (the follower decides what that means to it).
+
+    A value that does not decode is handed to ``on_bad`` with its revision and skipped:
+    it never ends the following (a service that stopped following would carry on, alive
+    to everyone, on a value it will never see replaced), and it is never yielded as if
+    the key were empty. The follower keeps what it had, and logs and counts the bad
+    revision in ``on_bad``. Runs until cancelled (see :func:`watch`)."""
+    async for value, revision in watch(kv, key, check_s=check_s):
+        if value is None:
+            yield None, revision
+            continue
+        try:
+            decoded = decoder.decode(value)
+        except msgspec.DecodeError as exc:
+            on_bad(revision, exc)
+            continue
+        yield decoded, revision
 
 
 async def _revision(kv: KeyValue, key: str) -> int:

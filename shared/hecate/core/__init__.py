@@ -19,7 +19,6 @@ from hecate.core.errors import (
     Unrecoverable,
 )
 from hecate.core.failover import FailoverOptions, Recovered, Replacement, failover_in_swarm
-from hecate.core.liveness import FailureDetector, LivenessConfig
 from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, PlanProblem, Stage, SwarmPlan
 from hecate.core.planners import PLANNERS, GreedyPlanner, Planner, ProportionalPlanner, get_planner
 from hecate.core.router import Router
@@ -33,12 +32,10 @@ __all__ = [
     "ColdPenalty",
     "DuplicateNode",
     "FailoverOptions",
-    "FailureDetector",
     "GreedyPlanner",
     "Growth",
     "HecateError",
     "InsufficientCapacity",
-    "LivenessConfig",
     "ModelSpec",
     "NoHealthyPipeline",
     "NoSuchModel",

@@ -28,7 +28,7 @@ them into a core :class:`SwarmState` and :class:`Router`, and decides:
    splice, reserve, unrecoverable) on the folded state: the lost node and every node
    unusable now are avoided.
 
-The router service (``SwarmView``, through ``hecate.routing``) and the in-memory swarm
+The router service (``SwarmView``, through ``hecate_router``) and the in-memory swarm
 (:class:`~hecate.core.swarm.Swarm`, run by ``hecate swarm-sim`` and the planner) both
 decide through this class, so the simulation runs the production policy. It lives in the
 core, which it is made of, so that ``Swarm`` can have no other policy.

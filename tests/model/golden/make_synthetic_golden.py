@@ -2,7 +2,7 @@
 type and attention shape it claims (tests/model/test_synthetic_golden.py).
 
 For each case of :data:`CASES`: a float32 model of random weights is written by
-``hecate.dev.synthetic_gguf`` (seeded, so the test can write the very same file), then
+``hecate_dev.synthetic_gguf`` (seeded, so the test can write the very same file), then
 quantised by llama.cpp's own quantiser (``llama_model_quantize``, ``pure``: every
 matrix, the embedding included, of the one type) and run by llama.cpp: the prompt in
 one batch, then greedy decoding, one token a step. ``synthetic/<case>.json`` keeps the
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from hecate.dev.synthetic_gguf import QUANTISABLE, Shape, spm_vocabulary, tensors_sha256, write
 from hecate.llm.gguf_file import GGUFFile
+from hecate_dev.synthetic_gguf import QUANTISABLE, Shape, spm_vocabulary, tensors_sha256, write
 
 HERE = Path(__file__).resolve().parent / "synthetic"
 SEED = 7

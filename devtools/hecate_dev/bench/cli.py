@@ -1,0 +1,235 @@
+"""``hecate bench SUITE``: run a benchmark and print its figures as JSON (saved with
+their provenance under ``--results``, drawn with ``--plot``), or write the report from
+saved results. Registered by :mod:`hecate.cli.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from hecate.cli.main import positive_int
+from hecate.core import HecateError
+
+
+def add_parser(sub: Any) -> None:
+    bench = sub.add_parser(
+        "bench", help="run a benchmark and print JSON figures, or write the report"
+    )
+    bench.add_argument(
+        "suite",
+        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "tokens", "wan", "report"],
+        help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
+        "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
+        "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
+        "(toy model; SmolLM2 streaming when pulled); llm: SmolLM2 generation, single "
+        "process and across stages; tokens: where a token's time goes across 3 stages at 1 "
+        "and 16 users, from every process's spans; wan: SmolLM2 with every node behind a "
+        "slow link, hop "
+        "against chain dispatch and the router's preference for the nearer pipeline; "
+        "report: write --doc and its pictures from the results saved in --results",
+    )
+    bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    bench.add_argument(
+        "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
+    )
+    bench.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="core, bus, herd: also draw the figures as a PNG",
+    )
+    bench.add_argument(
+        "--results",
+        default=None,
+        metavar="DIR",
+        help="save the figures with their machine, date, command and commit as DIR/SUITE.json; "
+        "report: the folder to read",
+    )
+    bench.add_argument(
+        "--if-present",
+        action="store_true",
+        help="llm, wan: if the model is not pulled, record the suite as skipped instead of pulling",
+    )
+    bench.add_argument(
+        "--concurrency",
+        type=_levels,
+        default=None,
+        metavar="N,N,...",
+        help="llm: how many users generate at once, one level after another "
+        "(default 1,2,4,8,16,32; --quick 1,2)",
+    )
+    bench.add_argument(
+        "--only-concurrency",
+        action="store_true",
+        help="llm: run only the many-users part (the make run swarm at each --concurrency)",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=None,
+        help="llm, wan: interleaved rounds (default 3; --quick 1)",
+    )
+    bench.add_argument(
+        "--tokens",
+        type=positive_int,
+        default=None,
+        help="llm: tokens per generation (default 48; --quick 16); wan: (default 32; --quick 8)",
+    )
+    bench.add_argument(
+        "--doc",
+        default="docs/BENCHMARKS.md",
+        metavar="MD",
+        help="report: the document to write (default docs/BENCHMARKS.md)",
+    )
+    bench.add_argument(
+        "--img",
+        default="docs/img",
+        metavar="DIR",
+        help="report: where the pictures go (default docs/img)",
+    )
+    bench.add_argument(
+        "--readme",
+        default=None,
+        metavar="MD",
+        help="report: also rewrite the figures table between this file's "
+        "<!-- bench:figures:start --> and <!-- bench:figures:end --> lines",
+    )
+    bench.set_defaults(run=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.suite == "report":
+        return _bench_report(args)
+    from hecate_dev.bench import provenance
+
+    command = provenance.command_line(args.argv)
+    started = time.monotonic()
+    try:
+        report = _run_suite(args)
+    except Exception as exc:
+        if not args.results:
+            raise
+        # The report says the suite failed and why, instead of going without it.
+        failed = {"failed": f"{type(exc).__name__}: {exc}"}
+        saved = provenance.envelope(args.suite, command, failed)
+        saved["elapsed_s"] = round(time.monotonic() - started, 1)
+        provenance.save(Path(args.results), args.suite, saved)
+        raise
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+    doc = msgspec.json.decode(msgspec.json.encode(report))
+    if args.results:
+        saved = provenance.envelope(args.suite, command, doc)
+        saved["elapsed_s"] = round(time.monotonic() - started, 1)
+        provenance.save(Path(args.results), args.suite, saved)
+    if args.plot:
+        from hecate_dev.bench import plots
+
+        draw = {"core": plots.core, "herd": plots.herd, "bus": plots.bus_load}.get(args.suite)
+        if draw is None:
+            raise HecateError(f"--plot: no picture for the {args.suite} suite yet")
+        if args.suite == "bus" and not doc.get("sweep"):
+            raise HecateError("--plot: the bus picture needs the offered-load sweep")
+        draw(doc, Path(args.plot), command)
+    # Figures that came with a failed check (the model suite's wrong text) are saved and
+    # reported as failed, and fail the command.
+    return 1 if isinstance(doc, dict) and doc.get("failed_checks") else 0
+
+
+def _run_suite(args: argparse.Namespace) -> object:
+    if args.suite == "llm":
+        from hecate.llm.store import present
+        from hecate_dev.bench.llm import MODEL, run_llm_bench
+        from hecate_dev.bench.results_llm import LlmResult
+
+        if args.if_present and not present(MODEL):
+            return LlmResult(skipped=f"{MODEL} is not pulled (hecate model pull {MODEL})")
+        from hecate_dev.bench.concurrency import DEFAULT_LEVELS
+
+        return run_llm_bench(
+            tokens=args.tokens or (16 if args.quick else 48),
+            rounds=args.rounds or (1 if args.quick else 3),
+            concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
+            only_concurrency=args.only_concurrency,
+        )
+    if args.suite == "tokens":
+        from hecate.llm.store import present as have
+        from hecate_dev.bench.llm_single import MODEL as TOKENS_MODEL
+
+        if args.if_present and not have(TOKENS_MODEL):
+            return {"skipped": f"{TOKENS_MODEL} is not pulled (hecate model pull {TOKENS_MODEL})"}
+        from hecate_dev.bench.token_time import run
+
+        return run(
+            tokens=args.tokens or (16 if args.quick else 48),
+            rounds=args.rounds or (1 if args.quick else 3),
+        )
+    if args.suite == "wan":
+        from hecate.llm.store import present as pulled
+        from hecate_dev.bench.llm_single import MODEL as WAN_MODEL
+        from hecate_dev.bench.results_wan import WanResult
+
+        if args.if_present and not pulled(WAN_MODEL):
+            return WanResult(skipped=f"{WAN_MODEL} is not pulled (hecate model pull {WAN_MODEL})")
+        from hecate_dev.bench.wan import run_wan_bench
+
+        return run_wan_bench(
+            tokens=args.tokens or (8 if args.quick else 32),
+            rounds=args.rounds or (1 if args.quick else 3),
+            requests=4 if args.quick else 16,
+            warmup=2 if args.quick else 4,
+            preference_tokens=4 if args.quick else 8,
+        )
+    if args.suite == "gateway":
+        from hecate_dev.bench.gateway import QUICK, run_gateway_bench
+
+        return run_gateway_bench(**(QUICK if args.quick else {}))
+    if args.suite == "breaker":
+        from hecate_dev.bench.breaker import run_breaker_bench
+
+        return run_breaker_bench(trips=10 if args.quick else 50)
+    if args.suite == "herd":
+        from hecate_dev.bench.herd import run_herd_bench
+
+        return run_herd_bench(seeds=2 if args.quick else 5)
+    if args.suite == "bus":
+        from hecate_dev.bench.bus import QUICK_SWEEP, SWEEP, run_bus_bench
+
+        return run_bus_bench(
+            seconds=1.0 if args.quick else 3.0,
+            rounds=1 if args.quick else 3,
+            executor=args.executor,
+            sweep=QUICK_SWEEP if args.quick else SWEEP,
+            sweep_seconds=1.0 if args.quick else 3.0,
+        )
+    from hecate_dev.bench.core import run_core_bench
+
+    return run_core_bench(quick=args.quick)
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    from hecate_dev.bench.report import write
+
+    if not args.results:
+        raise HecateError("bench report: --results DIR is required (where the suites saved)")
+    folder = Path(args.results)
+    if not folder.is_dir():
+        raise HecateError(f"bench report: no results folder {folder}")
+    readme = Path(args.readme) if args.readme else None
+    for path in write(folder, Path(args.doc), Path(args.img), readme):
+        print(path)
+    return 0
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    from hecate_dev.bench.concurrency import parse_levels
+
+    try:
+        return parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -1,0 +1,298 @@
+"""OpenAI's HTTP API, as pure functions: request bodies in, ``InferRequest`` out; swarm
+replies in, response bodies and SSE frames out. No I/O and no clock here (``created``
+and ids are passed in), so every shape a client sees is tested without a socket.
+
+What a client may send: ``model``, ``messages`` (chat) or ``prompt`` (completions),
+``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``,
+``stop``, ``user``, ``stream``, ``stream_options``. Fields OpenAI has and the swarm
+cannot honour are accepted only at their "off" value (``n: 1``, ``tools: []``,
+``presence_penalty: 0``, ...); any other value, and any field OpenAI does not have,
+is a 400 naming it in ``param``: a client never gets silence where it asked for
+something.
+
+Two choices that differ from OpenAI's, because the swarm's defaults are better kept:
+an omitted ``temperature`` is greedy (0, the swarm's default; OpenAI's is 1), and an
+omitted ``max_tokens`` is :data:`DEFAULT_MAX_TOKENS` for chat (OpenAI's is "until the
+model stops"; the router needs a bound) and 16 for completions (as OpenAI).
+
+Errors take OpenAI's shape (:mod:`hecate_gateway.apierrors`, re-exported here).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import msgspec
+
+from hecate.wire.messages import MAX_PROMPT_CHARS, MAX_TOKENS, ChatMessage, InferRequest
+from hecate.wire.subjects import SLUG
+from hecate_gateway.apierrors import ApiError, Kind, bad, swarm_error, unauthorized
+
+DEFAULT_MAX_TOKENS = 256  # chat without max_tokens
+COMPLETION_MAX_TOKENS = 16  # OpenAI's own default for /v1/completions
+MAX_STOPS = 4  # as OpenAI
+
+__all__ = [
+    "COMPLETION_MAX_TOKENS",
+    "DEFAULT_MAX_TOKENS",
+    "MAX_STOPS",
+    "TOLERATED",
+    "ApiError",
+    "ChatBody",
+    "CompletionBody",
+    "Kind",
+    "Prepared",
+    "bad",
+    "parse",
+    "swarm_error",
+    "unauthorized",
+]
+
+
+# -- requests ----------------------------------------------------------------------------
+class TextPart(msgspec.Struct, kw_only=True):
+    type: str
+    text: str | None = None
+
+
+class Message(msgspec.Struct, kw_only=True):
+    role: str
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+    include_obfuscation: bool | None = None  # the client's own switch; nothing to obfuscate
+
+
+class _Common(msgspec.Struct, kw_only=True):
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    user: str | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+
+
+class ChatBody(_Common, kw_only=True):
+    messages: list[Message]
+    max_completion_tokens: int | None = None
+
+
+class CompletionBody(_Common, kw_only=True):
+    prompt: str | list[str]
+
+
+def _off(*values: object) -> Callable[[object], bool]:
+    return lambda v: v is None or v in values
+
+
+def _empty(v: object) -> bool:
+    return v is None or v == [] or v == {}
+
+
+# Fields OpenAI has that the swarm cannot honour: allowed only at a value that asks for
+# nothing. Known to both endpoints unless named in one of the two sets below.
+TOLERATED: Mapping[str, Callable[[object], bool]] = {
+    "n": _off(1),
+    "tools": _empty,
+    "functions": _empty,
+    "tool_choice": _off("none", "auto"),
+    "function_call": _off("none", "auto"),
+    "parallel_tool_calls": lambda v: v is None or isinstance(v, bool),
+    "logprobs": _off(False, 0),
+    "top_logprobs": _off(0),
+    "logit_bias": _empty,
+    "presence_penalty": _off(0),
+    "frequency_penalty": _off(0),
+    "response_format": lambda v: v is None or v == {"type": "text"},
+    "service_tier": _off("auto", "default"),
+    "store": _off(False),
+    "metadata": _empty,
+    "modalities": lambda v: v is None or v == ["text"],
+    "audio": _off(),
+    "prediction": _off(),
+    "reasoning_effort": _off(),
+    "web_search_options": _off(),
+    "echo": _off(False),
+    "best_of": _off(1),
+    "suffix": _off(""),
+}
+CHAT_ONLY = frozenset(
+    {"tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
+     "top_logprobs", "response_format", "store", "metadata", "modalities", "audio",
+     "prediction", "reasoning_effort", "web_search_options"}
+)  # fmt: skip
+COMPLETION_ONLY = frozenset({"echo", "best_of", "suffix"})
+_FIELDS = {
+    "chat": frozenset(ChatBody.__struct_fields__) | (TOLERATED.keys() - COMPLETION_ONLY),
+    "completion": frozenset(CompletionBody.__struct_fields__) | (TOLERATED.keys() - CHAT_ONLY),
+}
+_AT = re.compile(r"`\$\.([A-Za-z_]+)((?:\[\d+\]|\.[A-Za-z_]+)*)`")
+_MISSING = re.compile(r"missing required field `([A-Za-z_]+)`")
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A valid request, ready for the swarm (tenant, request id and stream inbox are the
+    bridge's to set)."""
+
+    kind: Kind
+    model: str
+    request: InferRequest
+    stream: bool
+    include_usage: bool
+    stop: tuple[str, ...]
+
+
+def parse(kind: Kind, body: bytes) -> Prepared:
+    """Decode and check a ``/v1/chat/completions`` or ``/v1/completions`` body.
+    Raises :class:`ApiError` (400, or 404 for a model id no swarm could serve)."""
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise bad("We could not parse the JSON body of your request.") from None
+    if not isinstance(raw, dict):
+        raise bad("The request body must be a JSON object.")
+    for name in raw:
+        if name not in _FIELDS[kind]:
+            raise bad(f"Unrecognized request argument supplied: {name}", param=str(name))
+    for name, allowed in TOLERATED.items():
+        if name in raw and not allowed(raw[name]):
+            raise bad(f"{name}={raw[name]!r} is not supported by this server", param=name)
+    target: type[ChatBody | CompletionBody] = ChatBody if kind == "chat" else CompletionBody
+    try:
+        req = msgspec.convert(raw, target)
+    except msgspec.ValidationError as exc:
+        raise bad(f"Invalid request: {exc}", param=_param_of(str(exc))) from None
+    if not SLUG.fullmatch(req.model):
+        raise ApiError(
+            404,
+            f"The model `{req.model}` does not exist.",
+            code="model_not_found",
+            param="model",
+        )
+    if req.stream_options is not None and not req.stream:
+        raise bad("stream_options is only allowed when stream is true", param="stream_options")
+    messages, prompt = _input(req)
+    stop = _stop(req.stop)
+    return Prepared(
+        kind=kind,
+        model=req.model,
+        request=InferRequest(
+            prompt=prompt,
+            messages=messages,
+            max_tokens=_max_tokens(req, kind),
+            temperature=_range("temperature", req.temperature, 0.0, 0.0, 2.0),
+            top_p=_top_p(req.top_p),
+            seed=req.seed,
+            stop=list(stop),
+        ),
+        stream=bool(req.stream),
+        include_usage=bool(req.stream and req.stream_options and req.stream_options.include_usage),
+        stop=stop,
+    )
+
+
+def _param_of(message: str) -> str | None:
+    """The field a msgspec validation message is about, as OpenAI names it:
+    ``messages[0].role``."""
+    at = _AT.search(message)
+    path = at.group(1) + at.group(2) if at else ""
+    missing = _MISSING.search(message)
+    if missing:
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+    return path or None
+
+
+def _input(req: ChatBody | CompletionBody) -> tuple[list[ChatMessage] | None, str]:
+    """Chat messages go to the swarm as ``messages`` (a chat model renders them with its
+    template) and also rendered as plain text in ``prompt``, for a model that reads only
+    a prompt (the toy model, an upstream completion endpoint)."""
+    if isinstance(req, CompletionBody):
+        prompt = req.prompt
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise bad("prompt: exactly one prompt per request is supported", param="prompt")
+            prompt = prompt[0]
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise _too_long("prompt")
+        return None, prompt
+    if not req.messages:
+        raise bad("messages: at least one message is required", param="messages")
+    out: list[ChatMessage] = []
+    for i, m in enumerate(req.messages):
+        role = _ROLES.get(m.role)
+        if role is None:
+            raise bad(f"messages[{i}].role: {m.role!r} is not supported", f"messages[{i}].role")
+        out.append(ChatMessage(role=role, content=_text(m.content, i)))
+    if len(out) > 256:
+        raise bad("messages: at most 256 messages", param="messages")
+    prompt = "".join(f"{m.role}: {m.content}\n" for m in out) + "assistant:"
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise _too_long("messages")
+    return out, prompt
+
+
+def _text(content: str | list[TextPart] | None, i: int) -> str:
+    if content is None:
+        raise bad(f"messages[{i}].content is required", param=f"messages[{i}].content")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise bad(
+                f"messages[{i}].content: {part.type!r} parts are not supported (text only)",
+                param=f"messages[{i}].content",
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _too_long(param: str) -> ApiError:
+    return bad(
+        f"{param}: longer than the {MAX_PROMPT_CHARS} characters a request may carry",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+def _stop(stop: str | list[str] | None) -> tuple[str, ...]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOPS:
+        raise bad(f"stop: at most {MAX_STOPS} sequences", param="stop")
+    return tuple(s for s in stops if s)
+
+
+def _max_tokens(req: ChatBody | CompletionBody, kind: Kind) -> int:
+    name, value = "max_tokens", req.max_tokens
+    if isinstance(req, ChatBody) and req.max_completion_tokens is not None:
+        name, value = "max_completion_tokens", req.max_completion_tokens
+    if value is None:
+        return DEFAULT_MAX_TOKENS if kind == "chat" else COMPLETION_MAX_TOKENS
+    if not 1 <= value <= MAX_TOKENS:
+        raise bad(f"{name} must be between 1 and {MAX_TOKENS}, got {value}", param=name)
+    return value
+
+
+def _range(name: str, value: float | None, default: float, low: float, high: float) -> float:
+    if value is None:
+        return default
+    if not low <= value <= high:
+        raise bad(f"{name} must be between {low:g} and {high:g}, got {value}", param=name)
+    return float(value)
+
+
+def _top_p(value: float | None) -> float:
+    top_p = _range("top_p", value, 1.0, 0.0, 1.0)
+    if top_p == 0.0:
+        raise bad("top_p must be greater than 0", param="top_p")
+    return top_p

@@ -1,0 +1,197 @@
+"""What an OpenAI client reads: response bodies and the SSE frames of a streamed answer,
+built from the swarm's reply. Pure: ids and ``created`` are passed in.
+
+Streaming follows OpenAI to the byte: every chunk has the same ``id`` and ``created``;
+a chat stream's first chunk carries the role (and ``content: ""``), later ones only
+content; a content-less chunk with ``delta: {}`` (chat) or ``text: ""`` (completions)
+carries ``finish_reason``; with ``stream_options.include_usage`` every chunk has
+``usage: null`` and a last one has ``choices: []`` and the usage; then ``data: [DONE]``.
+
+HTTP headers leave before the route is known, so a streamed answer says whether it was
+degraded, and which nodes served it, in an extension field of its finishing chunk:
+``"hecate": {"degraded": true, "route": "gpu,laptop"}`` (pydantic-based clients keep
+unknown fields: ``chunk.model_extra["hecate"]``). Non-streamed answers say it in the
+``x-hecate-degraded`` and ``x-hecate-route`` headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from hecate.wire.messages import InferReply
+from hecate_gateway.openai import ApiError, Kind
+
+DONE = b"data: [DONE]\n\n"
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished generation as OpenAI accounts for it."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """``text`` up to the first stop string, and whether one was found. The router cuts a
+    generative model's text itself; a model that answers in one piece (the toy model)
+    is cut here, so ``stop`` means the same on every model."""
+    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def answer_of(reply: InferReply, stop: tuple[str, ...], streamed: int = 0) -> Answer:
+    """The answer in ``reply`` (ok). Counts a model did not report are 0, except the
+    completion tokens of a streamed answer, which are the tokens that came."""
+    text, cut = cut_at_stop(reply.output or "", stop)
+    completion = reply.completion_tokens
+    return Answer(
+        text=text,
+        finish_reason="stop" if cut else (reply.finish_reason or "stop"),
+        prompt_tokens=reply.prompt_tokens or 0,
+        completion_tokens=streamed if completion is None else completion,
+    )
+
+
+def response_id(kind: Kind, request_id: str) -> str:
+    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{request_id}"
+
+
+def body(kind: Kind, rid: str, created: int, model: str, answer: Answer) -> bytes:
+    """A whole (non-streamed) response."""
+    if kind == "chat":
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": answer.text, "refusal": None},
+            "logprobs": None,
+            "finish_reason": answer.finish_reason,
+        }
+        obj = "chat.completion"
+    else:
+        choice = {
+            "text": answer.text,
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": answer.finish_reason,
+        }
+        obj = "text_completion"
+    return _encode(
+        {
+            "id": rid,
+            "object": obj,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": answer.usage(),
+        }
+    )
+
+
+def error_body(error: ApiError) -> bytes:
+    return _encode(error.body())
+
+
+class Frames:
+    """The SSE frames of one streamed answer."""
+
+    def __init__(self, kind: Kind, rid: str, created: int, model: str, include_usage: bool):
+        self.kind = kind
+        self.include_usage = include_usage
+        self._head: dict[str, Any] = {
+            "id": rid,
+            "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+            "created": created,
+            "model": model,
+        }
+
+    def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        chunk = {**self._head, "choices": choices, **extra}
+        if self.include_usage and "usage" not in chunk:
+            chunk["usage"] = None
+        return b"data: " + _encode(chunk) + b"\n\n"
+
+    def _choice(self, content: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
+        if self.kind == "chat":
+            return {"index": 0, "delta": content, "logprobs": None, "finish_reason": finish}
+        return {"text": content, "index": 0, "logprobs": None, "finish_reason": finish}
+
+    def start(self) -> bytes:
+        """The first frame: a chat stream announces the role; a completion has none."""
+        if self.kind != "chat":
+            return b""
+        return self._frame([self._choice({"role": "assistant", "content": ""}, None)])
+
+    def delta(self, text: str) -> bytes:
+        if not text:
+            return b""
+        return self._frame([self._choice({"content": text} if self.kind == "chat" else text, None)])
+
+    def end(self, answer: Answer, degraded: bool, route: str) -> bytes:
+        """The finishing frame, then the usage frame when asked for."""
+        empty: dict[str, Any] | str = {} if self.kind == "chat" else ""
+        out = self._frame(
+            [self._choice(empty, answer.finish_reason)],
+            hecate={"degraded": degraded, "route": route},
+        )
+        if self.include_usage:
+            out += self._frame([], usage=answer.usage())
+        return out + DONE
+
+    @staticmethod
+    def error(error: ApiError) -> bytes:
+        """A failure after the stream began: OpenAI's clients raise an ``APIError`` on a
+        ``data:`` event carrying ``error``. No ``[DONE]`` follows it."""
+        return b"data: " + error_body(error) + b"\n\n"
+
+
+class StreamText:
+    """Streams a generation's text without ever sending what the final answer drops.
+
+    The router never streams a token that completes a stop string, but text already
+    streamed may end with the start of one (``"\\n"`` of ``"\\n\\n"``), which the answer
+    then cuts. So the longest tail of the text that could begin a stop string is held
+    back until more text shows it was not one, or the final answer comes."""
+
+    def __init__(self, stop: tuple[str, ...]) -> None:
+        self.stop = stop
+        self.text = ""
+        self.sent = 0
+
+    def _held(self) -> int:
+        held = 0
+        for s in self.stop:
+            for k in range(min(len(s) - 1, len(self.text)), held, -1):
+                if self.text.endswith(s[:k]):
+                    held = k
+                    break
+        return held
+
+    def add(self, piece: str) -> str:
+        """What may be sent now that ``piece`` came."""
+        self.text += piece
+        end = len(self.text) - self._held()
+        out = self.text[self.sent : end] if end > self.sent else ""
+        self.sent = max(self.sent, end)
+        return out
+
+    def finish(self, output: str) -> str:
+        """The rest of the final ``output`` (nothing if it does not extend what was sent:
+        sent text cannot be taken back)."""
+        if not output.startswith(self.text[: self.sent]):
+            return ""
+        rest = output[self.sent :]
+        self.text, self.sent = output, len(output)
+        return rest

@@ -1,0 +1,78 @@
+"""The swarm's events (``hecate.events.*``) as lines of the operator's feed and counts in
+its tallies: one function per event subject, each decoding its body and adding its line.
+Raises ``msgspec.DecodeError`` for a body that does not decode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from hecate.wire import subjects
+from hecate.wire.messages import BreakerChanged, FailoverEvent, NodeEvent, PlanChanged
+from hecate_gateway.swarmfeed import Feed, Tally
+
+_failover = msgspec.json.Decoder(FailoverEvent)
+_plan_changed = msgspec.json.Decoder(PlanChanged)
+_node_event = msgspec.json.Decoder(NodeEvent)
+_breaker_changed = msgspec.json.Decoder(BreakerChanged)
+
+EVENT_SUBJECTS = (
+    subjects.EVENT_FAILOVER,
+    subjects.EVENT_PLAN,
+    subjects.EVENT_NODE_DOWN,
+    subjects.EVENT_NODE_UP,
+    subjects.EVENT_BREAKER,
+)
+
+
+def failover(feed: Feed, tally: Tally, data: bytes) -> None:
+    e = _failover.decode(data)
+    tally.failover(e.kind)
+    to = e.new_route.pipeline_id if e.new_route else "nothing"
+    feed.add(
+        "failover",
+        e.kind,
+        f"{e.model_id} lost {e.lost_node}: {e.old_route.pipeline_id} -> {to} ({e.reason})",
+        e.at,
+        node_id=e.lost_node,
+        model_id=e.model_id,
+    )
+
+
+def plan_changed(feed: Feed, _tally: Tally, data: bytes) -> None:
+    e = _plan_changed.decode(data)
+    feed.add(
+        "plan",
+        e.strategy,
+        f"plan epoch {e.epoch}: {e.pipelines} pipelines ({e.reason})",
+        e.at,
+    )
+
+
+def node(feed: Feed, _tally: Tally, data: bytes) -> None:
+    e = _node_event.decode(data)
+    feed.add("node", e.state, f"{e.node_id} {e.state} ({e.reason})", e.at, node_id=e.node_id)
+
+
+def breaker(feed: Feed, tally: Tally, data: bytes) -> None:
+    e = _breaker_changed.decode(data)
+    trip = tally.breaker(e.target, e.state)
+    left = f" for {max(e.open_until - e.at, 0):.0f} s" if e.state == "open" else ""
+    what = "tripped open" if trip else e.state.replace("_", "-")
+    feed.add(
+        "breaker",
+        e.state,
+        f"circuit of {e.target} {what}{left} ({e.reason})",
+        e.at,
+        node_id=e.target,
+    )
+
+
+EVENTS: dict[str, Callable[[Feed, Tally, bytes], None]] = {
+    subjects.EVENT_FAILOVER: failover,
+    subjects.EVENT_PLAN: plan_changed,
+    subjects.EVENT_NODE_DOWN: node,
+    subjects.EVENT_NODE_UP: node,
+    subjects.EVENT_BREAKER: breaker,
+}

@@ -1,0 +1,78 @@
+"""``hecate node``: a node: host layer ranges, execute them, send heartbeats.
+
+Runs until SIGTERM or SIGINT, then drains. Logs are JSON lines on stderr; traces go
+to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from hecate.cli.process import run_service, service_parser
+from hecate.core import HecateError, NodeProfile
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    from hecate.model import Executor
+    from hecate_node.config import NodeConfig
+    from hecate_node.service import Node
+
+    executor: Executor | None = None
+    if args.executor == "upstream":
+        from hecate_node.upstream import UpstreamModel
+
+        if not args.upstream_url or not args.upstream_model:
+            raise HecateError("--executor upstream needs --upstream-url and --upstream-model")
+        key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
+        executor = UpstreamModel(args.upstream_url, args.upstream_model, api_key=key)
+    config = NodeConfig(
+        profile=NodeProfile(
+            node_id=args.id,
+            capacity_layers=args.capacity_layers,
+            latency_ms=args.latency_ms,
+            score=args.score,
+        ),
+        executor=args.executor,
+        heartbeat_s=args.heartbeat_ms / 1000,
+        accept_faults=args.accept_faults,
+    )
+    return run_service(
+        "node",
+        args.id,
+        args.nats,
+        lambda log, tp: Node(config, log=log, tracer_provider=tp, executor=executor),
+    )
+
+
+def add_parser(sub: Any) -> None:
+    node = service_parser(
+        sub, "node", "run a node: host layer ranges, execute them, send heartbeats"
+    )
+    node.add_argument("--id", required=True, help="node id (a slug)")
+    node.add_argument("--capacity-layers", type=int, required=True)
+    node.add_argument("--latency-ms", type=float, default=0.0, help="declared latency")
+    node.add_argument("--score", type=float, default=1.0, help="declared capability score")
+    node.add_argument("--executor", default="toy", help="layer executor (default toy)")
+    node.add_argument("--heartbeat-ms", type=float, default=100.0)
+    node.add_argument(
+        "--accept-faults",
+        action="store_true",
+        help="listen on hecate.node.<id>.fault for injected delays and errors "
+        "(chaos runs only; never in production)",
+    )
+    node.add_argument(
+        "--upstream-url",
+        default=None,
+        help="with --executor upstream: the OpenAI-compatible base URL",
+    )
+    node.add_argument(
+        "--upstream-model", default=None, help="with --executor upstream: the provider's model name"
+    )
+    node.add_argument(
+        "--upstream-key-env",
+        default=None,
+        help="with --executor upstream: the environment variable holding the key",
+    )
+    node.set_defaults(run=_cmd_node)

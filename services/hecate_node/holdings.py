@@ -1,0 +1,247 @@
+"""What a node holds: the ranges the latest plan gives it, loaded and measured.
+
+The plan comes from the KV bucket the planner writes (watched, and read again when a
+stage names a newer epoch). An entry that does not decode as a plan (written by hand,
+or by a planner of another version) is logged, counted and skipped: the node keeps
+the plan it has and watches on for the next one. A range of a model declared for
+another executor is refused (logged, then ``not_hosted``): better than served by
+another network under the model's name. Newly held ranges are loaded off the event
+loop and warmed up (a timed pass), and an idle node measures itself again now and then,
+so the latency it announces is one it measured, and a recent one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from hecate.bus import kv as kvs
+from hecate.bus.logs import event
+from hecate.core.plan import SwarmPlan, executes
+from hecate.wire import subjects
+from hecate_node.executor import Holding, Runner
+from hecate_node.meter import StageMeter
+
+_plan = msgspec.json.Decoder(SwarmPlan)
+
+
+class Holdings:
+    #: True while ranges a plan newly gives the node are loaded and warmed up: the
+    #: node's heartbeats say so.
+    loading = False
+    #: Awaited as loading starts (True), before anything is loaded, and as it ends
+    #: (False): the node beats at once, as the load may hold its interpreter, and its
+    #: next beat with it, and a load done is news as soon.
+    on_loading: Callable[[bool], Awaitable[None]] | None = None
+
+    def __init__(
+        self,
+        node_id: str,
+        executor: str,
+        runner: Runner,
+        meter: StageMeter,
+        *,
+        log: logging.Logger,
+        spawn: Callable[[Awaitable[None]], object],
+        slow_down: Callable[[], Awaitable[None]],
+        draining: Callable[[], bool],
+        remeasure_s: float,
+    ) -> None:
+        self.node_id = node_id
+        self.executor = executor
+        self.runner = runner
+        self.meter = meter
+        self.log = log
+        self.spawn = spawn
+        self.slow_down = slow_down  # the injected delay, awaited inside a timed pass
+        self.draining = draining
+        self.remeasure_s = remeasure_s
+        self.epoch = 0
+        self.held: list[Holding] = []
+        self._warmed: set[Holding] = set()  # holdings whose warm-up has been started
+        self._preparing = asyncio.Lock()  # one plan's loading and warm-up at a time, in order
+        self._kv: KeyValue | None = None  # the plan bucket, once it exists
+        self.bad_plans = 0  # plan entries that did not decode, each revision once
+        self._bad_revision = 0  # the latest of them: the watch and catch_up both see it
+
+    def hosts(self, model_id: str, start: int, end: int) -> bool:
+        return any(m == model_id and a <= start and end <= b for m, a, b in self.held)
+
+    async def follow(self, nc: Client) -> None:
+        """Adopt every plan the planner writes (once it has created the bucket)."""
+        self._kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
+        async for plan, revision in kvs.follow(self._kv, subjects.PLAN_KEY, _plan, self._bad):
+            if plan is not None:
+                self.adopt(plan, revision)
+
+    async def catch_up(self, epoch: int) -> None:
+        """A stage names a plan newer than ours: read it now rather than wait for the watch."""
+        if epoch > self.epoch and self._kv is not None:
+            entry = await self._kv.get(subjects.PLAN_KEY)
+            revision = int(entry.revision or 0)
+            if entry.value and (plan := self._decode(entry.value, revision)) is not None:
+                self.adopt(plan, revision)
+
+    def _decode(self, value: bytes, revision: int) -> SwarmPlan | None:
+        """The plan at ``revision``, or None (logged and counted) when it is not one."""
+        try:
+            return _plan.decode(value)
+        except msgspec.DecodeError as exc:
+            self._bad(revision, exc)
+            return None
+
+    def _bad(self, revision: int, exc: msgspec.DecodeError) -> None:
+        """A plan entry that does not decode: counted and logged once per revision (the
+        watch and :meth:`catch_up` may both meet it), and skipped."""
+        if revision != self._bad_revision:
+            self._bad_revision = revision
+            self.bad_plans += 1
+            event(
+                self.log,
+                "bad plan skipped",
+                logging.ERROR,
+                revision=revision,
+                error=str(exc),
+                bad_plans=self.bad_plans,
+                epoch=self.epoch,
+            )
+
+    def adopt(self, plan: SwarmPlan, revision: int) -> None:
+        self.epoch = revision
+        given = [
+            (p.model_id, s.layer_start, s.layer_end)
+            for p in plan.pipelines
+            for s in p.stages
+            if s.node_id == self.node_id
+        ]
+        # The planner never does this; a plan written by hand or by a stale planner
+        # might, and a range is better refused (``not_hosted``) than served by another
+        # network under the model's name.
+        refused = {
+            spec.model_id: spec.executor
+            for m, _a, _b in given
+            if (spec := plan.model(m)) is not None and not executes(self.executor, spec)
+        }
+        for model_id, executor in sorted(refused.items()):
+            event(
+                self.log,
+                "ranges refused: the model needs another executor",
+                logging.ERROR,
+                model_id=model_id,
+                executor=executor,
+                node_executor=self.executor,
+            )
+        self.held = [h for h in given if h[0] not in refused]
+        event(self.log, "plan adopted", epoch=revision, holdings=self.held)
+        fresh = [h for h in dict.fromkeys(self.held) if h not in self._warmed]
+        self._warmed = {h for h in self._warmed if h in self.held} | set(fresh)
+        self.spawn(self._prepare(fresh))
+
+    async def _prepare(self, fresh: list[Holding]) -> None:
+        """Load the held ranges now, off the event loop, not at first use; then warm up
+        the ones this plan newly gives the node. Requests are served meanwhile."""
+        async with self._preparing, self._loading(bool(fresh)):
+            try:
+                await self.runner.prepare([(a, b) for _m, a, b in self.held])
+            except Exception as exc:  # a stage loads its range itself, or says why not
+                event(self.log, "prepare failed", logging.WARNING, error=repr(exc))
+                return
+            await self.warm_up(fresh)
+
+    @contextlib.asynccontextmanager
+    async def _loading(self, fresh: bool) -> AsyncIterator[None]:
+        """Loading, when the plan gives the node ranges it has not loaded: a plan that
+        only drops ranges, or gives the same again, loads nothing, and a node that said
+        it was loading is allowed a load's silence (10 s), not its pace's."""
+        if not fresh:
+            yield
+            return
+        self.loading = True
+        try:
+            if self.on_loading is not None:
+                await self.on_loading(True)
+            yield
+        finally:
+            self.loading = False
+        if self.on_loading is not None:  # not when cancelled: the node is stopping
+            await self.on_loading(False)
+
+    async def warm_up(self, holdings: Iterable[Holding]) -> None:
+        """Run each of ``holdings`` the node still holds on its executor, off the event
+        loop, twice, and take the second (warm) pass's time as a stage's (the injected
+        delay included), so the node announces a latency it measured here. An idle
+        replica would otherwise keep the cost model's cold penalty for good: the routers
+        never send it traffic, so it is never measured, and load cannot move to it when
+        the serving copy slows down. A whole-model executor is not warmed up: its pass
+        would be a paid call to a provider. A pass that fails is logged at WARNING and
+        leaves the node's latency as it was; it never raises."""
+        if not self.runner.warms_up:
+            return
+        for holding in holdings:
+            if self.draining() or holding not in self.held:
+                continue  # a newer plan took it away
+            model_id, start, end = holding
+            try:
+                # The first pass pays what only a first request would (weights paged in,
+                # buffers allocated); the second is the one timed, so the figure is a warm
+                # stage's, comparable with what real traffic measures afterwards.
+                await self.runner.warm_pass(holding)
+                spent = await self._measured_pass(holding)
+            except Exception as exc:  # unmeasured, as before; never fatal to the node
+                event(
+                    self.log,
+                    "warm-up failed",
+                    logging.WARNING,
+                    model_id=model_id,
+                    layer_start=start,
+                    layer_end=end,
+                    error=repr(exc),
+                )
+                continue
+            self.meter.warmed(spent)
+            event(
+                self.log,
+                "warmed up",
+                model_id=model_id,
+                layer_start=start,
+                layer_end=end,
+                ms=round(spent / 1e6, 3),
+            )
+
+    async def remeasure(self) -> None:
+        """An idle node measures itself again now and then: the latency it announces is
+        otherwise the last one it measured, however long ago, and a node measured slow
+        once (its warm-up on a machine busy starting the swarm) is never chosen, so never
+        measured again. One warm pass per held range, every ``remeasure_s`` without
+        traffic, and its figure replaces the old one: it is what a stage takes now."""
+        if not self.runner.warms_up:
+            return
+        while True:
+            await asyncio.sleep(self.remeasure_s)
+            idle = self.meter.idle(self.remeasure_s)
+            if self.draining() or not idle or self.meter.latency_ms is None:
+                continue  # serving traffic measures it; no warm-up yet, nothing to redo
+            for holding in dict.fromkeys(self.held):
+                try:
+                    spent = await self._measured_pass(holding)
+                except Exception as exc:  # as a failed warm-up: logged, figure unchanged
+                    event(self.log, "re-measure failed", logging.WARNING, error=repr(exc))
+                    continue
+                if not self.meter.idle(self.remeasure_s):
+                    break  # traffic came meanwhile: its figure is the better one
+                self.meter.remeasured(spent)
+
+    async def _measured_pass(self, holding: Holding) -> int:
+        """Nanoseconds of one warm pass over ``holding``, the injected delay included (a
+        sick node measures as sick as it serves)."""
+        started = time.perf_counter_ns()
+        await self.slow_down()
+        delayed = time.perf_counter_ns() - started
+        return delayed + await self.runner.warm_pass(holding)

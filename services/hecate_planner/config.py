@@ -1,0 +1,27 @@
+"""The planner's settings."""
+
+from __future__ import annotations
+
+import msgspec
+
+from hecate.core import SwarmConfig
+from hecate.core.settings import BadConfig, named, positive
+
+__all__ = ["BadConfig", "PlannerConfig", "swarm_from_topology"]
+
+
+class PlannerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    swarm: SwarmConfig  # the models to plan and their failover options
+    instance_id: str = "planner"
+    settle_s: float = 0.5  # quiet after the last join before the first plan
+
+    def __post_init__(self) -> None:
+        named(self.instance_id, "instance_id")
+        positive(self.settle_s, "settle_s")
+
+
+def swarm_from_topology(data: bytes, pipelines: int | None = None) -> SwarmConfig:
+    """The swarm's models and failover options from a topology file (nodes join by bus)."""
+    from hecate.sim.topology import parse_topology
+
+    return parse_topology(data).swarm_config(pipelines or 2)

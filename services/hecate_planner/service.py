@@ -1,0 +1,325 @@
+"""planner: membership in, the plan out (KV ``hecate-plan/current``; revision = epoch).
+
+Listens: ``hecate.node.*.join`` / ``hecate.node.*.leave``, each taken only when the
+node its subject names is the node its body names (:mod:`.vouching`).
+Holds: the membership (each node's profile with the executor it runs) and a core
+:class:`Swarm` built with the chosen strategy. A model's layers go only to nodes running
+its executor; a model no member runs is not planned, and is logged once as such.
+Decides: the first plan once nodes stop arriving for ``settle_s``; after that, a joiner
+goes through the core's growth policy (no reshuffle) and a leaver through retirement.
+Publishes: the plan in KV and ``hecate.events.plan``. A (re)started planner sends a
+roll-call so running nodes re-join, then plans with *its* strategy: swapping the
+strategy is stopping one planner and starting another.
+
+Two planners at once never overwrite each other blindly. Every write is a compare-and-set
+on the revision this planner last read, and it follows the key: a plan another planner
+writes becomes the one it carries on from (its own membership applied through growth and
+retirement, no reshuffle), and a lost compare-and-set is answered the same way, re-read
+and re-planned. A plan identical to the stored one is not written again; after
+``CAS_ROUNDS`` lost rounds the planner steps down for that change and waits for the
+next. Only a plan written before this planner started is replaced by a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import msgspec
+from opentelemetry.trace import TracerProvider
+
+from hecate.bus import kv as kvs
+from hecate.bus.logs import event
+from hecate.bus.service import Service, encode
+from hecate.bus.vouching import NodeIdentity
+from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, SwarmPlan
+from hecate.core.planners import unexecutable
+from hecate.wire import subjects
+from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
+from hecate_planner.config import PlannerConfig
+from hecate_planner.planstore import PlanStore, plan_digest, same_plan
+
+__all__ = ["CAS_ROUNDS", "PlannerService", "plan_digest"]
+
+CAS_ROUNDS = 5
+
+
+class PlannerService:
+    def __init__(
+        self,
+        config: PlannerConfig,
+        planner: Planner,
+        *,
+        log: logging.Logger,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.settings = config
+        self.config = config.swarm
+        self.planner = planner
+        self.settle_s = config.settle_s
+        self.log = log
+        self.instance_id = config.instance_id
+        self.service = Service(
+            kind="planner",
+            name=subjects.SERVICE_NAMES["planner"],
+            instance_id=config.instance_id,
+            description=f"plans layer ranges with the {planner.name!r} strategy",
+            log=log,
+            tracer_provider=tracer_provider,
+            metadata={"strategy": planner.name},
+        )
+        self.members: dict[str, NodeProfile] = {}
+        self.gone: set[str] = set()  # heard leaving (until they join again)
+        self.swarm: Swarm | None = None
+        self.revision = 0  # of the stored plan this planner last read or wrote
+        self.stored: SwarmPlan | None = None  # the plan at that revision
+        self._start_revision = 0
+        self._lock = asyncio.Lock()  # one reader-writer of the key at a time
+        self._changed = asyncio.Event()
+        self._last_join = 0.0
+        self.conflicts = 0
+        self.adopted = 0
+        self._unexecutable: set[str] = set()  # models logged as having no executor here
+        self.identity = NodeIdentity(log)
+
+    async def run(self, url: str, stop: asyncio.Event) -> None:
+        svc = self.service
+        await svc.start(url)
+        self._store = PlanStore(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET))
+        self.stored, self.revision = await self._store.read()
+        self._start_revision = self.revision
+        guard = self.identity.guard
+        joins = await svc.add_endpoint(
+            "join",
+            subjects.NODE_JOIN_ALL,
+            NodeJoin,
+            guard(self._on_join, lambda join: join.profile.node_id),
+            deferred=True,
+        )
+        joins.status = lambda: {
+            "epoch": self.revision,
+            "plan": plan_digest(self.stored) if self.stored is not None else "",
+            "members": len(self.members),
+            "pending": self._changed.is_set() or self._lock.locked(),
+            "conflicts": self.conflicts,
+            "adopted": self.adopted,
+            "identity_mismatch": self.identity.refused,
+        }
+        await svc.add_endpoint(
+            "leave",
+            subjects.NODE_LEAVE_ALL,
+            NodeLeave,
+            guard(self._on_leave, lambda leave: leave.node_id),
+            deferred=True,
+        )
+        await svc.ready()
+        await svc.nc.publish(subjects.NODE_ROLL_CALL, b"{}")
+        svc.spawn(self._follow())
+        svc.spawn(self._planning())
+        event(self.log, "planner ready", strategy=self.planner.name, revision=self.revision)
+        await stop.wait()
+        await svc.stop()
+
+    async def _on_join(self, join: NodeJoin) -> None:
+        # The join's own field is what every node has always sent; the profile carries it
+        # on into the plan, where the strategy and the nodes read it.
+        profile = msgspec.structs.replace(join.profile, executor=join.executor)
+        self.gone.discard(profile.node_id)
+        if self.members.get(profile.node_id) == profile:
+            return  # a re-join (roll-call): nothing new
+        self.members[profile.node_id] = profile
+        self._last_join = time.monotonic()
+        if self.swarm is not None:
+            if profile.node_id in self.swarm.state.nodes:
+                self.swarm.remove_node(profile.node_id)  # a changed profile: re-admit it
+            growth = self.swarm.add_node(profile)
+            event(
+                self.log,
+                "node joined",
+                node_id=profile.node_id,
+                growth=growth.kind,
+                pipelines=list(growth.pipelines),
+            )
+            if growth.pipelines:
+                self._changed.set()
+        else:
+            self._changed.set()
+
+    async def _on_leave(self, leave: NodeLeave) -> None:
+        self.gone.add(leave.node_id)
+        if self.members.pop(leave.node_id, None) is None:
+            return
+        if self.swarm is not None and leave.node_id in self.swarm.state.nodes:
+            removal = self.swarm.remove_node(leave.node_id)
+            event(
+                self.log,
+                "node left",
+                node_id=leave.node_id,
+                relocated=len(removal.relocated),
+                dropped=list(removal.dropped),
+            )
+            self._changed.set()
+
+    def _report_unexecutable(self) -> None:
+        """Log each model no member can execute, once until that changes."""
+        missing = unexecutable(self.config.all_models(), self.members.values())
+        for model, present in missing:
+            if model.model_id not in self._unexecutable:
+                event(
+                    self.log,
+                    "model not planned: no node runs its executor",
+                    logging.WARNING,
+                    model_id=model.model_id,
+                    executor=model.executor,
+                    executors_present=list(present),
+                )
+        self._unexecutable = {m.model_id for m, _ in missing}
+
+    async def _planning(self) -> None:
+        while True:
+            await self._changed.wait()
+            if self.swarm is None:
+                # Let a burst of joins settle so the first plan sees the whole swarm.
+                while time.monotonic() - self._last_join < self.settle_s:
+                    await asyncio.sleep(self.settle_s / 4)
+            self._report_unexecutable()
+            if self.swarm is None:
+                async with self._lock:
+                    if self.stored is not None and self.revision > self._start_revision:
+                        # Another planner published since we started: carry on from it.
+                        self._resume(self.stored, self.revision)
+                    else:
+                        try:
+                            self.swarm = Swarm(
+                                self.members.values(), self.config, planner=self.planner
+                            )
+                        except InsufficientCapacity as exc:
+                            event(
+                                self.log,
+                                "waiting for capacity",
+                                logging.WARNING,
+                                reason=exc.message,
+                            )
+                            self._changed.clear()
+                            continue
+            self._changed.clear()
+            try:
+                await self._publish("membership changed")
+            except Exception as exc:  # the server away: try again, never write blind
+                event(self.log, "plan not published", logging.WARNING, error=repr(exc))
+                await asyncio.sleep(self.settle_s)
+                self._changed.set()
+
+    # -- the plan in KV ------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        """Another planner's write becomes the plan this one carries on from."""
+        async for theirs, revision in self._store.follow(self._bad_plan):
+            async with self._lock:
+                if revision <= self.revision:
+                    continue  # our own write, or one already taken
+                self._take(theirs, revision)
+
+    def _bad_plan(self, revision: int, exc: msgspec.DecodeError) -> None:
+        """A stored plan that does not decode: replaced by this planner's next write
+        (which, written on an older revision, fails, reads the bad one and writes over it)."""
+        event(self.log, "bad plan in the store", logging.ERROR, revision=revision, error=str(exc))
+        self._changed.set()
+
+    def _take(self, theirs: SwarmPlan | None, revision: int) -> None:
+        """Record the stored plan at ``revision`` and, once planning, carry on from it."""
+        self.stored, self.revision = theirs, revision
+        if self.swarm is None or theirs is None or theirs.validate():
+            return  # nothing to carry on from: our next write replaces it, knowingly
+        self._resume(theirs, revision)
+
+    def _resume(self, theirs: SwarmPlan, revision: int) -> None:
+        """Carry on from ``theirs``, then apply what this planner knows of the
+        membership through growth and retirement; publish if that changed it."""
+        self.adopted += 1
+        swarm = Swarm.resume(theirs, self.config, planner=self.planner)
+        for profile in theirs.nodes:
+            known = self.members.get(profile.node_id)
+            if known is None and profile.node_id in self.gone:
+                swarm.remove_node(profile.node_id)
+            elif known is None:
+                self.members[profile.node_id] = profile  # joined while we were not listening
+            elif known != profile:
+                swarm.remove_node(profile.node_id)
+                swarm.add_node(known)
+        planned = {n.node_id for n in swarm.plan.nodes}
+        for node_id, profile in self.members.items():
+            if node_id not in planned:
+                swarm.add_node(profile)
+        self.swarm = swarm
+        mine = swarm.plan.pipelines != theirs.pipelines
+        event(
+            self.log,
+            "plan adopted",
+            epoch=revision,
+            pipelines=len(theirs.pipelines),
+            replanned=mine,
+        )
+        if mine:
+            self._changed.set()
+
+    async def _publish(self, reason: str) -> None:
+        async with self._lock:
+            for _ in range(CAS_ROUNDS):
+                assert self.swarm is not None
+                plan = self.swarm.plan
+                problems = plan.validate()
+                if problems:  # never publish an invalid plan
+                    event(
+                        self.log,
+                        "plan rejected",
+                        logging.ERROR,
+                        problems=[str(p) for p in problems],
+                    )
+                    return
+                if same_plan(plan, self.stored):
+                    return  # stored already, by us or by another planner
+                on = self.revision
+                written = await self._store.write(plan, on)
+                if written is None:
+                    # Someone wrote since we last read: re-read, re-plan on top of theirs.
+                    self.conflicts += 1
+                    theirs, revision = await self._store.read()
+                    event(
+                        self.log,
+                        "plan revision moved",
+                        logging.WARNING,
+                        expected=on,
+                        found=revision,
+                    )
+                    self._take(theirs, revision)
+                    continue
+                self.revision, self.stored = written, plan
+                await self._announce(plan, on, reason)
+                return
+            event(
+                self.log,
+                "plan not published",
+                logging.WARNING,
+                reason=f"lost {CAS_ROUNDS} compare-and-set rounds: another planner is writing",
+            )
+
+    async def _announce(self, plan: SwarmPlan, on: int, reason: str) -> None:
+        change = PlanChanged(
+            epoch=self.revision,
+            strategy=self.planner.name,
+            planner_id=self.instance_id,
+            pipelines=len(plan.pipelines),
+            reason=reason,
+            at=time.time(),
+        )
+        await self.service.nc.publish(subjects.EVENT_PLAN, encode(change))
+        event(
+            self.log,
+            "plan published",
+            epoch=self.revision,
+            on=on,
+            pipelines=len(plan.pipelines),
+            nodes=len(plan.nodes),
+        )

@@ -1,0 +1,524 @@
+"""One request's life in a router, as a pure state machine: ``handle(event) -> actions``.
+
+No I/O, no clock (events carry the time), no tasks. The router service maps what it
+hears to events (flow.py) and runs the actions; the tests drive the machine in memory.
+
+States and what moves a request between them (anything else is ignored; see the rule
+below the table)::
+
+    NEW        --Start-------------------------------> SENT
+    SENT       --StageReplied (next stage / token)---> SENT
+    SENT       --StageReplied (last) ----------------> DONE
+    SENT       --StageFailed / NodeDown / Tick past
+                 the deadline: rescued --------------> SENT
+                 the server just came back,
+                 or the router hears nobody ---------> RESENDING
+                 a node went silent, no route left --> WAITING
+                 no rescue, limits, request's fault -> DONE
+    RESENDING  --Tick at resend time-----------------> SENT
+    WAITING    --Tick: a route came back ------------> SENT
+                 none within the wait, or limits ----> DONE
+    any live   --Cancelled / Abort-------------------> DONE
+    DONE       --anything----------------------------> DONE (ignored)
+
+**The one rule:** an outcome (reply or failure) acts only on the dispatch that is
+current: each send is numbered, and an outcome naming any other number (a late reply,
+a failure of a send already replaced by a resend or a rescue) is ignored and counted.
+So whatever order replies, deadlines and node-down news arrive in, each send is acted
+on once and the request is answered once.
+
+**Waiting for a route.** When a node went *silent* (a stage timed out, telemetry called
+it down, nobody listens on its subject) and no route is left, the swarm may be cut in
+two by a partition that heals in seconds, not dead: nodes that fall silent together
+are far more often behind one failed link or server than dead at once. The request is
+held, for at most ``route_wait_s``, and the rescue is asked again every
+``resend_delay_s``; the first route that comes back takes it, as a failover (an attempt,
+so a flight waits afresh at most ``max_attempts`` times), and only a wait that ends with
+none is ``unrecoverable``. A
+node that answered with an error, or a router that hears nobody (its own isolation:
+``hecate_router.hearing``), is not waited for.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hecate.core import Recovered, Route, RoutingRequest, Unrecoverable
+from hecate.core.errors import ErrorCode
+from hecate.model.executor import ExecutorKind
+from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest, StreamToken
+from hecate.wire.stages import ActivationReply, OutputReply, TokenReply
+from hecate_router.flow import (
+    Abort,
+    Action,
+    Answer,
+    Cancelled,
+    Event,
+    Failure,
+    FlowOptions,
+    Move,
+    NodeDown,
+    PublishFailover,
+    Release,
+    Report,
+    RetryJoined,
+    Routes,
+    Sample,
+    Send,
+    StageFailed,
+    StageReplied,
+    Start,
+    Stream,
+    Tick,
+)
+from hecate_router.generation import Generation
+from hecate_router.hearing import Hearing, isolated
+from hecate_router.reconnect import ReconnectWindow
+from hecate_router.rescue import GiveUp, ResendSoon, classify, triage, verdict
+from hecate_router.stages import Dispatch, stage_request
+
+
+class State(enum.Enum):
+    NEW = "new"
+    SENT = "sent"  # one dispatch out, awaiting its outcome
+    RESENDING = "resending"  # the bus just came back: the same stage goes again shortly
+    WAITING = "waiting"  # no route after a silence: held for one to come back
+    DONE = "done"  # answered; nothing acts on it any more
+
+
+S = State
+TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
+    (S.NEW, Start): frozenset({S.SENT}),
+    (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
+    (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
+    (S.SENT, NodeDown): frozenset({S.SENT, S.WAITING, S.DONE}),
+    (S.SENT, Tick): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
+    (S.RESENDING, Tick): frozenset({S.RESENDING, S.SENT}),
+    (S.WAITING, Tick): frozenset({S.WAITING, S.SENT, S.DONE}),
+    **{(s, Cancelled): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
+    **{(s, Abort): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
+    **{(s, RetryJoined): frozenset({s}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
+}
+
+# What a node's silence looks like (flow.Failure.kind): the failures a route may come
+# back from while the request waits.
+SILENCES = frozenset({"timeout", "node_down", "no_responders"})
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why a request waits for a route, and since when."""
+
+    node_id: str
+    why: Failure
+    since: float
+
+
+@dataclass(eq=False)
+class Lifecycle:
+    """One inference request on its way through the swarm."""
+
+    request: InferRequest
+    request_id: str  # the caller's, for its retries only: callers choose it
+    model_id: str  # as asked for: a reserve model's route answers under this name
+    route: Route
+    routes: Routes
+    options: FlowOptions
+    counters: Counter[str]
+    degraded: bool = False
+    probes: set[str] = field(default_factory=set)  # half-open targets whose probe we carry
+    reconnect: ReconnectWindow = field(default_factory=ReconnectWindow)  # shared, the router's
+    hearing: Hearing = field(default_factory=Hearing)  # shared, the router's
+    state: State = State.NEW
+    stage: int = 0
+    attempts: int = 1
+    send: int = 0  # the current dispatch (0: none out)
+    sends: int = 0
+    deadline: float = 0.0
+    sent_at: float = 0.0  # when the current dispatch went out
+    resend_at: float = 0.0
+    excused_since: float | None = None  # the first failure excused as the router's own
+    held: Held | None = None  # waiting for a route: whose silence left none, since when
+    resent: bool = False  # a resend's wait is in its round trips: no sample of the pipeline
+    started: float = 0.0
+    step_at: float = 0.0
+    acts: dict[int, bytes] = field(default_factory=lambda: {0: b""})  # input of layer L
+    also_reply_to: list[str] = field(default_factory=list)
+    # The router's own name for this flight, unique across router replicas and their
+    # restarts: a node's session (its KV caches) is named by it, never by anything a
+    # caller chooses, so one caller's id can never drop or continue another's cache.
+    flight_id: str = ""
+    session: str = ""
+    gen: Generation = field(default_factory=Generation)  # a generative model's token loop
+    # A layer network's counts, in its tokens: the prompt's (from the stage that embedded
+    # it, or a chain's end) and the decoded text's (from the route's end).
+    prompt_count: int | None = None
+    completion_count: int | None = None
+    kinds: dict[str, ExecutorKind] = field(default_factory=dict)  # what executes each model
+
+    def __post_init__(self) -> None:
+        if not self.flight_id:
+            raise ValueError("a flight needs the router's own flight_id")
+        self.session = f"{self.flight_id}.1"
+
+    # -- the one entry point ----------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Action]:
+        allowed = TRANSITIONS.get((self.state, type(event)))
+        if allowed is None or not self._current(event):
+            self._ignored(event)
+            return []
+        out: list[Action] = []
+        match event:
+            case Start(now):
+                self.started = now
+                self._dispatch(now, out)
+            case StageReplied():
+                self._replied(event, out)
+            case StageFailed(_, stage, failure, now):
+                self.stage = max(self.stage, stage)
+                self._failed(self.route.stages[self.stage].node_id, failure, now, out)
+            case NodeDown(node_id, reason, now):
+                why = Failure("node_down", f"node down: {reason}")
+                self._failed(node_id, why, now, out)
+            case Tick(now) if self.state is S.RESENDING:
+                if now >= self.resend_at:
+                    self._dispatch(now, out)
+            case Tick(now) if self.state is S.WAITING:
+                if now >= self.resend_at:
+                    self._look_again(now, out)
+            case Tick(now):
+                if now > self.deadline:
+                    s = self.options.stage_timeout_s
+                    why = Failure("timeout", f"no reply within {s:.1f} s")
+                    self._failed(self.route.stages[self.stage].node_id, why, now, out)
+            case RetryJoined(reply_to):
+                if reply_to:
+                    self.also_reply_to.append(reply_to)
+            case Cancelled(now):
+                self.counters["cancelled"] += 1
+                self._error("cancelled", "the caller cancelled the request", out)
+            case Abort(code, message, now):
+                self._error(code, message, out)
+        assert self.state in allowed, (event, self.state)
+        return out
+
+    def due(self, now: float) -> bool:
+        """Whether a :class:`Tick` at ``now`` would do anything (a deadline passed, or a
+        resend is due): the shell's sweep skips the rest."""
+        if self.state is S.SENT:
+            return now > self.deadline
+        return self.state in (S.RESENDING, S.WAITING) and now >= self.resend_at
+
+    def _current(self, event: Event) -> bool:
+        """The one rule: outcomes of a send that is not the current one act on nothing."""
+        match event:
+            case StageReplied(send, stage) | StageFailed(send, stage):
+                return send == self.send and self.stage <= stage < len(self.route.stages)
+            case NodeDown(node_id):
+                pending = self.route.stages[self.stage :] if self.options.chain else ()
+                return node_id in {s.node_id for s in pending} or (
+                    self.route.stages[self.stage].node_id == node_id
+                )
+            case Tick(now) if self.state is S.SENT:
+                return now > self.deadline
+        return True
+
+    def _ignored(self, event: Event) -> None:
+        if isinstance(event, StageReplied):
+            self.counters["late_replies"] += 1
+        elif isinstance(event, StageFailed):
+            self.counters["stale_failures"] += 1
+
+    # -- stages -----------------------------------------------------------------------
+
+    def _dispatch(self, now: float, out: list[Action]) -> None:
+        route, i = self.route, self.stage
+        chained = len(route.stages) - 1 - i if self.options.chain else 0
+        self.sends += 1
+        self.send = self.sends
+        if i == 0:
+            self.step_at = now
+        self.sent_at = now
+        self.deadline = now + self.options.stage_timeout_s * (1 + chained)
+        self.state = S.SENT
+        if route.model_id not in self.kinds:
+            self.kinds[route.model_id] = self.routes.executor_kind(route.model_id)
+        d = Dispatch(route, i, chained, self.routes.layers(route.model_id), self.routes.epoch)
+        act = self.acts.get(route.stages[i].layer_start, b"")
+        request = stage_request(
+            self.kinds[route.model_id],
+            d,
+            self.request,
+            self.request_id,
+            act,
+            self.session,
+            self.gen,
+        )
+        out.append(Send(self.send, i, route.stages[i].node_id, request, chained))
+
+    def _replied(self, ev: StageReplied, out: list[Action]) -> None:
+        at, reply, stages = ev.stage, ev.reply, self.route.stages
+        self.stage = at
+        self.send = 0
+        self.excused_since = None  # the link carried an answer: any excuse starts afresh
+        node_id = stages[at].node_id
+        if isinstance(reply, ErrorReply):
+            why = classify(reply.error)
+            if isinstance(why, GiveUp):
+                return self._give_up(why, out)
+            return self._failed(node_id, why, ev.now, out)
+        last = at == len(stages) - 1
+        for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
+            self._report(Report(s.node_id, ok=True), out)
+        if not isinstance(reply, OutputReply) and reply.prompt_tokens is not None:
+            self.gen.prompt_tokens = reply.prompt_tokens
+        if not isinstance(reply, TokenReply) and reply.prompt_count is not None:
+            self.prompt_count = reply.prompt_count
+        if not last:
+            act = reply.activation if isinstance(reply, ActivationReply) else b""
+            self.acts[stages[at].layer_end] = act
+            self.stage += 1
+            return self._dispatch(ev.now, out)
+        if isinstance(reply, TokenReply):
+            return self._generated(reply, ev.now, out)
+        if not self.gen.started and self.attempts == 1 and not self.resent:  # one pass
+            out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
+        output = ""
+        if isinstance(reply, OutputReply):
+            output, self.completion_count = reply.output, reply.completion_count
+        return self._answer(True, output, None, out)
+
+    def _generated(self, reply: TokenReply, now: float, out: list[Action]) -> None:
+        """The last stage sampled a token: stream it, then the next step or the end."""
+        step = self.gen.step(reply, self.request.max_tokens, self.request.stop)
+        if step.positions == 1 and self.attempts == 1 and not self.resent:  # a decode step
+            out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
+        if step.kind == "chunk":
+            self.counters["prefill_chunks"] += 1
+        if step.streamed is not None and self.request.stream:
+            index, token, text = step.streamed
+            out.append(
+                Stream(StreamToken(request_id=self.request_id, index=index, token=token, text=text))
+            )
+        if step.kind == "done":
+            return self._answer(True, self.gen.so_far() or "", None, out)
+        self.stage = 0
+        self.acts = {0: b""}
+        return self._dispatch(now, out)
+
+    # -- failure and failover ---------------------------------------------------------
+
+    def _failed(self, node_id: str, why: Failure, now: float, out: list[Action]) -> None:
+        """The current dispatch failed on ``node_id``: resend, reroute or answer."""
+        self.send = 0
+        opts = self.options
+        window, stage = self.reconnect, self.stage
+        cut_off = isolated(
+            why,
+            self.hearing,
+            reconnected_at=window.at,
+            sent=self.sent_at,
+            now=now,
+            quiet_s=opts.deaf_after_s,
+        )
+        first = triage(
+            why,
+            now,
+            node_id=node_id,
+            window=window,
+            stage=stage,
+            opts=opts,
+            isolated=cut_off,
+            excused_since=self.excused_since,
+        )
+        if isinstance(first, ResendSoon):
+            if first.isolated:  # the router's own link: not an attempt, nobody's fault
+                self.counters["resent_isolated"] += 1
+                if self.excused_since is None:
+                    self.excused_since = now
+            else:
+                self.counters["resent_after_reconnect"] += 1
+            self.state = S.RESENDING
+            self.resend_at = first.at
+            self.resent = True
+            return None
+        if first is not None:
+            return self._give_up(first, out)
+        if not why.silent:  # errors and slowness are the breaker's; liveness, telemetry's
+            self._report(Report(node_id, False, why.breaker_code, why.retry_after_s), out)
+        self.routes.suspect(node_id)
+        result = self.routes.rescue(
+            self.route, node_id, RoutingRequest(tokens=self.request.max_tokens)
+        )
+        waits = opts.route_wait_s > 0 and why.kind in SILENCES and not cut_off
+        if isinstance(result, Recovered) or not waits:
+            return self._rescued(node_id, why, result, now, out, cut_off)
+        # No route after a silence (not an error a node answered), and the router not
+        # cut off itself: wait for one. (A waiting request leaves WAITING only onto a
+        # route or with its answer, so no wait is under way here.)
+        self.held = Held(node_id, why, now)
+        self.counters["held_for_route"] += 1
+        self.state = S.WAITING
+        self._look_at(now)
+        return None
+
+    def _look_at(self, now: float) -> None:
+        """Ask for a route again after ``resend_delay_s``, or when the wait runs out."""
+        assert self.held is not None
+        wait_ends = self.held.since + self.options.route_wait_s
+        self.resend_at = min(now + self.options.resend_delay_s, wait_ends)
+
+    def _look_again(self, now: float, out: list[Action]) -> None:
+        """Waiting: a route back (any node of the request's route that the router's
+        view calls alive again is taken as it is) moves the request onto it; none when
+        the wait has run out answers it."""
+        held = self.held
+        assert held is not None
+        result = self.routes.rescue(self.route, "", RoutingRequest(tokens=self.request.max_tokens))
+        waited = now - held.since
+        if isinstance(result, Recovered) or waited >= self.options.route_wait_s:
+            self.held = None
+            self.counters["route_came_back" if isinstance(result, Recovered) else "waited_out"] += 1
+            why = Failure(
+                held.why.kind,
+                f"{held.why.reason}; held {waited:.1f} s for a route",
+                held.why.code,
+                held.why.retry_after_s,
+            )
+            return self._rescued(held.node_id, why, result, now, out, None, waited)
+        self._look_at(now)
+        return None
+
+    def _rescued(
+        self,
+        node_id: str,
+        why: Failure,
+        result: Recovered | Unrecoverable,
+        now: float,
+        out: list[Action],
+        cut_off: str | None,
+        waited: float | None = None,
+    ) -> None:
+        """Tell the swarm how the loss of ``node_id`` ended (``waited``: after so long
+        waiting for a route), then move or answer."""
+        opts = self.options
+        old = self.route
+        kind = result.kind if isinstance(result, Recovered) else "unrecoverable"
+        self.counters["failovers"] += 1
+        self.counters[f"failover_{kind}"] += 1
+        new = result.route if isinstance(result, Recovered) else None
+        out.append(
+            PublishFailover(
+                request_id=self.request_id,
+                model_id=self.model_id,
+                lost_node=node_id,
+                kind=kind,
+                old_route=old,
+                new_route=new,
+                attempt=self.attempts,
+                reason=why.reason,
+            )
+        )
+        replays = self.gen.replays if self.gen.started else None
+        rescue = verdict(
+            result,
+            why,
+            node_id,
+            attempts=self.attempts,
+            replays=replays,
+            opts=opts,
+            isolated=cut_off,
+        )
+        if isinstance(rescue, GiveUp):
+            if waited is not None and not isinstance(result, Recovered):
+                late = f"{rescue.message}; no route came back within {waited:.1f} s"
+                rescue = GiveUp(rescue.code, late, rescue.retry_after_s)
+            return self._give_up(rescue, out)
+        return self._move(rescue, now, out)
+
+    def _move(self, rescue: Recovered, now: float, out: list[Action]) -> None:
+        """Carry the request onto the rescue route and send its next stage there."""
+        old = self.route
+        self.attempts += 1
+        self.counters["retries"] += 1
+        if rescue.route.model_id != old.model_id:  # a reserve model starts from its prompt
+            self.acts = {0: b""}
+        self.degraded = self.degraded or rescue.degraded
+        out.append(Move(old, rescue.route))
+        self.route = rescue.route
+        # The rescue route spends any probe lease held for a target on it, as a first
+        # route does; a probe for a target it leaves out is given back.
+        kept = {t for t in self.probes if t in rescue.route.node_ids}
+        self._give_back(self.probes - kept)
+        self.probes = kept | self.routes.take(rescue.route)
+        # A fresh session per attempt: caches a dead route left half-built are never mixed.
+        if self.routes.keeps_sessions(old.model_id):
+            out.append(Release(old, self.session))
+        self.session = f"{self.flight_id}.{self.attempts}"
+        if self.gen.started:
+            # Generation: the rescue route's caches are empty; replay the prompt and every
+            # token so far (the sampled ones as decode steps), then carry on where the
+            # stream was.
+            self.counters["replays"] += 1
+            self.gen.replay()
+            self.acts = {0: b""}
+        # Resume at the last stage whose input we already hold (layer 0 = the prompt).
+        self.stage = max(i for i, s in enumerate(self.route.stages) if s.layer_start in self.acts)
+        self._dispatch(now, out)
+
+    def _report(self, report: Report, out: list[Action]) -> None:
+        self.probes.discard(report.node_id)  # a probe we carried is delivered with it
+        out.append(report)
+
+    def _give_back(self, probes: set[str]) -> None:
+        if probes:
+            self.routes.give_back(probes)
+
+    # -- answers ----------------------------------------------------------------------
+
+    def _error(
+        self, code: ErrorCode, message: str, out: list[Action], retry_after_s: float | None = None
+    ) -> None:
+        self.counters[f"error_{code}"] += 1
+        body = ErrorBody(code=code, message=message, retry_after_s=retry_after_s)
+        self._answer(False, self.gen.so_far(), body, out)
+
+    def _give_up(self, why: GiveUp, out: list[Action]) -> None:
+        self._error(why.code, why.message, out, why.retry_after_s)
+
+    def _answer(
+        self, ok: bool, output: str | None, error: ErrorBody | None, out: list[Action]
+    ) -> None:
+        self.state = S.DONE
+        self.send = 0
+        self._give_back(self.probes)
+        self.probes = set()
+        if ok:
+            self.counters["answered"] += 1
+            if self.degraded:
+                self.counters["degraded"] += 1
+        gen = self.gen
+        # What the answer cost: a generation's tokens (its end token is not text, nor
+        # counted), or a layer network's own count, if it keeps one.
+        read = len(gen.prompt_tokens) if gen.prompt_tokens is not None else self.prompt_count
+        written = gen.completion_tokens() if gen.started else self.completion_count
+        reply = InferReply(
+            ok=ok,
+            output=output,
+            route=self.route,
+            degraded=self.degraded,
+            attempts=self.attempts,
+            request_id=self.request_id,
+            model_id=self.model_id,
+            error=error,
+            retry_after_s=error.retry_after_s if error is not None else None,
+            prompt_tokens=read,
+            completion_tokens=written,
+            finish_reason=gen.finish_reason,
+        )
+        out.append(Answer(reply, tuple(self.also_reply_to), self.route))
+        if self.routes.keeps_sessions(self.route.model_id):
+            out.append(Release(self.route, self.session))

@@ -1,0 +1,99 @@
+"""The stage request a dispatch sends, from where the request stands. Pure.
+
+A route's stage is sent as the variant its model's executor takes
+(:mod:`hecate.wire.stages`): a layer network's activation (or the prompt, on a first
+stage), a generation's step (its session, position, the tokens to feed, the sampling),
+or a whole request. The lifecycle decides *which* stage goes and when; this says what
+it carries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hecate.core import Route
+from hecate.model.executor import ExecutorKind
+from hecate.wire.messages import InferRequest
+from hecate.wire.stages import LayersStage, StageRequest, StepStage, WholeStage
+from hecate_router.generation import Generation
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Stage ``index`` of ``route``, forwarded by the nodes down ``chained`` more stages
+    (0 when the router calls each stage itself)."""
+
+    route: Route
+    index: int
+    chained: int
+    model_layers: int
+    epoch: int
+
+
+def stage_request(
+    kind: ExecutorKind,
+    d: Dispatch,
+    request: InferRequest,
+    request_id: str,
+    activation: bytes,
+    session: str,
+    gen: Generation,
+) -> StageRequest:
+    """What stage ``d.index`` is sent: ``activation`` is the input of its first layer
+    (empty on layer 0, which takes the prompt), ``session`` and ``gen`` a generation's
+    state so far."""
+    stages = d.route.stages
+    stage = stages[d.index]
+    first = stage.layer_start == 0
+    # The route's end decodes; in a chain every stage carries it down to the end.
+    decode = request.max_tokens if (d.index == len(stages) - 1 or d.chained) else None
+    chain = stages[d.index + 1 : d.index + 1 + d.chained]
+    if kind == "steps":
+        return StepStage(
+            request_id=request_id,
+            model_id=d.route.model_id,
+            layer_start=stage.layer_start,
+            layer_end=stage.layer_end,
+            model_layers=d.model_layers,
+            epoch=d.epoch,
+            chain=chain,
+            stage_index=d.index,
+            session=session,
+            position=gen.position,
+            step=len(gen.generated),
+            prompt=request.prompt if first else "",
+            tokens=gen.step_tokens if first else None,
+            messages=request.messages if first else None,
+            activation=activation,
+            decode_tokens=decode,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            sampled_from=gen.sampled_from,
+        )
+    if kind == "whole":
+        return WholeStage(
+            request_id=request_id,
+            model_id=d.route.model_id,
+            layer_start=stage.layer_start,
+            layer_end=stage.layer_end,
+            model_layers=d.model_layers,
+            epoch=d.epoch,
+            chain=chain,
+            stage_index=d.index,
+            prompt=request.prompt,
+            decode_tokens=decode,
+        )
+    return LayersStage(
+        request_id=request_id,
+        model_id=d.route.model_id,
+        layer_start=stage.layer_start,
+        layer_end=stage.layer_end,
+        model_layers=d.model_layers,
+        epoch=d.epoch,
+        chain=chain,
+        stage_index=d.index,
+        prompt=request.prompt if first else "",
+        activation=activation,
+        decode_tokens=decode,
+    )

@@ -1,0 +1,217 @@
+"""What a router knows: the snapshots behind every decision, and the shell around the
+chooser that makes them.
+
+Holds the latest plan (KV watch; the revision is the epoch) and telemetry snapshot
+(KV watch) and the shared circuit breakers (:class:`BreakerView`), and feeds them, with
+this router's own suspicions, to a :class:`~hecate_router.Chooser` on every change,
+and the time each step of a request took as the router timed it, as it lands.
+Every decision (usable nodes, the route of a new request, the rescue of one in flight,
+whether admission must wait) is the chooser's; choosing here is only passing it the
+clock. Carrying the request out is the router service's job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+
+import msgspec
+from nats.aio.client import Client
+
+from hecate.bus import kv as kvs
+from hecate.bus.logs import event
+from hecate.core import (
+    FailoverOptions,
+    Recovered,
+    Route,
+    Router,
+    RoutingRequest,
+    SwarmPlan,
+    Unrecoverable,
+)
+from hecate.core.chooser import Chooser
+from hecate.executors import declared_kind
+from hecate.model.executor import ExecutorKind
+from hecate.wire import subjects
+from hecate.wire.messages import TelemetrySnapshot
+from hecate_router.breakers import BreakerView
+from hecate_router.fold import telemetry_nodes
+
+_plan = msgspec.json.Decoder(SwarmPlan)
+_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
+
+
+# Executors that compute each request from its activation alone, keeping nothing.
+SESSIONLESS_EXECUTORS = frozenset({"toy", "null"})
+
+
+class SwarmView:
+    def __init__(
+        self,
+        *,
+        failover: FailoverOptions,
+        suspect_s: float,
+        stale_s: float,
+        log: logging.Logger,
+    ) -> None:
+        self.chooser = Chooser(failover, suspect_s=suspect_s)
+        self.stale_s = stale_s
+        self.log = log
+        self.plan: SwarmPlan | None = None
+        self.epoch = 0
+        self.plan_at = 0.0
+        self.telemetry: TelemetrySnapshot | None = None
+        self.telemetry_at = 0.0  # when the latest snapshot came in: our wall clock...
+        self.telemetry_heard = 0.0  # ...and our monotonic one
+        self.breakers: BreakerView | None = None
+
+    @property
+    def router(self) -> Router | None:
+        """The chooser's router: the folded snapshot and this router's in-flight work."""
+        return self.chooser.router
+
+    @property
+    def suspects(self) -> dict[str, float]:
+        return self.chooser.suspects  # node -> wall time we saw it fail
+
+    def suspect(self, node_id: str) -> None:
+        """Steer new requests away from a node that just failed a stage."""
+        self.chooser.suspect(node_id, time.time())
+        self.rebuild()
+
+    def measured(self, pipeline_id: str, seconds: float) -> None:
+        """A step along ``pipeline_id`` (one pass, or one decode step) took ``seconds``
+        as this router timed it: what the pipeline's links cost, for the next choice."""
+        self.chooser.measured(pipeline_id, seconds, time.time())
+
+    def expire_suspicions(self) -> None:
+        """Suspicions lapse even when no snapshot arrives to clear them."""
+        if self.chooser.lapsed(time.time()):
+            self.rebuild()
+
+    def freshness(self) -> dict[str, object]:
+        now = time.time()
+        plan_age = now - self.plan_at if self.plan else None
+        tel_age = now - self.telemetry_at if self.telemetry else None
+        return {
+            "plan_epoch": self.epoch,
+            "plan_age_s": plan_age,
+            "telemetry_age_s": tel_age,
+            "snapshot": "missing"
+            if self.plan is None or self.telemetry is None
+            else ("stale" if (tel_age or 0) > self.stale_s else "fresh"),
+            "suspects": sorted(self.suspects),
+            # Requests sent to an unmeasured pipeline to measure it (Router.explore):
+            # why a pipeline the cost model passes over still carries a few.
+            "explored": self.router.explored if self.router is not None else 0,
+        }
+
+    async def follow_plan(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
+        async for plan, revision in kvs.follow(kv, subjects.PLAN_KEY, _plan, self._bad("plan")):
+            if plan is None:
+                continue  # deleted: routes go on along the last plan until a new one
+            self.plan = msgspec.structs.replace(plan, epoch=revision)  # revision is the epoch
+            self.epoch, self.plan_at = revision, time.time()
+            self.rebuild()
+            event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
+
+    async def follow_telemetry(self, nc: Client) -> None:
+        kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
+        bad = self._bad("telemetry")
+        async for snapshot, _revision in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
+            if snapshot is None:
+                continue
+            self.telemetry = snapshot
+            self.telemetry_at, self.telemetry_heard = time.time(), time.monotonic()
+            self.rebuild()
+
+    def _bad(self, what: str) -> Callable[[int, msgspec.DecodeError], None]:
+        def ignored(revision: int, exc: msgspec.DecodeError) -> None:
+            event(self.log, f"bad {what} ignored", logging.ERROR, revision=revision, error=str(exc))
+
+        return ignored
+
+    def rebuild(self) -> None:
+        """Plan + telemetry + circuits + local suspicions -> the chooser's fresh snapshot."""
+        if self.plan is None:
+            return
+        nodes, heard = telemetry_nodes(self.telemetry.nodes if self.telemetry else {})
+        open_circuits: set[str] = set()
+        leased: set[str] = set()
+        if self.breakers is not None:
+            open_circuits = {
+                target
+                for target, (snap, _revision) in self.breakers.snapshots.items()
+                if snap.state != "closed"
+            }
+            leased = self.breakers.leased
+        self.chooser.observe(
+            self.plan,
+            nodes,
+            now=time.time(),
+            open_circuits=open_circuits,
+            leased=leased,
+            heard=heard,
+        )
+
+    def choose(
+        self, model_id: str, request: RoutingRequest, full: Collection[str] = ()
+    ) -> tuple[Route, bool, set[str]]:
+        """The route for a new request, whether it is degraded, and the half-open
+        targets whose probe it carries (see :meth:`take`). The decision is
+        :meth:`Chooser.choose`'s: the cheapest intact pipeline, else the best rescue of a
+        broken one, else what telemetry alone says when only suspicion is in the way;
+        :class:`Saturated` when only pipelines in ``full`` are intact."""
+        route, degraded = self.chooser.choose(model_id, request, full, now=time.time())
+        return route, degraded, self.take(route)
+
+    def saturated(self, model_id: str, full: Collection[str]) -> bool:
+        """Every healthy pipeline of ``model_id`` is in ``full`` (and there is one): a
+        request for it now would wait for room."""
+        return self.chooser.saturated(model_id, full)
+
+    def rescue(
+        self, route: Route, lost_node: str, request: RoutingRequest
+    ) -> Recovered | Unrecoverable:
+        """The failover of a request in flight after ``lost_node`` failed it. Whoever
+        sends the request along the rescue route passes it to :meth:`take` first."""
+        return self.chooser.rescue(route, lost_node, request)
+
+    def take(self, route: Route) -> set[str]:
+        """A request is about to be sent along ``route``: the probe lease this router
+        holds for any target on it is spent. Every route a request is sent along, first
+        or rescue, goes through here, so a half-open target gets exactly one probe."""
+        if self.breakers is None:
+            return set()
+        taken = self.breakers.took(route.node_ids)
+        if taken:
+            self.rebuild()  # the probe is out: block the target again until it reports
+        return taken
+
+    def give_back(self, probes: set[str]) -> None:
+        """Probe leases a request took and will never deliver (its route changed, or
+        it was answered before reaching the target)."""
+        if probes and self.breakers is not None:
+            self.breakers.abandon(probes)
+            self.rebuild()
+
+    def keeps_sessions(self, model_id: str) -> bool:
+        """Whether ``model_id``'s nodes keep per-session state (a generative executor's
+        KV caches) that the router must release when a generation ends or moves. The
+        activation-passing networks hold nothing between requests."""
+        m = self.plan.model(model_id) if self.plan is not None else None
+        return m is not None and m.executor not in SESSIONLESS_EXECUTORS
+
+    def executor_kind(self, model_id: str) -> ExecutorKind:
+        """The kind of executor the plan gives ``model_id`` to, which says what its
+        stage messages carry; an executor this router does not know is taken for a
+        layer network, as every stage was before stages had kinds."""
+        m = self.plan.model(model_id) if self.plan is not None else None
+        return (declared_kind(m.executor) if m is not None else None) or "layers"
+
+    def layers(self, model_id: str) -> int:
+        assert self.plan is not None
+        m = self.plan.model(model_id)
+        return m.layers if m is not None else 0
