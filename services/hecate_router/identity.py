@@ -4,7 +4,7 @@ When a tenant's NATS account imports the swarm's ``hecate.infer.>`` (and
 ``hecate.stream.>``), the server stamps
 each request crossing the import with a ``Nats-Request-Info`` header naming the
 requesting account (``{"acc": ...}``), over whatever header the client sent
-(tests/integration/test_bus_identity.py shows it on a real server). A tenant's account
+(tests/shared/bus/test_bus_identity.py shows it on a real server). A tenant's account
 is named after the tenant. So:
 
 * ``bus``: the tenant is the account the server names. A request that names another

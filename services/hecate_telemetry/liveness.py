@@ -54,7 +54,7 @@ class LivenessConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The defaults declare a SIGKILLed node that heartbeated every 100 ms like clockwork
     down 0.48 s after its last heartbeat (0.1 + 0.1 + 5.61 x 0.05), while a node whose
     heartbeats have come 200-400 ms apart keeps its place for 0.58-0.83 s of silence
-    (tests/unit/test_liveness.py computes both)."""
+    (tests/services/telemetry/test_liveness.py computes both)."""
 
     threshold: float = 8.0  # phi at which a node is suspected (Akka's and Cassandra's 8)
     window: int = 100  # inter-arrival times kept per node (10 s of 100 ms heartbeats)

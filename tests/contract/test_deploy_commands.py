@@ -610,7 +610,7 @@ def _secret_refs(container: dict[str, Any]) -> list[str]:
 
 def test_k8s_runs_no_nats_cli() -> None:
     # What prepares the buckets is `hecate kv-buckets`, tested on a locked-down server
-    # (tests/integration/test_kv_buckets.py); the nats CLI's needs are not.
+    # (tests/services/launcher/test_kv_buckets.py); the nats CLI's needs are not.
     for where, _, container in _k8s_containers():
         assert "nats-box" not in str(container.get("image")), f"{where}: use hecate kv-buckets"
 

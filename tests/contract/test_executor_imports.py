@@ -8,7 +8,7 @@ converts its wire messages into the executor's typed inputs, never the other way
 
 from __future__ import annotations
 
-from .test_layers import IMPORTS
+from tests.contract.test_layers import IMPORTS
 
 LIBRARIES = ("llm", "model")
 ALLOWED = ("hecate.core.errors", "hecate.model.executor", "hecate.model", "hecate.llm")

@@ -29,7 +29,10 @@ from hecate_dev.bench.llm_single import MODEL
 from hecate_dev.bench.llm_swarm import standing
 
 STAGES = [[("a", 0, 10), ("b", 10, 20), ("c", 20, 30)]]
-GOLDEN = Path(__file__).resolve().parents[3] / "tests/model/golden/smollm2-135m-long-prompts.json"
+GOLDEN = (
+    Path(__file__).resolve().parents[3]
+    / "tests/shared/engine/golden/smollm2-135m-long-prompts.json"
+)
 EXECUTORS = ("smollm2", "smollm2-numpy")
 TOKENS = 8
 

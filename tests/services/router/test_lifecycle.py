@@ -1,0 +1,576 @@
+"""The request lifecycle, driven in memory: a real chooser over a hand-written swarm,
+fake nodes that answer whatever the machine sends, and hypothesis over the order in
+which replies, failures, deadlines, node-down news, cancels and joins arrive."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hecate.core import (
+    FailoverOptions,
+    ModelSpec,
+    NodeState,
+    Recovered,
+    Route,
+    RoutingRequest,
+    Unrecoverable,
+)
+from hecate.core.chooser import Chooser
+from hecate.model.executor import ExecutorKind
+from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
+from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
+from hecate_router.flow import (
+    Abort,
+    Action,
+    Answer,
+    Cancelled,
+    Event,
+    Failure,
+    FlowOptions,
+    Move,
+    NodeDown,
+    PublishFailover,
+    Release,
+    Report,
+    RetryJoined,
+    Send,
+    StageFailed,
+    StageReplied,
+    Start,
+    Stream,
+    Tick,
+)
+from hecate_router.lifecycle import TRANSITIONS, Lifecycle, State
+from tests.support.builders import pipeline, plan
+
+RACKS = ("a", "b", "c")
+# Three copies of a 3-stage model on the same boundaries, and a one-node reserve model.
+PLAN = plan(
+    [
+        *(
+            pipeline(f"m-r{i}", "m", *((f"{x}{k}", 4 * k, 4 * k + 4) for k in range(3)))
+            for i, x in enumerate(RACKS)
+        ),
+        pipeline("mini-r0", "mini", ("r", 0, 4)),
+    ],
+    models=[
+        ModelSpec(model_id="m", layers=12),
+        ModelSpec(model_id="mini", layers=4, role="reserve"),
+    ],
+)
+NODES = tuple(n.node_id for n in PLAN.nodes)
+PROMPT_IDS = [5, 6, 7, 8]
+
+
+@dataclass
+class Swarm:
+    """The :class:`Routes` a machine sees: a real chooser, and a breaker's probe leases
+    kept as a ledger so the tests can see each probe delivered or given back once."""
+
+    generative: bool = False
+    leased: set[str] = field(default_factory=set)
+    taken: Counter[str] = field(default_factory=Counter)
+    returned: Counter[str] = field(default_factory=Counter)
+    chooser: Chooser = field(init=False)
+    epoch: int = 1
+
+    def __post_init__(self) -> None:
+        self.chooser = Chooser(FailoverOptions(allow_degraded=True, reserve_model="mini"))
+        nodes = {n: NodeState(alive=True, last_seen=50.0) for n in NODES}
+        self.chooser.observe(PLAN, nodes, now=100.0)
+
+    def layers(self, model_id: str) -> int:
+        return 12 if model_id == "m" else 4
+
+    def keeps_sessions(self, model_id: str) -> bool:
+        return self.generative and model_id == "m"
+
+    def executor_kind(self, model_id: str) -> ExecutorKind:
+        return "steps" if self.keeps_sessions(model_id) else "layers"
+
+    def rescue(self, route: Route, lost: str, request: RoutingRequest) -> Recovered | Unrecoverable:
+        return self.chooser.rescue(route, lost, request)
+
+    def suspect(self, node_id: str) -> None:
+        self.chooser.suspect(node_id, 100.0)
+
+    def take(self, route: Route) -> set[str]:
+        got = self.leased & set(route.node_ids)
+        self.leased -= got
+        self.taken.update(got)
+        return got
+
+    def give_back(self, probes: set[str]) -> None:
+        self.returned.update(probes)
+
+
+def machine(
+    swarm: Swarm, *, max_tokens: int = 3, stop: list[str] | None = None, chain: bool = False
+) -> Lifecycle:
+    route, degraded = swarm.chooser.choose("m", RoutingRequest(tokens=max_tokens))
+    m = Lifecycle(
+        request=InferRequest(prompt="hi", max_tokens=max_tokens, stream=True, stop=stop or []),
+        request_id="r1",
+        flight_id="router-1-f00d-1",
+        model_id="m",
+        route=route,
+        routes=swarm,
+        options=FlowOptions(chain=chain),
+        counters=Counter(),
+        degraded=degraded,
+    )
+    m.probes = swarm.take(route)
+    return m
+
+
+def answer(send: Send) -> StageReply:
+    """What a healthy node says to ``send``: a generative model's stages are steps."""
+    r = send.request
+    step = r if isinstance(r, StepStage) else None
+    said = PROMPT_IDS if step and step.tokens is None and r.layer_start == 0 else None
+    if r.layer_end < r.model_layers and not send.chained:
+        return ActivationReply(activation=bytes([r.layer_end]), prompt_tokens=said)
+    if step is None:
+        return OutputReply(output=f"out-{r.model_id}")
+    return TokenReply(prompt_tokens=said, token=10 + step.step, text=f"t{step.step} ")
+
+
+@dataclass
+class Run:
+    """A machine, everything it did, and the checks that hold after every event."""
+
+    m: Lifecycle
+    first: Route = field(init=False)
+    actions: list[Action] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+    acted: set[int] = field(default_factory=set)
+    delivered: Counter[str] = field(default_factory=Counter)  # probes reported while held
+    now: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.first = self.m.route
+
+    def feed(self, event: Event) -> list[Action]:
+        done_before = self.m.state is State.DONE
+        before = (self.m.state, self.m.send, self.m.stage, self.m.resend_at)
+        due = isinstance(event, Tick) and self.m.due(event.now)
+        held = set(self.m.probes)
+        out = self.m.handle(event)
+        for a in out:
+            if isinstance(a, Report) and a.node_id in held:
+                held.discard(a.node_id)
+                self.delivered[a.node_id] += 1
+        after = (self.m.state, self.m.send, self.m.stage, self.m.resend_at)
+        if isinstance(event, Tick):  # the sweep may skip exactly the ticks that do nothing
+            assert due == bool(out or before != after)
+        assert not (done_before and out), "a finished request acts on nothing"
+        if isinstance(event, StageReplied | StageFailed) and (out or before != after):
+            assert event.send not in self.acted, "each send is acted on once"
+            self.acted.add(event.send)
+        for i, a in enumerate(out):
+            if isinstance(a, Send):
+                assert i == len(out) - 1, "a send is the last thing a step does"
+                self.sends.append(a)
+            if isinstance(a, Answer):
+                assert all(isinstance(b, Release) for b in out[i + 1 :])
+        self.actions += out
+        return out
+
+    @property
+    def last(self) -> Send:
+        return self.sends[-1]
+
+    def reply_ok(self) -> list[Action]:
+        s = self.last
+        stage = s.stage + s.chained
+        reply = answer(s)
+        return self.feed(StageReplied(s.send, stage, reply, self.now))
+
+    def finish(self) -> None:
+        """Let healthy nodes answer until the request is answered."""
+        for _ in range(200):
+            if self.m.state is State.DONE:
+                return
+            self.now += 0.01
+            if self.m.state in (State.RESENDING, State.WAITING):
+                self.now += 1.0
+                self.feed(Tick(self.now))
+            else:
+                self.reply_ok()
+        raise AssertionError("no answer after 200 steps")
+
+    def answers(self) -> list[Answer]:
+        return [a for a in self.actions if isinstance(a, Answer)]
+
+
+def started(swarm: Swarm, **kw: object) -> Run:
+    run = Run(machine(swarm, **kw))  # type: ignore[arg-type]
+    run.feed(Start(0.0))
+    return run
+
+
+# -- the table ----------------------------------------------------------------------------
+
+
+def test_every_state_but_done_has_a_way_out_and_done_has_none() -> None:
+    exits = {s for (s, _), targets in TRANSITIONS.items() for t in targets if t is not s}
+    assert exits == {State.NEW, State.SENT, State.RESENDING, State.WAITING}
+    assert not any(s is State.DONE for s, _ in TRANSITIONS)
+
+
+# -- the plain paths ----------------------------------------------------------------------
+
+
+def test_a_request_goes_stage_by_stage_and_is_answered_once() -> None:
+    run = started(Swarm())
+    run.finish()
+    assert [s.stage for s in run.sends] == [0, 1, 2]
+    [a] = run.answers()
+    assert a.reply.ok
+    assert a.reply.output == "out-m"
+    assert a.also == ()
+    assert run.m.counters["answered"] == 1
+
+
+def test_a_generation_streams_each_token_and_counts_what_it_cost() -> None:
+    swarm = Swarm(generative=True)
+    run = started(swarm, max_tokens=3)
+    run.finish()
+    tokens = [a.token for a in run.actions if isinstance(a, Stream)]
+    assert [t.index for t in tokens] == [0, 1, 2]
+    [a] = run.answers()
+    assert a.reply.output == "t0 t1 t2 "
+    assert (a.reply.prompt_tokens, a.reply.completion_tokens, a.reply.finish_reason) == (
+        4,
+        3,
+        "length",
+    )
+    assert isinstance(run.actions[-1], Release)  # the nodes drop the session after
+
+
+def test_a_stop_string_ends_the_generation_without_it() -> None:
+    run = started(Swarm(generative=True), max_tokens=8, stop=["t2"])
+    run.finish()
+    [a] = run.answers()
+    assert a.reply.output == "t0 t1 "
+    assert a.reply.finish_reason == "stop"
+
+
+def test_a_late_reply_of_an_old_send_is_ignored_and_counted() -> None:
+    run = started(Swarm())
+    first = run.last
+    run.reply_ok()
+    out = run.feed(StageReplied(first.send, 0, answer(first), 0.0))
+    assert out == []
+    assert run.m.counters["late_replies"] == 1
+
+
+# -- failures -----------------------------------------------------------------------------
+
+
+def test_no_responders_moves_to_another_replica_and_resumes_where_it_was() -> None:
+    run = started(Swarm())
+    run.reply_ok()  # stage 0 done: the activation entering layer 4 is held
+    lost = run.last.node_id
+    failure = Failure("no_responders", "no responders")
+    out = run.feed(StageFailed(run.last.send, 1, failure, 0.1))
+    failover = next(a for a in out if isinstance(a, PublishFailover))
+    assert failover.lost_node == lost
+    assert failover.kind in ("replica", "splice")
+    assert any(isinstance(a, Move) for a in out)
+    assert not any(isinstance(a, Report) for a in out)  # silence is telemetry's news
+    assert run.last.stage == 1
+    assert run.last.node_id != lost
+    run.finish()
+    assert run.answers()[0].reply.attempts == 2
+
+
+def test_a_generation_s_sessions_are_named_by_the_flight_never_by_the_caller_s_id() -> None:
+    """The request_id is the caller's to choose (and another tenant's to reuse): the
+    nodes' caches are named by the router's flight id, a fresh one per attempt."""
+    run = started(Swarm(generative=True), max_tokens=3)
+    run.reply_ok()
+    run.feed(StageFailed(run.last.send, 1, Failure("no_responders", "no responders"), 0.1))
+    run.finish()
+    steps = [s.request for s in run.sends if isinstance(s.request, StepStage)]
+    released = [a.session for a in run.actions if isinstance(a, Release)]
+    flight = run.m.flight_id
+    assert {r.session for r in steps} == {f"{flight}.1", f"{flight}.2"}
+    assert released == [f"{flight}.1", f"{flight}.2"]
+    assert not any(run.m.request_id in r.session for r in steps)
+
+
+def test_an_error_reply_is_reported_to_the_breaker_with_its_code() -> None:
+    run = started(Swarm())
+    err = ErrorReply(error=ErrorBody(code="overloaded", message="busy"))
+    out = run.feed(StageReplied(run.last.send, 0, err, 0.1))
+    assert Report(run.sends[0].node_id, False, "overloaded", None) in out
+
+
+def test_the_request_s_own_fault_is_answered_without_a_failover() -> None:
+    run = started(Swarm())
+    err = ErrorReply(error=ErrorBody(code="prompt_too_long", message="long"))
+    out = run.feed(StageReplied(run.last.send, 0, err, 0.1))
+    assert not any(isinstance(a, PublishFailover) for a in out)
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "prompt_too_long"
+
+
+def test_a_stage_past_its_deadline_fails_over_once() -> None:
+    run = started(Swarm())
+    assert run.feed(Tick(1.0)) == []  # before the deadline: nothing
+    out = run.feed(Tick(2.5))
+    assert sum(isinstance(a, PublishFailover) for a in out) == 1
+    assert run.feed(Tick(2.6)) == []  # the new send has its own deadline
+
+
+def test_no_responders_right_after_a_reconnect_resends_without_blame() -> None:
+    run = started(Swarm())
+    run.m.reconnect.reconnected(0.0, expected=NODES)
+    send = run.last
+    out = run.feed(StageFailed(send.send, 0, Failure("no_responders", "no responders"), 0.5))
+    assert out == []
+    assert run.m.state is State.RESENDING
+    assert run.feed(NodeDown(send.node_id, "silent", 0.55)) == []  # no send is out
+    out = run.feed(Tick(0.7))
+    assert isinstance(out[-1], Send)
+    assert out[-1].node_id == send.node_id
+    assert out[-1].send != send.send
+
+
+def test_too_large_is_the_request_s_fault_not_a_node_s() -> None:
+    run = started(Swarm())
+    run.feed(StageFailed(run.last.send, 0, Failure("too_large", "the prompt is too long"), 0.1))
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "payload_too_large"
+
+
+def test_a_cancel_answers_cancelled_with_the_text_so_far() -> None:
+    run = started(Swarm(generative=True), max_tokens=8)
+    for _ in range(3 * 2):
+        run.reply_ok()
+    run.feed(Cancelled(1.0))
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "cancelled"
+    assert a.reply.output == "t0 t1 "
+
+
+def test_a_retry_that_joined_gets_the_same_answer() -> None:
+    run = started(Swarm())
+    run.feed(RetryJoined("retry-inbox"))
+    run.finish()
+    assert run.answers()[0].also == ("retry-inbox",)
+
+
+# -- no route left: waiting for one --------------------------------------------------------
+
+
+def only_alive(swarm: Swarm, alive: set[str], heard: float = 50.0) -> None:
+    """Telemetry's news: these nodes alive (last heard at ``heard``), the others down."""
+    nodes = {n: NodeState(alive=n in alive, last_seen=heard if n in alive else 1.0) for n in NODES}
+    swarm.chooser.observe(PLAN, nodes, now=100.0)
+
+
+def test_a_silence_that_leaves_no_route_waits_and_takes_the_first_route_back() -> None:
+    swarm = Swarm()
+    run = started(swarm)
+    lost = run.last.node_id
+    rack = lost[0]
+    # The rest of the swarm went silent with it (a partition, say): no route is left.
+    only_alive(swarm, {n for n in NODES if n.startswith(rack)} - {lost})
+    out = run.feed(NodeDown(lost, "silent for 500 ms", 0.5))
+    assert out == []  # no failover told, no answer: held
+    assert run.m.state is State.WAITING
+    assert run.m.counters["held_for_route"] == 1
+    assert run.feed(NodeDown(lost, "silent", 0.6)) == []  # nothing is out to fail
+    assert run.feed(Tick(0.55)) == []  # before the next look: nothing
+    assert run.feed(Tick(1.0)) == []  # looked: still nothing
+    other = next(r for r in RACKS if r != rack)
+    only_alive(swarm, {n for n in NODES if n.startswith(other)}, heard=101.0)
+    out = run.feed(Tick(3.0))
+    [told] = [a for a in out if isinstance(a, PublishFailover)]
+    assert (told.lost_node, told.kind) == (lost, "replica")
+    assert "held 2.5 s for a route" in told.reason
+    assert any(isinstance(a, Move) for a in out)
+    assert run.last.node_id.startswith(other)
+    run.finish()
+    [a] = run.answers()
+    assert a.reply.ok
+    assert a.reply.attempts == 2
+    assert run.m.counters["route_came_back"] == 1
+
+
+def test_the_node_that_went_silent_coming_back_takes_its_request_back() -> None:
+    swarm = Swarm()
+    run = started(swarm)
+    lost = run.last.node_id
+    only_alive(swarm, set())
+    run.feed(NodeDown(lost, "silent", 0.5))
+    assert run.m.state is State.WAITING
+    only_alive(swarm, set(NODES), heard=101.0)  # heard again since it was suspected
+    out = run.feed(Tick(1.0))
+    [told] = [a for a in out if isinstance(a, PublishFailover)]
+    assert told.kind == "unaffected"
+    assert run.last.node_id == lost
+
+
+def test_a_wait_that_ends_with_no_route_is_unrecoverable_and_says_how_long() -> None:
+    swarm = Swarm()
+    run = started(swarm)
+    only_alive(swarm, set())
+    sent = run.last
+    run.feed(StageFailed(sent.send, 0, Failure("timeout", "no reply within 2.0 s"), 2.0))
+    assert run.m.state is State.WAITING
+    wait = run.m.options.route_wait_s
+    assert run.feed(Tick(2.0 + wait - 0.05)) == []
+    out = run.feed(Tick(2.0 + wait + 0.01))
+    [told] = [a for a in out if isinstance(a, PublishFailover)]
+    assert told.kind == "unrecoverable"
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "unrecoverable"
+    assert f"no route came back within {wait:.1f} s" in a.reply.error.message
+    assert run.m.counters["waited_out"] == 1
+
+
+def test_an_error_that_leaves_no_route_is_answered_at_once() -> None:
+    swarm = Swarm()
+    run = started(swarm)
+    only_alive(swarm, set())
+    err = ErrorReply(error=ErrorBody(code="internal", message="boom"))
+    run.feed(StageReplied(run.last.send, 0, err, 0.1))
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "unrecoverable"
+
+
+def test_no_wait_when_it_is_off() -> None:
+    swarm = Swarm()
+    run = Run(machine(swarm))
+    run.m.options = FlowOptions(route_wait_s=0.0)
+    run.feed(Start(0.0))
+    only_alive(swarm, set())
+    run.feed(NodeDown(run.last.node_id, "silent", 0.5))
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "unrecoverable"
+
+
+def test_a_waiting_request_can_be_cancelled_and_joined() -> None:
+    swarm = Swarm()
+    run = started(swarm)
+    only_alive(swarm, set())
+    run.feed(NodeDown(run.last.node_id, "silent", 0.5))
+    run.feed(RetryJoined("retry-inbox"))
+    run.feed(Cancelled(0.7))
+    [a] = run.answers()
+    assert a.also == ("retry-inbox",)
+    assert a.reply.error is not None
+    assert a.reply.error.code == "cancelled"
+
+
+# -- any order ----------------------------------------------------------------------------
+
+Op = tuple[str, int]
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "ok",
+                "error",
+                "no_responders",
+                "stale",
+                "tick",
+                "node_down",
+                "cancel",
+                "join",
+                "abort",
+                "blackout",
+                "heal",
+            ]
+        ),
+        st.integers(0, len(NODES) - 1),
+    ),
+    max_size=40,
+)
+
+
+def apply(run: Run, op: Op) -> None:
+    kind, n = op
+    run.now += 0.05
+    live = run.m.state is State.SENT
+    s = run.last
+    if kind == "ok" and live:
+        run.reply_ok()
+    elif kind == "error" and live:
+        err = ErrorReply(error=ErrorBody(code="internal", message="boom"))
+        run.feed(StageReplied(s.send, s.stage + s.chained, err, run.now))
+    elif kind == "no_responders" and live:
+        failure = Failure("no_responders", "no responders")
+        run.feed(StageFailed(s.send, s.stage, failure, run.now))
+    elif kind == "stale":
+        old = run.sends[n % len(run.sends)]
+        if old.send != run.m.send:
+            reply = answer(old)
+            run.feed(StageReplied(old.send, old.stage + old.chained, reply, run.now))
+    elif kind == "tick":
+        run.now += 1.0 * n
+        run.feed(Tick(run.now))
+    elif kind == "node_down":
+        run.feed(NodeDown(NODES[n], "silent", run.now))
+    elif kind == "cancel":
+        run.feed(Cancelled(run.now))
+    elif kind == "join":
+        run.feed(RetryJoined(f"retry-{n}"))
+    elif kind == "abort":
+        run.feed(Abort("draining", "router stopped", run.now))
+    elif kind == "blackout":  # every node but a few falls silent at once
+        only_alive(run.m.routes, {NODES[n]})  # type: ignore[arg-type]
+    elif kind == "heal":
+        only_alive(run.m.routes, set(NODES), heard=101.0)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=ops,
+    generative=st.booleans(),
+    probes=st.frozensets(st.sampled_from(NODES)),
+    reconnected=st.booleans(),
+    chain=st.booleans(),
+)
+def test_whatever_the_order_one_answer_balanced_load_bounded_replays_one_probe(
+    ops: list[Op], generative: bool, probes: frozenset[str], reconnected: bool, chain: bool
+) -> None:
+    swarm = Swarm(generative=generative, leased=set(probes))
+    run = started(swarm, max_tokens=3, chain=chain)
+    if reconnected:
+        run.m.reconnect.reconnected(0.0, expected=NODES)
+    for op in ops:
+        apply(run, op)
+    run.finish()
+    # Exactly one reply per request, whatever raced.
+    assert len(run.answers()) == 1
+    # The load it put on routes: one begin (the start) plus one per move, as many ends.
+    # Each move leaves the route the load was on; the answer ends the last one.
+    routes = [run.first]
+    for move in (a for a in run.actions if isinstance(a, Move)):
+        assert move.old == routes[-1]
+        routes.append(move.new)
+    assert run.answers()[0].route == routes[-1]
+    # Attempts and replays stay within their limits.
+    assert run.m.attempts <= run.m.options.max_attempts
+    assert run.m.gen.replays <= run.m.options.max_replays
+    # Each probe taken is delivered (reported while the request held it) or given
+    # back, once. (After a heal a request may come back to a target whose probe it gave
+    # back: that report is an ordinary outcome, not a delivery.)
+    for target, n in swarm.taken.items():
+        assert n == 1
+        assert swarm.returned[target] + run.delivered[target] == 1, target
+    assert not set(swarm.returned) - set(swarm.taken)

@@ -1,0 +1,181 @@
+"""Writes llama.cpp's reference for the engine on small synthetic models of every weight
+type and attention shape it claims (tests/shared/engine/test_synthetic_golden.py).
+
+For each case of :data:`CASES`: a float32 model of random weights is written by
+``hecate_dev.synthetic_gguf`` (seeded, so the test can write the very same file), then
+quantised by llama.cpp's own quantiser (``llama_model_quantize``, ``pure``: every
+matrix, the embedding included, of the one type) and run by llama.cpp: the prompt in
+one batch, then greedy decoding, one token a step. ``synthetic/<case>.json`` keeps the
+prompt, llama.cpp's greedy ids and each step's margin (top logit minus the next),
+a SHA-256 over the quantised tensors (name, type, bytes) and the versions;
+``synthetic/<case>.npz`` keeps the step-0 logits. The quantised file itself is kept
+(``synthetic/<case>.gguf``) only for the types whose quantiser exists only in llama.cpp
+(the k-quants); for the others the test quantises the same floats with ``gguf`` and
+checks the hash, which proves it made llama.cpp's bytes. ``synthetic/tokenizers.json``
+keeps llama.cpp's token ids for a few texts under each tokenizer the engine rebuilds:
+SentencePiece on a small vocabulary (``spm_vocabulary``), and SmolLM2's vocabulary
+under each byte-level pre-tokenizer.
+
+The models have no tokenizer (``tokenizer.ggml.model = no_vocab``; llama.cpp loads that
+as is): a vocabulary of 256 ids keeps a k-quant file near 0.5 MB, where SmolLM2's 49,152
+tokens would make every file 13 MB of embedding. The engine is fed token ids, so the
+tokenizer has no part in what is compared.
+
+Run by hand, with the ``bench`` extra installed (it builds llama-cpp-python)::
+
+    .venv/bin/python tests/shared/engine/golden/make_synthetic_golden.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from hecate.llm.gguf_file import GGUFFile
+from hecate_dev.synthetic_gguf import QUANTISABLE, Shape, spm_vocabulary, tensors_sha256, write
+
+HERE = Path(__file__).resolve().parent / "synthetic"
+SEED = 7
+PROMPT_LENGTH = 48
+STEPS = 32
+#: small enough to commit, every matrix's inputs a whole number of k-quant blocks (256)
+BASE = Shape(layers=2, hidden=256, heads=4, kv_heads=2, ffn=256, vocab=256, context=256)
+
+#: case → (weight type, shape)
+CASES: dict[str, tuple[Q, Shape]] = {
+    **{f"type-{q.name}": (q, BASE) for q in (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1)},
+    **{f"type-{q.name}": (q, BASE) for q in (Q.Q4_K, Q.Q5_K, Q.Q6_K)},
+    "gqa-1to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "kv_heads": 4})),
+    "gqa-3to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "hidden": 384, "heads": 6, "kv_heads": 2})),
+    "gqa-4to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "kv_heads": 1})),
+    "head-dim-128": (Q.Q8_0, Shape(**{**BASE.__dict__, "heads": 2, "kv_heads": 1})),
+    "separate-head": (Q.Q8_0, Shape(**{**BASE.__dict__, "tied": False})),
+    "qwen2-qkv-bias": (Q.Q8_0, Shape(**{**BASE.__dict__, "arch": "qwen2"})),
+    "llama3-rope-scaling": (Q.Q8_0, Shape(**{**BASE.__dict__, "rope_scaling": "llama3"})),
+    "linear-rope-scaling": (Q.Q8_0, Shape(**{**BASE.__dict__, "rope_scaling": "linear"})),
+}
+
+#: llama.cpp's file types (``llama_ftype``) for each weight type
+FTYPES = {Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7}
+FTYPES.update({Q.Q4_K: 15, Q.Q5_K: 17, Q.Q6_K: 18})
+
+
+def prompt(vocab: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(SEED).integers(0, vocab, PROMPT_LENGTH)]
+
+
+def _margin(logits: np.ndarray) -> float:
+    top2 = np.partition(logits, -2)[-2:]
+    return float(top2[1] - top2[0])
+
+
+def quantised(llama: Any, source: Path, kind: Q, out: Path) -> None:
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = FTYPES[kind]
+    params.pure = True
+    params.nthread = 2
+    if llama.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params)):
+        raise RuntimeError(f"llama.cpp could not quantise {source} to {kind.name}")
+
+
+def run(llama: Any, path: Path, ids: list[int]) -> tuple[list[int], list[float], np.ndarray]:
+    llm: Any = llama.Llama(
+        model_path=str(path), n_threads=2, n_ctx=128, logits_all=True, verbose=False
+    )
+    llm.eval(ids)
+    logits = np.asarray(llm.scores[len(ids) - 1], dtype=np.float32).copy()
+    step0 = logits.copy()
+    out, margins = [], []
+    for _ in range(STEPS):
+        token = int(np.argmax(logits))
+        out.append(token)
+        margins.append(_margin(logits))
+        llm.eval([token])
+        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32).copy()
+    return out, margins, step0
+
+
+#: what the tokenizers are held to: spaces, digits, accents and emoji (byte fallback),
+#: special tokens, code
+TEXTS = (
+    "The capital of France is",
+    "Hello  world\n\nnew line, é and 😀 at 12345 o'clock",
+    " leading space, I'm sure they've",
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1)",
+    "<s>x</s><|im_start|>user",
+)
+#: the byte-level pre-tokenizers checked on SmolLM2's vocabulary (llama.cpp splits by
+#: the name in ``tokenizer.ggml.pre``, whatever the vocabulary)
+PRE_TOKENIZERS = ("smollm", "gpt-2", "llama-bpe", "qwen2")
+
+
+def tokenizer_cases(smollm2: Path) -> dict[str, dict[str, Any]]:
+    """Each tokenizer case's metadata: SentencePiece on a small vocabulary of its own,
+    and SmolLM2's vocabulary under each byte-level pre-tokenizer."""
+    meta = GGUFFile(smollm2).metadata
+    base = {
+        k: meta[k]
+        for k in meta
+        if k.startswith("tokenizer.ggml.") and k != "tokenizer.chat_template"
+    }
+    cases = {"spm": spm_vocabulary()}
+    for pre in PRE_TOKENIZERS:
+        cases[f"bpe-{pre}"] = {**base, "tokenizer.ggml.pre": pre}
+    return cases
+
+
+def tokenizers(llama: Any, folder: Path) -> None:
+    from hecate.llm.store import pull
+
+    out = {}
+    for case, meta in tokenizer_cases(pull("smollm2-135m")).items():
+        path = write(folder / f"{case}.gguf", Q.F32, Shape(layers=1), tokenizer=meta)
+        llm: Any = llama.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+        out[case] = {
+            text: llm.tokenize(text.encode(), add_bos=add_bos, special=True) for text in TEXTS
+        }
+        print(f"tokenizer {case}: {sum(len(v) for v in out[case].values())} ids")
+    golden = {"llama_cpp_python": llama.__version__, "texts": list(TEXTS), "ids": out}
+    (HERE / "tokenizers.json").write_text(json.dumps(golden, indent=1) + "\n")
+
+
+def main() -> None:
+    llama = importlib.import_module("llama_cpp")
+    HERE.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizers(llama, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, (kind, shape) in CASES.items():
+            source = write(Path(tmp) / "f32.gguf", Q.F32, shape, SEED, floats=True)
+            path = HERE / f"{case}.gguf" if kind not in QUANTISABLE else Path(tmp) / "q.gguf"
+            quantised(llama, source, kind, path)
+            ids = prompt(shape.vocab)
+            greedy, margins, step0 = run(llama, path, ids)
+            golden = {
+                "case": case,
+                "type": kind.name,
+                "shape": shape.__dict__,
+                "seed": SEED,
+                "prompt": ids,
+                "greedy": greedy,
+                "margins": margins,
+                "tensors_sha256": tensors_sha256(path),
+                "file_kept": kind not in QUANTISABLE,
+                "llama_cpp_python": llama.__version__,
+            }
+            (HERE / f"{case}.json").write_text(json.dumps(golden, indent=1) + "\n")
+            np.savez_compressed(HERE / f"{case}.npz", step0_logits=step0)
+            confident = sum(m > 0.5 for m in margins)
+            print(f"{case}: {kind.name}, {confident}/{STEPS} steps with margin > 0.5")
+
+
+if __name__ == "__main__":
+    main()
