@@ -58,6 +58,7 @@ from hecate_router.flow import (
     StageReplied,
     Start,
     Stream,
+    Suspect,
     Tick,
 )
 from hecate_router.hearing import Hearing
@@ -254,6 +255,8 @@ class FlightDeck:
                     await self.view.breakers.report(
                         node_id, ok=ok, code=code, retry_after_s=retry_after_s
                     )
+            case Suspect(node_id):
+                self.view.suspect(node_id)
             case PublishFailover():
                 await self._failover(flight, action)
             case Move(old, new):

@@ -39,10 +39,6 @@ class Routes(Protocol):
         self, route: Route, lost_node: str, request: RoutingRequest
     ) -> Recovered | Unrecoverable: ...
 
-    def suspect(self, node_id: str) -> None:
-        """Route around ``node_id`` for a while: it just failed a stage."""
-        ...
-
     def take(self, route: Route) -> set[str]:
         """Spend the probe leases held for targets on ``route``: their probes ride here."""
         ...
@@ -218,6 +214,14 @@ class PublishFailover:
 
 
 @dataclass(frozen=True, slots=True)
+class Suspect:
+    """``node_id`` just failed a stage: new requests steer clear of it until telemetry
+    hears from it again (the router's view keeps the suspicion, on its own clock)."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Move:
     """The request's load leaves ``old`` for ``new`` (a rescue route)."""
 
@@ -252,4 +256,4 @@ class Answer:
     route: Route
 
 
-Action = Send | Stream | Report | PublishFailover | Move | Release | Sample | Answer
+Action = Send | Stream | Report | Suspect | PublishFailover | Move | Release | Sample | Answer

@@ -3,23 +3,9 @@
 No I/O, no clock (events carry the time), no tasks. The router service maps what it
 hears to events (flow.py) and runs the actions; the tests drive the machine in memory.
 
-States and what moves a request between them (anything else is ignored; see the rule
-below the table)::
-
-    NEW        --Start-------------------------------> SENT
-    SENT       --StageReplied (next stage / token)---> SENT
-    SENT       --StageReplied (last) ----------------> DONE
-    SENT       --StageFailed / NodeDown / Tick past
-                 the deadline: rescued --------------> SENT
-                 the server just came back,
-                 or the router hears nobody ---------> RESENDING
-                 a node went silent, no route left --> WAITING
-                 no rescue, limits, request's fault -> DONE
-    RESENDING  --Tick at resend time-----------------> SENT
-    WAITING    --Tick: a route came back ------------> SENT
-                 none within the wait, or limits ----> DONE
-    any live   --Cancelled / Abort-------------------> DONE
-    DONE       --anything----------------------------> DONE (ignored)
+Its states and the table of what may move it between them are in
+:mod:`hecate_router.states`: every change of state goes through that table, and a move
+it does not hold raises.
 
 **The one rule:** an outcome (reply or failure) acts only on the dispatch that is
 current: each send is numbered, and an outcome naming any other number (a late reply,
@@ -41,7 +27,6 @@ node that answered with an error, or a router that hears nobody (its own isolati
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -71,6 +56,7 @@ from hecate_router.flow import (
     StageReplied,
     Start,
     Stream,
+    Suspect,
     Tick,
 )
 from hecate_router.generation import Generation
@@ -78,29 +64,10 @@ from hecate_router.hearing import Hearing, isolated
 from hecate_router.reconnect import ReconnectWindow
 from hecate_router.rescue import GiveUp, ResendSoon, classify, triage, verdict
 from hecate_router.stages import Dispatch, stage_request
-
-
-class State(enum.Enum):
-    NEW = "new"
-    SENT = "sent"  # one dispatch out, awaiting its outcome
-    RESENDING = "resending"  # the bus just came back: the same stage goes again shortly
-    WAITING = "waiting"  # no route after a silence: held for one to come back
-    DONE = "done"  # answered; nothing acts on it any more
-
+from hecate_router.states import State, accepts, move
 
 S = State
-TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
-    (S.NEW, Start): frozenset({S.SENT}),
-    (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
-    (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
-    (S.SENT, NodeDown): frozenset({S.SENT, S.WAITING, S.DONE}),
-    (S.SENT, Tick): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
-    (S.RESENDING, Tick): frozenset({S.RESENDING, S.SENT}),
-    (S.WAITING, Tick): frozenset({S.WAITING, S.SENT, S.DONE}),
-    **{(s, Cancelled): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
-    **{(s, Abort): frozenset({S.DONE}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
-    **{(s, RetryJoined): frozenset({s}) for s in (S.NEW, S.SENT, S.RESENDING, S.WAITING)},
-}
+
 
 # What a node's silence looks like (flow.Failure.kind): the failures a route may come
 # back from while the request waits.
@@ -157,6 +124,9 @@ class Lifecycle:
     prompt_count: int | None = None
     completion_count: int | None = None
     kinds: dict[str, ExecutorKind] = field(default_factory=dict)  # what executes each model
+    # The event being handled and the state it found: what bounds each move (_to).
+    _event: Event | None = field(default=None, repr=False)
+    _from: State = field(default=State.NEW, repr=False)
 
     def __post_init__(self) -> None:
         if not self.flight_id:
@@ -166,10 +136,10 @@ class Lifecycle:
     # -- the one entry point ----------------------------------------------------------
 
     def handle(self, event: Event) -> list[Action]:
-        allowed = TRANSITIONS.get((self.state, type(event)))
-        if allowed is None or not self._current(event):
+        if not accepts(self.state, event) or not self._current(event):
             self._ignored(event)
             return []
+        self._event, self._from = event, self.state
         out: list[Action] = []
         match event:
             case Start(now):
@@ -202,8 +172,12 @@ class Lifecycle:
                 self._error("cancelled", "the caller cancelled the request", out)
             case Abort(code, message, now):
                 self._error(code, message, out)
-        assert self.state in allowed, (event, self.state)
         return out
+
+    def _to(self, state: State) -> None:
+        """Every change of state: only what the table lets the event in hand do."""
+        assert self._event is not None
+        self.state = move(self._from, self._event, state)
 
     def due(self, now: float) -> bool:
         """Whether a :class:`Tick` at ``now`` would do anything (a deadline passed, or a
@@ -243,7 +217,7 @@ class Lifecycle:
             self.step_at = now
         self.sent_at = now
         self.deadline = now + self.options.stage_timeout_s * (1 + chained)
-        self.state = S.SENT
+        self._to(S.SENT)
         if route.model_id not in self.kinds:
             self.kinds[route.model_id] = self.routes.executor_kind(route.model_id)
         d = Dispatch(route, i, chained, self.routes.layers(route.model_id), self.routes.epoch)
@@ -341,7 +315,7 @@ class Lifecycle:
                     self.excused_since = now
             else:
                 self.counters["resent_after_reconnect"] += 1
-            self.state = S.RESENDING
+            self._to(S.RESENDING)
             self.resend_at = first.at
             self.resent = True
             return None
@@ -349,7 +323,7 @@ class Lifecycle:
             return self._give_up(first, out)
         if not why.silent:  # errors and slowness are the breaker's; liveness, telemetry's
             self._report(Report(node_id, False, why.breaker_code, why.retry_after_s), out)
-        self.routes.suspect(node_id)
+        out.append(Suspect(node_id))
         result = self.routes.rescue(
             self.route, node_id, RoutingRequest(tokens=self.request.max_tokens)
         )
@@ -361,7 +335,7 @@ class Lifecycle:
         # route or with its answer, so no wait is under way here.)
         self.held = Held(node_id, why, now)
         self.counters["held_for_route"] += 1
-        self.state = S.WAITING
+        self._to(S.WAITING)
         self._look_at(now)
         return None
 
@@ -492,7 +466,7 @@ class Lifecycle:
     def _answer(
         self, ok: bool, output: str | None, error: ErrorBody | None, out: list[Action]
     ) -> None:
-        self.state = S.DONE
+        self._to(S.DONE)
         self.send = 0
         self._give_back(self.probes)
         self.probes = set()

@@ -23,9 +23,10 @@ from hecate_router.flow import (
     Tick,
 )
 from hecate_router.hearing import Hearing, isolated
-from hecate_router.lifecycle import Lifecycle, State
+from hecate_router.lifecycle import Lifecycle
 from hecate_router.reconnect import ReconnectWindow
 from hecate_router.rescue import GiveUp, ResendSoon, triage, verdict
+from hecate_router.states import State
 from tests.services.router.test_lifecycle import Run, Swarm, answer, started
 from tests.services.router.test_rescue import RESCUED
 

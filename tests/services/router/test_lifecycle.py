@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +25,7 @@ from hecate.core.chooser import Chooser
 from hecate.model.executor import ExecutorKind
 from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
 from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
+from hecate_router import states
 from hecate_router.flow import (
     Abort,
     Action,
@@ -42,9 +45,11 @@ from hecate_router.flow import (
     StageReplied,
     Start,
     Stream,
+    Suspect,
     Tick,
 )
-from hecate_router.lifecycle import TRANSITIONS, Lifecycle, State
+from hecate_router.lifecycle import Lifecycle
+from hecate_router.states import TRANSITIONS, IllegalMove, State
 from tests.support.builders import pipeline, plan
 
 RACKS = ("a", "b", "c")
@@ -161,6 +166,8 @@ class Run:
         held = set(self.m.probes)
         out = self.m.handle(event)
         for a in out:
+            if isinstance(a, Suspect):  # what the router's shell does with it
+                cast(Swarm, self.m.routes).suspect(a.node_id)
             if isinstance(a, Report) and a.node_id in held:
                 held.discard(a.node_id)
                 self.delivered[a.node_id] += 1
@@ -220,6 +227,23 @@ def test_every_state_but_done_has_a_way_out_and_done_has_none() -> None:
     exits = {s for (s, _), targets in TRANSITIONS.items() for t in targets if t is not s}
     assert exits == {State.NEW, State.SENT, State.RESENDING, State.WAITING}
     assert not any(s is State.DONE for s, _ in TRANSITIONS)
+
+
+def test_a_move_the_table_does_not_hold_raises_even_under_python_o() -> None:
+    assert states.move(State.SENT, Tick(1.0), State.WAITING) is State.WAITING
+    with pytest.raises(IllegalMove, match=r"Tick cannot move a request from State\.RESENDING"):
+        states.move(State.RESENDING, Tick(1.0), State.DONE)
+    with pytest.raises(IllegalMove):
+        states.move(State.DONE, Cancelled(1.0), State.DONE)  # no row at all
+
+
+def test_a_failed_stage_asks_the_shell_to_suspect_its_node_before_any_resend() -> None:
+    run = Run(machine(Swarm()))
+    run.feed(Start(0.0))
+    lost = run.last.node_id
+    out = run.feed(StageFailed(run.last.send, 0, Failure("error_reply", "boom", "internal"), 0.1))
+    assert Suspect(lost) in out
+    assert out.index(Suspect(lost)) < len(out) - 1  # the rescue's send comes after it
 
 
 # -- the plain paths ----------------------------------------------------------------------
@@ -386,7 +410,7 @@ def test_a_silence_that_leaves_no_route_waits_and_takes_the_first_route_back() -
     # The rest of the swarm went silent with it (a partition, say): no route is left.
     only_alive(swarm, {n for n in NODES if n.startswith(rack)} - {lost})
     out = run.feed(NodeDown(lost, "silent for 500 ms", 0.5))
-    assert out == []  # no failover told, no answer: held
+    assert out == [Suspect(lost)]  # suspected; no failover told, no answer: held
     assert run.m.state is State.WAITING
     assert run.m.counters["held_for_route"] == 1
     assert run.feed(NodeDown(lost, "silent", 0.6)) == []  # nothing is out to fail
