@@ -79,7 +79,8 @@ class Node:
             executor = checked(executor, config.executor)
         self.config = config
         self.executor = executor
-        self.profile = config.joined()
+        # Joined with what its executor declares it is: the plan carries it to routers.
+        self.profile = msgspec.structs.replace(config.joined(), kind=executor.kind)
         self.log = log
         self.fault = NodeFault()  # healthy
         self.draining = False

@@ -31,8 +31,7 @@ from hecate.core import (
     Unrecoverable,
 )
 from hecate.core.chooser import Chooser
-from hecate.executors import declared_kind
-from hecate.model.executor import ExecutorKind
+from hecate.core.kinds import ExecutorKind, keeps_sessions
 from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_router.breakers import BreakerView
@@ -40,10 +39,6 @@ from hecate_router.fold import telemetry_nodes
 
 _plan = msgspec.json.Decoder(SwarmPlan)
 _telemetry = msgspec.json.Decoder(TelemetrySnapshot)
-
-
-# Executors that compute each request from its activation alone, keeping nothing.
-SESSIONLESS_EXECUTORS = frozenset({"toy", "null"})
 
 
 class SwarmView:
@@ -199,17 +194,15 @@ class SwarmView:
 
     def keeps_sessions(self, model_id: str) -> bool:
         """Whether ``model_id``'s nodes keep per-session state (a generative executor's
-        KV caches) that the router must release when a generation ends or moves. The
-        activation-passing networks hold nothing between requests."""
-        m = self.plan.model(model_id) if self.plan is not None else None
-        return m is not None and m.executor not in SESSIONLESS_EXECUTORS
+        KV caches) that the router must release when a generation ends or moves."""
+        return keeps_sessions(self.executor_kind(model_id))
 
     def executor_kind(self, model_id: str) -> ExecutorKind:
-        """The kind of executor the plan gives ``model_id`` to, which says what its
-        stage messages carry; an executor this router does not know is taken for a
-        layer network, as every stage was before stages had kinds."""
-        m = self.plan.model(model_id) if self.plan is not None else None
-        return (declared_kind(m.executor) if m is not None else None) or "layers"
+        """The kind the executor of ``model_id`` declares, as the plan carries it from its
+        nodes' profiles, which says what its stage messages carry; a model no node of
+        the plan runs yet is taken for a layer network."""
+        kind = self.plan.executor_kind(model_id) if self.plan is not None else None
+        return kind or "layers"
 
     def layers(self, model_id: str) -> int:
         assert self.plan is not None

@@ -65,18 +65,6 @@ EXECUTORS: dict[str, Callable[[], Executor]] = {
 }
 
 
-#: The kind each built-in declares, and the executors a node is handed by its caller
-#: rather than built here (an upstream provider takes arguments): what a router needs
-#: to know to send a model's stages, without importing what computes them.
-DECLARED_KINDS: dict[str, ExecutorKind] = {
-    "toy": "layers",
-    "null": "layers",
-    "smollm2": "steps",
-    "smollm2-numpy": "steps",
-    "upstream": "whole",
-}
-
-
 #: The model file each built-in generative executor runs (pulled before its nodes start).
 BUILT_IN_MODELS = {"smollm2": "smollm2-135m", "smollm2-numpy": "smollm2-135m"}
 
@@ -93,30 +81,6 @@ def generative_model(name: str) -> str | None:
     if name in BUILT_IN_MODELS:
         return BUILT_IN_MODELS[name]
     return name if _registered(name) else None
-
-
-#: kinds found for names outside the built-ins (a router asks on every request)
-_SEEN: dict[str, ExecutorKind] = {}
-
-
-def declared_kind(name: str) -> ExecutorKind | None:
-    """The kind the executor registered as ``name`` declares (an entry point's factory
-    is loaded, not called, and read for its ``kind``); None when nobody here knows it."""
-    if name in DECLARED_KINDS:
-        return DECLARED_KINDS[name]
-    if name in _SEEN:
-        return _SEEN[name]
-    if _registered(name):
-        _SEEN[name] = "steps"
-        return "steps"
-    for ep in entry_points(group=GROUP):
-        if ep.name == name:
-            kind = getattr(ep.load(), "kind", None)
-            found = next((k for k in KINDS if k == kind), None)
-            if found is not None:
-                _SEEN[name] = found
-            return found
-    return None
 
 
 def available() -> dict[str, str]:

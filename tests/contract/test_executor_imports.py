@@ -1,5 +1,6 @@
-"""The executors are libraries: the model packages know the shared executor types and
-the error codes, nothing of the wire, the bus or the services that run them.
+"""The executors are libraries: the model packages know the shared executor types, the
+kinds of executor and the error codes, nothing of the wire, the bus or the services that
+run them.
 
 ``test_layers`` already keeps them below the services; this holds them tighter, so that
 an executor stays usable (and testable) without any of HECATE's messaging: the node
@@ -11,7 +12,13 @@ from __future__ import annotations
 from tests.contract.test_layers import IMPORTS
 
 LIBRARIES = ("llm", "model")
-ALLOWED = ("hecate.core.errors", "hecate.model.executor", "hecate.model", "hecate.llm")
+ALLOWED = (
+    "hecate.core.errors",
+    "hecate.core.kinds",
+    "hecate.model.executor",
+    "hecate.model",
+    "hecate.llm",
+)
 
 
 def test_the_model_libraries_import_only_the_executor_types_and_the_error_codes() -> None:

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from hecate.core.kinds import ExecutorKind
+
 # Ids travel as NATS subject tokens and KV keys: one slug rule for all of them.
 SLUG_PATTERN = "^[a-z0-9][a-z0-9_-]{0,63}$"
 Slug = Annotated[str, msgspec.Meta(pattern=SLUG_PATTERN)]
@@ -29,6 +31,7 @@ class NodeProfile(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     score: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     executor: Slug = "toy"
+    kind: ExecutorKind = "layers"  # what that executor declares (its node fills it in)
 
 
 class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +103,14 @@ class SwarmPlan(msgspec.Struct, frozen=True, kw_only=True):
             if m.model_id == model_id:
                 return m
         return None
+
+    def executor_kind(self, model_id: str) -> ExecutorKind | None:
+        """The kind the executor of ``model_id`` declares, as its nodes said when they
+        joined; None when the plan holds no such model or no node running it."""
+        m = self.model(model_id)
+        if m is None:
+            return None
+        return next((n.kind for n in self.nodes if n.executor == m.executor), None)
 
     def pipelines_of(self, model_id: str) -> tuple[Pipeline, ...]:
         return tuple(p for p in self.pipelines if p.model_id == model_id)

@@ -39,14 +39,13 @@ from typing import Literal, Protocol, runtime_checkable
 import msgspec
 
 from hecate.core.errors import ErrorCode
+from hecate.core.kinds import KINDS as KINDS
+from hecate.core.kinds import ExecutorKind as ExecutorKind
 
 #: Upper bound on a model's depth; a range ending past it is rejected as ``bad_range``.
 MAX_LAYERS = 4096
 #: Upper bound on ``max_tokens`` for ``decode``.
 MAX_TOKENS = 4096
-
-ExecutorKind = Literal["layers", "steps", "whole"]
-KINDS: tuple[ExecutorKind, ...] = ("layers", "steps", "whole")
 
 
 class ExecutorError(Exception):

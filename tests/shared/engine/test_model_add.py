@@ -17,7 +17,7 @@ from gguf import GGUFWriter
 from gguf.quants import quantize
 
 from hecate.core.plan import SLUG_PATTERN
-from hecate.executors import declared_kind, generative_model, get_executor
+from hecate.executors import generative_model, get_executor
 from hecate.llm.reference import greedy_text
 from hecate.llm.store import NAME_PATTERN, ModelStoreError, add, known, model_path, pull, registered
 from hecate_dev.synthetic_gguf import Shape, write
@@ -66,7 +66,7 @@ def test_an_added_model_is_an_executor_of_its_own_name(tmp_path: Path) -> None:
     assert registered()["tiny-qwen"] == entry
     assert known() == [SMOLLM2, "tiny-qwen"]
     assert pull("tiny-qwen") == path.resolve()  # not copied, not fetched
-    assert (declared_kind("tiny-qwen"), generative_model("tiny-qwen")) == ("steps", "tiny-qwen")
+    assert generative_model("tiny-qwen") == "tiny-qwen"
     executor = get_executor("tiny-qwen")
     assert executor.name == "tiny-qwen"
     assert executor.kind == "steps"

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import Route, Stage
-from hecate.executors import DECLARED_KINDS, EXECUTORS, declared_kind, kind_of
+from hecate.core.plan import ModelSpec, NodeProfile, SwarmPlan
 from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
 from hecate.wire.stages import (
     ActivationReply,
@@ -83,11 +83,28 @@ def test_an_error_reply_keeps_its_shape_and_is_no_stage_answer() -> None:
         reply_decoder().decode(body)
 
 
-def test_the_kinds_a_router_knows_are_the_ones_the_executors_declare() -> None:
-    for name, factory in EXECUTORS.items():
-        assert DECLARED_KINDS[name] == kind_of(factory()), name
-    assert declared_kind("upstream") == UpstreamModel.kind
-    assert declared_kind("no-such-executor") is None
+def test_a_router_knows_a_model_s_kind_from_the_plan_its_nodes_joined() -> None:
+    """The kind comes from the executor, through the node's profile into the plan: the
+    router needs no list of executor names (a plugin's included) to dispatch a stage."""
+    plan = SwarmPlan(
+        epoch=1,
+        models=(
+            ModelSpec(model_id="m", layers=2, executor="plugin"),
+            ModelSpec(model_id="u", layers=1, executor="upstream"),
+            ModelSpec(model_id="idle", layers=1, executor="nobody-runs-it"),
+        ),
+        nodes=(
+            NodeProfile(node_id="a", capacity_layers=2, executor="plugin", kind="steps"),
+            NodeProfile(
+                node_id="b", capacity_layers=1, executor="upstream", kind=UpstreamModel.kind
+            ),
+        ),
+        pipelines=(),
+    )
+    assert plan.executor_kind("m") == "steps"
+    assert plan.executor_kind("u") == "whole"
+    assert plan.executor_kind("idle") is None
+    assert plan.executor_kind("no-such-model") is None
 
 
 ROUTE = Route(
