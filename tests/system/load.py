@@ -10,7 +10,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import NoRespondersError, TimeoutError
 
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 from tests.support.waits import until

@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from hecate.bus.server import NatsServer
 from hecate.client import HecateClient
 from hecate.client.sdk import Attempt
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.resilience.backoff import SeedPolicy
 from hecate.wire.messages import InferReply, InferRequest
 from hecate_dev.chaos.acceptance import classify

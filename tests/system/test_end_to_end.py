@@ -7,7 +7,7 @@ import json
 import msgspec
 from nats.aio.client import Client
 
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from tests.support.swarm import (
     EXAMPLES,

@@ -13,7 +13,7 @@ import time
 
 from nats.aio.client import Client
 
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from hecate.wire.messages import FailoverEvent, NodeEvent
 from tests.support.swarm import EXAMPLES, Processes, infer, start_swarm, wait_until_serving

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from hecate.bus import kv as kvs
 from hecate.bus.settle import settled
 from hecate.core import SwarmPlan
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from hecate.wire.messages import FailoverEvent, NodeEvent, TelemetrySnapshot
 from tests.support.swarm import (

@@ -35,7 +35,7 @@ from nats.aio.client import Client
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from hecate_router.identity import REQUEST_INFO
 from tests.support.securebus import (

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from hecate.bus.server import NatsServer
 from hecate.client import HecateClient
 from hecate.client.sdk import Attempt
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from tests.support.swarm import (
     EXAMPLES,

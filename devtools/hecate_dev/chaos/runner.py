@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from hecate.bus import kv as kvs
 from hecate.client import HecateClient
 from hecate.core.plan import SwarmPlan
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from hecate.wire.messages import FailoverEvent, InferReply, NodeEvent
 from hecate_dev.chaos.harness import Swarm

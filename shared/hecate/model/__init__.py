@@ -1,9 +1,11 @@
 """Model executors: what a node runs on its layer range.
 
 ``Executor`` is the pluggable interface (one of three kinds, each a small protocol with
-typed inputs and outputs: :mod:`hecate.model.executor`); ``ToyModel`` (registered as ``"toy"`` in
-:mod:`hecate.executors`) is the built-in deterministic network that lets tests check any
-pipeline split bit-for-bit against ``reference``.
+typed inputs and outputs: :mod:`hecate.model.executor`); :mod:`hecate.model.toy`'s
+``ToyModel`` (registered as ``"toy"`` in :mod:`hecate.executors`) is the built-in
+deterministic network that lets tests check any pipeline split bit-for-bit against
+``reference``. It is imported from there, not here: the types alone (all a router
+needs) come without numpy.
 """
 
 from hecate.model.executor import (
@@ -21,12 +23,10 @@ from hecate.model.executor import (
     WholeExecutor,
     check_range,
 )
-from hecate.model.toy import VOCABULARY, ToyModel, reference
 
 __all__ = [
     "MAX_LAYERS",
     "MAX_TOKENS",
-    "VOCABULARY",
     "Executor",
     "ExecutorError",
     "ExecutorKind",
@@ -36,8 +36,6 @@ __all__ = [
     "StepExecutor",
     "StepInput",
     "StepOutput",
-    "ToyModel",
     "WholeExecutor",
     "check_range",
-    "reference",
 ]

@@ -20,7 +20,7 @@ from hecate.bus import kv as kvs
 from hecate.bus import tracing
 from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
-from hecate.model import reference
+from hecate.model.toy import reference
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 from hecate_node.config import NodeConfig

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 import hecate.executors as registry
 from hecate.core import NodeProfile
 from hecate.executors import EXECUTORS, checked, get_executor, kind_of
-from hecate.model import ExecutorError, LayerInput, StepInput, StepOutput, ToyModel, reference
+from hecate.model import ExecutorError, LayerInput, StepInput, StepOutput
+from hecate.model.toy import ToyModel, reference
 from hecate_node.batching import MAX_BATCH
 from hecate_node.config import NodeConfig
 from hecate_node.service import Node

@@ -17,15 +17,8 @@ from hypothesis import strategies as st
 
 import hecate.model
 from hecate.executors import EXECUTORS, get_executor
-from hecate.model import (
-    MAX_LAYERS,
-    MAX_TOKENS,
-    VOCABULARY,
-    Executor,
-    ExecutorError,
-    ToyModel,
-    reference,
-)
+from hecate.model import MAX_LAYERS, MAX_TOKENS, Executor, ExecutorError
+from hecate.model.toy import VOCABULARY, ToyModel, reference
 
 MODEL = "toy-7b"
 PROMPT = "the quick brown fox"
@@ -93,7 +86,7 @@ def test_model_id_seed_and_prompt_each_change_the_output() -> None:
 
 _CHILD = """
 import json, sys
-from hecate.model import ToyModel, reference
+from hecate.model.toy import ToyModel, reference
 m = ToyModel()
 x = m.run(sys.argv[1], 0, 12, m.embed(sys.argv[1], sys.argv[2]))
 print(json.dumps({
