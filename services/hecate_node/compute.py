@@ -93,6 +93,15 @@ class Compute:
                 span.set_attribute("hecate.compute_ms", waiting.spent_ns / 1e6)
                 span.set_attribute("hecate.batch", waiting.batch)
 
+    async def supervised(self) -> None:
+        """The batching loop, run by a caller that supervises it (the node's task
+        group: a failure here is logged and stops the node, never vanishes). Without
+        one, :meth:`step` starts the loop itself."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        await self._loop()
+
     async def offload(self, fn: Callable[..., R], *args: Any) -> R:
         """Run ``fn`` on the compute thread, between batches (a warm-up pass is compute
         like any other, and timed as such)."""

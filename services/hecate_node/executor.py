@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from hecate.model.executor import (
     Executor,
@@ -79,6 +80,10 @@ class Runner(Protocol):
 
     def limit_payload(self, max_payload: int) -> None: ...
 
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        """Its long-lived loops, for the node to run in its task group."""
+        ...
+
     async def release(self, session: str) -> None: ...
 
     def sessions(self) -> int: ...
@@ -96,6 +101,9 @@ class _Base:
 
     def limit_payload(self, max_payload: int) -> None:
         del max_payload
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return []
 
     async def release(self, session: str) -> None:
         del session
@@ -184,6 +192,9 @@ class StepRunner(_Base):
             prefill_rows=lambda: int(executor.prefill_chunk),
             on_batch=self._batched,
         )
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self.compute.supervised()]
 
     async def run(self, req: StageRequest, delay_ns: int) -> StageReply:
         if not isinstance(req, StepStage):

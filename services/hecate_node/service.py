@@ -127,6 +127,8 @@ class Node:
         node_id = self.profile.node_id
         await svc.start(url)
         self.runner.limit_payload(svc.nc.max_payload)
+        for loop in self.runner.loops():  # the compute loop, for one: never unsupervised
+            svc.spawn(loop)
         svc.spawn(self.holdings.follow(svc.nc))
         run = await svc.add_endpoint(
             "run",

@@ -159,6 +159,30 @@ async def test_a_refused_step_fails_alone_and_a_failed_batch_fails_all() -> None
         raise results[0]  # type: ignore[misc]
 
 
+async def test_a_supervised_loop_that_fails_raises_to_its_supervisor() -> None:
+    """The node runs the batching loop in its task group (Runner.loops): a defect in the
+    loop itself reaches the group, which logs it and stops the node, instead of the
+    loop vanishing and the steps waiting on it hanging."""
+    llm = Small(chunk=64)
+
+    def bad_bookkeeping(_spent: int, _batch: list[Waiting]) -> None:
+        raise RuntimeError("a defect after the batch")
+
+    runner = Compute(llm.execute, rows=llm.rows, prefill_rows=lambda: 64, on_batch=bad_bookkeeping)
+
+    async def node() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(runner.supervised())
+            tg.create_task(runner.step(request(session="a", tokens=[1, 2])))
+
+    try:
+        with pytest.raises(ExceptionGroup) as group:
+            await node()
+        assert group.group_contains(RuntimeError, match="a defect after the batch")
+    finally:
+        runner.close()
+
+
 async def test_a_step_s_span_says_how_long_it_queued_and_computed_and_with_how_many() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
