@@ -12,16 +12,20 @@ from hecate_router.identity import TenantSource
 from hecate_router.limits import LimitOptions
 from hecate_router.retrybook import MAX_JOINED, REMEMBER_BYTES
 
+# What each request's lifecycle runs on by default: the router's defaults for the same
+# settings are these, declared once (FlowOptions), not copied.
+FLOW = FlowOptions()
+
 
 class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     instance_id: str
     failover: FailoverOptions = FailoverOptions()
-    max_attempts: int = 3  # routes tried per request, the first included
-    max_replays: int = 2  # migrations of a generation onto a rescue route
-    stage_timeout_s: float = 2.0
+    max_attempts: int = FLOW.max_attempts  # routes tried per request, the first included
+    max_replays: int = FLOW.max_replays  # migrations of a generation onto a rescue route
+    stage_timeout_s: float = FLOW.stage_timeout_s
     # No route left after nodes went silent: a request in flight waits this long for
     # one to come back before it is answered unrecoverable (hecate_router.lifecycle).
-    route_wait_s: float = 5.0
+    route_wait_s: float = FLOW.route_wait_s
     suspect_s: float = 2.0  # how long a node that failed a stage is routed around
     stale_s: float = 2.0  # telemetry older than this is not trusted for load
     max_request_bytes: int = 256 * 1024
@@ -44,7 +48,7 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     # The longest a node is forgiven "no responders" after the router's own reconnect
     # (it may not have resubscribed yet); what the router hears since usually ends it
     # far sooner for each node (hecate_router.reconnect).
-    reconnect_grace_s: float = 3.0
+    reconnect_grace_s: float = FLOW.reconnect_grace_s
     # Where a request's tenant comes from: the account the bus vouches for ("bus", for a
     # bus with one account per tenant), or the body's unauthenticated field ("body").
     tenant_from: TenantSource = "body"
