@@ -9,21 +9,29 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hecate.cli.flags import Flag, add_flags, config_from
 from hecate.cli.process import instance_name as _instance
 from hecate.cli.process import run_service, service_parser
+from hecate_breaker.config import BreakerConfig
+
+# Types and defaults are BreakerConfig's (hecate.cli.flags).
+FLAGS = (
+    Flag("failure_threshold", "consecutive failures that open a circuit"),
+    Flag("window_s", "the failures must fall within this window"),
+    Flag("cooldown_s", "how long an open circuit rejects before one probe"),
+    Flag("probe_timeout_s", "a probe that does not report by then counts as failed"),
+)
 
 
 def _cmd_breaker(args: argparse.Namespace) -> int:
-    from hecate_breaker.config import BreakerConfig
     from hecate_breaker.quotas import load_quotas
     from hecate_breaker.service import BreakerService
 
-    config = BreakerConfig(
+    config = config_from(
+        args,
+        BreakerConfig,
+        FLAGS,
         instance_id=args.id or _instance("breaker"),
-        failure_threshold=args.failure_threshold,
-        window_s=args.window_s,
-        cooldown_s=args.cooldown_s,
-        probe_timeout_s=args.probe_timeout_s,
         quotas=load_quotas(args.quotas),
     )
     return run_service(
@@ -39,24 +47,7 @@ def add_parser(sub: Any) -> None:
         sub, "breaker", "run the breaker service: shared circuit breakers in KV"
     )
     breaker.add_argument("--id", default=None)
-    breaker.add_argument(
-        "--failure-threshold", type=int, default=5, help="consecutive failures that open a circuit"
-    )
-    breaker.add_argument(
-        "--window-s", type=float, default=30.0, help="the failures must fall within this window"
-    )
-    breaker.add_argument(
-        "--cooldown-s",
-        type=float,
-        default=60.0,
-        help="how long an open circuit rejects before one probe",
-    )
-    breaker.add_argument(
-        "--probe-timeout-s",
-        type=float,
-        default=10.0,
-        help="a probe that does not report by then counts as failed",
-    )
+    add_flags(breaker, BreakerConfig, FLAGS)
     breaker.add_argument(
         "--quotas",
         default=None,

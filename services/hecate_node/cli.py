@@ -10,13 +10,29 @@ import argparse
 import os
 from typing import Any
 
+from hecate.cli.flags import Flag, add_flags, config_from
 from hecate.cli.process import run_service, service_parser
 from hecate.core import HecateError, NodeProfile
+from hecate_node.config import NodeConfig
+
+# Types and defaults are NodeProfile's and NodeConfig's (hecate.cli.flags).
+PROFILE_FLAGS = (
+    Flag("latency_ms", "declared latency"),
+    Flag("score", "declared capability score"),
+)
+FLAGS = (
+    Flag("executor", "what computes the node's ranges (hecate model add names more)"),
+    Flag("heartbeat_s", "how often the node reports to telemetry", unit="ms"),
+    Flag(
+        "accept_faults",
+        "listen on hecate.node.<id>.fault for injected delays and errors "
+        "(chaos runs only; never in production)",
+    ),
+)
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
     from hecate.model import Executor
-    from hecate_node.config import NodeConfig
     from hecate_node.service import Node
 
     executor: Executor | None = None
@@ -27,17 +43,10 @@ def _cmd_node(args: argparse.Namespace) -> int:
             raise HecateError("--executor upstream needs --upstream-url and --upstream-model")
         key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
         executor = UpstreamModel(args.upstream_url, args.upstream_model, api_key=key)
-    config = NodeConfig(
-        profile=NodeProfile(
-            node_id=args.id,
-            capacity_layers=args.capacity_layers,
-            latency_ms=args.latency_ms,
-            score=args.score,
-        ),
-        executor=args.executor,
-        heartbeat_s=args.heartbeat_ms / 1000,
-        accept_faults=args.accept_faults,
+    profile = config_from(
+        args, NodeProfile, PROFILE_FLAGS, node_id=args.id, capacity_layers=args.capacity_layers
     )
+    config = config_from(args, NodeConfig, FLAGS, profile=profile)
     return run_service(
         "node",
         args.id,
@@ -52,16 +61,8 @@ def add_parser(sub: Any) -> None:
     )
     node.add_argument("--id", required=True, help="node id (a slug)")
     node.add_argument("--capacity-layers", type=int, required=True)
-    node.add_argument("--latency-ms", type=float, default=0.0, help="declared latency")
-    node.add_argument("--score", type=float, default=1.0, help="declared capability score")
-    node.add_argument("--executor", default="toy", help="layer executor (default toy)")
-    node.add_argument("--heartbeat-ms", type=float, default=100.0)
-    node.add_argument(
-        "--accept-faults",
-        action="store_true",
-        help="listen on hecate.node.<id>.fault for injected delays and errors "
-        "(chaos runs only; never in production)",
-    )
+    add_flags(node, NodeProfile, PROFILE_FLAGS)
+    add_flags(node, NodeConfig, FLAGS)
     node.add_argument(
         "--upstream-url",
         default=None,

@@ -10,19 +10,26 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from hecate.cli.flags import Flag, add_flags, config_from
 from hecate.cli.process import instance_name as _instance
 from hecate.cli.process import run_service, service_parser
+from hecate_planner.config import PlannerConfig
+
+# Types and defaults are PlannerConfig's (hecate.cli.flags).
+FLAGS = (Flag("settle_s", "quiet after the last join before the first plan", unit="ms"),)
 
 
 def _cmd_planner(args: argparse.Namespace) -> int:
-    from hecate_planner.config import PlannerConfig, swarm_from_topology
+    from hecate_planner.config import swarm_from_topology
     from hecate_planner.service import PlannerService
     from hecate_planner.strategies import load
 
-    config = PlannerConfig(
+    config = config_from(
+        args,
+        PlannerConfig,
+        FLAGS,
         swarm=swarm_from_topology(Path(args.topology).read_bytes(), args.pipelines),
         instance_id=args.id or _instance("planner"),
-        settle_s=args.settle_ms / 1000,
     )
     strategy = load(args.strategy)
     return run_service(
@@ -39,5 +46,5 @@ def add_parser(sub: Any) -> None:
     plan.add_argument("--topology", required=True, help="models and failover (nodes join)")
     plan.add_argument("--pipelines", type=int, default=None, help="base replicas (default 2)")
     plan.add_argument("--strategy", default="greedy", help="planner strategy name")
-    plan.add_argument("--settle-ms", type=float, default=500.0)
+    add_flags(plan, PlannerConfig, FLAGS)
     plan.set_defaults(run=_cmd_planner)

@@ -9,18 +9,27 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hecate.cli.flags import Flag, add_flags, config_from
 from hecate.cli.process import instance_name as _instance
 from hecate.cli.process import run_service, service_parser
+from hecate_telemetry.config import TelemetryConfig
+
+# Types and defaults are TelemetryConfig's (hecate.cli.flags).
+FLAGS = (
+    Flag(
+        "missed",
+        "heartbeat intervals of silence always allowed; past them a node is down once "
+        "its silence is unlikely given its own heartbeat history (phi accrual, at most 5 s)",
+    ),
+    Flag("publish_s", "the snapshot is written at most this often", unit="ms"),
+)
 
 
 def _cmd_telemetry(args: argparse.Namespace) -> int:
-    from hecate_telemetry.config import TelemetryConfig
     from hecate_telemetry.service import Telemetry
 
-    config = TelemetryConfig(
-        instance_id=args.id or _instance("telemetry"),
-        missed=args.missed,
-        publish_s=args.publish_ms / 1000,
+    config = config_from(
+        args, TelemetryConfig, FLAGS, instance_id=args.id or _instance("telemetry")
     )
     return run_service(
         "telemetry",
@@ -35,12 +44,5 @@ def add_parser(sub: Any) -> None:
         sub, "telemetry", "run the telemetry service: heartbeats -> liveness, snapshot"
     )
     tel.add_argument("--id", default=None)
-    tel.add_argument(
-        "--missed",
-        type=int,
-        default=3,
-        help="heartbeat intervals of silence always allowed; past them a node is down once "
-        "its silence is unlikely given its own heartbeat history (phi accrual, at most 5 s)",
-    )
-    tel.add_argument("--publish-ms", type=float, default=100.0)
+    add_flags(tel, TelemetryConfig, FLAGS)
     tel.set_defaults(run=_cmd_telemetry)
