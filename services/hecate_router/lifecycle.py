@@ -13,16 +13,8 @@ a failure of a send already replaced by a resend or a rescue) is ignored and cou
 So whatever order replies, deadlines and node-down news arrive in, each send is acted
 on once and the request is answered once.
 
-**Waiting for a route.** When a node went *silent* (a stage timed out, telemetry called
-it down, nobody listens on its subject) and no route is left, the swarm may be cut in
-two by a partition that heals in seconds, not dead: nodes that fall silent together
-are far more often behind one failed link or server than dead at once. The request is
-held, for at most ``route_wait_s``, and the rescue is asked again every
-``resend_delay_s``; the first route that comes back takes it, as a failover (an attempt,
-so a flight waits afresh at most ``max_attempts`` times), and only a wait that ends with
-none is ``unrecoverable``. A
-node that answered with an error, or a router that hears nobody (its own isolation:
-``hecate_router.hearing``), is not waited for.
+What a failed dispatch does (resend, reroute, wait for a route, or answer) is
+:mod:`hecate_router.losses`.
 """
 
 from __future__ import annotations
@@ -30,57 +22,34 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hecate.core import Recovered, Route, RoutingRequest, Unrecoverable
+from hecate.core import Route
 from hecate.core.errors import ErrorCode
 from hecate.model.executor import ExecutorKind
 from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest, StreamToken
 from hecate.wire.stages import ActivationReply, OutputReply, TokenReply
+from hecate_router import flow, losses
 from hecate_router.flow import (
-    Abort,
     Action,
     Answer,
-    Cancelled,
     Event,
     Failure,
     FlowOptions,
-    Move,
-    NodeDown,
-    PublishFailover,
     Release,
     Report,
-    RetryJoined,
     Routes,
     Sample,
     Send,
-    StageFailed,
-    StageReplied,
-    Start,
     Stream,
-    Suspect,
-    Tick,
 )
 from hecate_router.generation import Generation
-from hecate_router.hearing import Hearing, isolated
+from hecate_router.hearing import Hearing
+from hecate_router.losses import Held
 from hecate_router.reconnect import ReconnectWindow
-from hecate_router.rescue import GiveUp, ResendSoon, classify, triage, verdict
+from hecate_router.rescue import GiveUp, classify
 from hecate_router.stages import Dispatch, stage_request
 from hecate_router.states import State, accepts, move
 
 S = State
-
-
-# What a node's silence looks like (flow.Failure.kind): the failures a route may come
-# back from while the request waits.
-SILENCES = frozenset({"timeout", "node_down", "no_responders"})
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """Why a request waits for a route, and since when."""
-
-    node_id: str
-    why: Failure
-    since: float
 
 
 @dataclass(eq=False)
@@ -142,35 +111,35 @@ class Lifecycle:
         self._event, self._from = event, self.state
         out: list[Action] = []
         match event:
-            case Start(now):
+            case flow.Start(now):
                 self.started = now
                 self._dispatch(now, out)
-            case StageReplied():
+            case flow.StageReplied():
                 self._replied(event, out)
-            case StageFailed(_, stage, failure, now):
+            case flow.StageFailed(_, stage, failure, now):
                 self.stage = max(self.stage, stage)
-                self._failed(self.route.stages[self.stage].node_id, failure, now, out)
-            case NodeDown(node_id, reason, now):
+                losses.failed(self, self.route.stages[self.stage].node_id, failure, now, out)
+            case flow.NodeDown(node_id, reason, now):
                 why = Failure("node_down", f"node down: {reason}")
-                self._failed(node_id, why, now, out)
-            case Tick(now) if self.state is S.RESENDING:
+                losses.failed(self, node_id, why, now, out)
+            case flow.Tick(now) if self.state is S.RESENDING:
                 if now >= self.resend_at:
                     self._dispatch(now, out)
-            case Tick(now) if self.state is S.WAITING:
+            case flow.Tick(now) if self.state is S.WAITING:
                 if now >= self.resend_at:
-                    self._look_again(now, out)
-            case Tick(now):
+                    losses.look_again(self, now, out)
+            case flow.Tick(now):
                 if now > self.deadline:
                     s = self.options.stage_timeout_s
                     why = Failure("timeout", f"no reply within {s:.1f} s")
-                    self._failed(self.route.stages[self.stage].node_id, why, now, out)
-            case RetryJoined(reply_to):
+                    losses.failed(self, self.route.stages[self.stage].node_id, why, now, out)
+            case flow.RetryJoined(reply_to):
                 if reply_to:
                     self.also_reply_to.append(reply_to)
-            case Cancelled(now):
+            case flow.Cancelled(now):
                 self.counters["cancelled"] += 1
                 self._error("cancelled", "the caller cancelled the request", out)
-            case Abort(code, message, now):
+            case flow.Abort(code, message, now):
                 self._error(code, message, out)
         return out
 
@@ -189,21 +158,21 @@ class Lifecycle:
     def _current(self, event: Event) -> bool:
         """The one rule: outcomes of a send that is not the current one act on nothing."""
         match event:
-            case StageReplied(send, stage) | StageFailed(send, stage):
+            case flow.StageReplied(send, stage) | flow.StageFailed(send, stage):
                 return send == self.send and self.stage <= stage < len(self.route.stages)
-            case NodeDown(node_id):
+            case flow.NodeDown(node_id):
                 pending = self.route.stages[self.stage :] if self.options.chain else ()
                 return node_id in {s.node_id for s in pending} or (
                     self.route.stages[self.stage].node_id == node_id
                 )
-            case Tick(now) if self.state is S.SENT:
+            case flow.Tick(now) if self.state is S.SENT:
                 return now > self.deadline
         return True
 
     def _ignored(self, event: Event) -> None:
-        if isinstance(event, StageReplied):
+        if isinstance(event, flow.StageReplied):
             self.counters["late_replies"] += 1
-        elif isinstance(event, StageFailed):
+        elif isinstance(event, flow.StageFailed):
             self.counters["stale_failures"] += 1
 
     # -- stages -----------------------------------------------------------------------
@@ -218,22 +187,14 @@ class Lifecycle:
         self.sent_at = now
         self.deadline = now + self.options.stage_timeout_s * (1 + chained)
         self._to(S.SENT)
-        if route.model_id not in self.kinds:
-            self.kinds[route.model_id] = self.routes.executor_kind(route.model_id)
+        kind = self.kinds.get(route.model_id) or self.routes.executor_kind(route.model_id)
+        self.kinds[route.model_id] = kind  # a flight keeps the kind it started with
         d = Dispatch(route, i, chained, self.routes.layers(route.model_id), self.routes.epoch)
         act = self.acts.get(route.stages[i].layer_start, b"")
-        request = stage_request(
-            self.kinds[route.model_id],
-            d,
-            self.request,
-            self.request_id,
-            act,
-            self.session,
-            self.gen,
-        )
+        request = stage_request(kind, d, self.request, self.request_id, act, self.session, self.gen)
         out.append(Send(self.send, i, route.stages[i].node_id, request, chained))
 
-    def _replied(self, ev: StageReplied, out: list[Action]) -> None:
+    def _replied(self, ev: flow.StageReplied, out: list[Action]) -> None:
         at, reply, stages = ev.stage, ev.reply, self.route.stages
         self.stage = at
         self.send = 0
@@ -243,7 +204,7 @@ class Lifecycle:
             why = classify(reply.error)
             if isinstance(why, GiveUp):
                 return self._give_up(why, out)
-            return self._failed(node_id, why, ev.now, out)
+            return losses.failed(self, node_id, why, ev.now, out)
         last = at == len(stages) - 1
         for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
             self._report(Report(s.node_id, ok=True), out)
@@ -282,166 +243,6 @@ class Lifecycle:
         self.stage = 0
         self.acts = {0: b""}
         return self._dispatch(now, out)
-
-    # -- failure and failover ---------------------------------------------------------
-
-    def _failed(self, node_id: str, why: Failure, now: float, out: list[Action]) -> None:
-        """The current dispatch failed on ``node_id``: resend, reroute or answer."""
-        self.send = 0
-        opts = self.options
-        window, stage = self.reconnect, self.stage
-        cut_off = isolated(
-            why,
-            self.hearing,
-            reconnected_at=window.at,
-            sent=self.sent_at,
-            now=now,
-            quiet_s=opts.deaf_after_s,
-        )
-        first = triage(
-            why,
-            now,
-            node_id=node_id,
-            window=window,
-            stage=stage,
-            opts=opts,
-            isolated=cut_off,
-            excused_since=self.excused_since,
-        )
-        if isinstance(first, ResendSoon):
-            if first.isolated:  # the router's own link: not an attempt, nobody's fault
-                self.counters["resent_isolated"] += 1
-                if self.excused_since is None:
-                    self.excused_since = now
-            else:
-                self.counters["resent_after_reconnect"] += 1
-            self._to(S.RESENDING)
-            self.resend_at = first.at
-            self.resent = True
-            return None
-        if first is not None:
-            return self._give_up(first, out)
-        if not why.silent:  # errors and slowness are the breaker's; liveness, telemetry's
-            self._report(Report(node_id, False, why.breaker_code, why.retry_after_s), out)
-        out.append(Suspect(node_id))
-        result = self.routes.rescue(
-            self.route, node_id, RoutingRequest(tokens=self.request.max_tokens)
-        )
-        waits = opts.route_wait_s > 0 and why.kind in SILENCES and not cut_off
-        if isinstance(result, Recovered) or not waits:
-            return self._rescued(node_id, why, result, now, out, cut_off)
-        # No route after a silence (not an error a node answered), and the router not
-        # cut off itself: wait for one. (A waiting request leaves WAITING only onto a
-        # route or with its answer, so no wait is under way here.)
-        self.held = Held(node_id, why, now)
-        self.counters["held_for_route"] += 1
-        self._to(S.WAITING)
-        self._look_at(now)
-        return None
-
-    def _look_at(self, now: float) -> None:
-        """Ask for a route again after ``resend_delay_s``, or when the wait runs out."""
-        assert self.held is not None
-        wait_ends = self.held.since + self.options.route_wait_s
-        self.resend_at = min(now + self.options.resend_delay_s, wait_ends)
-
-    def _look_again(self, now: float, out: list[Action]) -> None:
-        """Waiting: a route back (any node of the request's route that the router's
-        view calls alive again is taken as it is) moves the request onto it; none when
-        the wait has run out answers it."""
-        held = self.held
-        assert held is not None
-        result = self.routes.rescue(self.route, "", RoutingRequest(tokens=self.request.max_tokens))
-        waited = now - held.since
-        if isinstance(result, Recovered) or waited >= self.options.route_wait_s:
-            self.held = None
-            self.counters["route_came_back" if isinstance(result, Recovered) else "waited_out"] += 1
-            why = Failure(
-                held.why.kind,
-                f"{held.why.reason}; held {waited:.1f} s for a route",
-                held.why.code,
-                held.why.retry_after_s,
-            )
-            return self._rescued(held.node_id, why, result, now, out, None, waited)
-        self._look_at(now)
-        return None
-
-    def _rescued(
-        self,
-        node_id: str,
-        why: Failure,
-        result: Recovered | Unrecoverable,
-        now: float,
-        out: list[Action],
-        cut_off: str | None,
-        waited: float | None = None,
-    ) -> None:
-        """Tell the swarm how the loss of ``node_id`` ended (``waited``: after so long
-        waiting for a route), then move or answer."""
-        opts = self.options
-        old = self.route
-        kind = result.kind if isinstance(result, Recovered) else "unrecoverable"
-        self.counters["failovers"] += 1
-        self.counters[f"failover_{kind}"] += 1
-        new = result.route if isinstance(result, Recovered) else None
-        out.append(
-            PublishFailover(
-                request_id=self.request_id,
-                model_id=self.model_id,
-                lost_node=node_id,
-                kind=kind,
-                old_route=old,
-                new_route=new,
-                attempt=self.attempts,
-                reason=why.reason,
-            )
-        )
-        replays = self.gen.replays if self.gen.started else None
-        rescue = verdict(
-            result,
-            why,
-            node_id,
-            attempts=self.attempts,
-            replays=replays,
-            opts=opts,
-            isolated=cut_off,
-        )
-        if isinstance(rescue, GiveUp):
-            if waited is not None and not isinstance(result, Recovered):
-                late = f"{rescue.message}; no route came back within {waited:.1f} s"
-                rescue = GiveUp(rescue.code, late, rescue.retry_after_s)
-            return self._give_up(rescue, out)
-        return self._move(rescue, now, out)
-
-    def _move(self, rescue: Recovered, now: float, out: list[Action]) -> None:
-        """Carry the request onto the rescue route and send its next stage there."""
-        old = self.route
-        self.attempts += 1
-        self.counters["retries"] += 1
-        if rescue.route.model_id != old.model_id:  # a reserve model starts from its prompt
-            self.acts = {0: b""}
-        self.degraded = self.degraded or rescue.degraded
-        out.append(Move(old, rescue.route))
-        self.route = rescue.route
-        # The rescue route spends any probe lease held for a target on it, as a first
-        # route does; a probe for a target it leaves out is given back.
-        kept = {t for t in self.probes if t in rescue.route.node_ids}
-        self._give_back(self.probes - kept)
-        self.probes = kept | self.routes.take(rescue.route)
-        # A fresh session per attempt: caches a dead route left half-built are never mixed.
-        if self.routes.keeps_sessions(old.model_id):
-            out.append(Release(old, self.session))
-        self.session = f"{self.flight_id}.{self.attempts}"
-        if self.gen.started:
-            # Generation: the rescue route's caches are empty; replay the prompt and every
-            # token so far (the sampled ones as decode steps), then carry on where the
-            # stream was.
-            self.counters["replays"] += 1
-            self.gen.replay()
-            self.acts = {0: b""}
-        # Resume at the last stage whose input we already hold (layer 0 = the prompt).
-        self.stage = max(i for i, s in enumerate(self.route.stages) if s.layer_start in self.acts)
-        self._dispatch(now, out)
 
     def _report(self, report: Report, out: list[Action]) -> None:
         self.probes.discard(report.node_id)  # a probe we carried is delivered with it
