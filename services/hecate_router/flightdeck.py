@@ -35,6 +35,7 @@ from hecate.wire.errors import as_code
 from hecate.wire.messages import (
     STREAM_TOKEN_HEADERS,
     ErrorReply,
+    Failover,
     FailoverEvent,
     InferRequest,
     SessionRelease,
@@ -49,7 +50,6 @@ from hecate_router.flow import (
     FlowOptions,
     Move,
     NodeDown,
-    PublishFailover,
     Release,
     Report,
     Sample,
@@ -257,7 +257,7 @@ class FlightDeck:
                     )
             case Suspect(node_id):
                 self.view.suspect(node_id)
-            case PublishFailover():
+            case Failover():
                 await self._failover(flight, action)
             case Move(old, new):
                 assert self.view.router is not None
@@ -308,7 +308,7 @@ class FlightDeck:
         if failure is not None:
             await self.feed(flight, StageFailed(s.send, s.stage, failure, time.monotonic()))
 
-    async def _failover(self, flight: Flight, f: PublishFailover) -> None:
+    async def _failover(self, flight: Flight, f: Failover) -> None:
         if flight.stage_span is not None:
             flight.stage_span.set_status(Status(StatusCode.ERROR, f.reason))
         self._end_stage_span(flight)
@@ -317,16 +317,7 @@ class FlightDeck:
             {"hecate.lost_node": f.lost_node, "hecate.kind": f.kind, "hecate.reason": f.reason},
         )
         failover = FailoverEvent(
-            request_id=f.request_id,
-            model_id=f.model_id,
-            lost_node=f.lost_node,
-            kind=f.kind,
-            old_route=f.old_route,
-            new_route=f.new_route,
-            attempt=f.attempt,
-            reason=f.reason,
-            router_id=self.service.instance_id,
-            at=time.time(),
+            **msgspec.structs.asdict(f), router_id=self.service.instance_id, at=time.time()
         )
         await self.service.nc.publish(subjects.EVENT_FAILOVER, _json.encode(failover))
         event(

@@ -14,7 +14,14 @@ from typing import Literal, Protocol
 from hecate.core import Recovered, Route, RoutingRequest, Unrecoverable
 from hecate.core.errors import ErrorCode
 from hecate.model.executor import ExecutorKind
-from hecate.wire.messages import ErrorReply, InferReply, StageReply, StageRequest, StreamToken
+from hecate.wire.messages import (
+    ErrorReply,
+    Failover,
+    InferReply,
+    StageReply,
+    StageRequest,
+    StreamToken,
+)
 
 # -- what the machine needs to know of the swarm ------------------------------------------
 
@@ -199,21 +206,6 @@ class Report:
 
 
 @dataclass(frozen=True, slots=True)
-class PublishFailover:
-    """Tell the swarm: ``lost_node`` failed this request, and how it was rescued (the
-    shell stamps the router's id and the wall-clock time on the event)."""
-
-    request_id: str
-    model_id: str
-    lost_node: str
-    kind: Literal["replica", "splice", "degraded", "unrecoverable", "unaffected"]
-    old_route: Route
-    new_route: Route | None
-    attempt: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Suspect:
     """``node_id`` just failed a stage: new requests steer clear of it until telemetry
     hears from it again (the router's view keeps the suspicion, on its own clock)."""
@@ -256,4 +248,6 @@ class Answer:
     route: Route
 
 
-Action = Send | Stream | Report | Suspect | PublishFailover | Move | Release | Sample | Answer
+# A Failover (hecate.wire.messages) is an action as it is: the shell publishes it
+# stamped with the router's id and the time (FailoverEvent).
+Action = Send | Stream | Report | Suspect | Failover | Move | Release | Sample | Answer

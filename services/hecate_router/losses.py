@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hecate.core import Recovered, RoutingRequest, Unrecoverable
+from hecate.wire.messages import Failover
 from hecate_router.flow import (
     Action,
     Failure,
     Move,
-    PublishFailover,
     Release,
     Report,
     Suspect,
@@ -160,7 +160,7 @@ def _rescued(
     lc.counters[f"failover_{kind}"] += 1
     new = result.route if isinstance(result, Recovered) else None
     out.append(
-        PublishFailover(
+        Failover(
             request_id=lc.request_id,
             model_id=lc.model_id,
             lost_node=node_id,

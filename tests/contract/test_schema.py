@@ -287,7 +287,14 @@ def _wire_structs() -> dict[str, type[msgspec.Struct]]:
 
 def test_every_wire_struct_is_in_components(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
-    missing = sorted(set(_wire_structs()) - set(schemas))
+    structs = _wire_structs()
+    # A fact that an event extends (Failover, FailoverEvent) is on the wire inside it.
+    bases = {
+        n
+        for n, s in structs.items()
+        if any(o is not s and issubclass(o, s) for o in structs.values())
+    }
+    missing = sorted(set(structs) - set(schemas) - bases)
     assert not missing, (
         f"structs of hecate.wire.messages no message uses: {missing}; "
         "add their Message/Channel to hecate.wire.contract"

@@ -186,7 +186,10 @@ BreakerValue = BreakerSnapshot
 
 
 # -- events (JSON) ---------------------------------------------------------------------
-class FailoverEvent(msgspec.Struct, frozen=True, kw_only=True):
+class Failover(msgspec.Struct, frozen=True, kw_only=True):
+    """``lost_node`` failed this request, and how it was rescued: what a router's
+    request lifecycle decides (an action) and, with who and when, what it publishes."""
+
     request_id: str
     model_id: str
     lost_node: str
@@ -195,6 +198,12 @@ class FailoverEvent(msgspec.Struct, frozen=True, kw_only=True):
     new_route: Route | None
     attempt: int
     reason: str
+
+
+class FailoverEvent(Failover, frozen=True, kw_only=True):
+    """A :class:`Failover` on ``hecate.events.failover``, stamped by the router that
+    decided it (its id, its wall clock)."""
+
     router_id: str
     at: float
 

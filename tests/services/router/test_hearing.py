@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import Recovered, Unrecoverable
+from hecate.wire.messages import Failover
 from hecate_router.flow import (
     Answer,
     Failure,
     FailureKind,
     FlowOptions,
-    PublishFailover,
     Report,
     Send,
     StageFailed,
@@ -139,7 +139,7 @@ def deaf_run(**kw: object) -> tuple[Run, Hearing]:
 
 
 def blamed(run: Run) -> list[object]:
-    return [a for a in run.actions if isinstance(a, PublishFailover | Report)]
+    return [a for a in run.actions if isinstance(a, Failover | Report)]
 
 
 def test_a_router_cut_off_mid_request_resends_blames_nobody_and_answers_once_back() -> None:
@@ -174,7 +174,7 @@ def test_a_frozen_node_in_a_swarm_the_router_hears_is_failed_over_at_its_deadlin
     lost = run.last.node_id
     hearing.heard(1.9)  # other flights' replies, telemetry's snapshots
     out = run.feed(Tick(2.1))
-    (failover,) = [a for a in out if isinstance(a, PublishFailover)]
+    (failover,) = [a for a in out if isinstance(a, Failover)]
     assert failover.lost_node == lost
     assert run.m.attempts == 2
     assert isinstance(out[-1], Send)
@@ -202,7 +202,7 @@ def test_a_router_that_stays_deaf_answers_timeout_bounded_and_never_unrecoverabl
     now = 0.0
     for dt in ticks:
         now += dt
-        if any(isinstance(a, PublishFailover) for a in run.feed(Tick(now))):
+        if any(isinstance(a, Failover) for a in run.feed(Tick(now))):
             # The excuse ran out: only after the limit from the first excused timeout.
             assert run.m.excused_since is not None
             assert now - run.m.excused_since >= OPTS.isolation_limit_s
@@ -236,5 +236,5 @@ def test_a_router_that_keeps_hearing_fails_a_silent_node_over_at_every_deadline(
     deadline = run.m.deadline
     hearing.heard(deadline + 0.01 - heard_gap)
     out = run.feed(Tick(deadline + 0.01))
-    assert sum(isinstance(a, PublishFailover) for a in out) == 1
+    assert sum(isinstance(a, Failover) for a in out) == 1
     assert run.m.counters["resent_isolated"] == 0

@@ -23,7 +23,7 @@ from hecate.core import (
 )
 from hecate.core.chooser import Chooser
 from hecate.model.executor import ExecutorKind
-from hecate.wire.messages import ErrorBody, ErrorReply, InferRequest
+from hecate.wire.messages import ErrorBody, ErrorReply, Failover, InferRequest
 from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
 from hecate_router import states
 from hecate_router.flow import (
@@ -36,7 +36,6 @@ from hecate_router.flow import (
     FlowOptions,
     Move,
     NodeDown,
-    PublishFailover,
     Release,
     Report,
     RetryJoined,
@@ -302,7 +301,7 @@ def test_no_responders_moves_to_another_replica_and_resumes_where_it_was() -> No
     lost = run.last.node_id
     failure = Failure("no_responders", "no responders")
     out = run.feed(StageFailed(run.last.send, 1, failure, 0.1))
-    failover = next(a for a in out if isinstance(a, PublishFailover))
+    failover = next(a for a in out if isinstance(a, Failover))
     assert failover.lost_node == lost
     assert failover.kind in ("replica", "splice")
     assert any(isinstance(a, Move) for a in out)
@@ -339,7 +338,7 @@ def test_the_request_s_own_fault_is_answered_without_a_failover() -> None:
     run = started(Swarm())
     err = ErrorReply(error=ErrorBody(code="prompt_too_long", message="long"))
     out = run.feed(StageReplied(run.last.send, 0, err, 0.1))
-    assert not any(isinstance(a, PublishFailover) for a in out)
+    assert not any(isinstance(a, Failover) for a in out)
     [a] = run.answers()
     assert a.reply.error is not None
     assert a.reply.error.code == "prompt_too_long"
@@ -349,7 +348,7 @@ def test_a_stage_past_its_deadline_fails_over_once() -> None:
     run = started(Swarm())
     assert run.feed(Tick(1.0)) == []  # before the deadline: nothing
     out = run.feed(Tick(2.5))
-    assert sum(isinstance(a, PublishFailover) for a in out) == 1
+    assert sum(isinstance(a, Failover) for a in out) == 1
     assert run.feed(Tick(2.6)) == []  # the new send has its own deadline
 
 
@@ -419,7 +418,7 @@ def test_a_silence_that_leaves_no_route_waits_and_takes_the_first_route_back() -
     other = next(r for r in RACKS if r != rack)
     only_alive(swarm, {n for n in NODES if n.startswith(other)}, heard=101.0)
     out = run.feed(Tick(3.0))
-    [told] = [a for a in out if isinstance(a, PublishFailover)]
+    [told] = [a for a in out if isinstance(a, Failover)]
     assert (told.lost_node, told.kind) == (lost, "replica")
     assert "held 2.5 s for a route" in told.reason
     assert any(isinstance(a, Move) for a in out)
@@ -440,7 +439,7 @@ def test_the_node_that_went_silent_coming_back_takes_its_request_back() -> None:
     assert run.m.state is State.WAITING
     only_alive(swarm, set(NODES), heard=101.0)  # heard again since it was suspected
     out = run.feed(Tick(1.0))
-    [told] = [a for a in out if isinstance(a, PublishFailover)]
+    [told] = [a for a in out if isinstance(a, Failover)]
     assert told.kind == "unaffected"
     assert run.last.node_id == lost
 
@@ -455,7 +454,7 @@ def test_a_wait_that_ends_with_no_route_is_unrecoverable_and_says_how_long() -> 
     wait = run.m.options.route_wait_s
     assert run.feed(Tick(2.0 + wait - 0.05)) == []
     out = run.feed(Tick(2.0 + wait + 0.01))
-    [told] = [a for a in out if isinstance(a, PublishFailover)]
+    [told] = [a for a in out if isinstance(a, Failover)]
     assert told.kind == "unrecoverable"
     [a] = run.answers()
     assert a.reply.error is not None
