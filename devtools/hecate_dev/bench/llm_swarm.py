@@ -46,7 +46,12 @@ def _plan(pipelines: list[list[tuple[str, int, int]]], executor: str = "smollm2"
     return SwarmPlan(
         epoch=0,
         models=(ModelSpec(model_id=MODEL, layers=30, replicas=len(pipelines), executor=executor),),
-        nodes=tuple(NodeProfile(node_id=n, capacity_layers=30, executor=executor) for n in nodes),
+        # What the nodes would have joined with: the model's executors here all take
+        # generation steps (the plan carries the kind to the router).
+        nodes=tuple(
+            NodeProfile(node_id=n, capacity_layers=30, executor=executor, kind="steps")
+            for n in nodes
+        ),
         pipelines=tuple(
             Pipeline(
                 pipeline_id=f"{MODEL}-r{i}",
