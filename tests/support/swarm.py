@@ -175,6 +175,13 @@ def start_swarm(
     telemetry_args: tuple[str, ...] = (),
 ) -> None:
     procs.start("telemetry", "telemetry", "--id", "telemetry", *telemetry_args)
+    for i in range(1, routers + 1):
+        start_router(procs, f"router-{i}", topology, stage_timeout_ms, dispatch, route_wait_ms)
+    for node_id, capacity, latency, score in nodes:
+        procs.node(node_id, capacity, latency, score)
+    # The planner last: it roll-calls the nodes already up, so its first plan holds them
+    # all even when a loaded machine starts them seconds apart (nodes that join after a
+    # first plan only add capacity; the plan does not reshuffle to make a new replica).
     procs.start(
         "planner",
         "planner",
@@ -189,10 +196,6 @@ def start_swarm(
         "--settle-ms",
         "300",
     )
-    for i in range(1, routers + 1):
-        start_router(procs, f"router-{i}", topology, stage_timeout_ms, dispatch, route_wait_ms)
-    for node_id, capacity, latency, score in nodes:
-        procs.node(node_id, capacity, latency, score)
 
 
 def start_router(
