@@ -54,6 +54,7 @@ class SwarmView:
         self.stale_s = stale_s
         self.log = log
         self.plan: SwarmPlan | None = None
+        self._kinds: dict[str, ExecutorKind] = {}  # per model, read once per plan
         self.epoch = 0
         self.plan_at = 0.0
         self.telemetry: TelemetrySnapshot | None = None
@@ -108,6 +109,9 @@ class SwarmView:
             if plan is None:
                 continue  # deleted: routes go on along the last plan until a new one
             self.plan = msgspec.structs.replace(plan, epoch=revision)  # revision is the epoch
+            self._kinds = {
+                m.model_id: k for m in plan.models if (k := plan.executor_kind(m.model_id))
+            }
             self.epoch, self.plan_at = revision, time.time()
             self.rebuild()
             event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
@@ -201,8 +205,7 @@ class SwarmView:
         """The kind the executor of ``model_id`` declares, as the plan carries it from its
         nodes' profiles, which says what its stage messages carry; a model no node of
         the plan runs yet is taken for a layer network."""
-        kind = self.plan.executor_kind(model_id) if self.plan is not None else None
-        return kind or "layers"
+        return self._kinds.get(model_id, "layers")
 
     def layers(self, model_id: str) -> int:
         assert self.plan is not None
