@@ -219,12 +219,6 @@ class SwarmWatch:
         self.telemetry = snapshot
         self._changed()
 
-    def _bad(self, what: str) -> Callable[[int, msgspec.DecodeError], None]:
-        def ignored(revision: int, exc: msgspec.DecodeError) -> None:
-            event(self.log, f"bad {what} ignored", logging.ERROR, revision=revision, error=str(exc))
-
-        return ignored
-
     def adopt_circuit(self, target: str, value: bytes | None) -> bool:
         """One key of the breaker bucket (None: deleted, the circuit is closed)."""
         try:
@@ -242,12 +236,14 @@ class SwarmWatch:
 
     async def _follow_plan(self, nc: Client) -> None:
         kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
-        async for plan, revision in kvs.follow(kv, subjects.PLAN_KEY, _plan, self._bad("plan")):
+        async for plan, revision in kvs.follow(
+            kv, subjects.PLAN_KEY, _plan, kvs.ignored(self.log, "plan")
+        ):
             self.adopt_plan(plan, revision)
 
     async def _follow_telemetry(self, nc: Client) -> None:
         kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
-        bad = self._bad("telemetry")
+        bad = kvs.ignored(self.log, "telemetry")
         async for snapshot, _revision in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
             self.adopt_telemetry(snapshot)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 import msgspec
 from nats.aio.client import Client
@@ -105,7 +105,9 @@ class SwarmView:
 
     async def follow_plan(self, nc: Client) -> None:
         kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
-        async for plan, revision in kvs.follow(kv, subjects.PLAN_KEY, _plan, self._bad("plan")):
+        async for plan, revision in kvs.follow(
+            kv, subjects.PLAN_KEY, _plan, kvs.ignored(self.log, "plan")
+        ):
             if plan is None:
                 continue  # deleted: routes go on along the last plan until a new one
             self.plan = msgspec.structs.replace(plan, epoch=revision)  # revision is the epoch
@@ -118,19 +120,13 @@ class SwarmView:
 
     async def follow_telemetry(self, nc: Client) -> None:
         kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
-        bad = self._bad("telemetry")
+        bad = kvs.ignored(self.log, "telemetry")
         async for snapshot, _revision in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
             if snapshot is None:
                 continue
             self.telemetry = snapshot
             self.telemetry_at, self.telemetry_heard = time.time(), time.monotonic()
             self.rebuild()
-
-    def _bad(self, what: str) -> Callable[[int, msgspec.DecodeError], None]:
-        def ignored(revision: int, exc: msgspec.DecodeError) -> None:
-            event(self.log, f"bad {what} ignored", logging.ERROR, revision=revision, error=str(exc))
-
-        return ignored
 
     def rebuild(self) -> None:
         """Plan + telemetry + circuits + local suspicions -> the chooser's fresh snapshot."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -20,6 +21,7 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
+from hecate.bus.logs import event
 from hecate.wire import subjects
 
 
@@ -139,6 +141,16 @@ async def follow(
             on_bad(revision, exc)
             continue
         yield decoded, revision
+
+
+def ignored(log: logging.Logger, what: str) -> Callable[[int, msgspec.DecodeError], None]:
+    """An ``on_bad`` for :func:`follow` that logs the bad revision, as ``bad <what>
+    ignored``, at ERROR: for a follower that keeps what it had and counts nothing."""
+
+    def on_bad(revision: int, exc: msgspec.DecodeError) -> None:
+        event(log, f"bad {what} ignored", logging.ERROR, revision=revision, error=str(exc))
+
+    return on_bad
 
 
 async def _revision(kv: KeyValue, key: str) -> int:
