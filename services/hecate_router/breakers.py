@@ -42,21 +42,19 @@ _grant = msgspec.json.Decoder(ProbeGrant)
 class BreakerView:
     def __init__(
         self,
-        nc: Client,
+        connection: Callable[[], Client],
         *,
         router_id: str,
         probe_timeout_s: float,
         log: logging.Logger,
-        on_change: Callable[[], None],
         counters: Counter[str] | None = None,
         backlog: Backlog | None = None,
         reconnect_grace_s: float = 3.0,
     ) -> None:
-        self.nc = nc
+        self._connection = connection  # the router's, once it is connected
         self.router_id = router_id
         self.probe_timeout_s = probe_timeout_s
         self.log = log
-        self.on_change = on_change
         self.snapshots: dict[str, tuple[BreakerSnapshot, int]] = {}
         self.leased: set[str] = set()  # won the probe lease; the next request may go
         self.probing: set[str] = set()  # the probe request is in flight
@@ -64,16 +62,20 @@ class BreakerView:
         self.leases_won = 0
         self.counters: Counter[str] = Counter() if counters is None else counters
         self.outbox = ReportOutbox(
-            nc,
+            connection,
             log=log,
             counters=self.counters,
             backlog=Backlog(max_age_s=30.0, max_len=1000) if backlog is None else backlog,
             reconnect_grace_s=reconnect_grace_s,
         )
 
-    async def follow(self) -> None:
+    @property
+    def nc(self) -> Client:
+        return self._connection()
+
+    async def follow(self, on_change: Callable[[], None]) -> None:
         """Watch every target's state (latest first, then live updates), once the
-        breaker service has created the bucket."""
+        breaker service has created the bucket; ``on_change`` after each."""
         kv = await kvs.wait_bucket(self.nc, subjects.BREAKER_BUCKET)
         watcher = await kv.watchall()
         try:
@@ -89,7 +91,7 @@ class BreakerView:
                     except msgspec.DecodeError:
                         continue
                     self.snapshots[entry.key] = (snap, int(entry.revision or 0))
-                self.on_change()
+                on_change()
         finally:
             await watcher.stop()
 
@@ -121,9 +123,6 @@ class BreakerView:
             and target not in self.probing
         ]
 
-    async def lease(self, target: str) -> None:
-        await self.try_lease(target)
-
     async def try_lease(self, target: str) -> bool:
         """Ask the breaker service for the probe: True for the one router granted it."""
         held = self.snapshots.get(target)
@@ -144,7 +143,6 @@ class BreakerView:
         self.leased.add(target)
         self.leases_won += 1
         event(self.log, "probe lease won", target=target)
-        self.on_change()
         return True
 
     def took(self, nodes: tuple[str, ...]) -> set[str]:

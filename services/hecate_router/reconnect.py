@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from hecate.wire.messages import TelemetrySnapshot
+
 FLOOR_S = 0.5  # two of the bus clients' reconnect retry periods
 MARGIN = 2.0  # a node slower than twice the rest of the swarm is taken for dead
 
@@ -78,6 +80,23 @@ class ReconnectWindow:
         """Telemetry declared ``node_id`` down at ``when``."""
         if when >= self.at:
             self.down.setdefault(node_id, when)
+
+    def read(self, snap: TelemetrySnapshot, now: float, wall: float, grace_s: float) -> None:
+        """Read a telemetry snapshot into the window while it is open (``grace_s`` after
+        the reconnect): a heartbeat after the reconnect went through the server as it
+        is now, and a node declared down since is not waited for. Telemetry's times are
+        its wall clock, compared with ours (``wall`` at ``now``): hosts are assumed to
+        keep NTP time."""
+        if now - self.at >= grace_s:
+            return  # steady state: the window closed and no reconnect since
+        wall_back = wall - (now - self.at)
+        if snap.written_at <= wall_back:
+            return  # written before we were back: says nothing of the server as it is
+        for node_id, t in snap.nodes.items():
+            if not t.alive:
+                self.declared_down(node_id, now)
+            elif t.last_seen is not None and t.last_seen > wall_back:
+                self.heard_from(node_id, now - (wall - t.last_seen))
 
     def closes(self, node_id: str, cap_s: float) -> float:
         """When a no-responders from ``node_id`` stops being forgiven."""

@@ -29,14 +29,14 @@ from hecate.wire.messages import OutcomeReport
 class ReportOutbox:
     def __init__(
         self,
-        nc: Client,
+        connection: Callable[[], Client],
         *,
         log: logging.Logger,
         counters: Counter[str],
         backlog: Backlog,
         reconnect_grace_s: float,
     ) -> None:
-        self.nc = nc
+        self._connection = connection
         self.log = log
         self.counters = counters
         self.backlog = backlog
@@ -47,6 +47,10 @@ class ReportOutbox:
         self._retry_at = 0.0  # monotonic: the next delivery attempt after one bounced
         self._backoff_s = 0.0
         self._dropped_since_delivery: Counter[str] = Counter()  # target -> reports
+
+    @property
+    def nc(self) -> Client:
+        return self._connection()
 
     async def send(self, report: OutcomeReport) -> None:
         """Publish ``report``, or keep it when it might reach nobody (or others wait)."""

@@ -1,53 +1,73 @@
 """router: ``hecate.infer.<model>`` in, an answer or an explicit error out. Always.
 
-A thin shell. What happens to a request in flight is decided by its
-:class:`~hecate_router.lifecycle.Lifecycle` (pure: events in, actions out); this file
-turns bus messages into events and runs the actions (flightdeck.py).
+The router process is an adaptor: what it hears on the bus becomes an event for its
+:class:`~hecate_router.desk.RouterDesk` (pure: events in, actions out), and the desk's
+actions become publishes. Nothing here decides.
 
-Listens: ``hecate.infer.>`` in queue group ``hecate-routers`` (any number of replicas),
-``hecate.router.cancel`` and ``hecate.router.retries`` (every replica),
-``hecate.events.node.down``, and its own inbox for stage, quota and retry-claim replies.
-Holds: a :class:`SwarmView` (plan, telemetry, breakers, suspicions, the chooser).
-Admits: per pipeline only as many requests as its measured step times allow; the rest
-wait in a per-tenant line, then get ``rate_limited`` with a Retry-After (admission.py),
-after the shared quota desk when quotas are enforced (quotagate.py).
+Listens: ``hecate.infer.>`` and ``hecate.stream.>`` in queue group ``hecate-routers``
+(any number of replicas), ``hecate.router.cancel`` and ``hecate.router.retries`` (every
+replica), ``hecate.events.node.down``, and its own inbox for stage, quota and
+retry-claim replies. Follows the plan, telemetry and the shared breakers into its
+:class:`SwarmView`.
 
-An infer request is answered through its deferred :class:`Request` handle, kept with
-its flight until the lifecycle answers; stage replies are correlated by the integers in
-their reply subject (``<flight>-<send>-<stage>``), and the lifecycle ignores any that
-is not its current send.
+Each request gets an integer (its call) as it arrives and is answered later through
+its deferred :class:`Request` handle, kept here under that number. Replies come back
+to the inbox named by integers: ``<flight>-<send>-<stage>`` for a stage,
+``q<call>`` for the quota desk, ``r<claim>`` for a retry's owner.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import secrets
 import time
 from collections import Counter
 from collections.abc import Mapping
 
+import msgspec
 from nats.aio.msg import Msg
 from opentelemetry.trace import TracerProvider
 
+from hecate.bus import kv as kvs
 from hecate.bus.logs import event
-from hecate.bus.service import Service
+from hecate.bus.service import NO_RESPONDERS, Request, Service
 from hecate.bus.settle import settled
+from hecate.core import SwarmPlan
 from hecate.wire import subjects
-from hecate.wire.messages import InferCancel, InferRequest, NodeEvent, RetryClaim, RetryOwner
-from hecate_router.admission import AdmissionDesk
+from hecate.wire.messages import (
+    ErrorReply,
+    InferCancel,
+    InferRequest,
+    NodeEvent,
+    QuotaReply,
+    RetryClaim,
+    RetryOwner,
+    TelemetrySnapshot,
+)
+from hecate.wire.stages import StageReply, reply_decoder
+from hecate_router import desk_flow as d
 from hecate_router.breakers import BreakerView
 from hecate_router.config import RouterConfig
-from hecate_router.flightdeck import Flight, FlightDeck
-from hecate_router.flow import Abort, Cancelled, NodeDown, Tick
-from hecate_router.identity import Refused
-from hecate_router.intake import Intake
-from hecate_router.quotagate import Admission
+from hecate_router.desk import RouterDesk
+from hecate_router.flow import Failure
+from hecate_router.identity import Refused, tenant_of
+from hecate_router.publisher import Publisher
 from hecate_router.swarmview import SwarmView
 
 __all__ = ["RouterConfig", "RouterService"]
 
 PLAN_WAIT_S = 5.0  # how long a starting router waits for its first plan
 SWEEP_S = 0.02  # how often stage deadlines, the line and probe leases are looked at
+
+_stage_reply = reply_decoder()
+_error_reply = msgspec.msgpack.Decoder(ErrorReply)  # the node shell's refusals, untagged
+_quota_reply = msgspec.json.Decoder(QuotaReply)
+_plan = msgspec.json.Decoder(SwarmPlan)
+_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
+_msgpack = msgspec.msgpack.Encoder()
+_json = msgspec.json.Encoder()
 
 
 class RouterService:
@@ -70,43 +90,40 @@ class RouterService:
             tracer_provider=tracer_provider,
             max_payload=config.max_request_bytes,
         )
-        self.counters: Counter[str] = Counter()
+        counters: Counter[str] = Counter()  # the router's, shown in its status
+        self.breakers = BreakerView(
+            lambda: svc.nc,
+            counters=counters,
+            router_id=config.instance_id,
+            probe_timeout_s=config.breaker_probe_timeout_s,
+            log=log,
+            reconnect_grace_s=config.reconnect_grace_s,
+        )
         self.view = SwarmView(
-            failover=config.failover, suspect_s=config.suspect_s, stale_s=config.stale_s, log=log
+            failover=config.failover,
+            suspect_s=config.suspect_s,
+            stale_s=config.stale_s,
+            log=log,
+            breakers=self.breakers,
         )
-        self.admission: AdmissionDesk[Admission] = AdmissionDesk(
-            limits=config.limits,
-            queue_limit=config.queue_limit,
-            max_wait_s=config.queue_timeout_s,
-            max_line_wait_s=max(config.queue_max_wait_s, config.queue_timeout_s),
-        )
-        self.deck = FlightDeck(svc, self.view, self.admission, config.flow(), self.counters)
-        self.intake = Intake(svc, config, self.view, self.counters, self.admission, self.deck)
-
-    @property
-    def flights(self) -> dict[int, Flight]:
-        return self.deck.flights
+        # The prefix names this router's flights (and so the nodes' sessions) apart from
+        # every other replica's and from its own earlier runs, which count from 1 too.
+        prefix = f"{config.instance_id}-{secrets.token_hex(6)}-"
+        self.desk = RouterDesk(config, self.view, flight_prefix=prefix, counters=counters)
+        self.publisher = Publisher(svc, self.breakers, counters)
+        self._calls = 0
+        self._back = 0.0  # the reconnect the desk was last told of
 
     async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
-        svc, view, intake = self.service, self.view, self.intake
+        svc = self.service
         await svc.start(url)
         # Under the connection's inbox prefix (``_INBOX.<user>`` with credentials), the
         # only inboxes the NATS permissions let nodes and the breaker service answer.
-        inbox = f"{svc.nc.new_inbox()}.{self.instance_id}"
-        self.deck.inbox = intake.quotas.inbox = intake.retries.inbox = inbox
+        inbox = self.publisher.inbox = f"{svc.nc.new_inbox()}.{self.instance_id}"
         await svc.nc.subscribe(f"{inbox}.*", cb=self._on_inbox)
-        view.breakers = BreakerView(
-            svc.nc,
-            router_id=self.instance_id,
-            probe_timeout_s=self.config.breaker_probe_timeout_s,
-            log=self.log,
-            on_change=view.rebuild,
-            counters=self.counters,
-            reconnect_grace_s=self.config.reconnect_grace_s,
-        )
-        svc.spawn(view.follow_plan(svc.nc))
-        svc.spawn(view.follow_telemetry(svc.nc))
-        svc.spawn(view.breakers.follow())
+        svc.spawn(self._follow_plan())
+        svc.spawn(self._follow_telemetry())
+        svc.spawn(self.breakers.follow(self.view.rebuild))
         svc.spawn(self._sweep())
         await svc.add_endpoint("retries", subjects.ROUTER_RETRIES, RetryClaim, self._on_claim)
         await svc.add_endpoint("node-down", subjects.EVENT_NODE_DOWN, NodeEvent, self._on_down)
@@ -116,14 +133,14 @@ class RouterService:
         # a restarted replica cost them seconds. Never longer than PLAN_WAIT_S: a swarm
         # without a planner is still told so.
         deadline = time.monotonic() + PLAN_WAIT_S
-        while view.plan is None and time.monotonic() < deadline:
+        while self.view.plan is None and time.monotonic() < deadline:
             await asyncio.sleep(SWEEP_S)
         for name, subject in (("stream", subjects.STREAM_ALL), ("infer", subjects.INFER_ALL)):
             stats = await svc.add_endpoint(
                 name,
                 subject,
                 InferRequest,
-                intake.on_infer,
+                self._on_infer,
                 queue=subjects.ROUTER_QUEUE,
                 deferred=True,
             )
@@ -134,77 +151,175 @@ class RouterService:
         await stop.wait()
         # Drain: stop taking requests (inbound), let flights land, then close outbound.
         await svc.drain_inbound(grace)
-        for waiting in list(self.admission.drain()):
-            await intake.reject(waiting, "draining", "router stopped before the request found room")
+        await self.feed(d.Drain(time.monotonic()))
         deadline = time.monotonic() + grace
-        while self.flights and time.monotonic() < deadline:
+        while self.desk.flights and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for flight in list(self.flights.values()):
-            stopped = Abort("draining", "router stopped before the answer", time.monotonic())
-            await self.deck.feed(flight, stopped)
-        if view.breakers is not None:
-            if view.breakers.backlog and svc.nc.is_connected:
-                await view.breakers.deliver()  # a last try for reports kept meanwhile
-            view.breakers.close()
+        await self.feed(d.Stop(time.monotonic()))
+        if self.breakers.backlog and svc.nc.is_connected:
+            await self.breakers.deliver()  # a last try for reports kept meanwhile
+        self.breakers.close()
         await svc.stop(grace)
 
     def status(self) -> dict[str, object]:
-        breakers = self.view.breakers
         return {
             **self.view.freshness(),
-            "in_flight": len(self.flights),
+            **self.desk.status(),
             "breakers_open": sorted(
-                t
-                for t, (snap, _) in (breakers.snapshots.items() if breakers else ())
-                if snap.state != "closed"
+                t for t, (snap, _) in self.breakers.snapshots.items() if snap.state != "closed"
             ),
-            "probe_leases_won": breakers.leases_won if breakers else 0,
-            "admission": self.admission.status(),
-            "counters": dict(self.counters),
+            "probe_leases_won": self.breakers.leases_won,
         }
 
-    # -- what the bus tells the flights ------------------------------------------------
+    # -- what the bus says, as events -----------------------------------------------------
+
+    async def _on_infer(self, req: Request[InferRequest]) -> None:
+        model_id = subjects.model_from_infer_subject(req.subject)
+        if model_id is None:
+            why = (
+                f"invalid model id in subject {req.subject[:80]!r}: "
+                "use hecate.infer.<slug> (hecate.stream.<slug> to stream)"
+            )
+            await req.error("bad_request", why)
+            return
+        # Whom the request acts for (identity.py) and whether its tokens are streamed
+        # (the subject says): from here on its body says so, so quotas, retries,
+        # cancels and the line all key on that tenant.
+        body = req.body
+        tenant = self._tenant(req.headers, body.tenant, req.subject)
+        if isinstance(tenant, Refused):
+            await req.error("forbidden", tenant.message)
+            return
+        stream = subjects.is_stream(req.subject)
+        if tenant != body.tenant or stream != body.stream:
+            body = req.body = msgspec.structs.replace(body, tenant=tenant, stream=stream)
+        self._calls += 1
+        call = self._calls
+        self.publisher.calls[call] = req
+        req.span.set_attribute("hecate.tenant", tenant)
+        req.span.set_attribute("hecate.model", model_id)
+        req.span.set_attribute("hecate.request_id", body.request_id or f"{self.instance_id}-{call}")
+        await self.feed(d.Arrived(call, model_id, body, req.reply, time.monotonic()))
+
+    def _tenant(self, headers: Mapping[str, str], named: str, subject: str) -> str | Refused:
+        """Whom a request or a cancel acts for; a refusal is logged, with the account
+        the server named, and counted."""
+        tenant = tenant_of(self.config.tenant_from, headers, named)
+        if isinstance(tenant, Refused):
+            self.desk.counters["forbidden"] += 1
+            event(
+                self.log,
+                "refused: tenant",
+                logging.WARNING,
+                vouched=tenant.vouched,
+                named=named,
+                subject=subject,
+            )
+        return tenant
 
     async def _on_inbox(self, msg: Msg) -> None:
-        await self.deck.on_inbox(msg, quotas=self.intake.quotas, retries=self.intake.retries)
+        now = time.monotonic()
+        token = msg.subject.rsplit(".", 1)[-1]
+        kind, number = token[:1], token[1:]
+        if kind == "q" and number.isdigit():
+            reply = None
+            if not (msg.headers and msg.headers.get("Status") == NO_RESPONDERS):
+                with contextlib.suppress(msgspec.DecodeError):
+                    reply = _quota_reply.decode(msg.data)
+            await self.feed(d.QuotaAnswered(int(number), reply, now))
+        elif kind == "r" and number.isdigit():
+            await self.feed(d.HandedOver(int(number)))
+        else:
+            await self._on_stage(token, msg, now)
 
-    async def _sweep(self) -> None:
-        """Stage deadlines, held quota admissions, the line, probe leases due."""
-        while True:
-            await asyncio.sleep(SWEEP_S)
-            view, now = self.view, time.monotonic()
-            view.expire_suspicions()
-            if view.breakers is not None:
-                for target in view.breakers.due(time.time()):
-                    self.service.spawn(view.breakers.lease(target))
-            await self.intake.sweep(now)
-            if view.breakers is not None:
-                view.breakers.redeliver(self.service.spawn)
-            for flight in [f for f in self.flights.values() if f.machine.due(now)]:
-                await self.deck.feed(flight, Tick(now))
+    async def _on_stage(self, token: str, msg: Msg, now: float) -> None:
+        ids = _stage_ids(token)
+        if ids is None:
+            self.desk.counters["late_replies"] += 1
+            return
+        outcome: StageReply | ErrorReply | Failure
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            outcome = Failure("no_responders", "no responders")
+        else:
+            outcome = _read_reply(msg.data)
+        await self.feed(d.StageHeard(*ids, outcome, now))
 
     async def _on_down(self, down: NodeEvent, _headers: object) -> None:
-        """Telemetry declared a node dead: a stage already delivered to it will never be
-        answered, so its flights fail over now rather than at their deadline."""
-        now = time.monotonic()
-        for flight in list(self.flights.values()):
-            await self.deck.feed(flight, NodeDown(down.node_id, down.reason, now))
+        """Telemetry declared a node dead: its flights fail over now, not at a deadline."""
+        await self.feed(d.NodeDown(down.node_id, down.reason, time.monotonic()))
 
     async def _on_cancel(self, cancel: InferCancel, headers: Mapping[str, str]) -> None:
-        """A caller gave up: its flight, if it runs here, is answered ``cancelled`` now
-        and its nodes drop the session (else the intake remembers the cancel). A tenant
-        cancels only its own requests: the tenant is settled as for a request."""
-        tenant = self.intake.tenant(headers, cancel.tenant, subjects.ROUTER_CANCEL)
-        if isinstance(tenant, Refused):
-            return
-        flight = self.intake.cancelled((tenant, cancel.request_id))
-        if flight is not None:
-            event(self.log, "cancelled", request_id=flight.machine.request_id)
-            await self.deck.feed(flight, Cancelled(time.monotonic()))
+        """A caller gave up. A tenant cancels only its own requests: the tenant is
+        settled as for a request."""
+        tenant = self._tenant(headers, cancel.tenant, subjects.ROUTER_CANCEL)
+        if not isinstance(tenant, Refused):
+            event(self.log, "cancel", request_id=cancel.request_id)
+            await self.feed(d.Cancel(tenant, cancel.request_id, time.monotonic()))
 
     async def _on_claim(self, claim: RetryClaim, _headers: object) -> RetryOwner | None:
         """Another replica got a retry: if the original is (or was) ours, we answer it."""
-        ident = (claim.tenant, claim.request_id)
-        if await self.intake.retries.repeat(ident, claim.reply_to):
-            return RetryOwner(router_id=self.instance_id)
+        acts = await self.feed(d.Claimed(claim.tenant, claim.request_id, claim.reply_to))
+        owned = any(isinstance(a, d.OwnRetry) for a in acts)
+        return RetryOwner(router_id=self.instance_id) if owned else None
+
+    async def _follow_plan(self) -> None:
+        kv = await kvs.wait_bucket(self.service.nc, subjects.PLAN_BUCKET)
+        bad = kvs.ignored(self.log, "plan")
+        async for plan, revision in kvs.follow(kv, subjects.PLAN_KEY, _plan, bad):
+            if plan is not None:  # deleted: routes go on along the last plan
+                self.view.adopt_plan(plan, revision, time.time())
+
+    async def _follow_telemetry(self) -> None:
+        kv = await kvs.wait_bucket(self.service.nc, subjects.TELEMETRY_BUCKET)
+        bad = kvs.ignored(self.log, "telemetry")
+        async for snapshot, _ in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
+            if snapshot is not None:
+                wall, now = time.time(), time.monotonic()
+                self.view.adopt_telemetry(snapshot, wall, now)
+                await self.feed(d.TelemetryHeard(snapshot, now, wall))
+
+    async def _sweep(self) -> None:
+        """Stage deadlines, held quota waits, the line, probe leases due."""
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            self.view.expire_suspicions()
+            for target in self.breakers.due(time.time()):
+                self.service.spawn(self._lease(target))
+            await self.feed(d.Tick(time.monotonic()))
+            self.breakers.redeliver(self.service.spawn)
+
+    async def _lease(self, target: str) -> None:
+        if await self.breakers.try_lease(target):
+            self.view.rebuild()
+
+    async def feed(self, ev: d.Event) -> list[d.Action]:
+        """Hand the desk ``ev`` and carry out what it answers, and what that brings
+        back (a publish that failed); the desk's first answer, for callers that need
+        one (a claim's owner)."""
+        back = self.service.reconnected_at
+        if back > self._back:  # the bus came back: "no responders" may mean "not yet"
+            self._back = back
+            self.desk.handle(d.Reconnected(back, time.monotonic(), time.time()))  # no actions
+        first = acts = self.desk.handle(ev)
+        while acts:
+            acts = [a for e in await self.publisher.carry_out(acts) for a in self.desk.handle(e)]
+        return first
+
+
+def _stage_ids(token: str) -> tuple[int, int, int] | None:
+    """``<flight>-<send>-<stage>``, the last token of a stage reply's subject."""
+    parts = token.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def _read_reply(data: bytes) -> StageReply | ErrorReply | Failure:
+    """A stage's answer or refusal, or why it could not be read."""
+    try:
+        return _stage_reply.decode(data)
+    except msgspec.DecodeError as exc:
+        try:
+            return _error_reply.decode(data)
+        except msgspec.DecodeError:
+            return Failure("unreadable", f"unreadable reply: {exc}")

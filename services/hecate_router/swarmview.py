@@ -1,9 +1,9 @@
 """What a router knows: the snapshots behind every decision, and the shell around the
 chooser that makes them.
 
-Holds the latest plan (KV watch; the revision is the epoch) and telemetry snapshot
-(KV watch) and the shared circuit breakers (:class:`BreakerView`), and feeds them, with
-this router's own suspicions, to a :class:`~hecate_router.Chooser` on every change,
+Holds the latest plan (the router follows its KV key; the revision is the epoch), the
+latest telemetry snapshot and the shared circuit breakers (:class:`BreakerView`), and
+feeds them, with this router's own suspicions, to a :class:`~hecate_router.Chooser` on every change,
 and the time each step of a request took as the router timed it, as it lands.
 Every decision (usable nodes, the route of a new request, the rescue of one in flight,
 whether admission must wait) is the chooser's; choosing here is only passing it the
@@ -17,9 +17,7 @@ import time
 from collections.abc import Collection
 
 import msgspec
-from nats.aio.client import Client
 
-from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.core import (
     FailoverOptions,
@@ -32,13 +30,9 @@ from hecate.core import (
 )
 from hecate.core.chooser import Chooser
 from hecate.core.kinds import ExecutorKind, keeps_sessions
-from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_router.breakers import BreakerView
 from hecate_router.fold import telemetry_nodes
-
-_plan = msgspec.json.Decoder(SwarmPlan)
-_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 
 
 class SwarmView:
@@ -49,6 +43,7 @@ class SwarmView:
         suspect_s: float,
         stale_s: float,
         log: logging.Logger,
+        breakers: BreakerView | None = None,
     ) -> None:
         self.chooser = Chooser(failover, suspect_s=suspect_s)
         self.stale_s = stale_s
@@ -60,7 +55,7 @@ class SwarmView:
         self.telemetry: TelemetrySnapshot | None = None
         self.telemetry_at = 0.0  # when the latest snapshot came in: our wall clock...
         self.telemetry_heard = 0.0  # ...and our monotonic one
-        self.breakers: BreakerView | None = None
+        self.breakers = breakers
 
     @property
     def router(self) -> Router | None:
@@ -103,30 +98,19 @@ class SwarmView:
             "explored": self.router.explored if self.router is not None else 0,
         }
 
-    async def follow_plan(self, nc: Client) -> None:
-        kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
-        async for plan, revision in kvs.follow(
-            kv, subjects.PLAN_KEY, _plan, kvs.ignored(self.log, "plan")
-        ):
-            if plan is None:
-                continue  # deleted: routes go on along the last plan until a new one
-            self.plan = msgspec.structs.replace(plan, epoch=revision)  # revision is the epoch
-            self._kinds = {
-                m.model_id: k for m in plan.models if (k := plan.executor_kind(m.model_id))
-            }
-            self.epoch, self.plan_at = revision, time.time()
-            self.rebuild()
-            event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
+    def adopt_plan(self, plan: SwarmPlan, revision: int, wall: float) -> None:
+        """A plan came in: its KV revision is its epoch."""
+        self.plan = msgspec.structs.replace(plan, epoch=revision)
+        self._kinds = {m.model_id: k for m in plan.models if (k := plan.executor_kind(m.model_id))}
+        self.epoch, self.plan_at = revision, wall
+        self.rebuild()
+        event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
 
-    async def follow_telemetry(self, nc: Client) -> None:
-        kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
-        bad = kvs.ignored(self.log, "telemetry")
-        async for snapshot, _revision in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
-            if snapshot is None:
-                continue
-            self.telemetry = snapshot
-            self.telemetry_at, self.telemetry_heard = time.time(), time.monotonic()
-            self.rebuild()
+    def adopt_telemetry(self, snapshot: TelemetrySnapshot, wall: float, now: float) -> None:
+        """A telemetry snapshot came in, at ``wall`` (and ``now``, monotonic)."""
+        self.telemetry = snapshot
+        self.telemetry_at, self.telemetry_heard = wall, now
+        self.rebuild()
 
     def rebuild(self) -> None:
         """Plan + telemetry + circuits + local suspicions -> the chooser's fresh snapshot."""

@@ -30,9 +30,7 @@ NODE = ROOT / "services" / "hecate_node"
 # Modules whose error replies go to a caller of hecate.infer.<model>.
 INFER_SIDE = (
     ROUTER / "service.py",
-    ROUTER / "intake.py",
-    ROUTER / "flightdeck.py",
-    ROUTER / "quotagate.py",
+    ROUTER / "desk.py",
     ROUTER / "lifecycle.py",
     ROUTER / "rescue.py",
     # The service shell's layers wrap the infer endpoint as any other (an unexpected
@@ -63,7 +61,7 @@ CODE_FIRST = {
     "GiveUp",
 }
 # Reply helpers: (reply subject or admission, code, message, ...).
-CODE_SECOND = {"reject", "reply_error"}
+CODE_SECOND = {"reject", "_reject", "reply_error"}
 
 
 def _name(func: ast.expr) -> str:

@@ -109,7 +109,7 @@ class Import:
 
 
 def package(module: str) -> str:
-    """``hecate.bus.service`` -> ``bus``; ``hecate_router.intake`` -> ``hecate_router``."""
+    """``hecate.bus.service`` -> ``bus``; ``hecate_router.desk`` -> ``hecate_router``."""
     parts = module.split(".")
     return parts[1] if parts[0] == "hecate" and len(parts) > 1 else parts[0]
 

@@ -33,7 +33,7 @@ from hecate.client.sdk import MAX_ATTEMPTS
 from hecate.resilience.backoff import DecorrelatedJitter, FullJitter, SeedPolicy, WaitPolicy
 from hecate.resilience.bucket import Quota, TokenBucket
 from hecate_dev.bench.results import HerdMeta, HerdPolicy, HerdResult
-from hecate_router.quotagate import holds
+from hecate_router.quota import holds
 from hecate_router.service import SWEEP_S
 
 CLIENTS = 1000

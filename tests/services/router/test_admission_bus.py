@@ -64,7 +64,7 @@ async def test_requests_past_the_limit_wait_for_room_then_are_served(
         nodes = await client.subscribe("hecate.node.*.run")
         for i in range(5):
             await ask(client, caller.subject, f"request {i}")
-        await until(lambda: router.counters["queued"] == 3, "three requests wait in line")
+        await until(lambda: router.desk.counters["queued"] == 3, "three requests wait in line")
         await settled(router, client)
         assert nodes.pending_msgs == 2, "the pipeline got more than its limit"
 
@@ -76,9 +76,9 @@ async def test_requests_past_the_limit_wait_for_room_then_are_served(
             assert reply.ok, reply.error
             answered += 1
             await settled(router, client)
-            assert router.admission.in_flight["m-a"] <= 2
-        assert router.counters["failovers"] == 0
-        assert router.flights == {}
+            assert router.desk.line.in_flight["m-a"] <= 2
+        assert router.desk.counters["failovers"] == 0
+        assert router.desk.flights == {}
 
 
 async def test_a_full_line_is_refused_as_rate_limited_with_a_retry_after(
@@ -105,8 +105,8 @@ async def test_a_full_line_is_refused_as_rate_limited_with_a_retry_after(
         for _ in range(3):  # the others are served, none lost
             await answer(client, await nodes.next_msg(timeout=5))
             assert _reply.decode((await caller.next_msg(timeout=5)).data).ok
-        assert router.counters["failovers"] == 0
-        assert router.counters["rate_limited_load"] == 1
+        assert router.desk.counters["failovers"] == 0
+        assert router.desk.counters["rate_limited_load"] == 1
 
 
 async def test_a_request_that_waits_too_long_is_told_to_come_back(
@@ -126,4 +126,4 @@ async def test_a_request_that_waits_too_long_is_told_to_come_back(
         assert "waited" in reply.error.message
         await answer(client, stage)
         assert _reply.decode((await caller.next_msg(timeout=5)).data).ok
-        assert router.counters["failovers"] == 0
+        assert router.desk.counters["failovers"] == 0

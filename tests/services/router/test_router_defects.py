@@ -47,7 +47,8 @@ from hecate.wire.messages import (
 )
 from hecate.wire.stages import OutputReply, StageReply
 from hecate_router.breakers import BreakerView
-from hecate_router.flow import Failure, FailureKind, StageFailed
+from hecate_router.desk_flow import StageHeard
+from hecate_router.flow import Failure, FailureKind
 from hecate_router.service import RouterConfig, RouterService
 from tests.support.swarm import Processes
 from tests.support.waits import until
@@ -149,7 +150,7 @@ async def test_a_failure_decided_before_the_reply_landed_is_not_acted_on_after_i
         assert node_of(stage) == "a"
 
         # The send each flight awaits, as the handler saw it before the reply landed.
-        decided = [(f, f.machine.send) for f in router.flights.values()]
+        decided = [(k, f.machine.send) for k, f in router.desk.flights.items()]
         assert len(decided) == 1
         await answer(client, stage, DONE)
         first = _reply.decode((await caller.next_msg(timeout=5)).data)
@@ -158,14 +159,14 @@ async def test_a_failure_decided_before_the_reply_landed_is_not_acted_on_after_i
         kind: FailureKind = "node_down" if decided_by == "node-down" else "timeout"
         for flight, send in decided:  # what the handler does next with its list
             failure = Failure(kind, f"{decided_by}: after the reply")
-            await router.deck.feed(flight, StageFailed(send, 0, failure, time.monotonic()))
+            await router.feed(StageHeard(flight, send, 0, failure, time.monotonic()))
         await settled(router, client)
 
         assert caller.pending_msgs == 0, "the caller got a second answer"
         assert nodes.pending_msgs == 0, "the answered request was sent again"
-        assert router.counters["stale_failures"] == 1
-        assert router.counters["failovers"] == 0
-        assert router.flights == {}
+        assert router.desk.counters["stale_failures"] == 1
+        assert router.desk.counters["failovers"] == 0
+        assert router.desk.flights == {}
         assert router.view.router is not None
         assert router.view.router.in_flight() == 0
 
@@ -195,8 +196,8 @@ async def test_a_reply_after_the_node_down_failover_is_late_and_the_rescue_answe
         assert only.ok, only.error
         assert only.output == "rescued"
         assert caller.pending_msgs == 0, "the caller got a second answer"
-        assert router.counters["late_replies"] == 1
-        assert router.counters["failovers"] == 1
+        assert router.desk.counters["late_replies"] == 1
+        assert router.desk.counters["failovers"] == 1
         assert router.view.router is not None
         assert router.view.router.in_flight() == 0
 
@@ -278,10 +279,9 @@ async def test_a_probe_rerouted_around_its_target_is_given_back(
         assert node_of(probe) == "t"
         assert view.probing == {"t"}
         # t never got it (NATS said no responders): the rescue goes to c instead.
-        for flight in list(router.flights.values()):
+        for key, flight in list(router.desk.flights.items()):
             failure = Failure("no_responders", "no responders")
-            stale = StageFailed(flight.machine.send, 0, failure, time.monotonic())
-            await router.deck.feed(flight, stale)
+            await router.feed(StageHeard(key, flight.machine.send, 0, failure, time.monotonic()))
         rescue = await nodes.next_msg(timeout=5)
         assert node_of(rescue) == "c"
         assert view.probing == set(), "the undelivered probe is still awaited"
@@ -316,11 +316,10 @@ async def test_failure_reports_made_while_disconnected_reach_the_breaker_after_r
     observer = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
     counters: Counter[str] = Counter()
     view = BreakerView(
-        nc,
+        lambda: nc,
         router_id="r-test",
         probe_timeout_s=10.0,
         log=_log,
-        on_change=lambda: None,
         counters=counters,
         backlog=Backlog(max_age_s=30.0, max_len=3),
     )
@@ -393,7 +392,7 @@ async def test_retries_of_a_running_request_wait_for_it_up_to_a_cap_and_the_rest
         stage = await nodes.next_msg(timeout=5)  # the test is the node: it runs until told
         for i in range(1, 7):  # six retries reach this replica
             await again(client, callers[i].subject, i + 1)
-        await until(lambda: router.counters["retries_joined"] == 6, "six retries joined")
+        await until(lambda: router.desk.counters["retries_joined"] == 6, "six retries joined")
         owners = []
         for i in range(7, 11):  # four reached another replica, which asks who owns them
             claim = RetryClaim(tenant="default", request_id="rid-9", reply_to=callers[i].subject)
@@ -427,8 +426,8 @@ async def test_retries_of_a_running_request_wait_for_it_up_to_a_cap_and_the_rest
             assert r.request_id == "rid-9"
         assert all(c.pending_msgs == 0 for c in callers), "a caller got a second answer"
         assert nodes.pending_msgs == 0, "the request ran twice"
-        assert router.counters["retries_joined"] == 8
-        assert router.counters["retries_refused_full"] == 5
+        assert router.desk.counters["retries_joined"] == 8
+        assert router.desk.counters["retries_refused_full"] == 5
 
         late = await client.subscribe(client.new_inbox())  # its answer is remembered
         await again(client, late.subject, 15)
