@@ -29,8 +29,7 @@ import contextlib
 import json
 import logging
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +52,7 @@ from hecate.bus.endpoint import (
 )
 from hecate.bus.layers import compose
 from hecate.bus.logs import event
+from hecate.bus.loops import LoopFailed, Loops
 from hecate.bus.settle import settled
 from hecate.core.errors import ErrorCode
 from hecate.wire.errors import STATUS, error_headers
@@ -73,24 +73,6 @@ __all__ = [
 
 NO_RESPONDERS = "503"  # the Status header NATS puts on a reply when nobody listened
 FAILED_GRACE_S = 5.0  # a failed service's in-flight handlers get this long to answer
-
-
-class LoopFailed(Exception):
-    """A background loop of a service raised: the service cannot go on as it was."""
-
-    def __init__(self, loop: str, error: Exception) -> None:
-        super().__init__(f"background loop {loop} failed: {error!r}")
-        self.loop = loop
-        self.error = error
-
-
-def _loop_name(work: Awaitable[None]) -> str:
-    # A coroutine's qualified name says which loop it is (``Holdings.follow``).
-    return str(getattr(work, "__qualname__", None) or type(work).__name__)
-
-
-async def _nothing() -> None:
-    """What a loop spawned too late (after stop, or after a failure) becomes."""
 
 
 class Service:
@@ -122,13 +104,9 @@ class Service:
         self.inbound: Client | None = None
         self.outbound: Client | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # in-flight handlers: awaited on stop
-        self._background: set[asyncio.Task[None]] = set()  # loops and watchers: cancelled
-        self._group: asyncio.TaskGroup | None = None  # the loops' group, while it is open
-        self._supervisor: asyncio.Task[None] | None = None  # the task holding it open
+        self.loops = Loops(log)  # watches, sweeps, heartbeats: cancelled on stop
         self._owner: asyncio.Task[Any] | None = None  # the task that started the service
-        self._closing = asyncio.Event()  # stop: the loops are being cancelled
         self._stopping = False
-        self.failure: LoopFailed | None = None  # the first loop that failed, if one did
         self._subs: list[Any] = []
         self._back_at = 0.0
         self._reconnects_seen = 0
@@ -186,11 +164,12 @@ class Service:
         for verb, subject in discovery.subjects(self.name, self.instance_id):
             self._subs.append(await self.inbound.subscribe(subject, cb=self._srv(verb)))
         self._owner = asyncio.current_task()
-        opened = asyncio.Event()
-        self._supervisor = asyncio.create_task(
-            self._supervise(opened), name=f"{self.name}-{self.instance_id}-loops"
-        )
-        await opened.wait()  # spawn may be called as soon as start returns
+        await self.loops.open(f"{self.name}-{self.instance_id}-loops", self._failed)
+
+    @property
+    def failure(self) -> LoopFailed | None:
+        """The first background loop that failed, if one did."""
+        return self.loops.failure
 
     async def ready(self) -> None:
         """Return once the server holds every subscription made so far, so a request
@@ -311,69 +290,12 @@ class Service:
         """A background loop owned by the service, in its task group: cancelled on stop
         (after the drain); if it raises, the service fails (see the module's doc).
         Spawned after stop has begun cancelling, or after a failure, it never runs."""
-        name = _loop_name(coro)
-        group = self._group
-        assert self._supervisor is not None, "service not started"
-        task: asyncio.Task[None] | None = None
-        if group is not None and not self._closing.is_set() and self.failure is None:
-            # The group refuses new tasks once a loop has failed and it is cancelling
-            # the others: a loop started then would outlive the service.
-            with contextlib.suppress(RuntimeError):
-                task = group.create_task(self._run_loop(name, coro), name=name)
-        if task is None:
-            if isinstance(coro, Coroutine):
-                coro.close()  # never awaited, on purpose: no warning for it
-            task = asyncio.create_task(_nothing(), name=name)
-            task.cancel()
-            return task
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
+        return self.loops.spawn(coro)
 
-    async def _run_loop(self, name: str, work: Awaitable[None]) -> None:
-        try:
-            await work
-        except Exception as exc:
-            if self._closing.is_set() or self.failure is not None:
-                # Raised as it was cancelled (stop, or another loop's failure): the
-                # service is going away already; this one is not its cause.
-                event(
-                    self.log,
-                    "background loop error while stopping",
-                    logging.WARNING,
-                    loop=name,
-                    error=repr(exc),
-                )
-                return
-            self.failure = LoopFailed(name, exc)
-            event(
-                self.log,
-                "background loop failed",
-                logging.ERROR,
-                loop=name,
-                error=repr(exc),
-                exception="".join(traceback.format_exception(exc)),
-            )
-            raise self.failure from exc
-
-    async def _supervise(self, opened: asyncio.Event) -> None:
-        """Hold the loops' task group open until stop (which cancels them) or until one
-        of them fails (the group cancels the others); then, on a failure, close the
-        service and cancel the task that started it."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                opened.set()
-                await self._closing.wait()
-                for task in list(self._background):
-                    task.cancel()
-        except* LoopFailed:
-            pass  # logged where it was raised; self.failure says which
-        finally:
-            self._group = None
-        failure = self.failure
-        if failure is None or self._stopping:
-            return  # stopped as asked; or failed while stopping, which goes on
+    async def _failed(self, failure: LoopFailed) -> None:
+        """A loop failed: close the service and cancel the task that started it."""
+        if self._stopping:
+            return  # failed while stopping, which goes on
         await self._drain_handlers(FAILED_GRACE_S)
         await self._close_outbound(FAILED_GRACE_S)
         owner = self._owner
@@ -416,7 +338,5 @@ class Service:
         the service, stopping already, goes on stopping."""
         self._stopping = True
         await self._drain_handlers(grace)
-        self._closing.set()
-        if self._supervisor is not None:
-            await asyncio.wait([self._supervisor], timeout=grace)
+        await self.loops.close(grace)
         await self._close_outbound(grace)
