@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hecate_dev.bench.bus import capacity, costs, judged_result, ratios
 from hecate_dev.bench.bus_setup import cpu_by_role, cpu_per_reply, cpu_seconds, median_costs
 from hecate_dev.bench.report import figures, render
-from hecate_dev.bench.report.llm import judge_secure
+from hecate_dev.bench.report.secure import judge_secure
 from hecate_dev.bench.results import load
 from hecate_dev.bench.results_bus import BusResult
 from hecate_dev.bench.results_llm import LlmResult

@@ -29,7 +29,7 @@ One run measures, greedy, the same prompt and token count:
   (all its tokens after the first over all its decoding time);
   ``secure_over_open_rounds``: the locked-down tokens/s over the open in each pair;
   ``secure_over_open``: their median; ``secure_over_open_met``: that against
-  :data:`hecate_dev.bench.report.llm.LLM_TARGET_SECURE`; ``secure_over_open_pooled``:
+  :data:`hecate_dev.bench.report.secure.LLM_TARGET_SECURE`; ``secure_over_open_pooled``:
   the pooled tokens/s of the two, over each other; ``stages_3_secure``: the median
   locked-down run;
 * ``kill_between_steps`` / ``kill_mid_step``: two 3-stage pipelines; the middle node of
@@ -91,7 +91,8 @@ from hecate_dev.bench.llm_single import (
     stage_steps,
 )
 from hecate_dev.bench.llm_swarm import side_by_side, swarm
-from hecate_dev.bench.report.llm import judge_secure, median_ratio
+from hecate_dev.bench.report.paired import median_ratio
+from hecate_dev.bench.report.secure import judge_secure
 from hecate_dev.bench.results_llm import LlmResult
 
 __all__ = [

@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import re
-import statistics
 from typing import TypeVar
 
-from hecate_dev.bench.interval import median_interval
 from hecate_dev.bench.report import concurrency as users
 from hecate_dev.bench.report.markdown import (
     Doc,
@@ -22,8 +20,10 @@ from hecate_dev.bench.report.markdown import (
     table,
     verdict,
 )
+from hecate_dev.bench.report.paired import WRONG, judged, wrong
+from hecate_dev.bench.report.secure import SECURE_TARGET, judge_secure, secure_prose
 from hecate_dev.bench.results import load
-from hecate_dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round, SecurePair
+from hecate_dev.bench.results_llm import Generation, LlamaCpp, LlmResult, Round
 
 LLM_TARGET_STAGES = 0.9  # 3 stages / single process, tokens/s (each kind of single)
 STAGES_EVERY_CORE = f"3 stages ≥ {LLM_TARGET_STAGES}× single process, every core (tokens/s)"
@@ -32,11 +32,8 @@ STAGES_ONE_THREAD = (
 )
 LLM_TARGET_LLAMA = 1.0  # single process (the engine) / llama.cpp, tokens/s
 LLM_TARGET_STALL_MS = 1500.0  # longest gap in a stream when a stage is killed
-LLM_TARGET_SECURE = 0.95  # 3 stages on the locked-down bus / on the open bus, tokens/s
-SECURE_TARGET = "locked-down bus ≥ 0.95× open bus, 3-stage tokens/s"
 
 
-WRONG = "failed: wrong text"
 T = TypeVar("T")
 
 
@@ -46,12 +43,6 @@ def _need(value: T | None, name: str) -> T:
     if value is None:
         raise ValueError(f"the llm result has its rounds but no {name}")
     return value
-
-
-def _wrong(run: Generation | None) -> bool:
-    """Whether a timed generation produced other than the single-process text (results
-    saved before the check carry no verdict on their text)."""
-    return run is not None and run.wrong
 
 
 def _speed(run: Generation | LlamaCpp | None) -> str:
@@ -67,101 +58,6 @@ def _in_rounds(r: LlmResult, name: str) -> list[Generation | None]:
     rounds = r.rounds or [Round(single=r.single, stages_3=r.stages_3)]
     runs: list[Generation | None] = [getattr(rnd, name) for rnd in rounds]
     return runs
-
-
-def median_ratio(values: list[float]) -> float:
-    """The median of per-pair ratios (between the two middle ones, for an even count),
-    to 3 decimals as the ratios are."""
-    return round(statistics.median(values), 3)
-
-
-def _secure_runs(r: LlmResult) -> list[Generation | None]:
-    """Every timed generation the locked-down bus was compared on, both buses'."""
-    if r.secure_runs is not None:
-        pairs = r.secure_runs.pairs
-    else:  # older results: the pairs sat in the rounds, the round's own first
-        rounds = r.rounds or [Round(stages_3=r.stages_3, stages_3_secure=r.stages_3_secure)]
-        pairs = [
-            p
-            for rnd in rounds
-            for p in (
-                SecurePair(stages_3=rnd.stages_3, stages_3_secure=rnd.stages_3_secure)
-                if rnd.stages_3 is not None and rnd.stages_3_secure is not None
-                else None,
-                *rnd.secure_pairs,
-            )
-            if p is not None
-        ]
-    return [g for p in pairs for g in (p.stages_3, p.stages_3_secure)]
-
-
-def judged(ratios: list[float], target: float) -> tuple[Met, str]:
-    """Paired ratios against ``target`` (at least): met or not only when their median's
-    interval lies on one side of it (:mod:`hecate_dev.bench.interval`), else
-    undecided; and the figure: the median and its interval."""
-    interval = median_interval(ratios)
-    figure = (
-        f"{num(median_ratio(ratios), 3)}× (median of {len(ratios)}; "
-        f"{num(interval.low, 3)}–{num(interval.high, 3)} holds it at "
-        f"{interval.confidence:.0%})"
-    )
-    return interval.verdict_at_least(target), figure
-
-
-def judge_secure(r: LlmResult) -> tuple[Met, str]:
-    """The 3-stage swarm on the locked-down bus against the same on the open bus
-    (:data:`LLM_TARGET_SECURE`), judged on the per-pair ratios' median and its
-    interval, and the figure; not measured in results saved before the secure runs. A
-    pair whose text was wrong on either bus fails it."""
-    ratios = r.secure_over_open_rounds
-    if not ratios:
-        return None, "not measured"
-    if any(_wrong(x) for x in _secure_runs(r)):
-        return False, WRONG
-    met, figure = judged(ratios, LLM_TARGET_SECURE)
-    return met, f"{figure} open"
-
-
-_LOCKED_DOWN = """the bus as `hecate up --secure` and `deploy/` run it: TLS between every
-  process and the server; the services in one NATS account and each tenant in an
-  account of its own that imports the service; the router, telemetry and each node
-  logged in as users of their own, the server checking every publish and subscription
-  against the permissions the wire contract derives; and the generation asked by a
-  tenant's user from its own account, so the server stamps the request with that
-  account and the router takes the tenant from it (`--tenant-from bus`)."""
-
-
-def _secure_prose(r: LlmResult, met: Met, figure: str) -> str:
-    ratios = r.secure_over_open_rounds
-    if not ratios:
-        return (
-            "* **3 stages on the locked-down bus ≥ "
-            f"{LLM_TARGET_SECURE}× the open bus (tokens/s)**: not measured in this run."
-        )
-    pairs = ", ".join(num(x, 3) for x in ratios)
-    head = f"""* **3 stages on the locked-down bus ≥ {LLM_TARGET_SECURE}× the open bus
-  (tokens/s)**: {verdict(met)} ({figure}; per pair {pairs}). Met or not only when
-  the interval lies on one side of the target."""
-    runs = r.secure_runs
-    if runs is None:  # older results: a swarm started for every generation
-        return f"""{head}
-  In every round the same 3-stage swarm also runs on {_LOCKED_DOWN} The two swarms
-  take turns, which goes first alternating pair by pair; one generation's tokens/s
-  spreads by more than the bus costs, so each round times several pairs and the
-  figure is the median pair."""
-    pooled = r.secure_over_open_pooled
-    if pooled is None:
-        pooled = runs.pooled_secure_tokens_per_s / runs.pooled_open_tokens_per_s
-    return f"""{head}
-  The same 3-stage swarm stands twice at once, each with its own nats-server,
-  telemetry, router and 3 nodes: once on the open bus and once on {_LOCKED_DOWN}
-  Each is warmed up with {runs.warmup} untimed generations, then {len(runs.pairs)}
-  pairs are timed, one generation on each swarm, which goes first alternating pair by
-  pair; one generation's tokens/s spreads by more than the bus costs, so the figure
-  is the median of the pairs' ratios. Pooled over every pair (all tokens after the
-  first over all the time between first and last tokens), the locked-down swarm made
-  {num(runs.pooled_secure_tokens_per_s, 2)} tokens/s against
-  {num(runs.pooled_open_tokens_per_s, 2)} on the open one: {num(pooled, 3)}×."""
 
 
 def _llama(r: LlmResult) -> tuple[LlamaCpp | None, str]:
@@ -231,7 +127,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
     kills = [kill_between, kill_mid]
     llama_rounds = r.ratio_single_llama_cpp_rounds
     ratio_llama = r.ratio_single_llama_cpp
-    wrong_single = any(_wrong(x) for x in _in_rounds(r, "single"))
+    wrong_single = any(wrong(x) for x in _in_rounds(r, "single"))
     rows = [
         ["single process, the engine, every core (spinning threads)", _speed(r.single)],
         ["single process, the engine, 1 thread", _speed(r.single_1_thread)],
@@ -278,11 +174,11 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         ],
         [
             "kill as a token arrives: longest gap (ms), how the router heard",
-            WRONG if _wrong(kills[0]) else _stall(kills[0]),
+            WRONG if wrong(kills[0]) else _stall(kills[0]),
         ],
         [
             "kill ~40 % into the next step: longest gap (ms), how",
-            WRONG if _wrong(kills[1]) else _stall(kills[1]),
+            WRONG if wrong(kills[1]) else _stall(kills[1]),
         ],
     ]
     figures = table(["figure (TTFT ms / tokens/s unless stated)", "this run"], rows)
@@ -298,7 +194,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
             if v is not None
         ],
     )
-    wrong_stages = wrong_single or any(_wrong(x) for x in _in_rounds(r, "stages_3"))
+    wrong_stages = wrong_single or any(wrong(x) for x in _in_rounds(r, "stages_3"))
     met_stages, stages_figure = judged(rounds, LLM_TARGET_STAGES) if rounds else (None, "–")
     if wrong_stages:
         met_stages, stages_figure = False, WRONG
@@ -308,7 +204,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         if one_rounds
         else (None, "not measured in this run (a result saved before it was)")
     )
-    if wrong_stages or any(_wrong(x) for x in _in_rounds(r, "single_1_thread")):
+    if wrong_stages or any(wrong(x) for x in _in_rounds(r, "single_1_thread")):
         met_one, one_figure = False, WRONG
     met_llama: Met = None
     llama_figure = why_not
@@ -321,7 +217,7 @@ def section_llm(env: Doc, img: str) -> tuple[str, list[Target]]:
         if wrong_single:
             met_llama, llama_figure = False, WRONG
     stall = max(k.kill_stall_ms or 0.0 for k in kills)
-    wrong_kill = any(_wrong(k) for k in kills)
+    wrong_kill = any(wrong(k) for k in kills)
     met_stall = stall < LLM_TARGET_STALL_MS and not wrong_kill
     stall_figure = WRONG if wrong_kill else f"{num(stall / 1000, 2)} s"
     text_figure, met_text = _text_check(r)
@@ -390,7 +286,7 @@ Against the issue's targets:
   router hears of it through telemetry's node-down, then replays the prompt and the
   tokens so far. Whether the "as a token arrives" kill finds the node idle depends on
   timing; the reported reason says which path was taken.
-{_secure_prose(r, met_secure, secure_figure)}
+{secure_prose(r, met_secure, secure_figure)}
 """
     part, many = _users(r, img)
     return text + part, [
