@@ -118,11 +118,11 @@ class RouterDesk:
 
     def handle(self, ev: d.Event) -> list[d.Action]:
         out: list[d.Action] = []
-        match ev:
-            case d.Arrived():
-                self._arrived(ev, out)
+        match ev:  # the most frequent first
             case d.StageHeard():
                 self._stage(ev, out)
+            case d.Arrived():
+                self._arrived(ev, out)
             case d.Tick(now):
                 self._tick(now, out)
             case d.QuotaAnswered(call, reply, now):

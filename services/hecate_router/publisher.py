@@ -53,7 +53,9 @@ class Publisher:
         for act in acts:
             match act:
                 case d.Dispatch():
-                    back += await self._dispatch(act)
+                    failed = await self._dispatch(act)
+                    if failed is not None:
+                        back.append(failed)
                 case d.Streamed(call, token):
                     # On the caller's own reply path (nowhere else), from the connection
                     # the answer leaves by, so the tokens arrive before it.
@@ -97,7 +99,7 @@ class Publisher:
             return False
         return True
 
-    async def _dispatch(self, act: d.Dispatch) -> list[d.Event]:
+    async def _dispatch(self, act: d.Dispatch) -> d.StageHeard | None:
         s, flight = act.send, act.flight
         base = f"{self.inbox}.{flight}-{s.send}"
         request = msgspec.structs.replace(s.request, reply_base=base) if s.chained else s.request
@@ -132,8 +134,8 @@ class Publisher:
         except Exception as exc:  # disconnected: fail over like any stage failure
             failure = Failure("publish_failed", f"publish failed: {exc!r}")
         if failure is None:
-            return []
-        return [d.StageHeard(flight, s.send, s.stage, failure, time.monotonic())]
+            return None
+        return d.StageHeard(flight, s.send, s.stage, failure, time.monotonic())
 
     async def _respond(self, act: d.Respond) -> None:
         reply, err = act.reply, act.reply.error if act.reply is not None else None

@@ -300,10 +300,12 @@ class RouterService:
         if back > self._back:  # the bus came back: "no responders" may mean "not yet"
             self._back = back
             self.desk.handle(d.Reconnected(back, time.monotonic(), time.time()))  # no actions
-        first = acts = self.desk.handle(ev)
-        while acts:
-            acts = [a for e in await self.publisher.carry_out(acts) for a in self.desk.handle(e)]
-        return first
+        acts = self.desk.handle(ev)
+        if acts:
+            more = await self.publisher.carry_out(acts)
+            while more:
+                more += await self.publisher.carry_out(self.desk.handle(more.pop(0)))
+        return acts
 
 
 def _stage_ids(token: str) -> tuple[int, int, int] | None:
