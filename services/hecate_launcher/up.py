@@ -35,6 +35,7 @@ from typing import Any
 
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
+from hecate.cli.flags import pipelines
 from hecate.core.errors import HecateError
 from hecate.executors import generative_model
 from hecate.sim.topology import parse_topology
@@ -316,7 +317,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
     p.add_argument("--state", default=".hecate", help="folder for the embedded server's data")
     p.add_argument("--routers", type=int, default=2)
-    p.add_argument("--pipelines", type=int, default=2)
+    p.add_argument(
+        "--pipelines",
+        type=pipelines,
+        default="auto",
+        help="base replicas, or 'auto' (the default): two, then as many as the nodes can "
+        "form once the other models have theirs",
+    )
     p.add_argument("--strategy", default="greedy")
     p.add_argument(
         "--secure",

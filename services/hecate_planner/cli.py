@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hecate.cli.flags import Flag, add_flags, config_from
+from hecate.cli.flags import Flag, add_flags, config_from, pipelines
 from hecate.cli.process import instance_name as _instance
 from hecate.cli.process import run_service, service_parser
 from hecate_planner.config import PlannerConfig
@@ -44,7 +44,12 @@ def add_parser(sub: Any) -> None:
     plan = service_parser(sub, "planner", "run the planner: membership -> plan in KV")
     plan.add_argument("--id", default=None)
     plan.add_argument("--topology", required=True, help="models and failover (nodes join)")
-    plan.add_argument("--pipelines", type=int, default=None, help="base replicas (default 2)")
+    plan.add_argument(
+        "--pipelines",
+        type=pipelines,
+        default=2,
+        help="base replicas, or 'auto': as many as the nodes can form (default 2)",
+    )
     plan.add_argument("--strategy", default="greedy", help="planner strategy name")
     add_flags(plan, PlannerConfig, FLAGS)
     plan.set_defaults(run=_cmd_planner)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from hecate.core import SwarmConfig
@@ -20,8 +22,8 @@ class PlannerConfig(msgspec.Struct, frozen=True, kw_only=True):
         positive(self.settle_s, "settle_s")
 
 
-def swarm_from_topology(data: bytes, pipelines: int | None = None) -> SwarmConfig:
+def swarm_from_topology(data: bytes, pipelines: int | Literal["auto"] = 2) -> SwarmConfig:
     """The swarm's models and failover options from a topology file (nodes join by bus)."""
     from hecate.sim.topology import parse_topology
 
-    return parse_topology(data).swarm_config(pipelines or 2)
+    return parse_topology(data).swarm_config(pipelines)

@@ -322,4 +322,5 @@ class PlannerService:
             on=on,
             pipelines=len(plan.pipelines),
             nodes=len(plan.nodes),
+            spare=len(plan.spare_nodes()),
         )

@@ -107,3 +107,20 @@ def config_from(args: argparse.Namespace, config: type, flags: Sequence[Flag], *
         else:
             values[outer] = dataclasses.replace(default, **fields)
     return config(**values)
+
+
+def pipelines(text: str) -> int | Literal["auto"]:
+    """A ``--pipelines`` value: a count of base replicas (at least 1), or ``auto``: two,
+    then as many as the nodes can form once the other models have theirs
+    (:class:`hecate.core.SwarmConfig`)."""
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of replicas or 'auto', got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 replica, got {value}")
+    return value

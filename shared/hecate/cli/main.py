@@ -58,6 +58,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_plugins(sub, alone)
         return parser
 
+    from hecate.cli.flags import pipelines
     from hecate.core import PLANNERS
 
     sim = sub.add_parser("swarm-sim", help="run the swarm lifecycle in memory, print JSON")
@@ -70,7 +71,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="kill this node (repeatable; one failover step each, in order)",
     )
     sim.add_argument(
-        "--pipelines", type=positive_int, default=2, help="replicas of the base model (default 2)"
+        "--pipelines",
+        type=pipelines,
+        default=2,
+        help="replicas of the base model, or 'auto': as many as the nodes can form (default 2)",
     )
     sim.add_argument(
         "--planner",

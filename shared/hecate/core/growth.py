@@ -9,8 +9,11 @@ Growth (a node joins):
    missing copies from spare capacity (the newcomer's and what live nodes have left).
 2. **expert** — otherwise, a reserve or expert model has fewer pipelines than it asks
    for: host it on spare capacity (the "telomerase" that grows experts).
-3. **capacity** — otherwise the newcomer joins as spare capacity, used by later
-   relocations and growth.
+3. **replica** (auto) — otherwise, a model planned with ``auto`` gets every further
+   complete copy that the spare capacity, the newcomer's included, can form.
+4. **capacity** — otherwise the newcomer joins as spare capacity, used by later
+   relocations and growth; the plan's :meth:`~hecate.core.plan.SwarmPlan.spare_nodes`
+   names the nodes that hold no layer.
 
 Retirement (a node leaves): every pipeline that used it is repaired in place by moving
 the retiring node's layer ranges to spare capacity on live nodes; a pipeline that cannot
@@ -83,7 +86,8 @@ def grow(state: SwarmState, profile: NodeProfile, planner: Planner) -> Grown:
     )
     kind: GrowthKind = "capacity"
     new: list[Pipeline] = []
-    for m in sorted(plan.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
+    models = sorted(plan.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id))
+    for m in models:
         new = build_missing(planner, m, state, grown)
         if new:
             kind = "replica" if m.role == "base" else "expert"
@@ -93,6 +97,12 @@ def grow(state: SwarmState, profile: NodeProfile, planner: Planner) -> Grown:
             # as spare for the base rather than spend it on another model (unless it
             # cannot run the base at all).
             break
+    else:
+        for m in (m for m in models if m.auto):
+            new = build_extra(planner, m, state, grown)
+            if new:
+                kind = "replica"
+                break
     return Grown(state=state, kind=kind, new=tuple(new), pipelines=(*plan.pipelines, *new))
 
 
@@ -121,8 +131,13 @@ def retire(state: SwarmState, node_id: str, planner: Planner) -> Retired:
             if s.node_id != node_id and state.is_alive(s.node_id):
                 free[s.node_id] = free.get(s.node_id, 0) + s.size
     rebuilt: list[Pipeline] = []
-    for m in sorted(before.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id)):
+    models = sorted(before.models, key=lambda m: (ROLE_ORDER[m.role], m.model_id))
+    for m in models:
         rebuilt += build_missing(
+            planner, m, state, replace(without, pipelines=(*pipelines, *rebuilt))
+        )
+    for m in (m for m in models if m.auto):
+        rebuilt += build_extra(
             planner, m, state, replace(without, pipelines=(*pipelines, *rebuilt))
         )
     return Retired(
@@ -138,6 +153,14 @@ def missing(model: ModelSpec, state: SwarmState, plan: SwarmPlan) -> int:
     """How many intact copies ``model`` lacks of its replica target."""
     intact = sum(1 for p in plan.pipelines_of(model.model_id) if state.pipeline_alive(p))
     return model.replicas - intact
+
+
+def build_extra(
+    planner: Planner, model: ModelSpec, state: SwarmState, plan: SwarmPlan
+) -> list[Pipeline]:
+    """Every further copy of an ``auto`` model that spare live capacity can form."""
+    profiles = {n.node_id: n for n in plan.nodes}
+    return planner.extra(model, plan.pipelines, spare(state, plan), profiles)
 
 
 def build_missing(

@@ -39,7 +39,10 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     ``base`` is the model the swarm exists for; ``expert`` models are grown onto spare
     capacity and never stand in for the base; a ``reserve`` model is the designated
-    degraded fallback. ``replicas`` is how many complete pipelines the planner aims for.
+    degraded fallback. ``replicas`` is how many complete pipelines the planner aims for;
+    with ``auto``, the least it aims for: once every model has its ``replicas``, an auto
+    model gets every further complete copy the capacity left can form, and what cannot
+    complete one stays spare (for relocations when a node leaves, and for growth).
     ``executor`` is what computes the model: its layers go only to nodes that run it
     (:func:`executes`), so a node can never serve a real model with another network.
     """
@@ -49,6 +52,7 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     role: ModelRole = "base"
     replicas: Annotated[int, msgspec.Meta(ge=0)] = 1
     executor: Slug = "toy"
+    auto: bool = False
 
 
 def executes(executor: str, model: ModelSpec) -> bool:
@@ -114,6 +118,11 @@ class SwarmPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def pipelines_of(self, model_id: str) -> tuple[Pipeline, ...]:
         return tuple(p for p in self.pipelines if p.model_id == model_id)
+
+    def spare_nodes(self) -> tuple[str, ...]:
+        """The nodes of the plan that hold no layer of any pipeline: spare capacity."""
+        used = {s.node_id for p in self.pipelines for s in p.stages}
+        return tuple(n.node_id for n in self.nodes if n.node_id not in used)
 
     def layers_used(self) -> dict[str, int]:
         """Layers each node hosts across every pipeline of every model."""

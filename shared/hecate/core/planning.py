@@ -22,6 +22,12 @@ def pipeline_id(model_id: str, index: int) -> str:
     return f"{model_id}-r{index}"
 
 
+def most_copies(model: ModelSpec, free: Mapping[str, int]) -> int:
+    """More copies of ``model`` than the ``free`` capacity can hold: the count an auto
+    model asks the strategy for (it stops at the first copy that does not fit)."""
+    return sum(max(0, f) for f in free.values()) // model.layers
+
+
 def executors_for(model: ModelSpec, profiles: Mapping[str, NodeProfile]) -> dict[str, NodeProfile]:
     """The profiles of the nodes that may be given layers of ``model``."""
     return {i: n for i, n in profiles.items() if executes(n.executor, model)}
@@ -46,7 +52,8 @@ class Planner(ABC):
     def plan(
         self, models: Iterable[ModelSpec], nodes: Iterable[NodeProfile], *, epoch: int = 1
     ) -> SwarmPlan:
-        """Plan every model, as many replicas as each asks for and capacity allows.
+        """Plan every model, as many replicas as each asks for and capacity allows, in
+        priority order; then every further copy of an ``auto`` model that fits.
 
         Never raises for lack of capacity: a model gets fewer replicas (possibly none).
         The caller decides whether that is acceptable (see ``InsufficientCapacity``).
@@ -57,9 +64,41 @@ class Planner(ABC):
         pipelines: list[Pipeline] = []
         for m in models:
             pipelines += self.copies(m, m.replicas, free, profiles, first_index=0)
+        for m in models:  # then every further copy an auto model's nodes can form
+            if m.auto:
+                pipelines += self.extra(m, pipelines, free, profiles)
         return SwarmPlan(
             epoch=epoch, models=models, nodes=tuple(profiles.values()), pipelines=tuple(pipelines)
         )
+
+    def extra(
+        self,
+        model: ModelSpec,
+        pipelines: Iterable[Pipeline],
+        free: MutableMapping[str, int],
+        profiles: Mapping[str, NodeProfile],
+    ) -> list[Pipeline]:
+        """Every further copy of ``model`` that ``free`` can hold beside its copies in
+        ``pipelines``, asked of the strategy until it makes no more (one that seeds one
+        copy per node group, as ``proportional`` does, makes them a round at a time)."""
+        mine = [p for p in pipelines if p.model_id == model.model_id]
+        taken = {p.pipeline_id for p in mine}
+        out: list[Pipeline] = []
+        while (count := most_copies(model, free)) > 0:
+            avoid = frozenset(n for p in (*mine, *out) for n in p.node_ids)
+            first = len(mine) + len(out)
+            new = self.copies(model, count, free, profiles, first_index=first, avoid=avoid)
+            if not new:
+                break
+            for p in new:  # ids unique even past a gap in the numbering
+                n = first
+                pid = p.pipeline_id
+                while pid in taken:
+                    n += 1
+                    pid = pipeline_id(model.model_id, n)
+                taken.add(pid)
+                out.append(Pipeline(pipeline_id=pid, model_id=p.model_id, stages=p.stages))
+        return out
 
     def copies(
         self,

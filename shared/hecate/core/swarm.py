@@ -49,14 +49,21 @@ SwarmStatus = Literal["healthy", "degraded", "failed", "stopped"]
 __all__ = ["Growth", "GrowthKind", "Removal", "Swarm", "SwarmConfig", "SwarmStatus"]
 
 
+#: The least copies of the base an ``auto`` plan aims for before the other models: one
+#: death must leave an intact replica.
+AUTO_FLOOR = 2
+
+
 class SwarmConfig(msgspec.Struct, frozen=True):
     """``layers`` and ``pipelines`` (replicas) of the base model, plus any other models.
+    ``pipelines="auto"``: :data:`AUTO_FLOOR` copies first, then, once the other models
+    have theirs, every further copy the nodes can form (:class:`ModelSpec` ``auto``).
 
     ``SwarmConfig(12, 2)``: the first two may be given positionally, as in the seed.
     """
 
     layers: int
-    pipelines: int = 2
+    pipelines: int | Literal["auto"] = 2
     model_id: str = "base"
     models: tuple[ModelSpec, ...] = ()
     failover: FailoverOptions = FailoverOptions()
@@ -67,8 +74,9 @@ class SwarmConfig(msgspec.Struct, frozen=True):
             model_id=self.model_id,
             layers=self.layers,
             role="base",
-            replicas=self.pipelines,
+            replicas=AUTO_FLOOR if self.pipelines == "auto" else self.pipelines,
             executor=self.executor,
+            auto=self.pipelines == "auto",
         )
         return (base, *self.models)
 

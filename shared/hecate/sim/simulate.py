@@ -29,7 +29,7 @@ from hecate.core import (
 )
 from hecate.core.chooser import Chooser
 from hecate.core.plan import PlanProblem
-from hecate.sim.topology import Topology, TopologyError
+from hecate.sim.topology import Replicas, Topology, TopologyError
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,7 +90,7 @@ def simulate(
     *,
     policy: Callable[[FailoverOptions], Chooser] = Chooser,
     kills: tuple[str, ...] = (),
-    pipelines: int = 2,
+    pipelines: Replicas = 2,
     planner: str = "greedy",
 ) -> SimReport:
     """Run the lifecycle, routing with ``policy(failover options of the topology)`` (a
@@ -111,7 +111,7 @@ def simulate(
         policy=policy(config.failover),
     )
     held = len(swarm.plan.pipelines_of(base.id))
-    if held < pipelines:
+    if pipelines != "auto" and held < pipelines:
         raise TopologyError(
             f"the topology holds {held} of the {pipelines} requested pipelines "
             f"of {base.id!r}; add capacity or ask for fewer"

@@ -9,14 +9,16 @@ error too: it would never be planned, and nothing else may serve it under its na
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
 from hecate.core import FailoverOptions, HecateError, ModelSpec, NodeProfile, SwarmConfig
 from hecate.core.plan import ModelRole, Slug, executes
+from hecate.core.swarm import AUTO_FLOOR
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Replicas = int | Literal["auto"]
 
 
 class TopologyError(HecateError):
@@ -32,13 +34,17 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     replicas: Annotated[int, msgspec.Meta(ge=0)] = 1
     executor: Slug = "toy"  # what computes it: only nodes running it get its layers
 
-    def spec(self, replicas: int | None = None) -> ModelSpec:
+    def spec(self, replicas: Replicas | None = None) -> ModelSpec:
+        """The model as the planner takes it; ``replicas`` overrides the file's count
+        (``"auto"``: :data:`AUTO_FLOOR` copies, then as many as the nodes can form)."""
+        count = self.replicas if replicas is None else replicas
         return ModelSpec(
             model_id=self.id,
             layers=self.layers,
             role=self.role,
-            replicas=self.replicas if replicas is None else replicas,
+            replicas=AUTO_FLOOR if count == "auto" else count,
             executor=self.executor,
+            auto=count == "auto",
         )
 
 
@@ -80,11 +86,11 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def base(self) -> ModelEntry:
         return next(m for m in self.models if m.role == "base")
 
-    def model_specs(self, pipelines: int) -> tuple[ModelSpec, ...]:
+    def model_specs(self, pipelines: Replicas) -> tuple[ModelSpec, ...]:
         """Every model as a spec; the base model gets ``pipelines`` replicas."""
         return tuple(m.spec(pipelines if m.role == "base" else None) for m in self.models)
 
-    def swarm_config(self, pipelines: int) -> SwarmConfig:
+    def swarm_config(self, pipelines: Replicas) -> SwarmConfig:
         """The swarm this topology describes: its base in ``pipelines`` copies, the
         other models beside it, each with the executor that computes it."""
         base = self.base
