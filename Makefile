@@ -94,6 +94,8 @@ bench: $(BENCH_STAMP)
 		|| echo tokens >> $(BENCH_FAILED)
 	$(BIN)/hecate bench wan --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo wan >> $(BENCH_FAILED)
+	$(BIN)/hecate bench scale $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo scale >> $(BENCH_FAILED)
 	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
 		|| echo chaos >> $(BENCH_FAILED)
 	$(BIN)/hecate bench report --results $(BENCH_RESULTS) --doc $(BENCH_DOC) --img $(BENCH_IMG) \

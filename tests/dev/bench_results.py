@@ -384,9 +384,43 @@ TOKENS = {
 }
 
 
+def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, Any]:
+    return {
+        "nodes": nodes,
+        "hosts": hosts,
+        "alive": nodes,
+        "formed": True,
+        "all_alive_s": alive_s,
+        "host_rss_mb": [rss] * hosts,
+        "rss_per_node_mb": rss * hosts / nodes,
+        "hosts_cpu_per_s": 0.1 * hosts,
+        "host_cpu_us_per_node_per_s": 900.0,
+        "telemetry_cpu_per_s": 0.02,
+        "telemetry_cpu_us_per_beat": 40.0,
+        "telemetry_rss_mb": 33,
+        "snapshot_bytes": 127 * nodes,
+        "snapshot_bytes_per_node": 127,
+    }
+
+
+SCALE = {
+    "levels": [_scale_level(100, 1, 58, 1.5), _scale_level(2000, 2, 186, 7.1)],
+    "rss_added_per_node_mb": 0.14,
+    "snapshot_limit_nodes": 8256,
+    "meta": {
+        "heartbeat_ms": 1000,
+        "per_host": 1000,
+        "executor": "toy",
+        "steady_s": 10.0,
+        "cpu_count": 2,
+    },
+}
+
+
 def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     """Every suite's saved result (``llm=False``: the model suite never ran)."""
     out = {
+        "scale": envelope("scale", SCALE),
         "core": envelope("core", CORE),
         "bus": envelope("bus", BUS),
         "herd": envelope("herd", HERD),

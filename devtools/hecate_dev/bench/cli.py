@@ -23,7 +23,18 @@ def add_parser(sub: Any) -> None:
     )
     bench.add_argument(
         "suite",
-        choices=["core", "bus", "herd", "breaker", "gateway", "llm", "tokens", "wan", "report"],
+        choices=[
+            "core",
+            "bus",
+            "herd",
+            "breaker",
+            "gateway",
+            "llm",
+            "tokens",
+            "wan",
+            "scale",
+            "report",
+        ],
         help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
         "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
         "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
@@ -32,6 +43,8 @@ def add_parser(sub: Any) -> None:
         "and 16 users, from every process's spans; wan: SmolLM2 with every node behind a "
         "slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
+        "scale: node hosts of 100 to 2,000 node identities, what forming, beating and "
+        "following the swarm costs per node; "
         "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
@@ -185,6 +198,10 @@ def _run_suite(args: argparse.Namespace) -> object:
             warmup=2 if args.quick else 4,
             preference_tokens=4 if args.quick else 8,
         )
+    if args.suite == "scale":
+        from hecate_dev.bench.scale import run_scale_bench
+
+        return run_scale_bench(quick=args.quick)
     if args.suite == "gateway":
         from hecate_dev.bench.gateway import QUICK, run_gateway_bench
 

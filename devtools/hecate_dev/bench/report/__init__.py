@@ -31,6 +31,7 @@ from hecate_dev.bench.report.gateway import section_gateway
 from hecate_dev.bench.report.herd import section_herd
 from hecate_dev.bench.report.llm import section_llm
 from hecate_dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate_dev.bench.report.scale import section_scale
 from hecate_dev.bench.report.tokens import section_tokens
 from hecate_dev.bench.report.wan import section_wan
 from hecate_dev.chaos import results as chaos_results
@@ -81,6 +82,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "Wide-area links: SmolLM2 with every node 0 to 40 ms away",
         "hecate bench wan",
         section_wan,
+    ),
+    (
+        "scale",
+        "A swarm of many nodes: what each node costs",
+        "hecate bench scale",
+        section_scale,
     ),
     (
         "chaos",

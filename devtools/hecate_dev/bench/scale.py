@@ -1,0 +1,162 @@
+"""``hecate bench scale``: what a swarm of many nodes costs, size by size.
+
+At each size, a nats-server, one telemetry service and node hosts (``hecate
+node-host``: many node identities in one process, each a whole node on the bus) on the
+toy executor, beating at ``heartbeat_ms``. Measured, per size: how long until telemetry
+calls every node alive (``all_alive_s``, from the hosts' start); each host's memory
+(RSS) and what one identity adds; the CPU the hosts and telemetry spend per second
+once the swarm stands, per node; and the telemetry snapshot every router follows: its
+bytes, whole, and per node. A size whose nodes are not all alive within
+``form_timeout_s`` is recorded with how many were, and the suite goes on.
+
+Not yet here: planning and routing at these sizes under load, several routers, and
+the cut-off namespace (the rest of the scale suite).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+
+from hecate.bus import kv as kvs
+from hecate.bus.server import NatsServer
+from hecate.wire import subjects
+from hecate.wire.messages import TelemetrySnapshot
+from hecate_dev.bench.bus_setup import cpu_seconds
+from hecate_launcher import ProcessSpec, Supervisor
+
+SIZES = (100, 500, 2000)
+QUICK_SIZES = (50, 200)
+PER_HOST = 1000  # identities in one host process: about one core's worth at 1 s beats
+STEADY_S = 10.0  # how long the standing swarm's CPU is measured
+QUICK_STEADY_S = 3.0
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process, MB (Linux ``/proc``)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+async def _alive(url: str, want: int, timeout_s: float) -> tuple[int, int, float]:
+    """Poll telemetry's snapshot until ``want`` nodes are alive: (alive, snapshot bytes,
+    seconds waited)."""
+    started = time.monotonic()
+    nc = await nats.connect(url)
+    alive = size = 0
+    try:
+        while time.monotonic() - started < timeout_s:
+            try:
+                bucket = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
+                entry = await bucket.get(subjects.TELEMETRY_KEY)
+            except Exception:  # not written yet
+                await asyncio.sleep(0.25)
+                continue
+            value = entry.value or b""
+            snap = msgspec.json.decode(value, type=TelemetrySnapshot)
+            alive, size = sum(t.alive for t in snap.nodes.values()), len(value)
+            if alive >= want:
+                break
+            await asyncio.sleep(0.25)
+    finally:
+        await nc.close()
+    return alive, size, time.monotonic() - started
+
+
+def one_size(
+    size: int, *, heartbeat_ms: int, steady_s: float, form_timeout_s: float, tmp: Path
+) -> dict[str, Any]:
+    server = NatsServer(tmp / f"nats-{size}").start()
+    logs = tmp / f"logs-{size}"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = Supervisor(env={**os.environ, "HECATE_LOG_LEVEL": "WARNING"}, logs=logs)
+    try:
+        url = server.url
+        procs.start(ProcessSpec("telemetry", ("telemetry", "--id", "telemetry", "--nats", url)))
+        hosts = []
+        for h, start in enumerate(range(0, size, PER_HOST)):
+            count = min(PER_HOST, size - start)
+            label = f"host-{h}"
+            argv: tuple[str, ...] = ("node-host", "--prefix", f"h{h}-", "--count", str(count))
+            argv += ("--capacity-layers", "8", "--heartbeat-ms", str(heartbeat_ms))
+            procs.start(ProcessSpec(label, (*argv, "--nats", url)))
+            hosts.append(label)
+        alive, snapshot_bytes, waited = asyncio.run(_alive(url, size, form_timeout_s))
+        pids = {label: procs.pid(label) for label in (*hosts, "telemetry")}
+        before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
+        time.sleep(steady_s)
+        after = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
+        host_rss = [rss_mb(pids[label]) or 0.0 for label in hosts]
+        hosts_cpu = sum(after[h] - before[h] for h in hosts) / steady_s
+        telemetry_cpu = (after["telemetry"] - before["telemetry"]) / steady_s
+        return {
+            "nodes": size,
+            "hosts": len(hosts),
+            "alive": alive,
+            "formed": alive >= size,
+            "all_alive_s": round(waited, 1),
+            "host_rss_mb": [round(r) for r in host_rss],
+            "rss_per_node_mb": round(sum(host_rss) / size, 3),
+            "hosts_cpu_per_s": round(hosts_cpu, 3),
+            "host_cpu_us_per_node_per_s": round(hosts_cpu / size * 1e6, 1),
+            "telemetry_cpu_per_s": round(telemetry_cpu, 3),
+            "telemetry_cpu_us_per_beat": round(
+                telemetry_cpu / (size * 1000 / heartbeat_ms) * 1e6, 1
+            ),
+            "telemetry_rss_mb": round(rss_mb(pids["telemetry"]) or 0.0),
+            "snapshot_bytes": snapshot_bytes,
+            "snapshot_bytes_per_node": round(snapshot_bytes / max(1, alive)),
+        }
+    finally:
+        procs.stop()
+        server.stop()
+
+
+def run_scale_bench(*, quick: bool = False, heartbeat_ms: int = 1000) -> dict[str, Any]:
+    sizes = QUICK_SIZES if quick else SIZES
+    steady = QUICK_STEADY_S if quick else STEADY_S
+    with tempfile.TemporaryDirectory(prefix="hecate-scale-") as tmp:
+        levels = [
+            one_size(
+                size,
+                heartbeat_ms=heartbeat_ms,
+                steady_s=steady,
+                form_timeout_s=30.0 + size / 50,
+                tmp=Path(tmp),
+            )
+            for size in sizes
+        ]
+    one_mb = 1024 * 1024
+    # What one identity adds to a host: the slope between the two smallest sizes (each
+    # one host), free of the process's own baseline.
+    small, larger = sorted(levels, key=lambda lv: lv["nodes"])[:2]
+    slope = (larger["host_rss_mb"][0] - small["host_rss_mb"][0]) / (
+        larger["nodes"] - small["nodes"]
+    )
+    largest = max(levels, key=lambda lv: lv["nodes"])
+    per_node = largest["snapshot_bytes_per_node"] or 1
+    return {
+        "levels": levels,
+        "rss_added_per_node_mb": round(slope, 3),
+        # Where the one-value snapshot stops: NATS's default max_payload.
+        "snapshot_limit_nodes": one_mb // per_node,
+        "meta": {
+            "heartbeat_ms": heartbeat_ms,
+            "per_host": PER_HOST,
+            "executor": "toy",
+            "steady_s": steady,
+            "cpu_count": os.cpu_count(),
+        },
+    }

@@ -1,0 +1,19 @@
+"""The scale suite's measuring of one size, on real processes: a node host's
+identities all called alive by telemetry, and the figures it reports of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hecate_dev.bench.scale import one_size
+
+
+def test_one_size_forms_and_reports_what_each_node_costs(tmp_path: Path) -> None:
+    level = one_size(20, heartbeat_ms=500, steady_s=0.5, form_timeout_s=30.0, tmp=tmp_path)
+    assert level["formed"]
+    assert level["alive"] == 20
+    assert level["hosts"] == 1
+    assert level["host_rss_mb"][0] > 0
+    assert level["snapshot_bytes_per_node"] > 50  # every node's entry, whole
+    assert level["snapshot_bytes"] >= 20 * level["snapshot_bytes_per_node"] - 200
+    assert level["telemetry_cpu_per_s"] >= 0
