@@ -24,6 +24,12 @@ FLAGS = (
     Flag("executor", "what computes the node's ranges (hecate model add names more)"),
     Flag("heartbeat_s", "how often the node reports to telemetry", unit="ms"),
     Flag(
+        "heartbeat_budget_per_s",
+        "the whole swarm's heartbeats a second: past it (the plan says how many nodes "
+        "beat), each node beats more slowly",
+    ),
+    Flag("heartbeat_most_s", "the slowest a node beats however large the swarm", unit="ms"),
+    Flag(
         "accept_faults",
         "listen on hecate.node.<id>.fault for injected delays and errors "
         "(chaos runs only; never in production)",

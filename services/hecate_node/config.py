@@ -19,6 +19,11 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     profile: NodeProfile
     executor: str = "toy"
     heartbeat_s: float = 0.1
+    # The whole swarm's beats a second that a node keeps to, as the plan says how many
+    # nodes there are: slower beats past it, never slower than heartbeat_most_s
+    # (hecate.core.telemetry.beat_interval).
+    heartbeat_budget_per_s: float = 2000.0
+    heartbeat_most_s: float = 1.0
     # An idle node measures its ranges again this often (see node_holdings).
     remeasure_s: float = 5.0
     # Listen for injected faults (chaos runs only).
@@ -33,10 +38,10 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if not self.executor:
             raise ValueError("executor: must name an executor")
-        for name in ("heartbeat_s", "remeasure_s"):
+        for name in ("heartbeat_s", "remeasure_s", "heartbeat_budget_per_s", "heartbeat_most_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: must be a positive number of seconds, got {value}")
+                raise ValueError(f"{name}: must be a positive number, got {value}")
 
     def joined(self) -> NodeProfile:
         """The profile the node joins with: its own, saying which executor it runs."""

@@ -64,6 +64,7 @@ class Holdings:
         self.draining = draining
         self.remeasure_s = remeasure_s
         self.epoch = 0
+        self.swarm_nodes = 0  # the nodes of the plan held: how many beat
         self.held: list[Holding] = []
         self._warmed: set[Holding] = set()  # holdings whose warm-up has been started
         self._preparing = asyncio.Lock()  # one plan's loading and warm-up at a time, in order
@@ -115,6 +116,7 @@ class Holdings:
 
     def adopt(self, plan: SwarmPlan, revision: int) -> None:
         self.epoch = revision
+        self.swarm_nodes = len(plan.nodes)
         given = [
             (p.model_id, s.layer_start, s.layer_end)
             for p in plan.pipelines

@@ -34,6 +34,7 @@ from opentelemetry.trace import TracerProvider
 
 from hecate.bus.logs import event
 from hecate.bus.service import Service, ServiceError, encode
+from hecate.core.telemetry import beat_interval
 from hecate.executors import checked, get_executor
 from hecate.model.executor import Executor, ExecutorError
 from hecate.wire import subjects
@@ -112,6 +113,7 @@ class Node:
         self.holdings.on_loading = self._announce_loading
         self.chain = Chain(self.service, log)
         self._seq = 0
+        self._beat_s = config.heartbeat_s  # the pace the last beat declared
         self._beating = False  # beats go out once the node has joined
         self._announced: asyncio.Future[None] | None = None  # the PING after a loading beat
 
@@ -249,9 +251,19 @@ class Node:
 
     # -- heartbeats --------------------------------------------------------------------
 
+    @property
+    def beat_s(self) -> float:
+        """How often this node beats now: its configured pace, slower in a swarm whose
+        beats would pass their budget (``hecate.core.telemetry.beat_interval``). Each beat
+        declares it, so telemetry judges the silence after it by it."""
+        c = self.config
+        return beat_interval(
+            c.heartbeat_s, self.holdings.swarm_nodes, c.heartbeat_budget_per_s, c.heartbeat_most_s
+        )
+
     async def _heartbeats(self) -> None:
         while True:
-            await asyncio.sleep(self.config.heartbeat_s)
+            await asyncio.sleep(self._beat_s)  # what the last beat declared
             await self._heartbeat()
 
     async def _announce_loading(self, loading: bool) -> None:
@@ -275,7 +287,7 @@ class Node:
 
     async def _heartbeat(self) -> None:
         self._seq += 1
-        interval_s = self.config.heartbeat_s
+        interval_s = self._beat_s = self.beat_s
         beat = Heartbeat(
             node_id=self.profile.node_id,
             seq=self._seq,

@@ -93,6 +93,10 @@ def phi(elapsed: float, mean: float, std: float) -> float:
     return -math.log10(later) if later > 0 else math.inf
 
 
+#: A declared interval this many times the last (or its inverse) is a new pace.
+PACE_CHANGE = 1.5
+
+
 class Arrivals:
     """One node's heartbeat history: the last arrival, a window of gaps, and whether
     its last beat said it was loading."""
@@ -110,8 +114,17 @@ class Arrivals:
     def add(self, now: float, interval_s: float, loading: bool) -> None:
         # A gap that ends in a load or spans one is the load's pace, not the node's: it
         # is not learnt, and the node's gaps take up again from the first beat after it.
+        # So with a new pace (a node slowing its beats as the swarm grows says so in the
+        # beat before the first longer gap): the gaps learnt at the old one are dropped,
+        # and the declared interval stands in until enough at the new one are.
         was_loading, self.loading = self.loading, loading
+        repaced = not (1 / PACE_CHANGE <= interval_s / self.interval_s <= PACE_CHANGE)
         self.interval_s = interval_s
+        if repaced:
+            self.gaps.clear()
+            self.mean, self.std = interval_s, 0.0
+            self.last = max(self.last, now)
+            return
         if loading or was_loading:
             self.last = max(self.last, now)
             return

@@ -86,3 +86,11 @@ def observe(
         last_seen=now,
         in_flight=in_flight,
     )
+
+
+def beat_interval(base_s: float, nodes: int, budget_per_s: float, most_s: float) -> float:
+    """How often a node of a swarm of ``nodes`` heartbeats: every ``base_s`` while the
+    whole swarm's beats stay within ``budget_per_s``, slower as it grows so that they do,
+    never slower than every ``most_s`` (failure detection waits on the beats: past
+    ``budget_per_s * most_s`` nodes the budget gives way, not detection)."""
+    return min(max(base_s, nodes / budget_per_s), max(base_s, most_s))

@@ -340,3 +340,30 @@ def test_a_loading_node_beating_at_any_pace_within_its_allowance_is_never_down(
 ) -> None:
     d, last = loading_node(gaps)
     assert not d.suspected("n", last + silence)
+
+
+# -- a node that changes its pace ----------------------------------------------------------
+
+
+def test_a_node_that_slows_its_beats_says_so_first_and_is_judged_by_the_new_pace() -> None:
+    """A node slowing from 100 ms to 1 s beats as its swarm grows declares 1 s in the
+    beat before the first long gap: that gap is not silence, and the history learnt at
+    100 ms is not what the new pace is judged by."""
+    d, last = fed([INTERVAL] * 50)
+    d.heartbeat("n", last + INTERVAL, 1.0)  # the beat that declares the new pace
+    last += INTERVAL
+    assert not d.suspected("n", last + 1.0)
+    assert d.suspected("n", last + 1.0 + d.patience("n") + 0.01)
+    for _ in range(20):  # settled at the new pace: judged as a 100 ms beater is, at 1 s
+        last += 1.0
+        d.heartbeat("n", last, 1.0)
+    assert d.patience("n") == pytest.approx(1.0 + 0.1 + 5.612 * 0.05, abs=1e-3)
+    assert not d.suspected("n", last + 1.37)
+    assert d.suspected("n", last + 1.39)
+
+
+def test_a_pace_that_barely_moves_keeps_the_history() -> None:
+    d, last = fed([INTERVAL] * 50)
+    before = d.patience("n")
+    d.heartbeat("n", last + INTERVAL, INTERVAL * 1.2)
+    assert d.patience("n") == pytest.approx(before, abs=0.01)

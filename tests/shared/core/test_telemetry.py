@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.core import NodeState, Sample, SwarmState, observe
-from hecate.core.telemetry import ewma
+from hecate.core.telemetry import beat_interval, ewma
 from tests.support.builders import pipeline, plan
 
 
@@ -89,3 +89,30 @@ def test_the_estimate_stays_within_the_range_of_samples(values: list[float], alp
         est = ewma(est, v, alpha)
     assert est is not None
     assert min(values) - 1e-6 <= est <= max(values) + 1e-6
+
+
+# -- heartbeat pacing ----------------------------------------------------------------------
+
+
+def test_beats_keep_their_pace_within_the_budget_and_slow_past_it() -> None:
+    assert beat_interval(0.1, 48, 2000.0, 1.0) == 0.1
+    assert beat_interval(0.1, 200, 2000.0, 1.0) == 0.1  # 2,000 beats a second: the budget
+    assert beat_interval(0.1, 1000, 2000.0, 1.0) == 0.5
+    assert beat_interval(0.1, 10_000, 2000.0, 1.0) == 1.0  # never slower than most_s
+    assert beat_interval(0.5, 10, 2000.0, 0.2) == 0.5  # never faster than configured
+
+
+@given(
+    base=st.floats(0.01, 2.0),
+    nodes=st.integers(0, 100_000),
+    budget=st.floats(1.0, 1e5),
+    most=st.floats(0.01, 10.0),
+)
+def test_the_swarm_s_beats_stay_within_budget_unless_detection_would_suffer(
+    base: float, nodes: int, budget: float, most: float
+) -> None:
+    every = beat_interval(base, nodes, budget, most)
+    assert every >= base
+    assert every <= max(base, most)
+    if every < max(base, most):  # not held back by most_s: within the budget
+        assert nodes / every <= budget * (1 + 1e-9)
