@@ -1,5 +1,5 @@
 """The scale suite's measuring of one size, on real processes: a node host's
-identities all called alive by telemetry, and the figures it reports of them."""
+identities all called alive by telemetry and planned, and the figures it reports."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ def test_one_size_forms_and_reports_what_each_node_costs(tmp_path: Path) -> None
     assert level["formed"]
     assert level["alive"] == 20
     assert level["hosts"] == 1
+    assert level["planned_nodes"] == 20
+    assert level["pipelines"] == 3  # 160 layers of capacity, a 48-layer base: auto
     assert level["host_rss_mb"][0] > 0
+    assert level["host_failures"] == []
     assert level["snapshot_bytes_per_node"] > 50  # every node's entry, whole
     assert level["snapshot_bytes"] >= 20 * level["snapshot_bytes_per_node"] - 200
     assert level["telemetry_cpu_per_s"] >= 0

@@ -1,13 +1,18 @@
 """``hecate bench scale``: what a swarm of many nodes costs, size by size.
 
-At each size, a nats-server, one telemetry service and node hosts (``hecate
+At each size, a nats-server, one telemetry service, one router, a planner and node
+hosts (``hecate
 node-host``: many node identities in one process, each a whole node on the bus) on the
 toy executor, beating at ``heartbeat_ms``. Measured, per size: how long until telemetry
-calls every node alive (``all_alive_s``, from the hosts' start); each host's memory
-(RSS) and what one identity adds; the CPU the hosts and telemetry spend per second
-once the swarm stands, per node; and the telemetry snapshot every router follows: its
-bytes, whole, and per node. A size whose nodes are not all alive within
-``form_timeout_s`` is recorded with how many were, and the suite goes on.
+calls every node alive (``all_alive_s``, from the hosts' start); how long the planner,
+started then, takes to publish a plan holding them all (``planned_s``: its settle time,
+its roll-call and the planning; ``--pipelines auto``, a 48-layer base on nodes of 8);
+each host's memory (RSS) and what one identity adds; the CPU the hosts and telemetry
+spend per second once the swarm stands, per node; the telemetry snapshot every router follows: its
+bytes, whole, and per node; and what following it costs a router: the updates and
+bytes a second it receives, and the CPU a second of a router with nothing to route. A
+size whose nodes are not all alive within ``form_timeout_s`` is recorded with how many
+were, and the suite goes on.
 
 Not yet here: planning and routing at these sizes under load, several routers, and
 the cut-off namespace (the rest of the scale suite).
@@ -16,6 +21,8 @@ the cut-off namespace (the rest of the scale suite).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import tempfile
 import time
@@ -27,13 +34,17 @@ import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
+from hecate.core import SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_dev.bench.bus_setup import cpu_seconds
 from hecate_launcher import ProcessSpec, Supervisor
 
-SIZES = (100, 500, 2000)
+SIZES = (100, 500, 1000, 2000)
 QUICK_SIZES = (50, 200)
+# One base of 48 layers, every node holding 8: as many copies as the nodes can form.
+TOPOLOGY = {"models": [{"id": "scale", "layers": 48}], "nodes": [{"id": "x", "capacity_layers": 8}]}
+PLAN_ARGS = ("--pipelines", "auto", "--settle-ms", "500")
 PER_HOST = 1000  # identities in one host process: about one core's worth at 1 s beats
 STEADY_S = 10.0  # how long the standing swarm's CPU is measured
 QUICK_STEADY_S = 3.0
@@ -75,6 +86,67 @@ async def _alive(url: str, want: int, timeout_s: float) -> tuple[int, int, float
     return alive, size, time.monotonic() - started
 
 
+def _failure(procs: Supervisor, label: str) -> str | None:
+    """Why host ``label`` exited, from the first loop failure it logged; None while it
+    runs."""
+    if procs.alive(label):
+        return None
+    for line in procs.log(label).splitlines():
+        if '"background loop failed"' in line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            detail = str(record.get("exception", "")).strip().splitlines()
+            return f"{record.get('loop')}: {detail[-1] if detail else record.get('error')}"
+    return "exited"
+
+
+async def _planned(url: str, want: int, timeout_s: float) -> tuple[int, int, float]:
+    """Poll the plan until it holds ``want`` nodes: (nodes, pipelines, seconds waited)."""
+    started = time.monotonic()
+    nc = await nats.connect(url)
+    nodes = pipelines = 0
+    try:
+        while time.monotonic() - started < timeout_s:
+            try:
+                bucket = await kvs.bucket(nc, subjects.PLAN_BUCKET)
+                entry = await bucket.get(subjects.PLAN_KEY)
+                plan = msgspec.json.decode(entry.value or b"", type=SwarmPlan)
+                nodes, pipelines = len(plan.nodes), len(plan.pipelines)
+                if nodes >= want:
+                    break
+            except Exception:  # not written yet
+                pass
+            await asyncio.sleep(0.25)
+    finally:
+        await nc.close()
+    return nodes, pipelines, time.monotonic() - started
+
+
+async def _follow(url: str, seconds: float) -> tuple[int, int]:
+    """What following the telemetry snapshot brings a router over ``seconds``: updates
+    and bytes (the router's own watch, :func:`hecate.bus.kv.watch`; the value current
+    when it starts is not counted)."""
+    nc = await nats.connect(url)
+    updates = size = 0
+    try:
+        bucket = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
+        first = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                async for value, _revision in kvs.watch(bucket, subjects.TELEMETRY_KEY):
+                    if first:
+                        first = False
+                        continue
+                    if value:
+                        updates += 1
+                        size += len(value)
+    finally:
+        await nc.close()
+    return updates, size
+
+
 def one_size(
     size: int, *, heartbeat_ms: int, steady_s: float, form_timeout_s: float, tmp: Path
 ) -> dict[str, Any]:
@@ -85,6 +157,8 @@ def one_size(
     try:
         url = server.url
         procs.start(ProcessSpec("telemetry", ("telemetry", "--id", "telemetry", "--nats", url)))
+        # A router following the swarm (plan and telemetry), with nothing to route.
+        procs.start(ProcessSpec("router", ("router", "--id", "router", "--nats", url)))
         hosts = []
         for h, start in enumerate(range(0, size, PER_HOST)):
             count = min(PER_HOST, size - start)
@@ -94,11 +168,18 @@ def one_size(
             procs.start(ProcessSpec(label, (*argv, "--nats", url)))
             hosts.append(label)
         alive, snapshot_bytes, waited = asyncio.run(_alive(url, size, form_timeout_s))
-        pids = {label: procs.pid(label) for label in (*hosts, "telemetry")}
+        # The planner last, as a swarm's restarted one: it roll-calls every node up.
+        topology = tmp / f"topology-{size}.json"
+        topology.write_text(json.dumps(TOPOLOGY))
+        planner = ("planner", "--id", "planner", "--topology", str(topology))
+        procs.start(ProcessSpec("planner", (*planner, *PLAN_ARGS, "--nats", url)))
+        planned_nodes, pipelines, planned_s = asyncio.run(_planned(url, alive, form_timeout_s))
+        pids = {label: procs.pid(label) for label in (*hosts, "telemetry", "router")}
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
-        time.sleep(steady_s)
+        updates, followed = asyncio.run(_follow(url, steady_s))
         after = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         host_rss = [rss_mb(pids[label]) or 0.0 for label in hosts]
+        failures = [why for label in hosts if (why := _failure(procs, label)) is not None]
         hosts_cpu = sum(after[h] - before[h] for h in hosts) / steady_s
         telemetry_cpu = (after["telemetry"] - before["telemetry"]) / steady_s
         return {
@@ -107,7 +188,12 @@ def one_size(
             "alive": alive,
             "formed": alive >= size,
             "all_alive_s": round(waited, 1),
+            "planned_nodes": planned_nodes,
+            "pipelines": pipelines,
+            "planned_s": round(planned_s, 1),
             "host_rss_mb": [round(r) for r in host_rss],
+            # Hosts that exited while measured, and the first failure each logged.
+            "host_failures": failures,
             "rss_per_node_mb": round(sum(host_rss) / size, 3),
             "hosts_cpu_per_s": round(hosts_cpu, 3),
             "host_cpu_us_per_node_per_s": round(hosts_cpu / size * 1e6, 1),
@@ -117,6 +203,9 @@ def one_size(
             ),
             "telemetry_rss_mb": round(rss_mb(pids["telemetry"]) or 0.0),
             "snapshot_bytes": snapshot_bytes,
+            "snapshot_updates_per_s": round(updates / steady_s, 1),
+            "follow_bytes_per_s": round(followed / steady_s),
+            "router_cpu_per_s": round((after["router"] - before["router"]) / steady_s, 3),
             "snapshot_bytes_per_node": round(snapshot_bytes / max(1, alive)),
         }
     finally:
