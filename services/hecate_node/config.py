@@ -38,10 +38,15 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if not self.executor:
             raise ValueError("executor: must name an executor")
-        for name in ("heartbeat_s", "remeasure_s", "heartbeat_budget_per_s", "heartbeat_most_s"):
+        for name, unit in (
+            ("heartbeat_s", "seconds"),
+            ("remeasure_s", "seconds"),
+            ("heartbeat_most_s", "seconds"),
+            ("heartbeat_budget_per_s", "beats a second"),
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: must be a positive number, got {value}")
+                raise ValueError(f"{name}: must be a positive number of {unit}, got {value}")
 
     def joined(self) -> NodeProfile:
         """The profile the node joins with: its own, saying which executor it runs."""

@@ -143,6 +143,10 @@ def test_the_node_config_keeps_the_defaults_and_names_a_bad_field() -> None:
         bad: dict[str, Any] = {field: value}
         with pytest.raises(ValueError, match=f"^{field}: must be a positive number of seconds"):
             NodeConfig(profile=PROFILE, **bad)
+    with pytest.raises(
+        ValueError, match=r"^heartbeat_budget_per_s: must be a positive number of beats"
+    ):
+        NodeConfig(profile=PROFILE, heartbeat_budget_per_s=0.0)
     with pytest.raises(ValueError, match=r"^executor: "):
         NodeConfig(profile=PROFILE, executor="")
     with pytest.raises(TypeError):
