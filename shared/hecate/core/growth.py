@@ -31,6 +31,7 @@ from msgspec.structs import replace
 from hecate.core.failover import Replacement
 from hecate.core.plan import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan, executes
 from hecate.core.planners import ROLE_ORDER, Planner
+from hecate.core.planning import pipeline_id, renumbered
 from hecate.core.state import SwarmState
 from hecate.core.telemetry import NodeState
 
@@ -175,20 +176,11 @@ def build_missing(
     profiles = {n.node_id: n for n in plan.nodes}
     taken = {p.pipeline_id for p in mine}
     first = 0
-    while f"{model.model_id}-r{first}" in taken:
+    while pipeline_id(model.model_id, first) in taken:
         first += 1
     avoid = frozenset(n for p in intact for n in p.node_ids)
     new = planner.copies(model, short, spare(state, plan), profiles, first_index=first, avoid=avoid)
-    # Pipeline ids must stay unique even when the planner numbers past a gap.
-    out: list[Pipeline] = []
-    for p in new:
-        pid, n = p.pipeline_id, first
-        while pid in taken:
-            n += 1
-            pid = f"{model.model_id}-r{n}"
-        taken.add(pid)
-        out.append(Pipeline(pipeline_id=pid, model_id=p.model_id, stages=p.stages))
-    return out
+    return renumbered(new, taken, first)
 
 
 def spare(state: SwarmState, plan: SwarmPlan) -> dict[str, int]:

@@ -22,6 +22,20 @@ def pipeline_id(model_id: str, index: int) -> str:
     return f"{model_id}-r{index}"
 
 
+def renumbered(new: Iterable[Pipeline], taken: set[str], first: int) -> list[Pipeline]:
+    """``new`` with ids no pipeline in ``taken`` has (a strategy numbers from ``first``
+    and may land on an id past a gap in the numbering); adds them to ``taken``."""
+    out: list[Pipeline] = []
+    for p in new:
+        pid, n = p.pipeline_id, first
+        while pid in taken:
+            n += 1
+            pid = pipeline_id(p.model_id, n)
+        taken.add(pid)
+        out.append(Pipeline(pipeline_id=pid, model_id=p.model_id, stages=p.stages))
+    return out
+
+
 def most_copies(model: ModelSpec, free: Mapping[str, int]) -> int:
     """More copies of ``model`` than the ``free`` capacity can hold: the count an auto
     model asks the strategy for (it stops at the first copy that does not fit)."""
@@ -90,14 +104,7 @@ class Planner(ABC):
             new = self.copies(model, count, free, profiles, first_index=first, avoid=avoid)
             if not new:
                 break
-            for p in new:  # ids unique even past a gap in the numbering
-                n = first
-                pid = p.pipeline_id
-                while pid in taken:
-                    n += 1
-                    pid = pipeline_id(model.model_id, n)
-                taken.add(pid)
-                out.append(Pipeline(pipeline_id=pid, model_id=p.model_id, stages=p.stages))
+            out += renumbered(new, taken, first)
         return out
 
     def copies(
