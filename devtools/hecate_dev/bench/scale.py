@@ -26,8 +26,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats
@@ -40,6 +41,7 @@ from hecate.wire.messages import TelemetrySnapshot
 from hecate_dev.bench.bus_setup import cpu_seconds
 from hecate_launcher import ProcessSpec, Supervisor
 
+T = TypeVar("T")
 SIZES = (100, 500, 1000, 2000)
 QUICK_SIZES = (50, 200)
 # One base of 48 layers, every node holding 8: as many copies as the nodes can form.
@@ -61,29 +63,37 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-async def _alive(url: str, want: int, timeout_s: float) -> tuple[int, int, float]:
-    """Poll telemetry's snapshot until ``want`` nodes are alive: (alive, snapshot bytes,
-    seconds waited)."""
+async def _poll(
+    url: str, bucket: str, key: str, kind: type[T], done: Callable[[T], bool], timeout_s: float
+) -> tuple[T | None, int, float]:
+    """Read ``bucket``/``key`` as ``kind`` until ``done`` holds of it: the last value read
+    (None: never written), its bytes, and the seconds waited."""
     started = time.monotonic()
     nc = await nats.connect(url)
-    alive = size = 0
+    last: T | None = None
+    size = 0
     try:
         while time.monotonic() - started < timeout_s:
             try:
-                bucket = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
-                entry = await bucket.get(subjects.TELEMETRY_KEY)
-            except Exception:  # not written yet
-                await asyncio.sleep(0.25)
-                continue
-            value = entry.value or b""
-            snap = msgspec.json.decode(value, type=TelemetrySnapshot)
-            alive, size = sum(t.alive for t in snap.nodes.values()), len(value)
-            if alive >= want:
-                break
+                entry = await (await kvs.bucket(nc, bucket)).get(key)
+            except Exception:  # the bucket or the key not written yet
+                entry = None
+            if entry is not None and entry.value:
+                last, size = msgspec.json.decode(entry.value, type=kind), len(entry.value)
+                if done(last):
+                    break
             await asyncio.sleep(0.25)
     finally:
         await nc.close()
-    return alive, size, time.monotonic() - started
+    return last, size, time.monotonic() - started
+
+
+def _alive_count(snap: TelemetrySnapshot | None) -> int:
+    return 0 if snap is None else sum(t.alive for t in snap.nodes.values())
+
+
+def _planned_count(plan: SwarmPlan | None) -> int:
+    return 0 if plan is None else len(plan.nodes)
 
 
 def _failure(procs: Supervisor, label: str) -> str | None:
@@ -100,28 +110,6 @@ def _failure(procs: Supervisor, label: str) -> str | None:
             detail = str(record.get("exception", "")).strip().splitlines()
             return f"{record.get('loop')}: {detail[-1] if detail else record.get('error')}"
     return "exited"
-
-
-async def _planned(url: str, want: int, timeout_s: float) -> tuple[int, int, float]:
-    """Poll the plan until it holds ``want`` nodes: (nodes, pipelines, seconds waited)."""
-    started = time.monotonic()
-    nc = await nats.connect(url)
-    nodes = pipelines = 0
-    try:
-        while time.monotonic() - started < timeout_s:
-            try:
-                bucket = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-                entry = await bucket.get(subjects.PLAN_KEY)
-                plan = msgspec.json.decode(entry.value or b"", type=SwarmPlan)
-                nodes, pipelines = len(plan.nodes), len(plan.pipelines)
-                if nodes >= want:
-                    break
-            except Exception:  # not written yet
-                pass
-            await asyncio.sleep(0.25)
-    finally:
-        await nc.close()
-    return nodes, pipelines, time.monotonic() - started
 
 
 async def _follow(url: str, seconds: float) -> tuple[int, int]:
@@ -167,13 +155,34 @@ def one_size(
             argv += ("--capacity-layers", "8", "--heartbeat-ms", str(heartbeat_ms))
             procs.start(ProcessSpec(label, (*argv, "--nats", url)))
             hosts.append(label)
-        alive, snapshot_bytes, waited = asyncio.run(_alive(url, size, form_timeout_s))
+        snap, snapshot_bytes, waited = asyncio.run(
+            _poll(
+                url,
+                subjects.TELEMETRY_BUCKET,
+                subjects.TELEMETRY_KEY,
+                TelemetrySnapshot,
+                lambda s: _alive_count(s) >= size,
+                form_timeout_s,
+            )
+        )
+        alive = _alive_count(snap)
         # The planner last, as a swarm's restarted one: it roll-calls every node up.
         topology = tmp / f"topology-{size}.json"
         topology.write_text(json.dumps(TOPOLOGY))
         planner = ("planner", "--id", "planner", "--topology", str(topology))
         procs.start(ProcessSpec("planner", (*planner, *PLAN_ARGS, "--nats", url)))
-        planned_nodes, pipelines, planned_s = asyncio.run(_planned(url, alive, form_timeout_s))
+        plan, _, planned_s = asyncio.run(
+            _poll(
+                url,
+                subjects.PLAN_BUCKET,
+                subjects.PLAN_KEY,
+                SwarmPlan,
+                lambda p: _planned_count(p) >= alive,
+                form_timeout_s,
+            )
+        )
+        planned_nodes = _planned_count(plan)
+        pipelines = len(plan.pipelines) if plan else 0
         pids = {label: procs.pid(label) for label in (*hosts, "telemetry", "router")}
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         updates, followed = asyncio.run(_follow(url, steady_s))
