@@ -12,13 +12,10 @@ flight starts, moved with it on failover and ended when it lands, all here. The
 swarm's state (plan, telemetry, breakers, suspicions) is the :class:`SwarmView`'s; the
 desk asks it for routes and tells it what it measured.
 
-A request's way in, in order: a retry of a request this replica has (or had) joins it
-or gets its answer again, or is answered ``rate_limited`` when that request holds
-enough retries already; a retry that may be another replica's is claimed first (asked
-of every replica, run here if none owns it in time); the tenant's quota, when
-enforced, is asked of the shared desk; a request cancelled meanwhile is answered
-``cancelled``; then a route, or a place in line while every healthy pipeline is at its
-limit, or ``rate_limited`` with when to come back and a line ticket.
+A request's way in, in order: its retries (:mod:`hecate_router.retries`: joined,
+answered again, or claimed from another replica first); the tenant's quota, when
+enforced; a cancel that came first; then a route, or a place in line while every
+healthy pipeline is at its limit, or ``rate_limited`` with a Retry-After and a ticket.
 """
 
 from __future__ import annotations
@@ -166,6 +163,10 @@ class RouterDesk:
                     self.feed_flight(key, stopped, out)
         return out
 
+    def request_id(self, call: int, request: InferRequest) -> str:
+        """The caller's id for its request, or this router's for one that has none."""
+        return request.request_id or f"{self.config.instance_id}-{call}"
+
     def status(self) -> dict[str, object]:
         return {
             "in_flight": len(self.flights),
@@ -177,8 +178,7 @@ class RouterDesk:
 
     def _arrived(self, ev: d.Arrived, out: list[d.Action]) -> None:
         request = ev.request
-        request_id = request.request_id or f"{self.config.instance_id}-{ev.call}"
-        a = Admission(ev.call, request_id, ev.model_id, request, ev.reply_to)
+        a = Admission(ev.call, self.request_id(ev.call, request), ev.model_id, request, ev.reply_to)
         if self.view.router is None:
             return self._reject(a, "no_plan", "no plan yet: the planner has not published one", out)
         if request.request_id:

@@ -198,7 +198,7 @@ class RouterService:
         self.publisher.calls[call] = req
         req.span.set_attribute("hecate.tenant", tenant)
         req.span.set_attribute("hecate.model", model_id)
-        req.span.set_attribute("hecate.request_id", body.request_id or f"{self.instance_id}-{call}")
+        req.span.set_attribute("hecate.request_id", self.desk.request_id(call, body))
         await self.feed(d.Arrived(call, model_id, body, req.reply, time.monotonic()))
 
     def _tenant(self, headers: Mapping[str, str], named: str, subject: str) -> str | Refused:
