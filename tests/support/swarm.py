@@ -182,7 +182,19 @@ def start_swarm(
     # The planner last: it roll-calls the nodes already up, so its first plan holds them
     # all even when a loaded machine starts them seconds apart (nodes that join after a
     # first plan only add capacity; the plan does not reshuffle to make a new replica).
-    procs.start(
+    start_planner(procs, topology, pipelines, strategy=strategy)
+
+
+def start_planner(
+    procs: Processes,
+    topology: Path,
+    pipelines: int | str,
+    *,
+    settle_ms: int = 300,
+    strategy: str = "greedy",
+) -> subprocess.Popen[bytes]:
+    """The planner, as ``hecate up`` starts it: ``pipelines`` copies (or ``auto``)."""
+    return procs.start(
         "planner",
         "planner",
         "--id",
@@ -194,7 +206,7 @@ def start_swarm(
         "--pipelines",
         str(pipelines),
         "--settle-ms",
-        "300",
+        str(settle_ms),
     )
 
 

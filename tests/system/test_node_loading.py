@@ -17,7 +17,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat
 from hecate_launcher import ProcessSpec
 from tests.services.telemetry.test_liveness_bus import Events
-from tests.support.swarm import EXAMPLES, Processes, start_router, wait_until_serving
+from tests.support.swarm import EXAMPLES, Processes, start_planner, start_router, wait_until_serving
 from tests.support.waits import listening, until
 
 NODE = "slow"
@@ -88,18 +88,7 @@ async def test_a_node_whose_load_holds_its_heartbeats_is_not_called_down(
     processes.start("telemetry", "telemetry", "--id", "telemetry")
     await listening(client, "telemetry", "telemetry", "heartbeat")
     topology = EXAMPLES / "swarm.json"
-    processes.start(
-        "planner",
-        "planner",
-        "--id",
-        "planner",
-        "--topology",
-        str(topology),
-        "--pipelines",
-        "1",
-        "--settle-ms",
-        "100",
-    )
+    start_planner(processes, topology, 1, settle_ms=100)
     start_router(processes, "router-1", topology)
     processes.supervisor.start(
         ProcessSpec(

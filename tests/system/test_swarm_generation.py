@@ -27,7 +27,7 @@ from hecate.wire.messages import (
     InferRequest,
     StreamToken,
 )
-from tests.support.swarm import Processes
+from tests.support.swarm import Processes, start_planner
 from tests.support.waits import endpoint_data, stats, until
 
 # SmolLM2, pulled and prepared once per run (tests/conftest.py).
@@ -61,18 +61,7 @@ def start(
         )
     )
     processes.start("telemetry", "telemetry", "--id", "telemetry")
-    processes.start(
-        "planner",
-        "planner",
-        "--id",
-        "planner",
-        "--topology",
-        str(topology),
-        "--pipelines",
-        str(pipelines),
-        "--settle-ms",
-        "300",
-    )
+    start_planner(processes, topology, pipelines)
     processes.start(
         "router-1",
         "router",

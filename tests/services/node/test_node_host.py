@@ -21,7 +21,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_node.config import NodeConfig
 from hecate_node.host import IdentityFailed, NodeHost, identities
-from tests.support.swarm import Processes, infer, start_router, wait_until_serving
+from tests.support.swarm import Processes, infer, start_planner, start_router, wait_until_serving
 from tests.support.waits import until
 
 MODEL = "hosted"
@@ -51,18 +51,7 @@ async def test_six_identities_in_one_process_form_every_copy_and_die_with_it(
     )
     # Every identity heard before the planner's roll-call: its first plan holds them.
     await until(lambda: alive(client, 6), "telemetry hears six identities", timeout=20.0)
-    processes.start(
-        "planner",
-        "planner",
-        "--id",
-        "planner",
-        "--topology",
-        str(topology),
-        "--pipelines",
-        "auto",
-        "--settle-ms",
-        "300",
-    )
+    start_planner(processes, topology, "auto")
     await wait_until_serving(client, MODEL)
     plans = await kvs.bucket(client, subjects.PLAN_BUCKET)
     plan = msgspec.json.decode((await plans.get(subjects.PLAN_KEY)).value or b"", type=SwarmPlan)

@@ -10,7 +10,7 @@ from nats.aio.client import Client
 
 from hecate_node.upstream import UpstreamModel, UpstreamRefused
 from tests.support.provider import FakeProvider, provider
-from tests.support.swarm import Processes, infer, wait_until_serving
+from tests.support.swarm import Processes, infer, start_planner, wait_until_serving
 
 
 @pytest.mark.parametrize(
@@ -79,18 +79,7 @@ async def test_a_rate_limited_upstream_reaches_the_client_as_rate_limited_with_i
     )
     with provider("ok") as url:
         processes.start("telemetry", "telemetry", "--id", "telemetry")
-        processes.start(
-            "planner",
-            "planner",
-            "--id",
-            "planner",
-            "--topology",
-            str(topology),
-            "--pipelines",
-            "1",
-            "--settle-ms",
-            "200",
-        )
+        start_planner(processes, topology, 1, settle_ms=200)
         processes.start("router-1", "router", "--id", "router-1", "--topology", str(topology))
         processes.start(
             "node-openai",
