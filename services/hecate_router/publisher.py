@@ -21,6 +21,7 @@ from opentelemetry.trace import set_span_in_context as in_span
 from hecate.bus import tracing
 from hecate.bus.logs import event
 from hecate.bus.service import Request, Service
+from hecate.core import Route
 from hecate.wire import subjects
 from hecate.wire.errors import as_code
 from hecate.wire.messages import (
@@ -70,9 +71,7 @@ class Publisher:
                         node_id, ok=ok, code=code, retry_after_s=retry_after_s
                     )
                 case d.Release(route, session):
-                    await self._release(
-                        tuple(dict.fromkeys(s.node_id for s in route.stages)), session
-                    )
+                    await self._release(route, session)
                 case d.FailedOver(flight, f):
                     await self._failed_over(flight, f)
                 case d.AskQuota(call, ask):
@@ -181,11 +180,11 @@ class Publisher:
             attempt=f.attempt,
         )
 
-    async def _release(self, nodes: tuple[str, ...], session: str) -> None:
+    async def _release(self, route: Route, session: str) -> None:
         """Tell the route's nodes that ``session`` is over: they drop its caches now,
         not when they idle out, and refuse any step of it still on its way."""
         body = _json.encode(SessionRelease(session=session))
-        for node_id in nodes:
+        for node_id in dict.fromkeys(route.node_ids):
             try:
                 await self.service.nc.publish(subjects.node_release(node_id), body)
             except Exception as exc:  # disconnected: the caches idle out instead
