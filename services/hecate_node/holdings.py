@@ -1,13 +1,18 @@
 """What a node holds: the ranges the latest plan gives it, loaded and measured.
 
-The plan comes from the KV bucket the planner writes (watched, and read again when a
-stage names a newer epoch). An entry that does not decode as a plan (written by hand,
-or by a planner of another version) is logged, counted and skipped: the node keeps
-the plan it has and watches on for the next one. A range of a model declared for
-another executor is refused (logged, then ``not_hosted``): better than served by
-another network under the model's name. Newly held ranges are loaded off the event
-loop and warmed up (a timed pass), and an idle node measures itself again now and then,
-so the latency it announces is one it measured, and a recent one.
+A node reads its own share of the plan, never the whole plan (which grows with the
+swarm): the key ``hecate-plan/node.<id>`` the planner writes after each plan that
+changes it. It reads it at start; when a plan notice (``hecate.events.plan``, a plain
+subscription) names it, names nobody, or follows one it missed; and when a stage names
+a newer epoch for a range it does not hold (it waits, briefly, for a share the planner
+is still writing). No JetStream consumer per node, and a plan that moves a few nodes
+costs the others a notice. A share that does not decode (written by hand, or by a
+planner of another version) is logged, counted and skipped: the node keeps what it
+holds. A range of a model declared for another executor is refused (logged, then
+``not_hosted``): better than served by another network under the model's name. Newly
+held ranges are loaded off the event loop and warmed up (a timed pass), and an idle node
+measures itself again now and then, so the latency it announces is one it measured, and
+a recent one.
 """
 
 from __future__ import annotations
@@ -20,16 +25,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import msgspec
 from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
-from hecate.core.plan import SwarmPlan, executes
 from hecate.wire import subjects
+from hecate.wire.messages import Assignment, PlanChanged
 from hecate_node.executor import Holding, Runner
 from hecate_node.meter import StageMeter
 
-_plan = msgspec.json.Decoder(SwarmPlan)
+_share = msgspec.json.Decoder(Assignment)
+_notice = msgspec.json.Decoder(PlanChanged)
+#: How long a stage naming a newer plan waits for the node's share of it (the planner
+#: writes the plan first, then the shares).
+CATCH_UP_S = 2.0
 
 
 class Holdings:
@@ -69,68 +79,109 @@ class Holdings:
         self._warmed: set[Holding] = set()  # holdings whose warm-up has been started
         self._preparing = asyncio.Lock()  # one plan's loading and warm-up at a time, in order
         self._kv: KeyValue | None = None  # the plan bucket, once it exists
-        self.bad_plans = 0  # plan entries that did not decode, each revision once
-        self._bad_revision = 0  # the latest of them: the watch and catch_up both see it
+        self._reading = asyncio.Lock()  # one read of the share at a time
+        self.share_epoch = 0  # the plan that last changed the share held
+        self.bad_plans = 0  # shares and notices that did not decode, each once
+        self._bad_revision = 0  # the latest bad share's revision
 
     def hosts(self, model_id: str, start: int, end: int) -> bool:
         return any(m == model_id and a <= start and end <= b for m, a, b in self.held)
 
     async def follow(self, nc: Client) -> None:
-        """Adopt every plan the planner writes (once it has created the bucket)."""
-        self._kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
-        async for plan, revision in kvs.follow(self._kv, subjects.PLAN_KEY, _plan, self._bad):
-            if plan is not None:
-                self.adopt(plan, revision)
+        """Hold what every plan gives this node: its share read at start (once the
+        planner has created the bucket), then again whenever a notice calls for it."""
+        notices = await nc.subscribe(subjects.EVENT_PLAN)  # first: none missed meanwhile
+        try:
+            self._kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
+            await self._read()
+            async for msg in notices.messages:
+                try:
+                    notice = _notice.decode(msg.data)
+                except msgspec.DecodeError as exc:
+                    self._bad(0, exc, "plan notice")
+                    continue
+                await self.heard(notice)
+        finally:
+            await notices.unsubscribe()
+
+    async def heard(self, notice: PlanChanged) -> None:
+        """A plan notice: read the share when it says this node's changed, names
+        nobody, or follows a plan this node did not hear of."""
+        if notice.nodes:
+            self.swarm_nodes = notice.nodes
+        if notice.epoch <= self.epoch:
+            return
+        named = notice.changed is None or self.node_id in notice.changed
+        if (named or self.epoch < notice.previous) and not await self._read():
+            return  # unread: the next notice (or its reminder) calls for it again
+        self.epoch = max(self.epoch, notice.epoch)
 
     async def catch_up(self, epoch: int) -> None:
-        """A stage names a plan newer than ours: read it now rather than wait for the watch."""
-        if epoch > self.epoch and self._kv is not None:
-            entry = await self._kv.get(subjects.PLAN_KEY)
-            revision = int(entry.revision or 0)
-            if entry.value and (plan := self._decode(entry.value, revision)) is not None:
-                self.adopt(plan, revision)
+        """A stage names a plan newer than the one this node heard of, for a range it
+        does not hold: read its share now rather than wait for the notice, and again
+        while the planner may still be writing it (up to :data:`CATCH_UP_S`)."""
+        deadline = time.monotonic() + CATCH_UP_S
+        while self.epoch < epoch and self.share_epoch < epoch and self._kv is not None:
+            async with self._reading:
+                if self.epoch >= epoch or self.share_epoch >= epoch:
+                    break  # another stage's read found it meanwhile
+                await self._read(locked=True)
+            if self.share_epoch >= epoch or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        self.epoch = max(self.epoch, min(epoch, self.share_epoch))
 
-    def _decode(self, value: bytes, revision: int) -> SwarmPlan | None:
-        """The plan at ``revision``, or None (logged and counted) when it is not one."""
+    async def _read(self, *, locked: bool = False) -> bool:
+        """Read this node's share and hold it: False when it could not be read (the
+        server away) or did not decode (logged and counted, the holdings kept)."""
+        assert self._kv is not None, "read before the plan bucket was found"
+        if not locked:
+            async with self._reading:
+                return await self._read(locked=True)
         try:
-            return _plan.decode(value)
+            entry = await self._kv.get(subjects.assignment_key(self.node_id))
+        except KeyNotFoundError:
+            return True  # never given anything: nothing to hold yet
+        except Exception as exc:  # disconnected, timed out: asked again later
+            event(self.log, "share not read", logging.WARNING, error=repr(exc))
+            return False
+        revision = int(entry.revision or 0)
+        try:
+            share = _share.decode(entry.value or b"")
         except msgspec.DecodeError as exc:
-            self._bad(revision, exc)
-            return None
+            if revision != self._bad_revision:
+                self._bad_revision = revision
+                self._bad(revision, exc, "share")
+            return False
+        if share.node_id != self.node_id:
+            self._bad(revision, msgspec.DecodeError(f"the share of {share.node_id}"), "share")
+            return False
+        self.adopt(share)
+        return True
 
-    def _bad(self, revision: int, exc: msgspec.DecodeError) -> None:
-        """A plan entry that does not decode: counted and logged once per revision (the
-        watch and :meth:`catch_up` may both meet it), and skipped."""
-        if revision != self._bad_revision:
-            self._bad_revision = revision
-            self.bad_plans += 1
-            event(
-                self.log,
-                "bad plan skipped",
-                logging.ERROR,
-                revision=revision,
-                error=str(exc),
-                bad_plans=self.bad_plans,
-                epoch=self.epoch,
-            )
+    def _bad(self, revision: int, exc: msgspec.DecodeError, what: str) -> None:
+        """A share or a notice that does not decode: counted, logged and skipped."""
+        self.bad_plans += 1
+        event(
+            self.log,
+            f"bad {what} skipped",
+            logging.ERROR,
+            revision=revision,
+            error=str(exc),
+            bad_plans=self.bad_plans,
+            epoch=self.epoch,
+        )
 
-    def adopt(self, plan: SwarmPlan, revision: int) -> None:
-        self.epoch = revision
-        self.swarm_nodes = len(plan.nodes)
-        given = [
-            (p.model_id, s.layer_start, s.layer_end)
-            for p in plan.pipelines
-            for s in p.stages
-            if s.node_id == self.node_id
-        ]
-        # The planner never does this; a plan written by hand or by a stale planner
+    def adopt(self, share: Assignment) -> None:
+        self.share_epoch = share.epoch
+        if share.epoch >= self.epoch and share.nodes:
+            self.swarm_nodes = share.nodes
+        self.epoch = max(self.epoch, share.epoch)
+        given = [(h.model_id, h.layer_start, h.layer_end) for h in share.holdings]
+        # The planner never does this; a share written by hand or by a stale planner
         # might, and a range is better refused (``not_hosted``) than served by another
         # network under the model's name.
-        refused = {
-            spec.model_id: spec.executor
-            for m, _a, _b in given
-            if (spec := plan.model(m)) is not None and not executes(self.executor, spec)
-        }
+        refused = {h.model_id: h.executor for h in share.holdings if h.executor != self.executor}
         for model_id, executor in sorted(refused.items()):
             event(
                 self.log,
@@ -141,7 +192,7 @@ class Holdings:
                 node_executor=self.executor,
             )
         self.held = [h for h in given if h[0] not in refused]
-        event(self.log, "plan adopted", epoch=revision, holdings=self.held)
+        event(self.log, "plan adopted", epoch=share.epoch, holdings=self.held)
         fresh = [h for h in dict.fromkeys(self.held) if h not in self._warmed]
         self._warmed = {h for h in self._warmed if h in self.held} | set(fresh)
         self.spawn(self._prepare(fresh))

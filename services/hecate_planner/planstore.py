@@ -1,4 +1,5 @@
-"""Where the plan lives: KV ``hecate-plan/current``, its revision the plan's epoch.
+"""Where the plan lives: KV ``hecate-plan/current``, its revision the plan's epoch, and
+each node's share of it under ``hecate-plan/node.<id>``.
 
 Reads, compare-and-set writes and the watch, with the plan decoded. A read of an
 undecodable or deleted plan is ``None`` at its revision (a tombstone's revision is still
@@ -10,16 +11,20 @@ do about a write lost to another planner is the planner's business, not the stor
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.aio.client import Client
+from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from hecate.bus import kv as kvs
 from hecate.bus.service import encode
 from hecate.core import SwarmPlan
 from hecate.wire import subjects
+from hecate.wire.messages import Assignment, PlanChanged
+from hecate_planner import assignments
 
 _plan = msgspec.json.Decoder(SwarmPlan)
 
@@ -35,6 +40,30 @@ def same_plan(a: SwarmPlan, b: SwarmPlan | None) -> bool:
     )
 
 
+async def publish_by_hand(nc: Client, plan: SwarmPlan, *, reason: str = "by hand") -> int:
+    """Publish ``plan`` as a planner does (the plan, every node's share, the notice),
+    for tools and tests that write a plan themselves with no planner running: nodes
+    read their shares, never the plan. Its epoch (the plan's revision)."""
+    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
+    store = PlanStore(kv, "by-hand")
+    epoch = await kvs.put(kv, subjects.PLAN_KEY, encode(plan), writer="by-hand")
+    for node_id, held in assignments.shares(plan).items():
+        share = Assignment(node_id=node_id, epoch=epoch, holdings=held, nodes=len(plan.nodes))
+        await store.put_share(node_id, encode(share))
+    notice = PlanChanged(
+        epoch=epoch,
+        strategy="by-hand",
+        planner_id="by-hand",
+        pipelines=len(plan.pipelines),
+        reason=reason,
+        at=time.time(),
+        nodes=len(plan.nodes),
+    )
+    await nc.publish(subjects.EVENT_PLAN, encode(notice))
+    await nc.flush()
+    return epoch
+
+
 def _decode(value: bytes | None) -> SwarmPlan | None:
     try:
         return _plan.decode(value) if value else None
@@ -43,25 +72,29 @@ def _decode(value: bytes | None) -> SwarmPlan | None:
 
 
 class PlanStore:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, writer: str) -> None:
         self._kv = kv
+        self._writer = writer  # names this planner's part keys, for a plan stored in parts
 
     async def read(self) -> tuple[SwarmPlan | None, int]:
         """The stored plan and its revision (``None`` when there is none, or it is
         deleted or unreadable)."""
-        try:
-            entry = await self._kv.get(subjects.PLAN_KEY)
-        except KeyNotFoundError as exc:
-            return None, int(getattr(exc.entry, "revision", 0) or 0)
-        return _decode(entry.value), int(entry.revision or 0)
+        value, revision = await kvs.get(self._kv, subjects.PLAN_KEY)
+        return _decode(value), revision
 
     async def write(self, plan: SwarmPlan, last: int) -> int | None:
         """Compare-and-set ``plan`` on revision ``last``: its new revision, or None when
         someone wrote since."""
         try:
-            return int(await self._kv.update(subjects.PLAN_KEY, encode(plan), last=last))
+            return await kvs.put(
+                self._kv, subjects.PLAN_KEY, encode(plan), writer=self._writer, last=last
+            )
         except KeyWrongLastSequenceError:
             return None
+
+    async def put_share(self, node_id: str, value: bytes) -> None:
+        """Write what the plan gives ``node_id`` (an encoded ``Assignment``)."""
+        await self._kv.put(subjects.assignment_key(node_id), value)
 
     async def follow(
         self, on_bad: Callable[[int, msgspec.DecodeError], None]

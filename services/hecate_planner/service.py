@@ -7,9 +7,11 @@ Holds: the membership (each node's profile with the executor it runs) and a core
 its executor; a model no member runs is not planned, and is logged once as such.
 Decides: the first plan once nodes stop arriving for ``settle_s``; after that, a joiner
 goes through the core's growth policy (no reshuffle) and a leaver through retirement.
-Publishes: the plan in KV and ``hecate.events.plan``. A (re)started planner sends a
-roll-call so running nodes re-join, then plans with *its* strategy: swapping the
-strategy is stopping one planner and starting another.
+Publishes: the plan in KV, then each node's share of it that changed (KV
+``hecate-plan/node.<id>``, :mod:`.assignments`), then ``hecate.events.plan`` naming
+those nodes; the notice again every ``REMIND_S`` (a node that missed one reads its
+share). A (re)started planner sends a roll-call so running nodes re-join, then plans
+with *its* strategy: swapping the strategy is stopping one planner and starting another.
 
 Two planners at once never overwrite each other blindly. Every write is a compare-and-set
 on the revision this planner last read, and it follows the key: a plan another planner
@@ -36,13 +38,16 @@ from hecate.bus.vouching import NodeIdentity
 from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, SwarmPlan
 from hecate.core.planners import unexecutable
 from hecate.wire import subjects
-from hecate.wire.messages import NodeJoin, NodeLeave, PlanChanged
+from hecate.wire.messages import Assignment, Held, NodeJoin, NodeLeave, PlanChanged
+from hecate_planner import assignments
 from hecate_planner.config import PlannerConfig
 from hecate_planner.planstore import PlanStore, plan_digest, same_plan
 
 __all__ = ["CAS_ROUNDS", "PlannerService", "plan_digest"]
 
 CAS_ROUNDS = 5
+REMIND_S = 5.0  # how often the latest plan notice is said again
+WRITERS = 128  # shares written at once
 
 
 class PlannerService:
@@ -81,12 +86,16 @@ class PlannerService:
         self.conflicts = 0
         self.adopted = 0
         self._unexecutable: set[str] = set()  # models logged as having no executor here
+        self.written: dict[str, tuple[Held, ...]] = {}  # each node's share, as its key holds it
+        self._assigned_at = 0  # the revision whose shares are all written
+        self._nodes = 0  # in the plan whose shares are being written
+        self._notice: PlanChanged | None = None  # the latest said
         self.identity = NodeIdentity(log)
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
-        self._store = PlanStore(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET))
+        self._store = PlanStore(await kvs.bucket(svc.nc, subjects.PLAN_BUCKET), self.instance_id)
         self.stored, self.revision = await self._store.read()
         self._start_revision = self.revision
         guard = self.identity.guard
@@ -117,6 +126,7 @@ class PlannerService:
         await svc.nc.publish(subjects.NODE_ROLL_CALL, b"{}")
         svc.spawn(self._follow())
         svc.spawn(self._planning())
+        svc.spawn(self._remind())
         event(self.log, "planner ready", strategy=self.planner.name, revision=self.revision)
         await stop.wait()
         await svc.stop()
@@ -230,6 +240,10 @@ class PlannerService:
     def _take(self, theirs: SwarmPlan | None, revision: int) -> None:
         """Record the stored plan at ``revision`` and, once planning, carry on from it."""
         self.stored, self.revision = theirs, revision
+        # Its writer writes its shares; which ones, this planner did not see, so its
+        # own next plan writes them all.
+        self.written.clear()
+        self._assigned_at = revision
         if self.swarm is None or theirs is None or theirs.validate():
             return  # nothing to carry on from: our next write replaces it, knowingly
         self._resume(theirs, revision)
@@ -279,7 +293,11 @@ class PlannerService:
                     )
                     return
                 if same_plan(plan, self.stored):
-                    return  # stored already, by us or by another planner
+                    # Stored already, by us or by another planner: its shares are
+                    # written, unless this planner (or that one) stopped short of it.
+                    if self._assigned_at < self.revision:
+                        await self._assign(plan, self.revision, "shares completed", fresh=False)
+                    return
                 on = self.revision
                 written = await self._store.write(plan, on)
                 if written is None:
@@ -296,7 +314,7 @@ class PlannerService:
                     self._take(theirs, revision)
                     continue
                 self.revision, self.stored = written, plan
-                await self._announce(plan, on, reason)
+                await self._assign(plan, on, reason)
                 return
             event(
                 self.log,
@@ -305,7 +323,48 @@ class PlannerService:
                 reason=f"lost {CAS_ROUNDS} compare-and-set rounds: another planner is writing",
             )
 
-    async def _announce(self, plan: SwarmPlan, on: int, reason: str) -> None:
+    async def _assign(self, plan: SwarmPlan, on: int, reason: str, *, fresh: bool = True) -> None:
+        """Write each node's share of the plan stored at ``self.revision`` that it
+        changed, then announce the plan. A write that fails raises (the planning loop
+        tries again); the shares written before it are not written again."""
+        epoch = self.revision
+        self._nodes = len(plan.nodes)
+        todo = list(assignments.changes(self.written, plan).items())
+        for i in range(0, len(todo), WRITERS):
+            batch = todo[i : i + WRITERS]
+            await asyncio.gather(*(self._write_share(n, held, epoch) for n, held in batch))
+        self._assigned_at = epoch
+        await self._announce(
+            plan, on, reason, assignments.named(dict(todo)), fresh=fresh, shares=len(todo)
+        )
+
+    async def _write_share(self, node_id: str, held: tuple[Held, ...], epoch: int) -> None:
+        value = Assignment(node_id=node_id, epoch=epoch, holdings=held, nodes=self._nodes)
+        await self._store.put_share(node_id, encode(value))
+        self.written[node_id] = held
+
+    async def _remind(self) -> None:
+        """Say the latest notice again now and then: it is fire-and-forget, and a node
+        that missed it reads its share when it hears this one."""
+        while True:
+            await asyncio.sleep(REMIND_S)
+            said = self._notice
+            if said is not None and self._assigned_at == said.epoch:
+                again = msgspec.structs.replace(
+                    said, previous=said.epoch, changed=(), reason="reminder", at=time.time()
+                )
+                await self.service.nc.publish(subjects.EVENT_PLAN, encode(again))
+
+    async def _announce(
+        self,
+        plan: SwarmPlan,
+        on: int,
+        reason: str,
+        changed: tuple[str, ...] | None,
+        *,
+        fresh: bool,
+        shares: int,
+    ) -> None:
         change = PlanChanged(
             epoch=self.revision,
             strategy=self.planner.name,
@@ -313,14 +372,19 @@ class PlannerService:
             pipelines=len(plan.pipelines),
             reason=reason,
             at=time.time(),
+            previous=on,
+            nodes=len(plan.nodes),
+            changed=changed,
         )
+        self._notice = change
         await self.service.nc.publish(subjects.EVENT_PLAN, encode(change))
         event(
             self.log,
-            "plan published",
+            "plan published" if fresh else "plan shares written",
             epoch=self.revision,
             on=on,
             pipelines=len(plan.pipelines),
             nodes=len(plan.nodes),
             spare=len(plan.spare_nodes()),
+            shares=shares,
         )

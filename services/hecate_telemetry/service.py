@@ -309,7 +309,12 @@ class Telemetry:
             self._dirty.clear()
             urgent, self._urgent = self._urgent, False
             try:
-                await self._kv.put(subjects.TELEMETRY_KEY, encode(self.snapshot()))
+                await kvs.put(
+                    self._kv,
+                    subjects.TELEMETRY_KEY,
+                    encode(self.snapshot()),
+                    writer=self.service.instance_id,
+                )
             except Exception as exc:  # server away: the next change retries
                 event(self.log, "snapshot not written", logging.WARNING, error=repr(exc))
                 self._dirty.set()

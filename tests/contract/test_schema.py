@@ -93,6 +93,10 @@ def _subject_builders() -> Iterator[tuple[str, str]]:
             yield name, value(*(f"{{{p}}}" for p in params))
 
 
+def _buckets() -> list[str]:
+    return [v for n, v in vars(subjects).items() if n.endswith("_BUCKET")]
+
+
 def _walk(node: Any) -> Iterator[Any]:
     yield node
     if isinstance(node, dict):
@@ -158,7 +162,9 @@ def test_every_subject_in_hecate_wire_subjects_is_a_documented_channel(
     for name, value in vars(subjects).items():
         if name.startswith("_") or name in NOT_SUBJECTS:
             continue
-        if name in builders:
+        if name in builders and name.endswith("_key"):  # a KV key, one per id
+            ok = any(f"$KV.{b}.{builders[name]}" in addresses for b in _buckets())
+        elif name in builders:
             ok = builders[name] in addresses
         elif not isinstance(value, str):
             ok = False  # a new kind of name: classify it here and document it
@@ -199,6 +205,9 @@ def test_every_documented_address_is_built_by_hecate_wire_subjects(
         + getattr(subjects, n.removesuffix("_BUCKET") + "_KEY", "{target}")
         for n in vars(subjects)
         if n.endswith("_BUCKET")
+    }
+    known |= {  # a key per id, in one of the buckets
+        f"$KV.{b}.{key}" for n, key in _subject_builders() if n.endswith("_key") for b in _buckets()
     }
     assert set(_addresses(doc)) <= known, set(_addresses(doc)) - known
 

@@ -21,6 +21,7 @@ from hecate.bus import kv as kvs
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import ErrorReply, LayersStage
+from hecate_planner.planstore import publish_by_hand
 from tests.support.swarm import Processes, hecate_argv, infer, start_swarm, wait_until_serving
 from tests.support.waits import until
 
@@ -97,8 +98,7 @@ async def test_a_toy_node_refuses_ranges_of_a_model_declared_for_another_executo
             ),
         ),
     )
-    kv = await kvs.bucket(client, subjects.PLAN_BUCKET)
-    revision = await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
+    revision = await publish_by_hand(client, plan)
     processes.node("toy-a", 4)
     await until(
         lambda: "ranges refused" in processes.log("node-toy-a"), "the node refuses the ranges"

@@ -18,7 +18,6 @@ from typing import Any
 import msgspec
 import nats
 
-from hecate.bus import kv as kvs
 from hecate.bus.credentials import Credentials
 from hecate.bus.secure import Layout, SecureBus, prepare
 from hecate.bus.server import NatsServer
@@ -26,6 +25,7 @@ from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 from hecate_launcher import ProcessSpec, Supervisor
+from hecate_planner.planstore import publish_by_hand
 
 ANONYMOUS = Credentials()
 
@@ -133,8 +133,7 @@ async def _write_plan(
         ),
     )
     nc = await nats.connect(url, **creds.options())
-    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
+    await publish_by_hand(nc, plan)
     await nc.close()
 
 

@@ -28,7 +28,6 @@ import msgspec
 import nats
 import numpy as np
 
-from hecate.bus import kv as kvs
 from hecate.bus.credentials import Credentials
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
@@ -39,6 +38,7 @@ from hecate.wire.messages import FailoverEvent, InferReply, InferRequest, Stream
 from hecate_dev.bench.bus_setup import ANONYMOUS, SECURE_LAYOUT, SECURE_TENANT
 from hecate_dev.bench.llm_single import MODEL, PROMPT
 from hecate_launcher import Supervisor, node_env
+from hecate_planner.planstore import publish_by_hand
 
 
 def _plan(pipelines: list[list[tuple[str, int, int]]], executor: str = "smollm2") -> SwarmPlan:
@@ -175,8 +175,7 @@ def standing(
             async def write_plan() -> None:
                 planner = bus.credentials("planner") if bus else ANONYMOUS
                 nc = await nats.connect(server.url, **planner.options())
-                kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-                await kv.put(subjects.PLAN_KEY, msgspec.json.encode(_plan(pipelines, executor)))
+                await publish_by_hand(nc, _plan(pipelines, executor))
                 await nc.close()
 
             asyncio.run(write_plan())

@@ -75,11 +75,11 @@ async def _poll(
     try:
         while time.monotonic() - started < timeout_s:
             try:
-                entry = await (await kvs.bucket(nc, bucket)).get(key)
+                value, _revision = await kvs.get(await kvs.bucket(nc, bucket), key)
             except Exception:  # the bucket or the key not written yet
-                entry = None
-            if entry is not None and entry.value:
-                last, size = msgspec.json.decode(entry.value, type=kind), len(entry.value)
+                value = None
+            if value:
+                last, size = msgspec.json.decode(value, type=kind), len(value)
                 if done(last):
                     break
             await asyncio.sleep(0.25)

@@ -1,6 +1,16 @@
-"""JetStream KV helpers: create a bucket (its owner), wait for one (its readers), and
-watch one key's latest value, raw (:func:`watch`) or decoded (:func:`follow`, how every
-service follows the plan and the telemetry snapshot).
+"""JetStream KV helpers: create a bucket (its owner), wait for one (its readers), write
+and read a value of any size (:func:`put`, :func:`get`), and watch one key's latest
+value, raw (:func:`watch`) or decoded (:func:`follow`, how every service follows the
+plan and the telemetry snapshot).
+
+A value larger than :data:`PART_BYTES` (a plan or a snapshot of thousands of nodes) is
+stored in parts: each part under a key of its own, ``<key>.part.<writer>.<i>``, and the
+key itself holds a small head naming each part's key and revision, and the whole
+value's checksum. No message then grows with the swarm past NATS's max_payload (1 MB by
+default). Readers put the parts together; a head whose parts were overwritten since
+(the writer wrote again meanwhile) is skipped, as a newer head follows it. Each writer
+has its own part keys, so a writer that loses a compare-and-set on the head never
+spoils the parts of the head that won.
 
 Each bucket has one owner, the only service allowed to create and write it (the NATS
 permissions in deploy/ enforce it): the planner owns the plan, telemetry the snapshot,
@@ -11,18 +21,104 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from hecate.bus.logs import event
 from hecate.wire import subjects
+
+#: The largest value stored as one message; a larger one is stored in parts of this size.
+PART_BYTES = 256 * 1024
+#: What a head of parts starts with: never the first byte of a JSON document.
+_HEAD = b"\x00parts\n"
+
+
+class Parts(msgspec.Struct, frozen=True, kw_only=True):
+    """The head of a value stored in parts: each part's key and revision, in order, and
+    the whole value's length and SHA-256."""
+
+    keys: tuple[str, ...]
+    revisions: tuple[int, ...]
+    size: int
+    sha256: str
+
+
+_parts = msgspec.json.Decoder(Parts)
+_NOT_KEY = re.compile(r"[^-_=a-zA-Z0-9]")
+
+
+async def put(kv: KeyValue, key: str, value: bytes, *, writer: str, last: int | None = None) -> int:
+    """Write ``value`` under ``key``, in parts when it is larger than
+    :data:`PART_BYTES`; with ``last``, as a compare-and-set on the key's revision
+    (raising ``KeyWrongLastSequenceError`` as ``KeyValue.update`` does). ``writer``
+    names this writer's part keys (its instance id). The key's new revision."""
+    if len(value) > PART_BYTES:
+        mine = f"{key}.part.{_NOT_KEY.sub('_', writer)}"
+        keys = tuple(f"{mine}.{i}" for i in range(-(-len(value) // PART_BYTES)))
+        revisions = []
+        for i, part_key in enumerate(keys):
+            part = value[i * PART_BYTES : (i + 1) * PART_BYTES]
+            revisions.append(int(await kv.put(part_key, part)))
+        head = Parts(
+            keys=keys,
+            revisions=tuple(revisions),
+            size=len(value),
+            sha256=hashlib.sha256(value).hexdigest(),
+        )
+        value = _HEAD + msgspec.json.encode(head)
+    if last is None:
+        return int(await kv.put(key, value))
+    return int(await kv.update(key, value, last=last))
+
+
+async def whole(kv: KeyValue, value: bytes) -> bytes | None:
+    """``value`` as stored under a key: itself, or, for a head of parts, the parts put
+    together; None when a part is gone or changed since the head was written (its
+    writer wrote again: a newer head is there to read)."""
+    if not value.startswith(_HEAD):
+        return value
+    try:
+        head = _parts.decode(value[len(_HEAD) :])
+    except msgspec.DecodeError:
+        return value  # not a head after all: the reader's decoder says what it is
+    chunks = []
+    for part_key, revision in zip(head.keys, head.revisions, strict=True):
+        try:
+            entry = await kv.get(part_key, revision=revision)
+        except KeyNotFoundError:
+            return None
+        chunks.append(entry.value or b"")
+    out = b"".join(chunks)
+    if len(out) != head.size or hashlib.sha256(out).hexdigest() != head.sha256:
+        return None
+    return out
+
+
+async def get(kv: KeyValue, key: str) -> tuple[bytes | None, int]:
+    """The key's whole value now (parts put together) and its revision; ``(None, 0)``
+    when it has none, ``(None, revision)`` when it is deleted. Raises what the server
+    says when it cannot answer (disconnected, timed out)."""
+    for _ in range(3):  # a head whose parts moved on: read the newer one
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError as exc:
+            return None, int(getattr(exc.entry, "revision", 0) or 0)
+        revision = int(entry.revision or 0)
+        if not entry.value:
+            return None, revision
+        value = await whole(kv, entry.value)
+        if value is not None:
+            return value, revision
+    return None, 0
 
 
 async def bucket(nc: Client, name: str, *, replicas: int = 1) -> KeyValue:
@@ -69,7 +165,8 @@ async def watch(
 ) -> AsyncIterator[tuple[bytes | None, int]]:
     """``(value, revision)`` for the current value (if any) and then every update.
 
-    A deleted or purged key yields ``(None, revision)``. Runs until cancelled.
+    A deleted or purged key yields ``(None, revision)``; a value stored in parts is
+    yielded whole. Runs until cancelled.
 
     nats-py's watcher is an ordered consumer the server holds in memory: a server
     restarted (or a reconnect to another) forgets it, and nats-py then waits in silence
@@ -104,9 +201,13 @@ async def watch(
                 if entry is None:  # end of the initial values
                     continue
                 revision = int(entry.revision or 0)
-                if revision > last:
-                    last = revision
-                    yield (entry.value or None), revision
+                if revision <= last:
+                    continue
+                value = await whole(kv, entry.value) if entry.value else None
+                if entry.value and value is None:
+                    continue  # its parts moved on: a newer head follows
+                last = revision
+                yield value, revision
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()

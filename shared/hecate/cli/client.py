@@ -20,6 +20,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError
 
+from hecate.bus import kv as kvs
 from hecate.bus.service import connect
 from hecate.cli.process import default_url
 from hecate.client import HecateClient
@@ -108,13 +109,13 @@ async def gather(url: str) -> dict[str, Any]:
             (subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY, "telemetry"),
         ):
             try:
-                entry = await (await nc.jetstream().key_value(bucket)).get(key)
+                value, revision = await kvs.get(await nc.jetstream().key_value(bucket), key)
             except Exception:
                 continue
-            if entry.value:
-                out[name] = entry.value
+            if value:
+                out[name] = value
                 if name == "plan":
-                    out["epoch"] = int(entry.revision or 0)
+                    out["epoch"] = revision
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
         await nc.publish(f"$SRV.STATS.{subjects.SERVICE_NAMES['router']}", b"", reply=inbox)

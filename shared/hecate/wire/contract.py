@@ -384,6 +384,12 @@ PLAN = Message(
     "The KV revision of the entry is the plan's epoch; readers use it and ignore the "
     "`epoch` field of the value.",
 )
+ASSIGNMENT = Message(
+    "Assignment",
+    m.Assignment,
+    JSON,
+    "What the plan gives one node: its ranges, and the epoch that last changed them.",
+)
 TELEMETRY = Message(
     "TelemetrySnapshot",
     m.TelemetrySnapshot,
@@ -613,6 +619,17 @@ KV_PLAN = Channel(
     (PLAN,),
     kv=(subjects.PLAN_BUCKET, subjects.PLAN_KEY),
 )
+KV_ASSIGNMENT = Channel(
+    "kvAssignment",
+    _kv_address(subjects.PLAN_BUCKET, subjects.assignment_key("{node_id}")),
+    "A node's assignment (KV)",
+    f"JetStream KV bucket `{subjects.PLAN_BUCKET}`, key `{subjects.assignment_key('<id>')}`: "
+    "read it with KV get, at start and when a plan notice names the node (or names "
+    "nobody, or follows one the node missed). The planner writes it after the plan, "
+    "only when the plan changed it, so a node never reads the whole plan.",
+    (ASSIGNMENT,),
+    kv=(subjects.PLAN_BUCKET, subjects.assignment_key("{node_id}")),
+)
 KV_TELEMETRY = Channel(
     "kvTelemetry",
     _kv_address(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
@@ -703,6 +720,7 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     EVENT_NODE_DOWN,
     EVENT_NODE_UP,
     KV_PLAN,
+    KV_ASSIGNMENT,
     KV_TELEMETRY,
     EVENT_BREAKER_CHANNEL,
     BREAKER_REPORTS,
@@ -903,11 +921,26 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     Operation("router.watchPlan", "router", "receive", KV_PLAN, "Follow the plan (KV watch)."),
     Operation(
-        "node.watchPlan",
+        "planner.putAssignment",
+        "planner",
+        "send",
+        KV_ASSIGNMENT,
+        "Write each node's share of a published plan that changed it (KV put).",
+    ),
+    Operation(
+        "node.getAssignment",
         "node",
         "receive",
-        KV_PLAN,
-        "Follow the plan (KV watch); on a stage request with a newer epoch, KV get it.",
+        KV_ASSIGNMENT,
+        "Read its own share (KV get): at start, on a plan notice that calls for it, and "
+        "on a stage request naming a newer epoch for a range it does not hold.",
+    ),
+    Operation(
+        "node.receivePlanChanged",
+        "node",
+        "receive",
+        EVENT_PLAN,
+        "Learn of each plan, the nodes it changed and the swarm's size.",
     ),
     Operation("client.getPlan", "client", "receive", KV_PLAN, "Read the plan (KV get)."),
     Operation(

@@ -209,12 +209,43 @@ class FailoverEvent(Failover, frozen=True, kw_only=True):
 
 
 class PlanChanged(msgspec.Struct, frozen=True, kw_only=True):
+    """The planner published the plan of ``epoch`` and wrote every node's assignment
+    that it changed. ``changed`` names those nodes (``None``: too many to name, each node
+    reads its own); ``previous`` is the epoch before it, so that a node that missed a
+    notice knows to read its assignment. The planner says it again now and then
+    (``previous`` = ``epoch``, nothing ``changed``): a notice is fire-and-forget."""
+
     epoch: int
     strategy: str
     planner_id: str
     pipelines: int
     reason: str
     at: float
+    previous: int = 0
+    nodes: int = 0  # in the plan: what each node paces its heartbeats by
+    changed: tuple[str, ...] | None = None
+
+
+class Held(msgspec.Struct, frozen=True, kw_only=True):
+    """One range a node is given: layers ``[layer_start, layer_end)`` of ``model_id``,
+    a model its ``executor`` computes."""
+
+    model_id: str
+    layer_start: int
+    layer_end: int
+    executor: str
+
+
+class Assignment(msgspec.Struct, frozen=True, kw_only=True):
+    """What the plan gives one node (KV ``hecate-plan/node.<node_id>``): rewritten by
+    the planner after each plan that changes it, so that a node reads its own share,
+    never the whole plan. ``epoch``: the plan that last changed it; ``nodes``: that
+    plan's nodes (what a node paces its heartbeats by until a notice says more)."""
+
+    node_id: str
+    epoch: int
+    holdings: tuple[Held, ...] = ()
+    nodes: int = 0
 
 
 class RetryClaim(msgspec.Struct, frozen=True, kw_only=True):

@@ -147,6 +147,13 @@ EVENTS_ALL = "hecate.events.>"
 # -- KV buckets (one owner each: the planner writes the plan, telemetry the snapshot) ---
 PLAN_BUCKET = "hecate-plan"
 PLAN_KEY = "current"
+
+
+def assignment_key(node_id: str) -> str:
+    """The key, in the plan bucket, of what the plan gives ``node_id``."""
+    return f"node.{node_id}"
+
+
 TELEMETRY_BUCKET = "hecate-telemetry"
 TELEMETRY_KEY = "snapshot"
 BREAKER_BUCKET = "hecate-breakers"  # one key per target; owner: the breaker service

@@ -10,13 +10,13 @@ import logging
 import msgspec
 from nats.aio.client import Client
 
-from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat
 from hecate_node.config import NodeConfig
 from hecate_node.service import Node
+from hecate_planner.planstore import publish_by_hand
 from tests.support.swarm import Processes
 from tests.support.waits import until
 
@@ -37,8 +37,7 @@ async def test_a_node_of_a_large_swarm_beats_slower_says_so_and_stays_alive(
     processes.start("telemetry", "telemetry", "--id", "telemetry")
     beats = await client.subscribe(subjects.heartbeat("pacer"))
     downs = await client.subscribe(subjects.EVENT_NODE_DOWN)
-    plans = await kvs.bucket(client, subjects.PLAN_BUCKET)  # as the planner creates it
-    await plans.put(subjects.PLAN_KEY, msgspec.json.encode(_swarm_of(8)))
+    await publish_by_hand(client, _swarm_of(8))
     config = NodeConfig(
         profile=NodeProfile(node_id="pacer", capacity_layers=4),
         heartbeat_s=0.1,
@@ -54,7 +53,7 @@ async def test_a_node_of_a_large_swarm_beats_slower_says_so_and_stays_alive(
         assert first.interval_ms == 100.0
         await asyncio.sleep(1.0)  # telemetry learns the 100 ms pace
 
-        await plans.put(subjects.PLAN_KEY, msgspec.json.encode(_swarm_of(199)))
+        await publish_by_hand(client, _swarm_of(199))
         await until(lambda: node.holdings.swarm_nodes == 200, "the large plan held")
         assert node.beat_s == 0.5  # 200 nodes at 400 beats a second
         await beats.unsubscribe()

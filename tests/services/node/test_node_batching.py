@@ -14,11 +14,11 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from hecate.bus import kv as kvs
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import StepStage, TokenReply
 from hecate_dev.bench.concurrency import PROMPTS
+from hecate_planner.planstore import publish_by_hand
 from tests.support.swarm import Processes
 from tests.support.waits import until
 from tests.system.test_swarm_generation import MODEL
@@ -68,8 +68,7 @@ async def test_steps_that_arrive_together_run_as_one_batch_and_answer_as_alone(
             ),
         ),
     )
-    kv = await kvs.bucket(client, subjects.PLAN_BUCKET)
-    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))
+    await publish_by_hand(client, plan)
     processes.start(
         "node-solo", "node", "--id", "solo", "--capacity-layers", "30", "--executor", "smollm2"
     )

@@ -46,6 +46,7 @@ from hecate.wire.messages import (
     RetryOwner,
 )
 from hecate.wire.stages import OutputReply, StageReply
+from hecate_planner.planstore import publish_by_hand
 from hecate_router.breakers import BreakerView
 from hecate_router.desk_flow import StageHeard
 from hecate_router.flow import Failure, FailureKind
@@ -93,8 +94,7 @@ async def router_on(
     server: NatsServer, nc: Client, nodes: list[str], **options: Any
 ) -> AsyncIterator[RouterService]:
     """A router in this process on a plan of ``nodes``; ``options`` go to RouterService."""
-    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan_of(nodes)))
+    await publish_by_hand(nc, plan_of(nodes))
     # Stages never time out by themselves here: the test decides when a sweep happens.
     config = RouterConfig(instance_id="r1", stage_timeout_s=600.0, **options)
     router = RouterService(config, log=_log)

@@ -16,7 +16,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from hecate.bus import kv as kvs
 from hecate.bus import tracing
 from hecate.bus.server import NatsServer
 from hecate.core import ModelSpec, NodeProfile, Pipeline, Stage, SwarmPlan
@@ -25,6 +24,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 from hecate_node.config import NodeConfig
 from hecate_node.service import Node
+from hecate_planner.planstore import publish_by_hand
 from hecate_router.service import RouterConfig, RouterService
 
 
@@ -51,8 +51,7 @@ async def test_one_trace_spans_client_router_and_every_stage(nats_server: NatsSe
         ),
     )
     nc = await nats.connect(nats_server.url)
-    kv = await kvs.bucket(nc, subjects.PLAN_BUCKET)
-    await kv.put(subjects.PLAN_KEY, msgspec.json.encode(plan))  # any valid plan writer will do
+    await publish_by_hand(nc, plan)  # any valid plan writer will do
 
     stop = asyncio.Event()
     services = [Node(NodeConfig(profile=p), log=log, tracer_provider=provider) for p in nodes]
