@@ -92,6 +92,10 @@ class _Exploring:
     look_at: float = -math.inf  # when a look for an unmeasured pipeline is next due
 
 
+#: A cost table row ordered by the least cost it could have: (least, id, base, pipeline).
+_Row = tuple[float, str, float, Pipeline]
+
+
 class Router:
     """Routing decisions for one router process. Not thread-safe; one event loop owns it."""
 
@@ -118,6 +122,9 @@ class Router:
         # Each pipeline's link term as last computed, from when and until when it holds
         # (RoundTrips.lately): a decision reads it, a sample or a snapshot drops it.
         self._links: dict[str, tuple[float, float, float]] = {}
+        # Per model, the cost table it was made from and its rows ordered by the least
+        # cost each pipeline could have (see _floors), this snapshot.
+        self._floor_rows: dict[tuple[str, bool], tuple[object, list[_Row]]] = {}
         self.explore_s = explore_s
         self.explore_every = explore_every
         self._exploring: dict[str, _Exploring] = {}  # per model
@@ -132,6 +139,7 @@ class Router:
         self.state = state
         self._compute_ms = {}
         self._links = {}
+        self._floor_rows = {}
         for e in self._exploring.values():  # a node may be back: look again
             e.look_at = e.explored_at + self.explore_s
         if state.plan is not before:
@@ -216,32 +224,63 @@ class Router:
         table = self.state.cost_table(model_id, self.weights, self.penalty)
         if not table:
             raise no_route_error(model_id, self.state)
-        if full:
-            table = tuple(entry for entry in table if entry[1] not in full)
-            if not table:
-                raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
         best_cost, best_id, best = float("inf"), "", table[0][2]
         busy = self._pipeline_in_flight
-        measured = len(self.round_trips) > 0
         at = self._now if now is None else now
         links = self._links
-        for base, pid, p in table:
-            # Sorted by (base, id) and, with nothing measured, the added terms are never
-            # negative: once an entry's base is no better than the best effective cost,
-            # none later wins.
-            if not measured and (base, pid) >= (best_cost, best_id):
+        # Rows in the order of the least cost each could have, that least first: once
+        # a row's least is no better than the best cost found, no later row wins. With
+        # nothing measured that least is the base cost itself (the added terms are
+        # never negative) and the cost table is already in its order.
+        for least, pid, base, p in self._floors(model_id, table, len(self.round_trips) > 0):
+            if (least, pid) >= (best_cost, best_id):
                 break
+            if pid in full:
+                continue
             kept = links.get(pid)  # self.link's own look-up, without the call
             link = kept[0] if kept is not None and kept[1] <= at < kept[2] else self.link(p, at)
             cost = base + self._per_request * busy.get(pid, 0) + link
             if (cost, pid) < (best_cost, best_id):
                 best_cost, best_id, best = cost, pid, p
+        if not best_id:
+            raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
         return Route(
             model_id=model_id,
             pipeline_id=best_id,
             cost=best_cost + token_cost(request.tokens, self.weights),
             stages=best.stages,
         )
+
+    def _floors(
+        self, model_id: str, table: tuple[tuple[float, str, Pipeline], ...], measured: bool
+    ) -> list[_Row]:
+        """``table``'s rows as ``(least, id, base, pipeline)``, by ``(least, id)``:
+        ``least`` is the base cost plus the lowest link term the pipeline could have
+        (a step measured at no time at all, or the allowance for an unmeasured one;
+        load only adds); with nothing ``measured``, the base cost itself (the link
+        term is then the allowance, never negative). Made once per snapshot and model,
+        so that a decision walks only the rows that could beat the best, however many
+        pipelines there are."""
+        kept = self._floor_rows.get((model_id, measured))
+        if kept is not None and kept[0] is table:
+            return kept[1]
+        if not measured:
+            plain = [(base, pid, base, p) for base, pid, p in table]  # in its order already
+            self._floor_rows[model_id, measured] = (table, plain)
+            return plain
+        allowance = link_cost(None, 0.0, self.weights, self.penalty)
+        rows = [
+            (
+                base + min(allowance, link_cost(0.0, self._compute(p), self.weights, self.penalty)),
+                pid,
+                base,
+                p,
+            )
+            for base, pid, p in table
+        ]
+        rows.sort(key=lambda row: (row[0], row[1]))
+        self._floor_rows[model_id, measured] = (table, rows)
+        return rows
 
     def explore(
         self,

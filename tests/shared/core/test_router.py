@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.core import ColdPenalty, NoSuchModel, Router, RoutingRequest, Sample, route_request
+from hecate.core import (
+    ColdPenalty,
+    NoSuchModel,
+    Route,
+    Router,
+    RoutingRequest,
+    Sample,
+    route_request,
+)
 from hecate.core.cost import inflight_cost
 from tests.support.builders import measured, pipeline, plan
 
@@ -139,3 +147,39 @@ def test_full_pipelines_are_passed_over_and_all_full_is_saturated_not_broken() -
         router.route("m", REQ, full={"m-r0", "m-r1", "m-r2"})
     assert refused.value.code == "rate_limited"
     assert not isinstance(refused.value, NoHealthyPipeline)  # load is not a failure
+
+
+@given(
+    latencies=st.lists(st.sampled_from([1.0, 2.0, 5.0, 9.0]), min_size=2, max_size=8),
+    trips=st.lists(st.one_of(st.none(), st.floats(0.0, 40.0)), min_size=8, max_size=8),
+    busy=st.lists(st.integers(0, 3), min_size=8, max_size=8),
+    full=st.sets(st.integers(0, 7), max_size=7),
+)
+def test_with_round_trips_measured_the_decision_is_still_the_minimum_of_every_pipeline(
+    latencies: list[float],
+    trips: list[float | None],
+    busy: list[int],
+    full: set[int],
+) -> None:
+    """The decision walks pipelines in the order of the least cost each could have and
+    stops early; it still picks what a walk over every pipeline would (the effective
+    cost with its own measured round trip, in-flight load and ties by id)."""
+    n = len(latencies)
+    p = plan([pipeline(f"m-r{i}", "m", (f"n{i}", 0, 4)) for i in range(n)])
+    router = Router(measured(p, {f"n{i}": (lat, 0.0, 1.0) for i, lat in enumerate(latencies)}))
+    stages = {int(q.pipeline_id[3:]): q.stages for q in p.pipelines}
+    for i in range(n):
+        if trips[i] is not None:
+            router.measured(f"m-r{i}", trips[i] / 1000, now=1.0)
+        for _ in range(busy[i]):
+            router.begin(Route(model_id="m", pipeline_id=f"m-r{i}", cost=0.0, stages=stages[i]))
+    closed = {f"m-r{i}" for i in full if i < n}
+    candidates = [
+        (cost + inflight_cost(busy[int(pid[3:])]) + router.link(pipe, 1.0), pid)
+        for cost, pid, pipe in router.state.cost_table("m")
+        if pid not in closed
+    ]
+    if not candidates:
+        return
+    got = router.route("m", REQ, closed, now=1.0)
+    assert (got.cost, got.pipeline_id) == pytest.approx(min(candidates))
