@@ -92,14 +92,22 @@ class Holdings:
         planner has created the bucket), then again whenever a notice calls for it."""
         notices = await nc.subscribe(subjects.EVENT_PLAN)  # first: none missed meanwhile
         try:
-            self._kv = await kvs.wait_bucket(nc, subjects.PLAN_BUCKET)
-            await self._read()
+            # The planner creates the bucket before its first notice: a node that starts
+            # first waits for that notice, rather than poll for the bucket (a thousand
+            # nodes polling cost more than all their heartbeats).
+            self._kv = await kvs.find_bucket(nc, subjects.PLAN_BUCKET)
+            if self._kv is not None:
+                await self._read()
             async for msg in notices.messages:
                 try:
                     notice = _notice.decode(msg.data)
                 except msgspec.DecodeError as exc:
                     self._bad(0, exc, "plan notice")
                     continue
+                if self._kv is None:
+                    self._kv = await kvs.find_bucket(nc, subjects.PLAN_BUCKET)
+                    if self._kv is None:
+                        continue  # unreachable now: the next notice (or reminder) again
                 await self.heard(notice)
         finally:
             await notices.unsubscribe()

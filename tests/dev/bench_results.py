@@ -407,6 +407,13 @@ def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, 
         "snapshot_updates_per_s": 2.0,
         "follow_bytes_per_s": 254 * nodes,
         "router_cpu_per_s": 0.02,
+        "plan_bytes": 181 * nodes,
+        "shares_written": nodes,
+        "beat_s": 1.0,
+        "route_idle_us": {"p50": 1.5, "p99": 3.0},
+        "route_measured_us": {"p50": 2.0, "p99": 4.0},
+        "route_busy_us": {"p50": 18.0, "p99": 28.0},
+        "snapshot_ms": 1.0,
     }
 
 
@@ -416,6 +423,8 @@ SCALE = {
     "snapshot_limit_nodes": 8256,
     "meta": {
         "heartbeat_ms": 1000,
+        "beat_budget_per_s": 2000,
+        "most_ms": 10000,
         "per_host": 1000,
         "executor": "toy",
         "steady_s": 10.0,

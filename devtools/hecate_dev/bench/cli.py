@@ -43,11 +43,14 @@ def add_parser(sub: Any) -> None:
         "and 16 users, from every process's spans; wan: SmolLM2 with every node behind a "
         "slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
-        "scale: node hosts of 100 to 2,000 node identities, what forming, beating and "
+        "scale: node hosts of 100 to 5,000 node identities, what forming, beating and "
         "following the swarm costs per node; "
         "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    bench.add_argument(
+        "--sizes", default=None, metavar="N,N", help="scale: the swarm sizes to run (nodes)"
+    )
     bench.add_argument(
         "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
     )
@@ -201,7 +204,8 @@ def _run_suite(args: argparse.Namespace) -> object:
     if args.suite == "scale":
         from hecate_dev.bench.scale import run_scale_bench
 
-        return run_scale_bench(quick=args.quick)
+        sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else None
+        return run_scale_bench(quick=args.quick, sizes=sizes)
     if args.suite == "gateway":
         from hecate_dev.bench.gateway import QUICK, run_gateway_bench
 

@@ -83,7 +83,7 @@ def synthetic_state(pipelines: int, stages: int, *, seed: int = 7) -> SwarmState
     return state
 
 
-def _per_call_us(fn: Callable[[], object], samples: int) -> dict[str, float]:
+def per_call_us(fn: Callable[[], object], samples: int) -> dict[str, float]:
     for _ in range(BATCH * 10):  # warm caches and the interpreter's specialisation
         fn()
     means = []
@@ -109,9 +109,9 @@ def bench_routes(samples: int) -> tuple[dict[str, dict[str, float]], ...]:
     for pipelines, stages in SHAPES:
         key = f"{pipelines}x{stages}"
         state = synthetic_state(pipelines, stages)
-        route[key] = _per_call_us(partial(route_request, MODEL, request, state), samples)
+        route[key] = per_call_us(partial(route_request, MODEL, request, state), samples)
         best = route_request(MODEL, request, state)
-        floor[key] = _per_call_us(
+        floor[key] = per_call_us(
             partial(
                 Route,
                 model_id=MODEL,
@@ -125,7 +125,7 @@ def bench_routes(samples: int) -> tuple[dict[str, dict[str, float]], ...]:
         router = Router(state)
         for _ in state.plan.pipelines:  # something in flight everywhere: the slow path
             router.begin(router.route(MODEL, request))
-        inflight[key] = _per_call_us(partial(router.route, MODEL, request), samples)
+        inflight[key] = per_call_us(partial(router.route, MODEL, request), samples)
 
         node_id = state.plan.pipelines[0].stages[0].node_id
         now = [0.0]
@@ -134,7 +134,7 @@ def bench_routes(samples: int) -> tuple[dict[str, dict[str, float]], ...]:
             now[0] += 1.0
             return route_request(MODEL, request, s.observe(n, Sample(load=0.5), now=now[0]))
 
-        recost[key] = _per_call_us(change, max(samples // 10, 20))
+        recost[key] = per_call_us(change, max(samples // 10, 20))
     return route, floor, inflight, recost
 
 

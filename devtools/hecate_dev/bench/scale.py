@@ -14,8 +14,17 @@ bytes a second it receives, and the CPU a second of a router with nothing to rou
 size whose nodes are not all alive within ``form_timeout_s`` is recorded with how many
 were, and the suite goes on.
 
-Not yet here: planning and routing at these sizes under load, several routers, and
-the cut-off namespace (the rest of the scale suite).
+Nodes pace their heartbeats to the swarm (``--heartbeat-budget-per-s`` 2,000 beats a
+second in all, never slower than ``MOST_MS``): every ``heartbeat_ms`` up to 2,000
+nodes, slower past it. Also per size, the plan: its bytes, and the shares the planner
+wrote (each node reads its own, never the plan). And, in this process, what a routing
+decision costs a router holding a plan of that size (six-stage copies, every node
+measured): idle with nothing measured, with half the copies' round trips measured,
+and with 32 requests in flight too; and what a new telemetry snapshot costs it (the
+state rebuilt, and the first decision on it).
+
+Not yet here: routing at these sizes under load, several routers, and the cut-off
+namespace (the rest of the scale suite).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,15 +45,31 @@ import nats
 
 from hecate.bus import kv as kvs
 from hecate.bus.server import NatsServer
-from hecate.core import SwarmPlan
+from hecate.core import (
+    ModelSpec,
+    NodeProfile,
+    NodeState,
+    Pipeline,
+    Route,
+    Router,
+    RoutingRequest,
+    Stage,
+    SwarmPlan,
+    SwarmState,
+)
+from hecate.core.telemetry import beat_interval
 from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_dev.bench.bus_setup import cpu_seconds
+from hecate_dev.bench.core import per_call_us
 from hecate_launcher import ProcessSpec, Supervisor
 
 T = TypeVar("T")
-SIZES = (100, 500, 1000, 2000)
+SIZES = (100, 500, 1000, 2000, 5000)
 QUICK_SIZES = (50, 200)
+BEAT_BUDGET_PER_S = 2000  # the nodes' default: what all their beats may come to
+MOST_MS = 10_000  # the slowest a node of the largest swarm here beats
+DECISION_STAGES = 6
 # One base of 48 layers, every node holding 8: as many copies as the nodes can form.
 TOPOLOGY = {"models": [{"id": "scale", "layers": 48}], "nodes": [{"id": "x", "capacity_layers": 8}]}
 PLAN_ARGS = ("--pipelines", "auto", "--settle-ms", "500")
@@ -135,6 +161,77 @@ async def _follow(url: str, seconds: float) -> tuple[int, int]:
     return updates, size
 
 
+def _state(pipelines: int, stages: int, *, seed: int = 7) -> SwarmState:
+    """``pipelines`` disjoint copies of a ``stages``-stage model, every node measured
+    (built in one go: a snapshot's worth, as a router adopts it)."""
+    rng = random.Random(seed)
+    nodes = []
+    pipes = []
+    for p in range(pipelines):
+        chain = []
+        for s in range(stages):
+            node_id = f"n{p}-{s}"
+            nodes.append(NodeProfile(node_id=node_id, capacity_layers=8))
+            chain.append(Stage(node_id=node_id, layer_start=s * 8, layer_end=s * 8 + 8))
+        pipes.append(Pipeline(pipeline_id=f"scale-r{p}", model_id="scale", stages=tuple(chain)))
+    plan = SwarmPlan(
+        epoch=1,
+        models=(ModelSpec(model_id="scale", layers=stages * 8),),
+        nodes=tuple(nodes),
+        pipelines=tuple(pipes),
+    )
+    telemetry = {
+        n.node_id: NodeState(
+            latency_ms=rng.uniform(1, 20), load=rng.uniform(0, 1), score=rng.uniform(0.5, 4)
+        )
+        for n in nodes
+    }
+    return SwarmState(plan, telemetry)
+
+
+def decisions(size: int, *, samples: int = 300) -> dict[str, Any]:
+    """What a routing decision and a snapshot cost a router holding ``size`` nodes."""
+    rng = random.Random(3)
+    request = RoutingRequest(tokens=512)
+    state = _state(max(1, size // DECISION_STAGES), DECISION_STAGES)
+    router = Router(state)
+    idle = per_call_us(lambda: router.route("scale", request, now=1.5), samples)
+    for p in state.plan.pipelines[::2]:
+        router.measured(p.pipeline_id, rng.uniform(0.01, 0.1), 1.0)
+    measured = per_call_us(lambda: router.route("scale", request, now=1.5), samples)
+    for _ in range(32):
+        router.begin(router.route("scale", request, now=1.5))
+    busy = per_call_us(lambda: router.route("scale", request, now=1.5), samples)
+    picked: Route = router.route("scale", request, now=1.5)
+    assert picked.pipeline_id in {p.pipeline_id for p in state.plan.pipelines}
+    # A new snapshot: the state rebuilt from it, adopted, and the first decision.
+    telemetry = dict(state.nodes)
+    times = []
+    for i in range(5):
+        telemetry["n0-0"] = NodeState(latency_ms=1.0 + i, load=0.5, score=1.0)
+        started = time.perf_counter()
+        router.update(SwarmState(state.plan, telemetry))
+        router.route("scale", request, now=1.5)
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return {
+        "route_idle_us": idle,
+        "route_measured_us": measured,
+        "route_busy_us": busy,
+        "snapshot_ms": round(times[len(times) // 2], 2),
+    }
+
+
+def _published(procs: Supervisor) -> dict[str, Any]:
+    """The planner's last "plan published" record: its shares written, nodes, epoch."""
+    last: dict[str, Any] = {}
+    for line in procs.log("planner").splitlines():
+        if '"plan published"' in line or '"plan shares written"' in line:
+            with contextlib.suppress(ValueError):
+                last = json.loads(line)
+    return last
+
+
 def one_size(
     size: int, *, heartbeat_ms: int, steady_s: float, form_timeout_s: float, tmp: Path
 ) -> dict[str, Any]:
@@ -153,6 +250,7 @@ def one_size(
             label = f"host-{h}"
             argv: tuple[str, ...] = ("node-host", "--prefix", f"h{h}-", "--count", str(count))
             argv += ("--capacity-layers", "8", "--heartbeat-ms", str(heartbeat_ms))
+            argv += ("--heartbeat-most-ms", str(MOST_MS))
             procs.start(ProcessSpec(label, (*argv, "--nats", url)))
             hosts.append(label)
         snap, snapshot_bytes, waited = asyncio.run(
@@ -170,7 +268,13 @@ def one_size(
         topology = tmp / f"topology-{size}.json"
         topology.write_text(json.dumps(TOPOLOGY))
         planner = ("planner", "--id", "planner", "--topology", str(topology))
-        procs.start(ProcessSpec("planner", (*planner, *PLAN_ARGS, "--nats", url)))
+        procs.start(
+            ProcessSpec(
+                "planner",
+                (*planner, *PLAN_ARGS, "--nats", url),
+                env={"HECATE_LOG_LEVEL": "INFO"},  # its "plan published" records
+            )
+        )
         plan, _, planned_s = asyncio.run(
             _poll(
                 url,
@@ -183,6 +287,8 @@ def one_size(
         )
         planned_nodes = _planned_count(plan)
         pipelines = len(plan.pipelines) if plan else 0
+        plan_bytes = len(msgspec.json.encode(plan)) if plan else 0
+        beat_s = beat_interval(heartbeat_ms / 1000, size, BEAT_BUDGET_PER_S, MOST_MS / 1000)
         pids = {label: procs.pid(label) for label in (*hosts, "telemetry", "router")}
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         updates, followed = asyncio.run(_follow(url, steady_s))
@@ -191,6 +297,7 @@ def one_size(
         failures = [why for label in hosts if (why := _failure(procs, label)) is not None]
         hosts_cpu = sum(after[h] - before[h] for h in hosts) / steady_s
         telemetry_cpu = (after["telemetry"] - before["telemetry"]) / steady_s
+        published = _published(procs)
         return {
             "nodes": size,
             "hosts": len(hosts),
@@ -200,6 +307,9 @@ def one_size(
             "planned_nodes": planned_nodes,
             "pipelines": pipelines,
             "planned_s": round(planned_s, 1),
+            "plan_bytes": plan_bytes,
+            "shares_written": int(published.get("shares", 0)),
+            "beat_s": round(beat_s, 2),
             "host_rss_mb": [round(r) for r in host_rss],
             # Hosts that exited while measured, and the first failure each logged.
             "host_failures": failures,
@@ -207,23 +317,24 @@ def one_size(
             "hosts_cpu_per_s": round(hosts_cpu, 3),
             "host_cpu_us_per_node_per_s": round(hosts_cpu / size * 1e6, 1),
             "telemetry_cpu_per_s": round(telemetry_cpu, 3),
-            "telemetry_cpu_us_per_beat": round(
-                telemetry_cpu / (size * 1000 / heartbeat_ms) * 1e6, 1
-            ),
+            "telemetry_cpu_us_per_beat": round(telemetry_cpu / (size / beat_s) * 1e6, 1),
             "telemetry_rss_mb": round(rss_mb(pids["telemetry"]) or 0.0),
             "snapshot_bytes": snapshot_bytes,
             "snapshot_updates_per_s": round(updates / steady_s, 1),
             "follow_bytes_per_s": round(followed / steady_s),
             "router_cpu_per_s": round((after["router"] - before["router"]) / steady_s, 3),
             "snapshot_bytes_per_node": round(snapshot_bytes / max(1, alive)),
+            **decisions(size),
         }
     finally:
         procs.stop()
         server.stop()
 
 
-def run_scale_bench(*, quick: bool = False, heartbeat_ms: int = 1000) -> dict[str, Any]:
-    sizes = QUICK_SIZES if quick else SIZES
+def run_scale_bench(
+    *, quick: bool = False, heartbeat_ms: int = 1000, sizes: tuple[int, ...] | None = None
+) -> dict[str, Any]:
+    sizes = sizes or (QUICK_SIZES if quick else SIZES)
     steady = QUICK_STEADY_S if quick else STEADY_S
     with tempfile.TemporaryDirectory(prefix="hecate-scale-") as tmp:
         levels = [
@@ -239,9 +350,11 @@ def run_scale_bench(*, quick: bool = False, heartbeat_ms: int = 1000) -> dict[st
     one_mb = 1024 * 1024
     # What one identity adds to a host: the slope between the two smallest sizes (each
     # one host), free of the process's own baseline.
-    small, larger = sorted(levels, key=lambda lv: lv["nodes"])[:2]
-    slope = (larger["host_rss_mb"][0] - small["host_rss_mb"][0]) / (
-        larger["nodes"] - small["nodes"]
+    small, larger = (sorted(levels, key=lambda lv: lv["nodes"]) * 2)[:2]
+    slope = (
+        (larger["host_rss_mb"][0] - small["host_rss_mb"][0]) / (larger["nodes"] - small["nodes"])
+        if larger["nodes"] != small["nodes"]
+        else small["rss_per_node_mb"]  # one size: the baseline included
     )
     largest = max(levels, key=lambda lv: lv["nodes"])
     per_node = largest["snapshot_bytes_per_node"] or 1
@@ -252,6 +365,8 @@ def run_scale_bench(*, quick: bool = False, heartbeat_ms: int = 1000) -> dict[st
         "snapshot_limit_nodes": one_mb // per_node,
         "meta": {
             "heartbeat_ms": heartbeat_ms,
+            "beat_budget_per_s": BEAT_BUDGET_PER_S,
+            "most_ms": MOST_MS,
             "per_host": PER_HOST,
             "executor": "toy",
             "steady_s": steady,

@@ -145,6 +145,17 @@ def still_cancelled() -> None:
         raise asyncio.CancelledError
 
 
+async def find_bucket(nc: Client, name: str) -> KeyValue | None:
+    """The bucket ``name``, or None when it is not there yet (or the server cannot say
+    now): one look, for a reader that has something better to wait on than polling."""
+    try:
+        found = await nc.jetstream().key_value(name)
+    except Exception:
+        found = None
+    still_cancelled()
+    return found
+
+
 async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue:
     """The bucket ``name`` once its owner has created it (polled; cancel to give up).
     Run it in a background task: a reader must not wait for another service to start."""

@@ -20,6 +20,9 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             num(lv["all_alive_s"], 1),
             num(lv.get("planned_s", 0.0), 1),
             f"{lv.get('pipelines', 0):,}",
+            f"{lv.get('plan_bytes', 0):,}",
+            f"{lv.get('shares_written', 0):,}",
+            num(lv.get("beat_s", meta["heartbeat_ms"] / 1000), 2),
             " + ".join(str(x) for x in lv["host_rss_mb"]),
             num(lv["host_cpu_us_per_node_per_s"], 0),
             num(lv["telemetry_cpu_per_s"], 3),
@@ -39,6 +42,9 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             "all alive after (s)",
             "planned after (s)",
             "copies planned",
+            "plan (bytes)",
+            "shares written",
+            "beats every (s)",
             "host RSS (MB)",
             "host CPU per node (µs/s)",
             "telemetry CPU (cores)",
@@ -49,6 +55,29 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             "router CPU (cores)",
         ],
         rows,
+    )
+    decided = [lv for lv in r["levels"] if "route_idle_us" in lv]
+    decisions = table(
+        [
+            "nodes",
+            "copies",
+            "idle, nothing measured p50 / p99 (µs)",
+            "half measured p50 / p99 (µs)",
+            "and 32 in flight p50 / p99 (µs)",
+            "a new snapshot (ms)",
+        ],
+        [
+            [
+                f"{lv['nodes']:,}",
+                f"{max(1, lv['nodes'] // 6):,}",
+                *(
+                    f"{num(lv[k]['p50'], 1)} / {num(lv[k]['p99'], 1)}"
+                    for k in ("route_idle_us", "route_measured_us", "route_busy_us")
+                ),
+                num(lv["snapshot_ms"], 2),
+            ]
+            for lv in decided
+        ],
     )
     broke = [
         f"at {lv['nodes']:,} nodes a host exited: {why}"
@@ -64,13 +93,16 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
 One nats-server, one telemetry service, one router, a planner and node hosts
 (`hecate node-host`: up to
 {meta["per_host"]:,} node identities in one process, each a whole node on the bus: its
-own connections, subjects, heartbeats and plan watch) on the `{meta["executor"]}`
-executor, every node beating every {meta["heartbeat_ms"]:,} ms. Per size: how long
-after the hosts started telemetry called every node alive; how long the planner,
+own two connections, subjects, heartbeats and share of the plan) on the
+`{meta["executor"]}` executor. Nodes beat every {meta["heartbeat_ms"]:,} ms while the
+whole swarm's beats stay under {meta.get("beat_budget_per_s", 2000):,} a second, slower
+past that (never slower than {meta.get("most_ms", 1000) / 1000:g} s). Per size: how
+long after the hosts started telemetry called every node alive; how long the planner,
 started then (as a restarted one is: it roll-calls every node), took to publish a plan
-holding them all, its settle time included, and how many copies it planned
-(`--pipelines auto`: a 48-layer base on nodes of 8 layers); the hosts' memory, the CPU
-the hosts and telemetry spend per second once the swarm stands (over
+holding them all, its settle time included, how many copies it planned
+(`--pipelines auto`: a 48-layer base on nodes of 8 layers), the plan's size and the
+shares it wrote (each node reads only its own); the hosts' memory, the CPU the hosts
+and telemetry spend per second once the swarm stands (over
 {num(meta["steady_s"], 0)} s), the telemetry snapshot every router follows, whole, and
 what following it costs a router with nothing to route: the updates and bytes it
 receives a second, and its CPU.
@@ -78,9 +110,21 @@ receives a second, and its CPU.
 {figures}
 
 One identity adds {num(r["rss_added_per_node_mb"], 3)} MB to its host (the slope
-between the two smallest sizes). The snapshot is one KV value: at
-{r["levels"][-1]["snapshot_bytes_per_node"]} bytes a node it passes NATS's default 1 MB
-max_payload near {r["snapshot_limit_nodes"]:,} nodes. {broken}Routing under load at
-these sizes, several routers and a namespace cut off are not measured yet.
+between the two smallest sizes). A value past 256 KiB (the plan from about 1,450
+nodes, the snapshot from about 2,060) is stored in parts, so neither meets NATS's 1 MB
+max_payload; every router still receives the whole snapshot on every change.
+{broken}
+
+**A routing decision at these sizes**, in this process, on a router holding a plan of
+that many nodes in six-stage copies, every node measured by telemetry (the router's
+own `Router.route`, its cost table cached per snapshot; times per call, over batches
+of 50): with nothing measured by the router itself, with the round trips of half the
+copies measured, and with 32 requests in flight on top; and what a new telemetry
+snapshot costs it (its state rebuilt, adopted and the first decision made on it).
+
+{decisions}
+
+Routing under load at these sizes, several routers and a namespace cut off are not
+measured yet.
 """
     return text, []
