@@ -9,7 +9,10 @@ cost of a process per node is saved (about 48 MB each here).
 
 The identities run in one task group: one whose background loop fails stops them all,
 and the process exits nonzero (its supervisor restarts it), as one node process would.
-On SIGTERM every identity drains and leaves.
+On SIGTERM every identity drains and leaves. They start ``start_per_s`` a second, not
+all at once: thousands of connections opened in the same instant (two an identity)
+overran one nats-server on two cores, and identities that could not connect within
+their 10 s took their hosts down.
 
 Not on the locked-down bus yet: there each node is a NATS user of its own, and one
 process would need the credentials of every identity it runs.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -46,20 +50,30 @@ class NodeHost:
         *,
         log: logging.Logger,
         tracer_provider: TracerProvider | None = None,
+        start_per_s: float = 200.0,
     ) -> None:
         ids = [c.profile.node_id for c in configs]
         if len(set(ids)) != len(ids):
             raise HecateError("a node host's identities must have distinct ids")
         self.log = log
+        self.start_per_s = start_per_s
         self.nodes = [Node(c, log=log, tracer_provider=tracer_provider) for c in configs]
 
     async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
         async with asyncio.TaskGroup() as group:
-            for node in self.nodes:
-                group.create_task(self._one(node, url, stop, grace), name=node.profile.node_id)
+            for i, node in enumerate(self.nodes):
+                after = i / self.start_per_s
+                group.create_task(
+                    self._one(node, url, stop, grace, after), name=node.profile.node_id
+                )
 
     @staticmethod
-    async def _one(node: Node, url: str, stop: asyncio.Event, grace: float) -> None:
+    async def _one(node: Node, url: str, stop: asyncio.Event, grace: float, after: float) -> None:
+        if after > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), after)
+            if stop.is_set():
+                return  # stopped before its turn to start
         try:
             await node.run(url, stop, grace)
         except asyncio.CancelledError:
@@ -88,7 +102,9 @@ def _cmd_node_host(args: argparse.Namespace) -> int:
         "node-host",
         args.prefix,
         args.nats,
-        lambda log, tp: NodeHost(configs, log=log, tracer_provider=tp),
+        lambda log, tp: NodeHost(
+            configs, log=log, tracer_provider=tp, start_per_s=args.start_per_s
+        ),
     )
 
 
@@ -99,6 +115,12 @@ def add_parser(sub: Any) -> None:
     host.add_argument("--prefix", required=True, help="node ids: PREFIX0, PREFIX1, ...")
     host.add_argument("--count", type=int, required=True, help="how many identities")
     host.add_argument("--capacity-layers", type=int, required=True, help="each identity's")
+    host.add_argument(
+        "--start-per-s",
+        type=float,
+        default=200.0,
+        help="identities started a second (default 200): not every connection at once",
+    )
     add_flags(host, NodeProfile, PROFILE_FLAGS)
     add_flags(host, NodeConfig, FLAGS)
     host.set_defaults(run=_cmd_node_host)

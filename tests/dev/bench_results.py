@@ -420,7 +420,6 @@ def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, 
 SCALE = {
     "levels": [_scale_level(100, 1, 58, 1.5), _scale_level(2000, 2, 186, 7.1)],
     "rss_added_per_node_mb": 0.14,
-    "snapshot_limit_nodes": 8256,
     "meta": {
         "heartbeat_ms": 1000,
         "beat_budget_per_s": 2000,
