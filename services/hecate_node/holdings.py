@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
@@ -40,6 +41,11 @@ _notice = msgspec.json.Decoder(PlanChanged)
 #: How long a stage naming a newer plan waits for the node's share of it (the planner
 #: writes the plan first, then the shares).
 CATCH_UP_S = 2.0
+#: A notice that names nobody has every node read its share: they spread their reads
+#: so that the swarm's come to about this many a second (within MOST_SPREAD_S), not
+#: all in the instant the notice lands.
+READS_PER_S = 2000.0
+MOST_SPREAD_S = 5.0
 
 
 class Holdings:
@@ -104,10 +110,8 @@ class Holdings:
                 except msgspec.DecodeError as exc:
                     self._bad(0, exc, "plan notice")
                     continue
-                if self._kv is None:
+                if self._kv is None:  # unreachable now: the next notice (or reminder) again
                     self._kv = await kvs.find_bucket(nc, subjects.PLAN_BUCKET)
-                    if self._kv is None:
-                        continue  # unreachable now: the next notice (or reminder) again
                 await self.heard(notice)
         finally:
             await notices.unsubscribe()
@@ -119,8 +123,14 @@ class Holdings:
             self.swarm_nodes = notice.nodes
         if notice.epoch <= self.epoch:
             return
-        named = notice.changed is None or self.node_id in notice.changed
-        if (named or self.epoch < notice.previous) and not await self._read():
+        everyone = notice.changed is None or self.epoch < notice.previous
+        if not everyone and self.node_id not in (notice.changed or ()):
+            self.epoch = notice.epoch  # nothing of this node's changed
+            return
+        if everyone:
+            spread = min(MOST_SPREAD_S, max(self.swarm_nodes, 1) / READS_PER_S)
+            await asyncio.sleep(random.uniform(0, spread))
+        if not await self._read():
             return  # unread: the next notice (or its reminder) calls for it again
         self.epoch = max(self.epoch, notice.epoch)
 
@@ -141,8 +151,10 @@ class Holdings:
 
     async def _read(self, *, locked: bool = False) -> bool:
         """Read this node's share and hold it: False when it could not be read (the
-        server away) or did not decode (logged and counted, the holdings kept)."""
-        assert self._kv is not None, "read before the plan bucket was found"
+        bucket not found yet, the server away) or did not decode (logged and counted,
+        the holdings kept)."""
+        if self._kv is None:
+            return False
         if not locked:
             async with self._reading:
                 return await self._read(locked=True)

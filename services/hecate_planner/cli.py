@@ -16,7 +16,12 @@ from hecate.cli.process import run_service, service_parser
 from hecate_planner.config import PlannerConfig
 
 # Types and defaults are PlannerConfig's (hecate.cli.flags).
-FLAGS = (Flag("settle_s", "quiet after the last join before the first plan", unit="ms"),)
+FLAGS = (
+    Flag("settle_s", "quiet after the last join before the first plan", unit="ms"),
+    Flag(
+        "remind_s", "how often the latest plan notice, with the members, is said again", unit="ms"
+    ),
+)
 
 
 def _cmd_planner(args: argparse.Namespace) -> int:

@@ -16,10 +16,12 @@ class PlannerConfig(msgspec.Struct, frozen=True, kw_only=True):
     swarm: SwarmConfig  # the models to plan and their failover options
     instance_id: str = "planner"
     settle_s: float = 0.5  # quiet after the last join before the first plan
+    remind_s: float = 5.0  # how often the latest plan notice (and the members) is said again
 
     def __post_init__(self) -> None:
         named(self.instance_id, "instance_id")
         positive(self.settle_s, "settle_s")
+        positive(self.remind_s, "remind_s")
 
 
 def swarm_from_topology(data: bytes, pipelines: int | Literal["auto"] = 2) -> SwarmConfig:

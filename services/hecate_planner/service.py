@@ -9,9 +9,11 @@ Decides: the first plan once nodes stop arriving for ``settle_s``; after that, a
 goes through the core's growth policy (no reshuffle) and a leaver through retirement.
 Publishes: the plan in KV, then each node's share of it that changed (KV
 ``hecate-plan/node.<id>``, :mod:`.assignments`), then ``hecate.events.plan`` naming
-those nodes; the notice again every ``REMIND_S`` (a node that missed one reads its
-share). A (re)started planner sends a roll-call so running nodes re-join, then plans
-with *its* strategy: swapping the strategy is stopping one planner and starting another.
+those nodes; the notice again every ``remind_s`` with the members heard so far (a
+node that missed one reads its share, and every node paces its heartbeats by the
+swarm's size, plan or no plan yet). A (re)started planner sends a roll-call so running
+nodes re-join, then plans with *its* strategy: swapping the strategy is stopping one
+planner and starting another.
 
 Two planners at once never overwrite each other blindly. Every write is a compare-and-set
 on the revision this planner last read, and it follows the key: a plan another planner
@@ -46,7 +48,6 @@ from hecate_planner.planstore import PlanStore, plan_digest, same_plan
 __all__ = ["CAS_ROUNDS", "PlannerService", "plan_digest"]
 
 CAS_ROUNDS = 5
-REMIND_S = 5.0  # how often the latest plan notice is said again
 WRITERS = 128  # shares written at once
 
 
@@ -345,15 +346,37 @@ class PlannerService:
 
     async def _remind(self) -> None:
         """Say the latest notice again now and then: it is fire-and-forget, and a node
-        that missed it reads its share when it hears this one."""
+        that missed it reads its share when it hears this one. It carries the members
+        heard so far, plan or no plan yet: what nodes pace their heartbeats by, so that
+        a swarm forming slows its beats before its first plan (thousands of nodes
+        beating at the pace of a few overran this machine as they joined)."""
         while True:
-            await asyncio.sleep(REMIND_S)
+            await asyncio.sleep(self.settings.remind_s)
             said = self._notice
             if said is not None and self._assigned_at == said.epoch:
                 again = msgspec.structs.replace(
-                    said, previous=said.epoch, changed=(), reason="reminder", at=time.time()
+                    said,
+                    previous=said.epoch,
+                    changed=(),
+                    nodes=max(said.nodes, len(self.members)),
+                    reason="reminder",
+                    at=time.time(),
                 )
-                await self.service.nc.publish(subjects.EVENT_PLAN, encode(again))
+            elif said is None and self.members:
+                again = PlanChanged(
+                    epoch=self.revision,
+                    strategy=self.planner.name,
+                    planner_id=self.instance_id,
+                    pipelines=0,
+                    reason="members",
+                    at=time.time(),
+                    previous=self.revision,
+                    nodes=len(self.members),
+                    changed=(),
+                )
+            else:
+                continue
+            await self.service.nc.publish(subjects.EVENT_PLAN, encode(again))
 
     async def _announce(
         self,

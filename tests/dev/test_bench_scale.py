@@ -20,7 +20,10 @@ def test_one_size_forms_and_reports_what_each_node_costs(tmp_path: Path) -> None
     assert level["snapshot_bytes_per_node"] > 50  # every node's entry, whole
     assert level["snapshot_bytes"] >= 20 * level["snapshot_bytes_per_node"] - 200
     assert level["telemetry_cpu_per_s"] >= 0
-    assert level["shares_written"] == 20  # the planner's first plan: every node's share
+    # Every node's share at least once; a node is written again only when a plan
+    # changes what it holds.
+    assert level["shares_written"] >= 20
+    assert level["plans_published"] >= 1
     assert level["plan_bytes"] > 20 * 100
     assert level["beat_s"] == 0.5  # 20 nodes: far below the beat budget
     assert 0 < level["route_idle_us"]["p50"] <= level["route_idle_us"]["p99"]

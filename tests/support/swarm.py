@@ -192,8 +192,10 @@ def start_planner(
     *,
     settle_ms: int = 300,
     strategy: str = "greedy",
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """The planner, as ``hecate up`` starts it: ``pipelines`` copies (or ``auto``)."""
+    """The planner, as ``hecate up`` starts it: ``pipelines`` copies (or ``auto``);
+    ``extra`` flags after those."""
     return procs.start(
         "planner",
         "planner",
@@ -207,6 +209,7 @@ def start_planner(
         str(pipelines),
         "--settle-ms",
         str(settle_ms),
+        *extra,
     )
 
 

@@ -4,9 +4,9 @@ At each size, a nats-server, one telemetry service, one router, a planner and no
 hosts (``hecate
 node-host``: many node identities in one process, each a whole node on the bus) on the
 toy executor, beating at ``heartbeat_ms``. Measured, per size: how long until telemetry
-calls every node alive (``all_alive_s``, from the hosts' start); how long the planner,
-started then, takes to publish a plan holding them all (``planned_s``: its settle time,
-its roll-call and the planning; ``--pipelines auto``, a 48-layer base on nodes of 8);
+calls every node alive (``all_alive_s``, from the hosts' start); how long after that the
+planner, running from the start as a swarm's does, has published a plan holding them
+all (``planned_s``; ``--pipelines auto``, a 48-layer base on nodes of 8);
 each host's memory (RSS) and what one identity adds; the CPU the hosts and telemetry
 spend per second once the swarm stands, per node; the telemetry snapshot every router follows: its
 bytes, whole, and per node; and what following it costs a router: the updates and
@@ -74,6 +74,9 @@ DECISION_STAGES = 6
 TOPOLOGY = {"models": [{"id": "scale", "layers": 48}], "nodes": [{"id": "x", "capacity_layers": 8}]}
 PLAN_ARGS = ("--pipelines", "auto", "--settle-ms", "500")
 PER_HOST = 1000  # identities in one host process: about one core's worth at 1 s beats
+# Identities started a second, all hosts together: at 1,800 a second (200 a host) two
+# cores could not open the connections within the 10 s a node allows itself.
+STARTS_PER_S = 400
 STEADY_S = 10.0  # how long the standing swarm's CPU is measured
 QUICK_STEADY_S = 3.0
 
@@ -222,14 +225,15 @@ def decisions(size: int, *, samples: int = 300) -> dict[str, Any]:
     }
 
 
-def _published(procs: Supervisor) -> dict[str, Any]:
-    """The planner's last "plan published" record: its shares written, nodes, epoch."""
-    last: dict[str, Any] = {}
+def _published(procs: Supervisor) -> tuple[int, int]:
+    """The plans the planner published, and the shares it wrote for them in all."""
+    plans = shares = 0
     for line in procs.log("planner").splitlines():
         if '"plan published"' in line or '"plan shares written"' in line:
             with contextlib.suppress(ValueError):
-                last = json.loads(line)
-    return last
+                shares += int(json.loads(line).get("shares", 0))
+                plans += '"plan published"' in line
+    return plans, shares
 
 
 def one_size(
@@ -244,6 +248,18 @@ def one_size(
         procs.start(ProcessSpec("telemetry", ("telemetry", "--id", "telemetry", "--nats", url)))
         # A router following the swarm (plan and telemetry), with nothing to route.
         procs.start(ProcessSpec("router", ("router", "--id", "router", "--nats", url)))
+        # The planner from the start, as a swarm's: its notices tell the nodes how many
+        # members there are before any plan, and they pace their beats by it.
+        topology = tmp / f"topology-{size}.json"
+        topology.write_text(json.dumps(TOPOLOGY))
+        planner = ("planner", "--id", "planner", "--topology", str(topology))
+        procs.start(
+            ProcessSpec(
+                "planner",
+                (*planner, *PLAN_ARGS, "--nats", url),
+                env={"HECATE_LOG_LEVEL": "INFO"},  # its "plan published" records
+            )
+        )
         hosts = []
         for h, start in enumerate(range(0, size, PER_HOST)):
             count = min(PER_HOST, size - start)
@@ -251,6 +267,7 @@ def one_size(
             argv: tuple[str, ...] = ("node-host", "--prefix", f"h{h}-", "--count", str(count))
             argv += ("--capacity-layers", "8", "--heartbeat-ms", str(heartbeat_ms))
             argv += ("--heartbeat-most-ms", str(MOST_MS))
+            argv += ("--start-per-s", str(STARTS_PER_S / -(-size // PER_HOST)))
             procs.start(ProcessSpec(label, (*argv, "--nats", url)))
             hosts.append(label)
         snap, snapshot_bytes, waited = asyncio.run(
@@ -264,17 +281,6 @@ def one_size(
             )
         )
         alive = _alive_count(snap)
-        # The planner last, as a swarm's restarted one: it roll-calls every node up.
-        topology = tmp / f"topology-{size}.json"
-        topology.write_text(json.dumps(TOPOLOGY))
-        planner = ("planner", "--id", "planner", "--topology", str(topology))
-        procs.start(
-            ProcessSpec(
-                "planner",
-                (*planner, *PLAN_ARGS, "--nats", url),
-                env={"HECATE_LOG_LEVEL": "INFO"},  # its "plan published" records
-            )
-        )
         plan, _, planned_s = asyncio.run(
             _poll(
                 url,
@@ -297,7 +303,7 @@ def one_size(
         failures = [why for label in hosts if (why := _failure(procs, label)) is not None]
         hosts_cpu = sum(after[h] - before[h] for h in hosts) / steady_s
         telemetry_cpu = (after["telemetry"] - before["telemetry"]) / steady_s
-        published = _published(procs)
+        plans, shares = _published(procs)
         level = {
             "nodes": size,
             "hosts": len(hosts),
@@ -308,7 +314,8 @@ def one_size(
             "pipelines": pipelines,
             "planned_s": round(planned_s, 1),
             "plan_bytes": plan_bytes,
-            "shares_written": int(published.get("shares", 0)),
+            "plans_published": plans,
+            "shares_written": shares,
             "beat_s": round(beat_s, 2),
             "host_rss_mb": [round(r) for r in host_rss],
             # Hosts that exited while measured, and the first failure each logged.
@@ -364,6 +371,7 @@ def run_scale_bench(
             "beat_budget_per_s": BEAT_BUDGET_PER_S,
             "most_ms": MOST_MS,
             "per_host": PER_HOST,
+            "starts_per_s": STARTS_PER_S,
             "executor": "toy",
             "steady_s": steady,
             "cpu_count": os.cpu_count(),

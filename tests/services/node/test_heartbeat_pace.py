@@ -5,9 +5,12 @@ as a process)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from pathlib import Path
 
 import msgspec
+import pytest
 from nats.aio.client import Client
 
 from hecate.bus.server import NatsServer
@@ -17,7 +20,7 @@ from hecate.wire.messages import Heartbeat
 from hecate_node.config import NodeConfig
 from hecate_node.service import Node
 from hecate_planner.planstore import publish_by_hand
-from tests.support.swarm import Processes
+from tests.support.swarm import Processes, start_planner
 from tests.support.waits import until
 
 
@@ -72,3 +75,44 @@ async def test_a_node_of_a_large_swarm_beats_slower_says_so_and_stays_alive(
     finally:
         stop.set()
         await asyncio.wait_for(task, 15)
+
+
+async def test_nodes_pace_by_the_members_before_there_is_any_plan(
+    nats_server: NatsServer, processes: Processes, tmp_path: Path
+) -> None:
+    """A swarm forming has no plan yet (here it never will: too little capacity), but
+    the planner says how many members it has heard, and the nodes slow down by it: a
+    thousand nodes beating at the pace of a few would overrun their machines first."""
+    topology = tmp_path / "topology.json"
+    topology.write_text(
+        json.dumps(
+            {"models": [{"id": "big", "layers": 400}], "nodes": [{"id": "x", "capacity_layers": 4}]}
+        )
+    )
+    start_planner(processes, topology, 1, extra=("--remind-ms", "200"))
+    nodes = [
+        Node(
+            NodeConfig(
+                profile=NodeProfile(node_id=f"member{i}", capacity_layers=4),
+                heartbeat_s=0.1,
+                heartbeat_budget_per_s=10.0,  # 3 nodes: one beat every 0.3 s each
+                heartbeat_most_s=1.0,
+            ),
+            log=logging.getLogger("test.pace"),
+        )
+        for i in range(3)
+    ]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(n.run(nats_server.url, stop, grace=1.0)) for n in nodes]
+    try:
+        await until(
+            lambda: all(n.holdings.swarm_nodes == 3 for n in nodes),
+            "every node told of the three members",
+            timeout=15,
+            last=str([n.holdings.swarm_nodes for n in nodes]),
+        )
+        assert all(n.beat_s == pytest.approx(0.3) for n in nodes)
+        assert all(n.holdings.epoch == 0 and n.holdings.held == [] for n in nodes)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 15)

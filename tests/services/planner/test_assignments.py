@@ -23,9 +23,10 @@ def test_a_share_is_the_nodes_stages_and_a_spare_holds_none() -> None:
     assert set(shares) == {n.node_id for n in plan.nodes}
     for p in plan.pipelines:
         for s in p.stages:
-            assert Held(
-                model_id="m", layer_start=s.layer_start, layer_end=s.layer_end, executor="toy"
-            ) in shares[s.node_id]
+            assert (
+                Held(model_id="m", layer_start=s.layer_start, layer_end=s.layer_end, executor="toy")
+                in shares[s.node_id]
+            )
     assert sum(len(h) for h in shares.values()) == sum(len(p.stages) for p in plan.pipelines)
     for spare in plan.spare_nodes():
         assert shares[spare] == ()

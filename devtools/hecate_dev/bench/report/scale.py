@@ -21,6 +21,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             num(lv.get("planned_s", 0.0), 1),
             f"{lv.get('pipelines', 0):,}",
             f"{lv.get('plan_bytes', 0):,}",
+            f"{lv.get('plans_published', 1):,}",
             f"{lv.get('shares_written', 0):,}",
             num(lv.get("beat_s", meta["heartbeat_ms"] / 1000), 2),
             " + ".join(str(x) for x in lv["host_rss_mb"]),
@@ -43,6 +44,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             "planned after (s)",
             "copies planned",
             "plan (bytes)",
+            "plans published",
             "shares written",
             "beats every (s)",
             "host RSS (MB)",
@@ -97,11 +99,12 @@ own two connections, subjects, heartbeats and share of the plan) on the
 `{meta["executor"]}` executor. Nodes beat every {meta["heartbeat_ms"]:,} ms while the
 whole swarm's beats stay under {meta.get("beat_budget_per_s", 2000):,} a second, slower
 past that (never slower than {meta.get("most_ms", 1000) / 1000:g} s). Per size: how
-long after the hosts started telemetry called every node alive; how long the planner,
-started then (as a restarted one is: it roll-calls every node), took to publish a plan
-holding them all, its settle time included, how many copies it planned
-(`--pipelines auto`: a 48-layer base on nodes of 8 layers), the plan's size and the
-shares it wrote (each node reads only its own); the hosts' memory, the CPU the hosts
+long after the hosts started telemetry called every node alive; how long after that the
+planner (running from the start, as a swarm's does: its notices tell the nodes how many
+members there are before any plan) had published a plan holding them all, how many
+copies it planned (`--pipelines auto`: a 48-layer base on nodes of 8 layers), the
+plan's size, and the plans it published meanwhile and the shares it wrote for them in
+all (each node reads only its own); the hosts' memory, the CPU the hosts
 and telemetry spend per second once the swarm stands (over
 {num(meta["steady_s"], 0)} s), the telemetry snapshot every router follows, whole, and
 what following it costs a router with nothing to route: the updates and bytes it
