@@ -58,6 +58,12 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
         ],
         rows,
     )
+    planned = [lv for lv in r["levels"] if lv.get("plan_bytes") and lv.get("planned_nodes")]
+    # Per node at the largest size (the smaller ones carry more fixed overhead a node).
+    per_plan = planned[-1]["plan_bytes"] / planned[-1]["planned_nodes"] if planned else 181
+    per_snapshot = r["levels"][-1]["snapshot_bytes_per_node"] or 127
+    parts_plan = int(round(256 * 1024 / per_plan, -1))
+    parts_snapshot = int(round(256 * 1024 / per_snapshot, -1))
     decided = [lv for lv in r["levels"] if "route_idle_us" in lv]
     decisions = table(
         [
@@ -86,6 +92,13 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
         for lv in r["levels"]
         for why in lv.get("host_failures", [])[:1]
     ]
+    broke += [
+        f"at {lv['nodes']:,} nodes the plan held {lv['planned_nodes']:,} of the "
+        f"{lv['alive']:,} alive when the suite stopped waiting, {num(lv['planned_s'], 0)} s "
+        "later (see Known limits in docs/SERVICES.md)"
+        for lv in r["levels"]
+        if lv.get("planned_nodes", lv["alive"]) < lv["alive"]
+    ]
     broken = (
         "What broke: " + "; ".join(broke) + ". " if broke else "Every host stood at every size. "
     )
@@ -113,9 +126,10 @@ receives a second, and its CPU.
 {figures}
 
 One identity adds {num(r["rss_added_per_node_mb"], 3)} MB to its host (the slope
-between the two smallest sizes). A value past 256 KiB (the plan from about 1,450
-nodes, the snapshot from about 2,060) is stored in parts, so neither meets NATS's 1 MB
-max_payload; every router still receives the whole snapshot on every change.
+between the two smallest sizes). A value past 256 KiB (the plan from about
+{parts_plan:,} nodes, the snapshot from about {parts_snapshot:,}) is stored in parts, so
+neither meets NATS's 1 MB max_payload; every router still receives the whole snapshot on
+every change.
 {broken}
 
 **A routing decision at these sizes**, in this process, on a router holding a plan of
