@@ -409,6 +409,8 @@ def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, 
         "router_cpu_per_s": 0.02,
         "plan_bytes": 181 * nodes,
         "plans_published": 3,
+        "routers": 1,
+        "server_cpu_per_s": 0.1,
         "shares_written": nodes,
         "beat_s": 1.0,
         "route_idle_us": {"p50": 1.5, "p99": 3.0},
@@ -419,7 +421,11 @@ def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, 
 
 
 SCALE = {
-    "levels": [_scale_level(100, 1, 58, 1.5), _scale_level(2000, 2, 186, 7.1)],
+    "levels": [
+        _scale_level(100, 1, 58, 1.5),
+        _scale_level(2000, 2, 186, 7.1),
+        {**_scale_level(2000, 2, 186, 7.3), "routers": 10, "server_cpu_per_s": 0.4},
+    ],
     "rss_added_per_node_mb": 0.14,
     "meta": {
         "heartbeat_ms": 1000,

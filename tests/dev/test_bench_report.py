@@ -353,3 +353,15 @@ def test_the_token_time_section_splits_a_step_and_fails_on_a_wrong_text() -> Non
         "| every timed generation gives the single-process text (token time) | 2 differ "
         "| **not met** |" in _section(wrong, "Headline")
     )
+
+
+def test_the_scale_section_tables_each_size_and_says_what_many_routers_cost() -> None:
+    scale = _section(render(results()), "A swarm of many nodes")
+    assert "| 100 | 1 | 100 |" in scale
+    assert scale.count("| 2,000 | 2 | 2,000 |") == 1  # the many-routers run is prose
+    assert (
+        "10 routers following 2,000 nodes: each received 508,000 bytes a second of "
+        "snapshots and spent 0.020 of a core (one router alone: 0.020); the nats-server "
+        "spent 0.400 of a core (0.100 with one router)."
+    ) in scale.replace("**", "")
+    assert "What broke" not in scale

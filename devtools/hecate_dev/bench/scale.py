@@ -67,6 +67,8 @@ from hecate_launcher import ProcessSpec, Supervisor
 T = TypeVar("T")
 SIZES = (100, 500, 1000, 2000, 5000)
 QUICK_SIZES = (50, 200)
+ROUTER_LEVELS = ((1000, 10),)  # (nodes, routers): the same swarm followed by many routers
+QUICK_ROUTER_LEVELS = ((200, 3),)
 BEAT_BUDGET_PER_S = 2000  # the nodes' default: what all their beats may come to
 MOST_MS = 10_000  # the slowest a node of the largest swarm here beats
 DECISION_STAGES = 6
@@ -237,17 +239,25 @@ def _published(procs: Supervisor) -> tuple[int, int]:
 
 
 def one_size(
-    size: int, *, heartbeat_ms: int, steady_s: float, form_timeout_s: float, tmp: Path
+    size: int,
+    *,
+    heartbeat_ms: int,
+    steady_s: float,
+    form_timeout_s: float,
+    tmp: Path,
+    routers: int = 1,
 ) -> dict[str, Any]:
-    server = NatsServer(tmp / f"nats-{size}").start()
-    logs = tmp / f"logs-{size}"
+    server = NatsServer(tmp / f"nats-{size}-{routers}").start()
+    logs = tmp / f"logs-{size}-{routers}"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Supervisor(env={**os.environ, "HECATE_LOG_LEVEL": "WARNING"}, logs=logs)
     try:
         url = server.url
         procs.start(ProcessSpec("telemetry", ("telemetry", "--id", "telemetry", "--nats", url)))
         # A router following the swarm (plan and telemetry), with nothing to route.
-        procs.start(ProcessSpec("router", ("router", "--id", "router", "--nats", url)))
+        followers = [f"router-{i}" for i in range(routers)]
+        for label in followers:
+            procs.start(ProcessSpec(label, ("router", "--id", label, "--nats", url)))
         # The planner from the start, as a swarm's: its notices tell the nodes how many
         # members there are before any plan, and they pace their beats by it.
         topology = tmp / f"topology-{size}.json"
@@ -295,7 +305,9 @@ def one_size(
         pipelines = len(plan.pipelines) if plan else 0
         plan_bytes = len(msgspec.json.encode(plan)) if plan else 0
         beat_s = beat_interval(heartbeat_ms / 1000, size, BEAT_BUDGET_PER_S, MOST_MS / 1000)
-        pids = {label: procs.pid(label) for label in (*hosts, "telemetry", "router")}
+        pids = {label: procs.pid(label) for label in (*hosts, "telemetry", *followers)}
+        server_pid = server.process.pid if server.process else 0
+        server_before = cpu_seconds(server_pid) or 0.0
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         updates, followed = asyncio.run(_follow(url, steady_s))
         after = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
@@ -329,7 +341,14 @@ def one_size(
             "snapshot_bytes": snapshot_bytes,
             "snapshot_updates_per_s": round(updates / steady_s, 1),
             "follow_bytes_per_s": round(followed / steady_s),
-            "router_cpu_per_s": round((after["router"] - before["router"]) / steady_s, 3),
+            "routers": routers,
+            # Per router, the mean over them; and the server's own CPU meanwhile.
+            "router_cpu_per_s": round(
+                sum(after[r] - before[r] for r in followers) / routers / steady_s, 3
+            ),
+            "server_cpu_per_s": round(
+                ((cpu_seconds(server_pid) or 0.0) - server_before) / steady_s, 3
+            ),
             "snapshot_bytes_per_node": round(snapshot_bytes / max(1, alive)),
         }
     finally:
@@ -355,9 +374,22 @@ def run_scale_bench(
             )
             for size in sizes
         ]
+        # Several routers following one swarm: what each costs, and the server's fan-out.
+        levels += [
+            one_size(
+                size,
+                heartbeat_ms=heartbeat_ms,
+                steady_s=steady,
+                form_timeout_s=30.0 + size / 50,
+                tmp=Path(tmp),
+                routers=routers,
+            )
+            for size, routers in (QUICK_ROUTER_LEVELS if quick else ROUTER_LEVELS)
+        ]
     # What one identity adds to a host: the slope between the two smallest sizes (each
     # one host), free of the process's own baseline.
-    small, larger = (sorted(levels, key=lambda lv: lv["nodes"]) * 2)[:2]
+    single = [lv for lv in levels if lv["routers"] == 1]
+    small, larger = (sorted(single, key=lambda lv: lv["nodes"]) * 2)[:2]
     slope = (
         (larger["host_rss_mb"][0] - small["host_rss_mb"][0]) / (larger["nodes"] - small["nodes"])
         if larger["nodes"] != small["nodes"]

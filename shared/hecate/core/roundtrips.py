@@ -63,9 +63,9 @@ class RoundTrips:
         if not ms >= 0:  # a negative or NaN time is a clock fault, not a measurement
             return
         w = self._windows.get(pipeline_id)
-        if w is None or now - w.start >= 2 * self.window_s:
+        if w is None or now >= w.start + 2 * self.window_s:
             self._windows[pipeline_id] = _Window(now, ms, None)
-        elif now - w.start >= self.window_s:
+        elif now >= w.start + self.window_s:
             w.start, w.before_ms, w.least_ms = now, w.least_ms, ms
         else:
             w.least_ms = min(w.least_ms, ms)
@@ -82,16 +82,18 @@ class RoundTrips:
         w = self._windows.get(pipeline_id)
         if w is None:
             return None, math.inf
-        age = now - w.start
-        if age >= 2 * self.window_s:
+        # Against the instants themselves, not the age: ``now - start`` may round below
+        # a boundary that ``now`` has reached, and a caller keeping the figure until
+        # the instant returned would then disagree with this answer.
+        if now >= w.start + 2 * self.window_s:
             return None, math.inf
-        if age >= self.window_s or w.before_ms is None:
+        if now >= w.start + self.window_s or w.before_ms is None:
             return w.least_ms, w.start + 2 * self.window_s
         return min(w.least_ms, w.before_ms), w.start + self.window_s
 
     def forget(self, now: float) -> None:
         """Drop what is forgotten anyway (keeps the table to pipelines in use)."""
-        for pid in [p for p, w in self._windows.items() if now - w.start >= 2 * self.window_s]:
+        for pid in [p for p, w in self._windows.items() if now >= w.start + 2 * self.window_s]:
             del self._windows[pid]
 
     def keep(self, pipeline_ids: Collection[str]) -> None:

@@ -12,6 +12,8 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
     del img  # no picture for this suite yet
     r: dict[str, Any] = env["report"]
     meta = r["meta"]
+    sizes = [lv for lv in r["levels"] if lv.get("routers", 1) == 1]
+    many = [lv for lv in r["levels"] if lv.get("routers", 1) > 1]
     rows = [
         [
             f"{lv['nodes']:,}",
@@ -33,7 +35,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             f"{lv.get('follow_bytes_per_s', 0):,}",
             num(lv.get("router_cpu_per_s", 0.0), 3),
         ]
-        for lv in r["levels"]
+        for lv in sizes
     ]
     figures = table(
         [
@@ -64,7 +66,9 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
     per_snapshot = r["levels"][-1]["snapshot_bytes_per_node"] or 127
     parts_plan = int(round(256 * 1024 / per_plan, -1))
     parts_snapshot = int(round(256 * 1024 / per_snapshot, -1))
-    decided = [lv for lv in r["levels"] if "route_idle_us" in lv]
+    decided = [lv for lv in sizes if "route_idle_us" in lv]
+    one_router = {lv["nodes"]: lv for lv in sizes}
+    followed = "".join(_many_routers(lv, one_router.get(lv["nodes"])) for lv in many)
     decisions = table(
         [
             "nodes",
@@ -141,7 +145,21 @@ snapshot costs it (its state rebuilt, adopted and the first decision made on it)
 
 {decisions}
 
-Routing under load at these sizes, several routers and a namespace cut off are not
-measured yet.
+{followed}Routing under load at these sizes and a namespace cut off are not measured yet.
 """
     return text, []
+
+
+def _many_routers(lv: dict[str, Any], alone: dict[str, Any] | None) -> str:
+    """A paragraph on several routers following one swarm, beside one router alone."""
+    text = (
+        f"**{lv['routers']} routers following {lv['nodes']:,} nodes**: each received "
+        f"{lv['follow_bytes_per_s']:,} bytes a second of snapshots and spent "
+        f"{num(lv['router_cpu_per_s'], 3)} of a core"
+    )
+    if alone is not None:
+        text += f" (one router alone: {num(alone['router_cpu_per_s'], 3)})"
+    text += f"; the nats-server spent {num(lv.get('server_cpu_per_s', 0.0), 3)} of a core"
+    if alone is not None:
+        text += f" ({num(alone.get('server_cpu_per_s', 0.0), 3)} with one router)"
+    return text + ".\n\n"
