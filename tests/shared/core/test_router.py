@@ -169,8 +169,9 @@ def test_with_round_trips_measured_the_decision_is_still_the_minimum_of_every_pi
     router = Router(measured(p, {f"n{i}": (lat, 0.0, 1.0) for i, lat in enumerate(latencies)}))
     stages = {int(q.pipeline_id[3:]): q.stages for q in p.pipelines}
     for i in range(n):
-        if trips[i] is not None:
-            router.measured(f"m-r{i}", trips[i] / 1000, now=1.0)
+        trip = trips[i]
+        if trip is not None:
+            router.measured(f"m-r{i}", trip / 1000, now=1.0)
         for _ in range(busy[i]):
             router.begin(Route(model_id="m", pipeline_id=f"m-r{i}", cost=0.0, stages=stages[i]))
     closed = {f"m-r{i}" for i in full if i < n}
