@@ -23,7 +23,7 @@ from hecate.bus import kv as kvs
 from hecate.bus.service import encode
 from hecate.core import SwarmPlan
 from hecate.wire import subjects
-from hecate.wire.messages import Assignment, PlanChanged
+from hecate.wire.messages import Assignment, Held, PlanChanged
 from hecate_planner import assignments
 
 _plan = msgspec.json.Decoder(SwarmPlan)
@@ -48,8 +48,7 @@ async def publish_by_hand(nc: Client, plan: SwarmPlan, *, reason: str = "by hand
     store = PlanStore(kv, "by-hand")
     epoch = await kvs.put(kv, subjects.PLAN_KEY, encode(plan), writer="by-hand")
     for node_id, held in assignments.shares(plan).items():
-        share = Assignment(node_id=node_id, epoch=epoch, holdings=held, nodes=len(plan.nodes))
-        await store.put_share(node_id, encode(share))
+        await store.put_share(node_id, held, epoch=epoch, nodes=len(plan.nodes))
     notice = PlanChanged(
         epoch=epoch,
         strategy="by-hand",
@@ -92,9 +91,12 @@ class PlanStore:
         except KeyWrongLastSequenceError:
             return None
 
-    async def put_share(self, node_id: str, value: bytes) -> None:
-        """Write what the plan gives ``node_id`` (an encoded ``Assignment``)."""
-        await self._kv.put(subjects.assignment_key(node_id), value)
+    async def put_share(
+        self, node_id: str, held: tuple[Held, ...], *, epoch: int, nodes: int
+    ) -> None:
+        """Write what the plan of ``epoch`` (of ``nodes`` nodes) gives ``node_id``."""
+        share = Assignment(node_id=node_id, epoch=epoch, holdings=held, nodes=nodes)
+        await self._kv.put(subjects.assignment_key(node_id), encode(share))
 
     async def follow(
         self, on_bad: Callable[[int, msgspec.DecodeError], None]

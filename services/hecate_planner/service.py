@@ -40,7 +40,7 @@ from hecate.bus.vouching import NodeIdentity
 from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, SwarmPlan
 from hecate.core.planners import unexecutable
 from hecate.wire import subjects
-from hecate.wire.messages import Assignment, Held, NodeJoin, NodeLeave, PlanChanged
+from hecate.wire.messages import Held, NodeJoin, NodeLeave, PlanChanged
 from hecate_planner import assignments
 from hecate_planner.config import PlannerConfig
 from hecate_planner.planstore import PlanStore, plan_digest, same_plan
@@ -89,7 +89,6 @@ class PlannerService:
         self._unexecutable: set[str] = set()  # models logged as having no executor here
         self.written: dict[str, tuple[Held, ...]] = {}  # each node's share, as its key holds it
         self._assigned_at = 0  # the revision whose shares are all written
-        self._nodes = 0  # in the plan whose shares are being written
         self._notice: PlanChanged | None = None  # the latest said
         self.identity = NodeIdentity(log)
 
@@ -328,20 +327,20 @@ class PlannerService:
         """Write each node's share of the plan stored at ``self.revision`` that it
         changed, then announce the plan. A write that fails raises (the planning loop
         tries again); the shares written before it are not written again."""
-        epoch = self.revision
-        self._nodes = len(plan.nodes)
+        epoch, nodes = self.revision, len(plan.nodes)
         todo = list(assignments.changes(self.written, plan).items())
         for i in range(0, len(todo), WRITERS):
             batch = todo[i : i + WRITERS]
-            await asyncio.gather(*(self._write_share(n, held, epoch) for n, held in batch))
+            await asyncio.gather(*(self._write_share(n, held, epoch, nodes) for n, held in batch))
         self._assigned_at = epoch
         await self._announce(
             plan, on, reason, assignments.named(dict(todo)), fresh=fresh, shares=len(todo)
         )
 
-    async def _write_share(self, node_id: str, held: tuple[Held, ...], epoch: int) -> None:
-        value = Assignment(node_id=node_id, epoch=epoch, holdings=held, nodes=self._nodes)
-        await self._store.put_share(node_id, encode(value))
+    async def _write_share(
+        self, node_id: str, held: tuple[Held, ...], epoch: int, nodes: int
+    ) -> None:
+        await self._store.put_share(node_id, held, epoch=epoch, nodes=nodes)
         self.written[node_id] = held
 
     async def _remind(self) -> None:

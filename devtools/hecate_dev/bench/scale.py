@@ -291,7 +291,7 @@ def one_size(
             )
         )
         alive = _alive_count(snap)
-        plan, _, planned_s = asyncio.run(
+        plan, plan_bytes, planned_s = asyncio.run(
             _poll(
                 url,
                 subjects.PLAN_BUCKET,
@@ -303,7 +303,6 @@ def one_size(
         )
         planned_nodes = _planned_count(plan)
         pipelines = len(plan.pipelines) if plan else 0
-        plan_bytes = len(msgspec.json.encode(plan)) if plan else 0
         beat_s = beat_interval(heartbeat_ms / 1000, size, BEAT_BUDGET_PER_S, MOST_MS / 1000)
         pids = {label: procs.pid(label) for label in (*hosts, "telemetry", *followers)}
         server_pid = server.process.pid if server.process else 0

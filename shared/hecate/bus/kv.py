@@ -159,16 +159,11 @@ async def find_bucket(nc: Client, name: str) -> KeyValue | None:
 async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue:
     """The bucket ``name`` once its owner has created it (polled; cancel to give up).
     Run it in a background task: a reader must not wait for another service to start."""
-    js = nc.jetstream()
-    while True:
-        # Not created yet, or disconnected or timed out (the client reconnects on its
-        # own): ask again.
-        with contextlib.suppress(Exception):
-            found = await js.key_value(name)
-            still_cancelled()
-            return found
-        still_cancelled()
+    # Not created yet, or disconnected or timed out (the client reconnects on its own):
+    # ask again.
+    while (found := await find_bucket(nc, name)) is None:
         await asyncio.sleep(poll_s)
+    return found
 
 
 async def watch(
