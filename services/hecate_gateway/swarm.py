@@ -61,6 +61,7 @@ from nats.aio.msg import Msg
 from prometheus_client.registry import CollectorRegistry
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry
 from hecate.bus.logs import event
 from hecate.core import SwarmPlan
 from hecate.resilience.breaker import BreakerSnapshot
@@ -76,7 +77,6 @@ from hecate_gateway.swarmreport import Circuit, NodeSeen, SwarmReport, report
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 _plan = msgspec.json.Decoder(SwarmPlan)
-_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 _breaker = msgspec.json.Decoder(BreakerSnapshot)
 
 
@@ -244,7 +244,7 @@ class SwarmWatch:
     async def _follow_telemetry(self, nc: Client) -> None:
         kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
         bad = kvs.ignored(self.log, "telemetry")
-        async for snapshot, _revision in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
+        async for snapshot, _part in telemetry.follow(kv, bad):
             self.adopt_telemetry(snapshot)
 
     async def _follow_breakers(self, nc: Client) -> None:

@@ -29,8 +29,14 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
     routing = ["--dispatch", "chain"] if generative else []
     if identities:
         routing += ["--tenant-from", "bus"]
-    cmds: list[tuple[str, list[str]]] = [
-        ("telemetry", ["telemetry", *common, "--id", "telemetry"]),
+    cmds: list[tuple[str, list[str]]] = [("telemetry", ["telemetry", *common, "--id", "telemetry"])]
+    shards = getattr(args, "telemetry_shards", 1)
+    if shards > 1:  # replicas sharing the heartbeat intake, each its own partitions
+        cmds = []
+        for k in range(shards):
+            argv = ["telemetry", *common, "--id", f"telemetry-{k}"]
+            cmds.append((f"telemetry-{k}", [*argv, "--shards", str(shards), "--shard", str(k)]))
+    cmds += [
         (
             "planner",
             [

@@ -39,6 +39,7 @@ from hecate.cli.flags import pipelines
 from hecate.core.errors import HecateError
 from hecate.executors import generative_model
 from hecate.sim.topology import parse_topology
+from hecate.wire import subjects
 from hecate_launcher import (
     GATEWAY_KEYS,
     GATEWAY_URL,
@@ -317,6 +318,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--nats", default=None, help="use this NATS server instead of starting one")
     p.add_argument("--state", default=".hecate", help="folder for the embedded server's data")
     p.add_argument("--routers", type=int, default=2)
+    p.add_argument(
+        "--telemetry-shards",
+        type=int,
+        default=1,
+        choices=range(1, subjects.INTAKE_PARTITIONS + 1),
+        metavar="1-16",
+        help="telemetry replicas sharing the heartbeat intake, each judging its own nodes",
+    )
     p.add_argument(
         "--pipelines",
         type=pipelines,

@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry
 from hecate.bus.logs import event
 from hecate.bus.service import NO_RESPONDERS, Request, Service
 from hecate.bus.settle import settled
@@ -44,7 +45,6 @@ from hecate.wire.messages import (
     QuotaReply,
     RetryClaim,
     RetryOwner,
-    TelemetrySnapshot,
 )
 from hecate.wire.stages import StageReply, reply_decoder
 from hecate_router import desk_flow as d
@@ -65,7 +65,6 @@ _stage_reply = reply_decoder()
 _error_reply = msgspec.msgpack.Decoder(ErrorReply)  # the node shell's refusals, untagged
 _quota_reply = msgspec.json.Decoder(QuotaReply)
 _plan = msgspec.json.Decoder(SwarmPlan)
-_telemetry = msgspec.json.Decoder(TelemetrySnapshot)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -272,17 +271,19 @@ class RouterService:
     async def _follow_telemetry(self) -> None:
         kv = await kvs.wait_bucket(self.service.nc, subjects.TELEMETRY_BUCKET)
         bad = kvs.ignored(self.log, "telemetry")
-        async for snapshot, _ in kvs.follow(kv, subjects.TELEMETRY_KEY, _telemetry, bad):
-            if snapshot is not None:
-                wall, now = time.time(), time.monotonic()
-                self.view.adopt_telemetry(snapshot, wall, now)
-                await self.feed(d.TelemetryHeard(snapshot, now, wall))
+        async for snapshot, part in telemetry.follow(kv, bad):
+            wall, now = time.time(), time.monotonic()
+            if snapshot is not None:  # all deleted: routes go on along the last one
+                self.view.adopt_telemetry(snapshot, wall, now, part)
+            if part is not None:
+                await self.feed(d.TelemetryHeard(part, now, wall))
 
     async def _sweep(self) -> None:
         """Stage deadlines, held quota waits, the line, probe leases due."""
         while True:
             await asyncio.sleep(SWEEP_S)
             self.view.expire_suspicions()
+            self.view.catch_up(time.monotonic())
             for target in self.breakers.due(time.time()):
                 self.service.spawn(self._lease(target))
             await self.feed(d.Tick(time.monotonic()))

@@ -34,6 +34,9 @@ from hecate.wire.messages import TelemetrySnapshot
 from hecate_router.breakers import BreakerView
 from hecate_router.fold import telemetry_nodes
 
+# Telemetry that moves nobody up or down is built into the routes at most this often.
+REBUILD_EVERY_S = 0.05
+
 
 class SwarmView:
     def __init__(
@@ -56,6 +59,8 @@ class SwarmView:
         self.telemetry_at = 0.0  # when the latest snapshot came in: our wall clock...
         self.telemetry_heard = 0.0  # ...and our monotonic one
         self.breakers = breakers
+        self._rebuilt = -REBUILD_EVERY_S  # monotonic time of the last rebuild
+        self._behind = False  # telemetry adopted since then and not built in
 
     @property
     def router(self) -> Router | None:
@@ -106,14 +111,38 @@ class SwarmView:
         self.rebuild()
         event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
 
-    def adopt_telemetry(self, snapshot: TelemetrySnapshot, wall: float, now: float) -> None:
-        """A telemetry snapshot came in, at ``wall`` (and ``now``, monotonic)."""
+    def adopt_telemetry(
+        self,
+        snapshot: TelemetrySnapshot,
+        wall: float,
+        now: float,
+        part: TelemetrySnapshot | None = None,
+    ) -> None:
+        """A telemetry snapshot came in, at ``wall`` (and ``now``, monotonic): the merge
+        of every shard, ``part`` being the shard that just changed. The routes are
+        rebuilt at once when ``part`` moves a node up or down (or when there is no
+        ``part`` to tell), otherwise at most every :data:`REBUILD_EVERY_S`: with many
+        telemetry replicas each writing ten times a second, a rebuild per snapshot
+        would cost a router more than it routes (:meth:`catch_up` does the rest)."""
+        before = self.telemetry.nodes if self.telemetry is not None else {}
         self.telemetry = snapshot
         self.telemetry_at, self.telemetry_heard = wall, now
-        self.rebuild()
+        moved = part is None or any(
+            (was := before.get(i)) is None or was.alive != t.alive for i, t in part.nodes.items()
+        )
+        if moved or now - self._rebuilt >= REBUILD_EVERY_S:
+            self.rebuild()
+        else:
+            self._behind = True
+
+    def catch_up(self, now: float) -> None:
+        """Rebuild with the telemetry :meth:`adopt_telemetry` held back, once it is due."""
+        if self._behind and now - self._rebuilt >= REBUILD_EVERY_S:
+            self.rebuild()
 
     def rebuild(self) -> None:
         """Plan + telemetry + circuits + local suspicions -> the chooser's fresh snapshot."""
+        self._behind, self._rebuilt = False, time.monotonic()
         if self.plan is None:
             return
         nodes, heard = telemetry_nodes(self.telemetry.nodes if self.telemetry else {})

@@ -22,6 +22,12 @@ FLAGS = (
         "its silence is unlikely given its own heartbeat history (phi accrual, at most 5 s)",
     ),
     Flag("publish_s", "the snapshot is written at most this often", unit="ms"),
+    Flag(
+        "shards",
+        "telemetry replicas sharing the heartbeat intake (1-16): each hears the nodes of "
+        "its own partitions and writes their snapshot under its own key",
+    ),
+    Flag("shard", "which of the --shards replicas this one is (0 to shards - 1)"),
 )
 
 

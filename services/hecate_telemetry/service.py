@@ -1,8 +1,12 @@
 """telemetry: heartbeats in, EWMA state and liveness out.
 
-Listens: ``hecate.telemetry.heartbeat.*`` (Heartbeat), ``hecate.node.*.leave``, each
-taken only when the node its subject names is the node its body names
-(:mod:`.vouching`: a node cannot fake another's liveness or its leaving).
+Listens: its heartbeat intake partitions, ``hecate.telemetry.intake.<p>.*`` (Heartbeat:
+the server maps each node's ``hecate.telemetry.heartbeat.<id>`` to one partition by a
+hash of the id; a replica takes the partitions ``p % shards == shard``, all of them when
+it is alone), and ``hecate.node.*.leave``, each taken only when the node its subject
+names is the node its body names (:mod:`.vouching`: a node cannot fake another's
+liveness or its leaving). Several replicas thus share the heartbeats of a large swarm,
+each judging its own nodes; a node's beats always reach the same one.
 Holds: per node, the core's :class:`NodeState` (EWMA of latency, load, score) and its
 heartbeat history in a :class:`FailureDetector` (monotonic clock).
 Decides: a node is down when the detector suspects it: when its silence is unlikely
@@ -13,8 +17,8 @@ is given 0.58-0.78 s; none is given more than 5 s. ``missed`` intervals of silen
 always allowed. A node whose beats say it is loading its ranges is given 10 s instead
 (``loading_silence_s``): its loader may hold its interpreter, its beats with it. A node
 is up again at its next beat, with a fresh history.
-Publishes: ``hecate.events.node.down`` / ``.up`` and the snapshot in KV
-``hecate-telemetry/snapshot`` (on every liveness change at once, otherwise at most once
+Publishes: ``hecate.events.node.down`` / ``.up`` and the snapshot of its own nodes in KV
+``hecate-telemetry/snapshot.<shard>`` (on every liveness change at once, otherwise at most once
 per ``publish_s``). ``$SRV.STATS`` shows, on the heartbeat endpoint, each node's
 ``patience_ms`` (the silence it would be declared down after), the nodes ``loading``,
 and this service's own ``stalls`` and ``deaf_sweeps``.
@@ -33,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from typing import Literal
 
 import msgspec
@@ -98,6 +103,8 @@ class Telemetry:
         self._seq = 0
         self.rejected = 0
         self.identity = NodeIdentity(log)
+        self.partitions = subjects.shard_partitions(config.shard, config.shards)
+        self.unmapped = 0  # beats heard on the unmapped subject (a server without mappings)
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
@@ -105,15 +112,27 @@ class Telemetry:
         self._kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
         # Fire-and-forget subjects: the shell decodes, counts and logs bad messages once.
         guard = self.identity.guard
-        beats = await svc.add_endpoint(
-            "heartbeat",
+        for name, subject in self._intake():
+            beats = await svc.add_endpoint(
+                name,
+                subject,
+                Heartbeat,
+                guard(self._on_heartbeat, lambda beat: beat.node_id),
+                traced=False,
+                deferred=True,
+            )
+            if name == "heartbeat":
+                beats.status = self.figures
+        # A server without the partition mapping delivers every beat unmapped, to every
+        # replica: each takes the nodes a partition of its own would have brought it.
+        await svc.add_endpoint(
+            "heartbeat-unmapped",
             subjects.HEARTBEAT_ALL,
             Heartbeat,
-            guard(self._on_heartbeat, lambda beat: beat.node_id),
+            guard(self._on_unmapped, lambda beat: beat.node_id),
             traced=False,
             deferred=True,
         )
-        beats.status = self.figures
         await svc.add_endpoint(
             "leave",
             subjects.NODE_LEAVE_ALL,
@@ -133,6 +152,33 @@ class Telemetry:
             self._probe.cancel()
 
     # -- inputs ------------------------------------------------------------------------
+
+    def _intake(self) -> list[tuple[str, str]]:
+        """(endpoint name, subject) of each subscription to this replica's partitions:
+        one for all of them when it is the only replica."""
+        c = self.config
+        if c.shards == 1:
+            return [("heartbeat", subjects.INTAKE_ALL)]
+        return [
+            ("heartbeat" if i == 0 else f"heartbeat-p{p}", subjects.intake(p))
+            for i, p in enumerate(self.partitions)
+        ]
+
+    async def _on_unmapped(self, beat: Heartbeat) -> None:
+        if self.config.shards > 1:
+            partition = zlib.crc32(beat.node_id.encode()) % subjects.INTAKE_PARTITIONS
+            if partition not in self.partitions:
+                return
+            if not self.unmapped:
+                event(
+                    self.log,
+                    "heartbeats arrive unmapped: every replica reads every beat; give the "
+                    "server the mappings of hecate.wire.subjects.MAPPINGS",
+                    logging.WARNING,
+                    node_id=beat.node_id,
+                )
+        self.unmapped += 1
+        await self._on_heartbeat(beat)
 
     async def _on_heartbeat(self, beat: Heartbeat) -> None:
         node_id = beat.node_id
@@ -269,6 +315,10 @@ class Telemetry:
             "blind_s": round(self.blind_s, 3),
             "deaf_sweeps": self.link.deaf_sweeps if self.link is not None else 0,
             "identity_mismatch": self.identity.refused,
+            "shard": self.config.shard,
+            "shards": self.config.shards,
+            "partitions": list(self.partitions),
+            "unmapped": self.unmapped,
         }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:
@@ -289,6 +339,8 @@ class Telemetry:
         return TelemetrySnapshot(
             written_at=time.time(),
             seq=self._seq,
+            shard=self.config.shard,
+            shards=self.config.shards,
             nodes={
                 i: NodeTelemetry(
                     alive=n.alive,
@@ -311,7 +363,7 @@ class Telemetry:
             try:
                 await kvs.put(
                     self._kv,
-                    subjects.TELEMETRY_KEY,
+                    subjects.telemetry_key(self.config.shard),
                     encode(self.snapshot()),
                     writer=self.service.instance_id,
                 )

@@ -51,7 +51,20 @@ NOT_SUBJECTS = {
     "inbox_prefix": "the inbox rule: checked in info.description",
     "NODE_USER_PREFIX": "node users' names (node-<id>), part of the inbox rule",
     "node_of": "a parser, not a subject builder",
+    "INTAKE_PARTITIONS": "the heartbeat channel's partitions: checked in its description",
+    "intake": "the heartbeat channel as the server maps it: checked in its description",
+    "INTAKE_ALL": "every intake partition: checked in the heartbeat channel's description",
+    "MAPPINGS": "server configuration (subject mappings): checked against deploy/nats",
+    "render_mappings": "renders MAPPINGS for a server's configuration",
+    "shard_partitions": "which partitions a telemetry replica takes, not an address",
 }
+
+
+def test_the_heartbeat_intake_is_documented(doc: dict[str, Any]) -> None:
+    described = doc["channels"]["heartbeat"]["description"]
+    for named in (subjects.INTAKE_ALL, subjects.intake("<partition>", "<node_id>")):
+        assert f"`{named}`" in described
+    assert f"{subjects.INTAKE_PARTITIONS} partitions" in described
 
 
 def test_the_inbox_rule_is_documented(doc: dict[str, Any]) -> None:
@@ -175,8 +188,11 @@ def test_every_subject_in_hecate_wire_subjects_is_a_documented_channel(
             ok = (
                 f"$KV.{value}.{key}" in addresses
                 if key is not None  # one fixed key, or
-                else any(a.startswith(f"$KV.{value}.{{") for a in addresses)
+                else any(a.startswith(f"$KV.{value}.") and "{" in a for a in addresses)
             )  # one per id
+        elif name.endswith("_KEYS"):  # every key of one per id
+            bucket = getattr(subjects, name.removesuffix("_KEYS") + "_BUCKET")
+            ok = any(_nats_match(f"$KV.{bucket}.{value}", subject) for subject in concrete)
         elif name.endswith("_KEY"):
             bucket = getattr(subjects, name.removesuffix("_KEY") + "_BUCKET")
             ok = f"$KV.{bucket}.{value}" in addresses

@@ -358,10 +358,19 @@ def test_the_token_time_section_splits_a_step_and_fails_on_a_wrong_text() -> Non
 def test_the_scale_section_tables_each_size_and_says_what_many_routers_cost() -> None:
     scale = _section(render(results()), "A swarm of many nodes")
     assert "| 100 | 1 | 100 |" in scale
-    assert scale.count("| 2,000 | 2 | 2,000 |") == 1  # the many-routers run is prose
+    assert scale.count("| 2,000 | 2 | 2,000 | 7.1 |") == 1  # the many-routers run is prose
     assert (
         "10 routers following 2,000 nodes: each received 508,000 bytes a second of "
         "snapshots and spent 0.020 of a core (one router alone: 0.020); the nats-server "
         "spent 0.400 of a core (0.100 with one router)."
     ) in scale.replace("**", "")
     assert "What broke" not in scale
+
+
+def test_the_scale_section_sets_shared_intake_beside_one_replica() -> None:
+    scale = _section(render(results()), "A swarm of many nodes")
+    assert "The heartbeat intake shared by several telemetry replicas" in scale
+    # The sharded run has a table of its own, with the one-replica figures beside.
+    assert "| 2,000 | 2 | 2,000 | 7.0 | 2,000 | 990 + 1,010 | 0.011 + 0.012 | 11.5 (40.0) |" in (
+        scale
+    )

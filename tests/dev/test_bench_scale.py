@@ -28,3 +28,18 @@ def test_one_size_forms_and_reports_what_each_node_costs(tmp_path: Path) -> None
     assert level["beat_s"] == 0.5  # 20 nodes: far below the beat budget
     assert 0 < level["route_idle_us"]["p50"] <= level["route_idle_us"]["p99"]
     assert level["snapshot_ms"] > 0
+
+
+def test_a_size_with_two_telemetry_replicas_hears_every_node_once(tmp_path: Path) -> None:
+    level = one_size(
+        20, heartbeat_ms=500, steady_s=1.0, form_timeout_s=30.0, tmp=tmp_path, shards=2
+    )
+    assert level["formed"]
+    assert level["alive"] == 20
+    assert level["telemetry_shards"] == 2
+    assert len(level["shard_cpu_per_s"]) == 2
+    # 20 nodes beating every 0.5 s: 40 beats a second in all, split by partition.
+    assert level["beats_expected_per_s"] == 40
+    heard = level["beats_heard_per_s"]
+    assert all(h > 0 for h in heard), heard
+    assert 20 <= sum(heard) <= 60, heard

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from nats.aio.client import Client
 
 from hecate.bus.secure import Layout, SecureBus
 from hecate.bus.server import NatsServer
-from hecate.wire import permissions
+from hecate.wire import permissions, subjects
 from tests.support.swarm import Processes, start_swarm
 
 
@@ -111,3 +112,18 @@ def everyone(bus: SecureBus) -> list[str]:
         permissions.GATEWAY,
         permissions.OPERATOR,
     ]
+
+
+def delivered_on(subject: str) -> str:
+    """Where the server delivers what is published to ``subject``: a heartbeat on its
+    intake partition (subjects.MAPPINGS), anything else where it was sent."""
+    node = subjects.node_of(subject)
+    return subjects.intake("*", node) if node and ".heartbeat." in subject else subject
+
+
+def refused_as(subject: str) -> re.Pattern[str]:
+    """What the server's refusal names: the subject it checked, which is the mapped one
+    in an account that maps it (the services'), the one sent in any other (a tenant's)."""
+    said = [subject, delivered_on(subject)]
+    forms = "|".join(re.escape(s).replace(r"\*", "[0-9]+") for s in said)
+    return re.compile(f'publish to "({forms})"', re.IGNORECASE)

@@ -16,6 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry as telemetry_kv
 from hecate.bus.settle import settled
 from hecate.core import SwarmPlan
 from hecate.model.toy import reference
@@ -41,9 +42,9 @@ T = TypeVar("T")
 
 
 async def telemetry(nc: Client) -> TelemetrySnapshot:
-    kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
-    entry = await kv.get(subjects.TELEMETRY_KEY)
-    return msgspec.json.decode(entry.value or b"", type=TelemetrySnapshot)
+    snapshot = await telemetry_kv.read(await kvs.bucket(nc, subjects.TELEMETRY_BUCKET))
+    assert snapshot is not None, "no telemetry written yet"
+    return snapshot
 
 
 async def plan(nc: Client) -> tuple[SwarmPlan, int]:

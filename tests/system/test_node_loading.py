@@ -84,7 +84,7 @@ async def test_a_node_whose_load_holds_its_heartbeats_is_not_called_down(
     beats = Beats()
     await client.subscribe(subjects.EVENT_NODE_DOWN, cb=events.heard)
     await client.subscribe(subjects.EVENT_NODE_UP, cb=events.heard)
-    await client.subscribe(subjects.heartbeat(NODE), cb=beats.heard_one)
+    await client.subscribe(subjects.intake("*", NODE), cb=beats.heard_one)
     processes.start("telemetry", "telemetry", "--id", "telemetry")
     await listening(client, "telemetry", "telemetry", "heartbeat")
     topology = EXAMPLES / "swarm.json"

@@ -36,14 +36,16 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import nats
+from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry
 from hecate.bus.server import NatsServer
 from hecate.core import (
     ModelSpec,
@@ -69,6 +71,9 @@ SIZES = (100, 500, 1000, 2000, 5000)
 QUICK_SIZES = (50, 200)
 ROUTER_LEVELS = ((1000, 10),)  # (nodes, routers): the same swarm followed by many routers
 QUICK_ROUTER_LEVELS = ((200, 3),)
+# (nodes, telemetry replicas): the heartbeat intake shared by several replicas
+SHARD_LEVELS = ((1000, 4), (5000, 4))
+QUICK_SHARD_LEVELS = ((200, 2),)
 BEAT_BUDGET_PER_S = 2000  # the nodes' default: what all their beats may come to
 MOST_MS = 10_000  # the slowest a node of the largest swarm here beats
 DECISION_STAGES = 6
@@ -95,10 +100,13 @@ def rss_mb(pid: int) -> float | None:
 
 
 async def _poll(
-    url: str, bucket: str, key: str, kind: type[T], done: Callable[[T], bool], timeout_s: float
+    url: str,
+    read: Callable[[Client], Awaitable[tuple[T | None, int]]],
+    done: Callable[[T], bool],
+    timeout_s: float,
 ) -> tuple[T | None, int, float]:
-    """Read ``bucket``/``key`` as ``kind`` until ``done`` holds of it: the last value read
-    (None: never written), its bytes, and the seconds waited."""
+    """``read`` until ``done`` holds of what it read: the last value read (None: never
+    written), its bytes, and the seconds waited."""
     started = time.monotonic()
     nc = await nats.connect(url)
     last: T | None = None
@@ -106,17 +114,50 @@ async def _poll(
     try:
         while time.monotonic() - started < timeout_s:
             try:
-                value, _revision = await kvs.get(await kvs.bucket(nc, bucket), key)
+                value, got = await read(nc)
             except Exception:  # the bucket or the key not written yet
                 value = None
-            if value:
-                last, size = msgspec.json.decode(value, type=kind), len(value)
+            if value is not None:
+                last, size = value, got
                 if done(last):
                     break
             await asyncio.sleep(0.25)
     finally:
         await nc.close()
     return last, size, time.monotonic() - started
+
+
+async def _heard(url: str, replicas: list[str]) -> dict[str, int]:
+    """Heartbeats each telemetry replica has taken so far: its heartbeat endpoints'
+    message counts, from ``$SRV.STATS`` (-1 for one that did not answer)."""
+    name = subjects.SERVICE_NAMES["telemetry"]
+    nc = await nats.connect(url)
+    out = {}
+    try:
+        for label in replicas:
+            try:
+                msg = await nc.request(f"$SRV.STATS.{name}.{label}", b"", timeout=5)
+            except Exception:
+                out[label] = -1
+                continue
+            doc = json.loads(msg.data)
+            out[label] = sum(
+                e["num_requests"] for e in doc["endpoints"] if e["name"].startswith("heartbeat")
+            )
+    finally:
+        await nc.close()
+    return out
+
+
+async def _read_plan(nc: Client) -> tuple[SwarmPlan | None, int]:
+    value, _revision = await kvs.get(await kvs.bucket(nc, subjects.PLAN_BUCKET), subjects.PLAN_KEY)
+    return (msgspec.json.decode(value, type=SwarmPlan), len(value)) if value else (None, 0)
+
+
+async def _read_telemetry(nc: Client) -> tuple[TelemetrySnapshot | None, int]:
+    """Every shard's snapshot merged, and the bytes of the shards' values."""
+    snap = await telemetry.read(await kvs.bucket(nc, subjects.TELEMETRY_BUCKET))
+    return snap, len(msgspec.json.encode(snap)) if snap is not None else 0
 
 
 def _alive_count(snap: TelemetrySnapshot | None) -> int:
@@ -154,7 +195,7 @@ async def _follow(url: str, seconds: float) -> tuple[int, int]:
         first = True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
-                async for value, _revision in kvs.watch(bucket, subjects.TELEMETRY_KEY):
+                async for _key, value, _revision in kvs.watch_keys(bucket, subjects.TELEMETRY_KEYS):
                     if first:
                         first = False
                         continue
@@ -185,13 +226,13 @@ def _state(pipelines: int, stages: int, *, seed: int = 7) -> SwarmState:
         nodes=tuple(nodes),
         pipelines=tuple(pipes),
     )
-    telemetry = {
+    measured = {
         n.node_id: NodeState(
             latency_ms=rng.uniform(1, 20), load=rng.uniform(0, 1), score=rng.uniform(0.5, 4)
         )
         for n in nodes
     }
-    return SwarmState(plan, telemetry)
+    return SwarmState(plan, measured)
 
 
 def decisions(size: int, *, samples: int = 300) -> dict[str, Any]:
@@ -210,12 +251,12 @@ def decisions(size: int, *, samples: int = 300) -> dict[str, Any]:
     picked: Route = router.route("scale", request, now=1.5)
     assert picked.pipeline_id in {p.pipeline_id for p in state.plan.pipelines}
     # A new snapshot: the state rebuilt from it, adopted, and the first decision.
-    telemetry = dict(state.nodes)
+    heard = dict(state.nodes)
     times = []
     for i in range(5):
-        telemetry["n0-0"] = NodeState(latency_ms=1.0 + i, load=0.5, score=1.0)
+        heard["n0-0"] = NodeState(latency_ms=1.0 + i, load=0.5, score=1.0)
         started = time.perf_counter()
-        router.update(SwarmState(state.plan, telemetry))
+        router.update(SwarmState(state.plan, heard))
         router.route("scale", request, now=1.5)
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
@@ -246,14 +287,18 @@ def one_size(
     form_timeout_s: float,
     tmp: Path,
     routers: int = 1,
+    shards: int = 1,
 ) -> dict[str, Any]:
-    server = NatsServer(tmp / f"nats-{size}-{routers}").start()
-    logs = tmp / f"logs-{size}-{routers}"
+    server = NatsServer(tmp / f"nats-{size}-{routers}-{shards}").start()
+    logs = tmp / f"logs-{size}-{routers}-{shards}"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Supervisor(env={**os.environ, "HECATE_LOG_LEVEL": "WARNING"}, logs=logs)
     try:
         url = server.url
-        procs.start(ProcessSpec("telemetry", ("telemetry", "--id", "telemetry", "--nats", url)))
+        replicas = [f"telemetry-{k}" for k in range(shards)]
+        for k, label in enumerate(replicas):
+            sharded = ("--shards", str(shards), "--shard", str(k))
+            procs.start(ProcessSpec(label, ("telemetry", "--id", label, *sharded, "--nats", url)))
         # A router following the swarm (plan and telemetry), with nothing to route.
         followers = [f"router-{i}" for i in range(routers)]
         for label in followers:
@@ -281,39 +326,33 @@ def one_size(
             procs.start(ProcessSpec(label, (*argv, "--nats", url)))
             hosts.append(label)
         snap, snapshot_bytes, waited = asyncio.run(
-            _poll(
-                url,
-                subjects.TELEMETRY_BUCKET,
-                subjects.TELEMETRY_KEY,
-                TelemetrySnapshot,
-                lambda s: _alive_count(s) >= size,
-                form_timeout_s,
-            )
+            _poll(url, _read_telemetry, lambda s: _alive_count(s) >= size, form_timeout_s)
         )
         alive = _alive_count(snap)
         plan, plan_bytes, planned_s = asyncio.run(
-            _poll(
-                url,
-                subjects.PLAN_BUCKET,
-                subjects.PLAN_KEY,
-                SwarmPlan,
-                lambda p: _planned_count(p) >= alive,
-                form_timeout_s,
-            )
+            _poll(url, _read_plan, lambda p: _planned_count(p) >= alive, form_timeout_s)
         )
         planned_nodes = _planned_count(plan)
         pipelines = len(plan.pipelines) if plan else 0
         beat_s = beat_interval(heartbeat_ms / 1000, size, BEAT_BUDGET_PER_S, MOST_MS / 1000)
-        pids = {label: procs.pid(label) for label in (*hosts, "telemetry", *followers)}
+        pids = {label: procs.pid(label) for label in (*hosts, *replicas, *followers)}
         server_pid = server.process.pid if server.process else 0
         server_before = cpu_seconds(server_pid) or 0.0
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
+        heard_before = asyncio.run(_heard(url, replicas))
         updates, followed = asyncio.run(_follow(url, steady_s))
+        heard_after = asyncio.run(_heard(url, replicas))
         after = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         host_rss = [rss_mb(pids[label]) or 0.0 for label in hosts]
         failures = [why for label in hosts if (why := _failure(procs, label)) is not None]
         hosts_cpu = sum(after[h] - before[h] for h in hosts) / steady_s
-        telemetry_cpu = (after["telemetry"] - before["telemetry"]) / steady_s
+        shard_cpu = [(after[r] - before[r]) / steady_s for r in replicas]
+        telemetry_cpu = sum(shard_cpu)
+        # Beats taken per second, per replica, over the window the router followed (the
+        # few ms between the CPU readings and the counts aside); what the nodes' pace
+        # says they send is size / beat_s.
+        window = steady_s
+        heard = [(heard_after[r] - heard_before[r]) / window for r in replicas]
         plans, shares = _published(procs)
         level = {
             "nodes": size,
@@ -336,7 +375,11 @@ def one_size(
             "host_cpu_us_per_node_per_s": round(hosts_cpu / size * 1e6, 1),
             "telemetry_cpu_per_s": round(telemetry_cpu, 3),
             "telemetry_cpu_us_per_beat": round(telemetry_cpu / (size / beat_s) * 1e6, 1),
-            "telemetry_rss_mb": round(rss_mb(pids["telemetry"]) or 0.0),
+            "telemetry_rss_mb": round(sum(rss_mb(pids[r]) or 0.0 for r in replicas)),
+            "telemetry_shards": shards,
+            "shard_cpu_per_s": [round(c, 3) for c in shard_cpu],
+            "beats_expected_per_s": round(size / beat_s),
+            "beats_heard_per_s": [round(h) for h in heard],
             "snapshot_bytes": snapshot_bytes,
             "snapshot_updates_per_s": round(updates / steady_s, 1),
             "follow_bytes_per_s": round(followed / steady_s),
@@ -385,9 +428,21 @@ def run_scale_bench(
             )
             for size, routers in (QUICK_ROUTER_LEVELS if quick else ROUTER_LEVELS)
         ]
+        # The heartbeat intake shared by several telemetry replicas.
+        levels += [
+            one_size(
+                size,
+                heartbeat_ms=heartbeat_ms,
+                steady_s=steady,
+                form_timeout_s=30.0 + size / 50,
+                tmp=Path(tmp),
+                shards=shards,
+            )
+            for size, shards in (QUICK_SHARD_LEVELS if quick else SHARD_LEVELS)
+        ]
     # What one identity adds to a host: the slope between the two smallest sizes (each
     # one host), free of the process's own baseline.
-    single = [lv for lv in levels if lv["routers"] == 1]
+    single = [lv for lv in levels if lv["routers"] == 1 and lv["telemetry_shards"] == 1]
     small, larger = (sorted(single, key=lambda lv: lv["nodes"]) * 2)[:2]
     slope = (
         (larger["host_rss_mb"][0] - small["host_rss_mb"][0]) / (larger["nodes"] - small["nodes"])

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry
 from hecate.client import HecateClient
 from hecate.wire import subjects
 from hecate.wire.messages import BreakerChanged, NodeFault, TelemetrySnapshot
@@ -221,11 +222,9 @@ async def _fault(nc: Client, node: str, fault: NodeFault) -> None:
 async def _telemetry(nc: Client) -> TelemetrySnapshot | None:
     """Telemetry's snapshot in KV now (None: not written yet, or not readable now)."""
     try:
-        kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
-        entry = await kv.get(subjects.TELEMETRY_KEY)
+        return await telemetry.read(await kvs.bucket(nc, subjects.TELEMETRY_BUCKET))
     except Exception:  # not written yet, or the bus is busy: no reading this time
         return None
-    return msgspec.json.decode(entry.value, type=TelemetrySnapshot) if entry.value else None
 
 
 def _latency(snapshot: TelemetrySnapshot | None, node: str) -> float | None:

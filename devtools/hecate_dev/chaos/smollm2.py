@@ -95,7 +95,7 @@ class LlmOverload(Scenario):
             node = msgspec.json.decode(msg.data, type=Heartbeat).node_id
             beats.append((time.monotonic(), node))
 
-        sub = await nc.subscribe(subjects.HEARTBEAT_ALL, cb=on_beat)
+        sub = await nc.subscribe(subjects.INTAKE_ALL, cb=on_beat)
         try:
             await faults.node_kill(swarm, nc, record, t)
             restarted = record.faults[-1][0]

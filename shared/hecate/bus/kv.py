@@ -169,21 +169,34 @@ async def wait_bucket(nc: Client, name: str, *, poll_s: float = 0.2) -> KeyValue
 async def watch(
     kv: KeyValue, key: str, *, check_s: float = 1.0
 ) -> AsyncIterator[tuple[bytes | None, int]]:
-    """``(value, revision)`` for the current value (if any) and then every update.
+    """``(value, revision)`` for the key's current value (if any) and then every update
+    (:func:`watch_keys` of one key)."""
+    async for _key, value, revision in watch_keys(kv, key, check_s=check_s):
+        yield value, revision
 
-    A deleted or purged key yields ``(None, revision)``; a value stored in parts is
+
+async def watch_keys(
+    kv: KeyValue, pattern: str, *, check_s: float = 1.0
+) -> AsyncIterator[tuple[str, bytes | None, int]]:
+    """``(key, value, revision)`` for the current value of every key ``pattern``
+    matches (a key, or one with ``*`` wildcards) and then every update.
+
+    A deleted or purged key yields ``(key, None, revision)``; a value stored in parts is
     yielded whole. Runs until cancelled.
 
     nats-py's watcher is an ordered consumer the server holds in memory: a server
     restarted (or a reconnect to another) forgets it, and nats-py then waits in silence
-    for updates that never come. So after ``check_s`` without one, the key's revision is
-    read directly. A newer one than the last yielded means the watcher went deaf: a
-    fresh one takes over from the current value, and what was already yielded is not
-    yielded again. An older one means the bucket itself started over (a server with a
-    fresh store): everything it holds is new."""
-    last = 0
+    for updates that never come. So after ``check_s`` without one, the revisions of the
+    keys already seen (of the key itself, for a plain key) are read directly. A newer
+    one than the last yielded means the watcher went deaf: a fresh one takes over from
+    the current values, and what was already yielded is not yielded again. An older one
+    means the bucket itself started over (a server with a fresh store): everything it
+    holds is new. A pattern none of whose keys has been seen yet is watched afresh at
+    each check: nothing else would tell a deaf watcher from a quiet bucket."""
+    last: dict[str, int] = {}
+    plain = "*" not in pattern and ">" not in pattern
     while True:
-        watcher = await kv.watch(key)
+        watcher = await kv.watch(pattern)
         try:
             still_cancelled()
             while True:
@@ -196,24 +209,27 @@ async def watch(
                 except StopAsyncIteration:
                     break  # stopped under us: watch again
                 except TimeoutError:
-                    now = await _revision(kv, key)
-                    still_cancelled()
-                    if now > last:
+                    known = [pattern] if plain else list(last)
+                    if not known:
                         break
-                    if 0 < now < last:
-                        last = 0
+                    now = {k: await _revision(kv, k) for k in known}
+                    still_cancelled()
+                    if any(0 < r < last.get(k, 0) for k, r in now.items()):
+                        last.clear()  # the bucket started over
+                        break
+                    if any(r > last.get(k, 0) for k, r in now.items()):
                         break
                     continue
                 if entry is None:  # end of the initial values
                     continue
                 revision = int(entry.revision or 0)
-                if revision <= last:
+                if revision <= last.get(entry.key, 0):
                     continue
                 value = await whole(kv, entry.value) if entry.value else None
                 if entry.value and value is None:
                     continue  # its parts moved on: a newer head follows
-                last = revision
-                yield value, revision
+                last[entry.key] = revision
+                yield entry.key, value, revision
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()

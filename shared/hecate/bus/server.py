@@ -21,6 +21,11 @@ from typing import Any
 
 from hecate.bus.children import spawn
 from hecate.core.errors import HecateError
+from hecate.wire import subjects
+
+# The global account's subject mappings (an open bus, or the single-account layout);
+# the accounts layout carries its own in the services' account.
+MAPPINGS = subjects.render_mappings()
 
 
 class ServerError(HecateError):
@@ -52,10 +57,13 @@ class NatsServer:
         max_payload: int = 1024 * 1024,
         extra_args: tuple[str, ...] = (),
         extra_config: str = "",
+        mappings: str = MAPPINGS,
         env: dict[str, str] | None = None,
         popen: Callable[..., subprocess.Popen[Any]] = spawn,
     ) -> None:
-        """``extra_config`` is appended to the configuration file (authorization, TLS);
+        """``extra_config`` is appended to the configuration file (authorization, TLS),
+        after ``mappings``, the global account's subject mappings (empty: none, as a
+        server someone configured without them);
         ``env`` is added to the server's environment (the passwords that configuration
         reads, never on its command line). ``popen`` starts the process: by default one
         that stops when this process dies, however it dies, since no owner (``hecate
@@ -67,6 +75,7 @@ class NatsServer:
         self.max_payload = max_payload
         self.extra_args = extra_args
         self.extra_config = extra_config
+        self.mappings = mappings
         self.env = env or {}
         self.popen = popen
         self.process: subprocess.Popen[bytes] | None = None
@@ -143,7 +152,7 @@ class NatsServer:
         path = self.state_dir / "nats.conf"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(f"max_payload: {self.max_payload}\n{self.extra_config}")
+            f.write(f"max_payload: {self.max_payload}\n{self.mappings}{self.extra_config}")
         return path
 
     def _read_ports(self) -> bool:

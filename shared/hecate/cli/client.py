@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import sys
@@ -21,6 +22,7 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry
 from hecate.bus.service import connect
 from hecate.cli.process import default_url
 from hecate.client import HecateClient
@@ -104,18 +106,15 @@ async def gather(url: str) -> dict[str, Any]:
     try:
         out: dict[str, Any] = {"plan": None, "epoch": 0, "telemetry": None, "routers": []}
         out["breakers"] = await circuits(nc)
-        for bucket, key, name in (
-            (subjects.PLAN_BUCKET, subjects.PLAN_KEY, "plan"),
-            (subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY, "telemetry"),
-        ):
-            try:
-                value, revision = await kvs.get(await nc.jetstream().key_value(bucket), key)
-            except Exception:
-                continue
+        js = nc.jetstream()
+        with contextlib.suppress(Exception):
+            plans = await js.key_value(subjects.PLAN_BUCKET)
+            value, revision = await kvs.get(plans, subjects.PLAN_KEY)
             if value:
-                out[name] = value
-                if name == "plan":
-                    out["epoch"] = revision
+                out["plan"], out["epoch"] = value, revision
+        with contextlib.suppress(Exception):
+            tel = await telemetry.read(await js.key_value(subjects.TELEMETRY_BUCKET))
+            out["telemetry"] = msgspec.json.encode(tel) if tel is not None else None
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
         await nc.publish(f"$SRV.STATS.{subjects.SERVICE_NAMES['router']}", b"", reply=inbox)

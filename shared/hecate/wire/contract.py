@@ -176,6 +176,13 @@ PARAMETERS: Final[Mapping[str, Mapping[str, Any]]] = {
         "examples": ["gpu-a", "upstream-openai"],
         "x-pattern": SLUG_PATTERN,
     },
+    "shard": {
+        "description": f"A telemetry replica's shard, one slug token, `{SLUG_PATTERN}`: "
+        f"0 to shards - 1 (shards is at most {subjects.INTAKE_PARTITIONS}, the heartbeat "
+        "intake's partitions).",
+        "examples": ["0", "3"],
+        "x-pattern": SLUG_PATTERN,
+    },
 }
 
 _EXAMPLE_ROUTE = Route(
@@ -555,7 +562,12 @@ HEARTBEATS = Channel(
     "heartbeat",
     subjects.heartbeat("{node_id}"),
     "Node heartbeats",
-    f"Fire-and-forget; telemetry subscribes to `{subjects.HEARTBEAT_ALL}`. {_OWN_SUBJECT}",
+    "Fire-and-forget. The server maps each node's subject to one of "
+    f"{subjects.INTAKE_PARTITIONS} partitions, `{subjects.intake('<partition>', '<node_id>')}` "
+    "(by a hash of the node id: its `mappings`), and checks the publisher's permissions "
+    "against that subject; each telemetry replica subscribes to its own partitions "
+    f"(all of `{subjects.INTAKE_ALL}` when there is one), and to "
+    f"`{subjects.HEARTBEAT_ALL}` for a server without the mapping. {_OWN_SUBJECT}",
     (HEARTBEAT,),
 )
 JOIN = Channel(
@@ -632,13 +644,16 @@ KV_ASSIGNMENT = Channel(
 )
 KV_TELEMETRY = Channel(
     "kvTelemetry",
-    _kv_address(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
-    "The telemetry snapshot (KV)",
-    f"JetStream KV bucket `{subjects.TELEMETRY_BUCKET}`, key `{subjects.TELEMETRY_KEY}`: "
-    "read it with KV get/watch. Telemetry rewrites it at once on a liveness change, "
-    "otherwise at most every publish interval (100 ms by default).",
+    _kv_address(subjects.TELEMETRY_BUCKET, subjects.telemetry_key("{shard}")),
+    "The telemetry snapshot, one key per telemetry replica (KV)",
+    f"JetStream KV bucket `{subjects.TELEMETRY_BUCKET}`, key "
+    f"`{subjects.telemetry_key('<shard>')}`: the nodes of one replica's intake partitions. "
+    f"Read them with KV get/watch on `{subjects.TELEMETRY_KEYS}` and merge them, keeping "
+    "the shards whose `shards` is the freshest snapshot's. Each replica rewrites its "
+    "own at once on a liveness change, otherwise at most every publish interval (100 ms "
+    "by default).",
     (TELEMETRY,),
-    kv=(subjects.TELEMETRY_BUCKET, subjects.TELEMETRY_KEY),
+    kv=(subjects.TELEMETRY_BUCKET, subjects.telemetry_key("{shard}")),
 )
 
 QUOTA = Channel(

@@ -172,9 +172,14 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TelemetrySnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What one telemetry replica knows of the nodes of its intake partitions (shard
+    ``shard`` of ``shards``); followers merge the shards (:mod:`hecate.bus.telemetry`)."""
+
     written_at: float
     nodes: dict[str, NodeTelemetry]
     seq: int = 0
+    shard: int = 0
+    shards: int = 1
 
 
 # -- plan (KV): the core's SwarmPlan; the KV revision is its epoch ---------------------

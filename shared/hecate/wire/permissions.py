@@ -73,6 +73,12 @@ SUBSCRIBED_AS: dict[str, str] = {
     subjects.infer("{model_id}"): subjects.INFER_ALL,
     subjects.stream("{model_id}"): subjects.STREAM_ALL,
 }
+# Channels the server maps to other subjects (:data:`subjects.MAPPINGS`): it checks a
+# publisher's permissions against the subject it maps to, so a sender needs both, and a
+# receiver hears the mapped one (and the unmapped one, on a server without the mapping).
+MAPPED_AS: dict[str, str] = {
+    subjects.heartbeat("{node_id}"): subjects.intake("*", "{node_id}"),
+}
 _PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 # Where nats-server maps the reply subject of a request crossing a service import: the
 # responder publishes there, and the server passes it on to the requester's inbox.
@@ -173,12 +179,16 @@ def _from_contract(
         if op.role not in roles or channel.address is None:
             continue
         address = channel.address
+        mapped = MAPPED_AS.get(address)
         if op.own is not None:
             address = address.replace(f"{{{op.own}}}", own)
+            mapped = mapped and mapped.replace(f"{{{op.own}}}", own)
         if op.action == "send":
-            publish.append(_subject(address))
+            publish += [_subject(a) for a in (address, mapped) if a]
         else:
             subscribe.append(_subject(SUBSCRIBED_AS.get(address, address)))
+            if mapped:
+                subscribe.append(_subject(mapped))
             if op.reply is not None:
                 publish += _requester_inboxes(channel, accounts=accounts)
     return Permissions(tuple(_unique(publish)), tuple(_unique(subscribe)))
@@ -337,6 +347,8 @@ def render_authorization(
         "# Generated from the wire contract by `hecate nats-config`; regenerate, do not",
         "# edit (a test checks this file against the contract). Passwords come from the",
         "# environment of nats-server: one HECATE_<USER>_PASSWORD variable per user.",
+        "# The server's configuration also carries the subject mappings (heartbeat",
+        "# partitions, hecate.wire.subjects.MAPPINGS), as `hecate up` writes them.",
         "authorization {",
         "  users: [",
     ]
@@ -453,6 +465,7 @@ def render_accounts(
         lines.append(f'  "{name}": {{')
         if account.jetstream:
             lines.append("    jetstream: enabled")
+            lines += subjects.render_mappings("    ").splitlines()
         lines.append("    users: [")
         for user, perms in account.users.items():
             lines += _user_block(user, perms, "      ")

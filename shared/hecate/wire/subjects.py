@@ -110,6 +110,41 @@ def heartbeat(node_id: str) -> str:
 
 HEARTBEAT_ALL = "hecate.telemetry.heartbeat.*"
 
+# Heartbeat intake, spread over telemetry replicas. The server maps every heartbeat
+# subject to one of INTAKE_PARTITIONS intake subjects by a hash of the node id (its
+# ``partition`` mapping function), so a node's beats always reach the same partition,
+# and so the same replica: failure detection stays per node with no replica hearing
+# every beat. A replica takes the partitions ``p`` with ``p % shards == shard``.
+# Sixteen partitions allow up to sixteen replicas; changing the number re-homes nodes.
+INTAKE_PARTITIONS = 16
+INTAKE_ALL = "hecate.telemetry.intake.*.*"
+
+
+def intake(partition: int | str, node_id: str = "*") -> str:
+    """The subject the server delivers ``node_id``'s heartbeats on, in ``partition``."""
+    return f"hecate.telemetry.intake.{partition}.{node_id}"
+
+
+# Subject mappings every HECATE server carries (nats-server's ``mappings`` block): the
+# publisher's subject on the left, what subscribers see (and what the server checks the
+# publisher's permissions against) on the right.
+MAPPINGS = {
+    HEARTBEAT_ALL: intake(f"{{{{partition({INTAKE_PARTITIONS},1)}}}}", "{{wildcard(1)}}"),
+}
+
+
+def render_mappings(indent: str = "") -> str:
+    """:data:`MAPPINGS` as a nats-server configuration block."""
+    inner = "".join(f'{indent}  "{src}": "{dst}"\n' for src, dst in MAPPINGS.items())
+    return f"{indent}mappings {{\n{inner}{indent}}}\n"
+
+
+def shard_partitions(shard: int, shards: int) -> tuple[int, ...]:
+    """The intake partitions telemetry replica ``shard`` of ``shards`` takes."""
+    if not 0 < shards <= INTAKE_PARTITIONS or not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} of {shards}: need 0 <= shard < shards <= 16")
+    return tuple(p for p in range(INTAKE_PARTITIONS) if p % shards == shard)
+
 
 def node_of(subject: str) -> str | None:
     """The node id a node's own subject names (a join, a leave or a heartbeat), or None
@@ -119,6 +154,8 @@ def node_of(subject: str) -> str | None:
         found = tokens[2]
     elif len(tokens) == 4 and tokens[:3] == ["hecate", "telemetry", "heartbeat"]:
         found = tokens[3]
+    elif len(tokens) == 5 and tokens[:3] == ["hecate", "telemetry", "intake"]:
+        found = tokens[4]
     else:
         return None
     return found if SLUG.fullmatch(found) else None
@@ -155,7 +192,14 @@ def assignment_key(node_id: str) -> str:
 
 
 TELEMETRY_BUCKET = "hecate-telemetry"
-TELEMETRY_KEY = "snapshot"
+
+
+def telemetry_key(shard: int | str) -> str:
+    """The key of telemetry replica ``shard``'s snapshot (its own nodes only)."""
+    return f"snapshot.{shard}"
+
+
+TELEMETRY_KEYS = telemetry_key("*")  # every shard's, as followers watch them
 BREAKER_BUCKET = "hecate-breakers"  # one key per target; owner: the breaker service
 # History kept per bucket, whoever creates it first: ten plans for post-mortems, and
 # only the latest telemetry (it is rewritten ten times a second).

@@ -38,7 +38,7 @@ async def test_a_node_of_a_large_swarm_beats_slower_says_so_and_stays_alive(
     nats_server: NatsServer, client: Client, processes: Processes
 ) -> None:
     processes.start("telemetry", "telemetry", "--id", "telemetry")
-    beats = await client.subscribe(subjects.heartbeat("pacer"))
+    beats = await client.subscribe(subjects.intake("*", "pacer"))
     downs = await client.subscribe(subjects.EVENT_NODE_DOWN)
     await publish_by_hand(client, _swarm_of(8))
     config = NodeConfig(
@@ -60,7 +60,7 @@ async def test_a_node_of_a_large_swarm_beats_slower_says_so_and_stays_alive(
         await until(lambda: node.holdings.swarm_nodes == 200, "the large plan held")
         assert node.beat_s == 0.5  # 200 nodes at 400 beats a second
         await beats.unsubscribe()
-        beats = await client.subscribe(subjects.heartbeat("pacer"))  # from now on
+        beats = await client.subscribe(subjects.intake("*", "pacer"))  # from now on
         declared: list[float] = []
         arrived: list[float] = []
         loop = asyncio.get_running_loop()

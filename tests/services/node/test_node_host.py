@@ -15,10 +15,10 @@ import pytest
 from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
+from hecate.bus import telemetry
 from hecate.bus.server import NatsServer
 from hecate.core import NodeProfile, SwarmPlan
 from hecate.wire import subjects
-from hecate.wire.messages import TelemetrySnapshot
 from hecate_node.config import NodeConfig
 from hecate_node.host import IdentityFailed, NodeHost, identities
 from tests.support.swarm import Processes, infer, start_planner, start_router, wait_until_serving
@@ -75,12 +75,12 @@ async def test_six_identities_in_one_process_form_every_copy_and_die_with_it(
 async def alive(client: Client, count: int) -> bool:
     """Whether telemetry's snapshot calls exactly ``count`` nodes alive (and has some)."""
     try:
-        snapshots = await kvs.bucket(client, subjects.TELEMETRY_BUCKET)
-        entry = await snapshots.get(subjects.TELEMETRY_KEY)
-    except Exception:  # the bucket or the key not there yet
+        snap = await telemetry.read(await kvs.bucket(client, subjects.TELEMETRY_BUCKET))
+    except Exception:  # the bucket not there yet
         return False
-    snap = msgspec.json.decode(entry.value or b"", type=TelemetrySnapshot)
-    return bool(snap.nodes) and sum(t.alive for t in snap.nodes.values()) == count
+    if snap is None or not snap.nodes:
+        return False
+    return sum(t.alive for t in snap.nodes.values()) == count
 
 
 async def test_an_identity_whose_loop_fails_stops_the_host_with_its_name(

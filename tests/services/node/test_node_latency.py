@@ -37,7 +37,7 @@ DECLARED_MS = 40.0
 
 @pytest.fixture
 async def heartbeats(client: Client) -> AsyncIterator[Subscription]:
-    sub = await client.subscribe(subjects.heartbeat(NODE))
+    sub = await client.subscribe(subjects.intake("*", NODE))
     yield sub
     await sub.unsubscribe()
 

@@ -43,7 +43,7 @@ async def test_status_says_which_pipelines_the_routers_would_refuse(
         nodes={n.node_id: NodeTelemetry(alive=True, last_seen=now) for n in PLAN.nodes},
     )
     telemetry = await kvs.bucket(client, subjects.TELEMETRY_BUCKET)
-    await telemetry.put(subjects.TELEMETRY_KEY, msgspec.json.encode(snapshot))
+    await telemetry.put(subjects.telemetry_key(0), msgspec.json.encode(snapshot))
     processes.start("breaker", "breaker", "--id", "breaker", "--failure-threshold", "2")
     await listening(client, "breaker", "breaker", "node-up")
     assert (await headline(nats_server.url)).startswith("swarm: healthy (2/2 pipelines servable")

@@ -12,8 +12,11 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
     del img  # no picture for this suite yet
     r: dict[str, Any] = env["report"]
     meta = r["meta"]
-    sizes = [lv for lv in r["levels"] if lv.get("routers", 1) == 1]
+    sizes = [
+        lv for lv in r["levels"] if lv.get("routers", 1) == 1 and lv.get("telemetry_shards", 1) == 1
+    ]
     many = [lv for lv in r["levels"] if lv.get("routers", 1) > 1]
+    sharded = [lv for lv in r["levels"] if lv.get("telemetry_shards", 1) > 1]
     rows = [
         [
             f"{lv['nodes']:,}",
@@ -69,6 +72,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
     decided = [lv for lv in sizes if "route_idle_us" in lv]
     one_router = {lv["nodes"]: lv for lv in sizes}
     followed = "".join(_many_routers(lv, one_router.get(lv["nodes"])) for lv in many)
+    shared = _shared_intake(sharded, one_router) if sharded else ""
     decisions = table(
         [
             "nodes",
@@ -145,7 +149,7 @@ snapshot costs it (its state rebuilt, adopted and the first decision made on it)
 
 {decisions}
 
-{followed}Routing under load at these sizes and a namespace cut off are not measured yet.
+{followed}{shared}Routing under load at these sizes and a namespace cut off are not measured yet.
 """
     return text, []
 
@@ -163,3 +167,56 @@ def _many_routers(lv: dict[str, Any], alone: dict[str, Any] | None) -> str:
     if alone is not None:
         text += f" ({num(alone.get('server_cpu_per_s', 0.0), 3)} with one router)"
     return text + ".\n\n"
+
+
+def _shared_intake(levels: list[dict[str, Any]], alone: dict[int, dict[str, Any]]) -> str:
+    """A table of swarms whose heartbeat intake several telemetry replicas share,
+    beside the same size with one replica."""
+    rows = []
+    for lv in levels:
+        one = alone.get(lv["nodes"])
+        rows.append(
+            [
+                f"{lv['nodes']:,}",
+                str(lv["telemetry_shards"]),
+                f"{lv['alive']:,}" + ("" if lv["formed"] else " (not all)"),
+                num(lv["all_alive_s"], 1),
+                f"{lv['beats_expected_per_s']:,}",
+                " + ".join(f"{h:,}" for h in lv["beats_heard_per_s"]),
+                " + ".join(num(c, 3) for c in lv["shard_cpu_per_s"]),
+                num(lv["telemetry_cpu_us_per_beat"], 1)
+                + (f" ({num(one['telemetry_cpu_us_per_beat'], 1)})" if one else ""),
+                num(lv["snapshot_updates_per_s"], 1)
+                + (f" ({num(one['snapshot_updates_per_s'], 1)})" if one else ""),
+                f"{lv['follow_bytes_per_s']:,}"
+                + (f" ({one['follow_bytes_per_s']:,})" if one else ""),
+                num(lv["router_cpu_per_s"], 3)
+                + (f" ({num(one['router_cpu_per_s'], 3)})" if one else ""),
+            ]
+        )
+    shown = table(
+        [
+            "nodes",
+            "telemetry replicas",
+            "alive",
+            "all alive after (s)",
+            "beats sent (/s, by the nodes' pace)",
+            "beats heard per replica (/s)",
+            "CPU per replica (cores)",
+            "telemetry CPU per beat (µs; one replica)",
+            "shard updates a router gets (/s; one replica)",
+            "a router follows (bytes/s; one replica)",
+            "router CPU (cores; one replica)",
+        ],
+        rows,
+    )
+    return f"""**The heartbeat intake shared by several telemetry replicas** (`hecate
+telemetry --shards N --shard K`): the server maps each node's heartbeat subject to one
+of 16 partitions by a hash of its id, each replica takes its own partitions and writes
+the snapshot of its own nodes under its own key, and routers merge the keys. Beats
+heard are each replica's heartbeat endpoints' counts over the measured window; in
+parentheses, the same size with one replica.
+
+{shown}
+
+"""
