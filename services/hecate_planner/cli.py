@@ -21,6 +21,11 @@ FLAGS = (
     Flag(
         "remind_s", "how often the latest plan notice, with the members, is said again", unit="ms"
     ),
+    Flag(
+        "retire_after_s",
+        "a member telemetry calls down leaves the plan once it has been down this long",
+        unit="ms",
+    ),
 )
 
 

@@ -17,11 +17,16 @@ class PlannerConfig(msgspec.Struct, frozen=True, kw_only=True):
     instance_id: str = "planner"
     settle_s: float = 0.5  # quiet after the last join before the first plan
     remind_s: float = 5.0  # how often the latest plan notice (and the members) is said again
+    # A member telemetry calls down leaves the plan once it has stayed down this long: a
+    # node frozen for a moment, or a link that blinks, costs no reshuffle, and the
+    # routers' own failover (replica, splice, reserve) covers the wait.
+    retire_after_s: float = 5.0
 
     def __post_init__(self) -> None:
         named(self.instance_id, "instance_id")
         positive(self.settle_s, "settle_s")
         positive(self.remind_s, "remind_s")
+        positive(self.retire_after_s, "retire_after_s")
 
 
 def swarm_from_topology(data: bytes, pipelines: int | Literal["auto"] = 2) -> SwarmConfig:

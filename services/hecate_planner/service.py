@@ -1,7 +1,10 @@
 """planner: membership in, the plan out (KV ``hecate-plan/current``; revision = epoch).
 
 Listens: ``hecate.node.*.join`` / ``hecate.node.*.leave``, each taken only when the
-node its subject names is the node its body names (:mod:`.vouching`).
+node its subject names is the node its body names (:mod:`.vouching`); and telemetry's
+``hecate.events.node.down`` / ``.up``: a member down ``retire_after_s`` (5 s) leaves the
+plan as a leaver does (no reshuffle), and comes back through growth when it is heard
+again.
 Holds: the membership (each node's profile with the executor it runs) and a core
 :class:`Swarm` built with the chosen strategy. A model's layers go only to nodes running
 its executor; a model no member runs is not planned, and is logged once as such.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import msgspec
 from opentelemetry.trace import TracerProvider
@@ -38,9 +42,10 @@ from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
 from hecate.bus.vouching import NodeIdentity
 from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, SwarmPlan
+from hecate.core.growth import retire
 from hecate.core.planners import unexecutable
 from hecate.wire import subjects
-from hecate.wire.messages import Held, NodeJoin, NodeLeave, PlanChanged
+from hecate.wire.messages import Held, NodeEvent, NodeJoin, NodeLeave, PlanChanged
 from hecate_planner import assignments
 from hecate_planner.config import PlannerConfig
 from hecate_planner.planstore import PlanStore, plan_digest, same_plan
@@ -77,6 +82,11 @@ class PlannerService:
         )
         self.members: dict[str, NodeProfile] = {}
         self.gone: set[str] = set()  # heard leaving (until they join again)
+        # Members telemetry called down, and when (monotonic): each leaves the plan once
+        # it has been down ``retire_after_s``, and comes back when heard again.
+        self.silent: dict[str, tuple[NodeProfile, float]] = {}
+        self._why_down: dict[str, str] = {}  # telemetry's reason, for the log
+        self._held: dict[str, int] = {}  # down, kept: the plan epoch that could not lose it
         self.swarm: Swarm | None = None
         self.revision = 0  # of the stored plan this planner last read or wrote
         self.stored: SwarmPlan | None = None  # the plan at that revision
@@ -110,6 +120,7 @@ class PlannerService:
             "epoch": self.revision,
             "plan": plan_digest(self.stored) if self.stored is not None else "",
             "members": len(self.members),
+            "silent": len(self.silent),
             "pending": self._changed.is_set() or self._lock.locked(),
             "conflicts": self.conflicts,
             "adopted": self.adopted,
@@ -122,11 +133,16 @@ class PlannerService:
             guard(self._on_leave, lambda leave: leave.node_id),
             deferred=True,
         )
+        # Telemetry's word on liveness (only telemetry may publish it on a locked-down
+        # bus): a member called down leaves the plan, and comes back when heard again.
+        await svc.add_endpoint("node-down", subjects.EVENT_NODE_DOWN, NodeEvent, self._on_down)
+        await svc.add_endpoint("node-up", subjects.EVENT_NODE_UP, NodeEvent, self._on_up)
         await svc.ready()
         await svc.nc.publish(subjects.NODE_ROLL_CALL, b"{}")
         svc.spawn(self._follow())
         svc.spawn(self._planning())
         svc.spawn(self._remind())
+        svc.spawn(self._retirements())
         event(self.log, "planner ready", strategy=self.planner.name, revision=self.revision)
         await stop.wait()
         await svc.stop()
@@ -134,10 +150,20 @@ class PlannerService:
     async def _on_join(self, join: NodeJoin) -> None:
         # The join's own field is what every node has always sent; the profile carries it
         # on into the plan, where the strategy and the nodes read it.
-        profile = msgspec.structs.replace(join.profile, executor=join.executor)
-        self.gone.discard(profile.node_id)
-        if self.members.get(profile.node_id) == profile:
-            return  # a re-join (roll-call): nothing new
+        self._admit(msgspec.structs.replace(join.profile, executor=join.executor))
+
+    def _admit(self, profile: NodeProfile, why: str = "node joined") -> None:
+        """``profile`` is a member: new, changed, or back."""
+        node_id = profile.node_id
+        self.gone.discard(node_id)
+        was_down = self.silent.pop(node_id, None) is not None
+        self._why_down.pop(node_id, None)
+        self._held.pop(node_id, None)
+        if self.members.get(node_id) == profile:
+            # A re-join (roll-call, or a restart before it left the plan): nothing new.
+            if was_down and self.swarm is not None and node_id in self.swarm.state.nodes:
+                self.swarm.mark_alive(node_id)
+            return
         self.members[profile.node_id] = profile
         self._last_join = time.monotonic()
         if self.swarm is not None:
@@ -146,28 +172,98 @@ class PlannerService:
             growth = self.swarm.add_node(profile)
             event(
                 self.log,
-                "node joined",
+                why,
                 node_id=profile.node_id,
                 growth=growth.kind,
                 pipelines=list(growth.pipelines),
             )
-            if growth.pipelines:
-                self._changed.set()
-        else:
-            self._changed.set()
+        # Published even when it only joins the spare: the plan says which nodes are
+        # spare, and a joiner is in it within one planning round.
+        self._changed.set()
 
     async def _on_leave(self, leave: NodeLeave) -> None:
         self.gone.add(leave.node_id)
-        if self.members.pop(leave.node_id, None) is None:
+        self.silent.pop(leave.node_id, None)
+        self._retire(leave.node_id, "node left")
+
+    async def _on_down(self, news: NodeEvent, _headers: object) -> None:
+        """Telemetry called a member down: once it has stayed down ``retire_after_s``
+        the plan goes on without it (:meth:`_retirements`)."""
+        profile = self.members.get(news.node_id)
+        if profile is not None and news.node_id not in self.silent:
+            self.silent[news.node_id] = (profile, time.monotonic())
+            self._why_down[news.node_id] = news.reason
+            if self.swarm is not None and news.node_id in self.swarm.state.nodes:
+                # Down in the planner's own view too: no copy is rebuilt onto it, and
+                # the copies through it count as broken.
+                self.swarm.mark_down(news.node_id)
+
+    async def _on_up(self, news: NodeEvent, _headers: object) -> None:
+        """A member called down is heard again: if it already left the plan it comes
+        back as a joiner would; if not, nothing changed."""
+        entry = self.silent.pop(news.node_id, None)
+        self._why_down.pop(news.node_id, None)
+        self._held.pop(news.node_id, None)
+        if entry is None:
             return
-        if self.swarm is not None and leave.node_id in self.swarm.state.nodes:
-            removal = self.swarm.remove_node(leave.node_id)
+        if news.node_id not in self.members:
+            self._admit(entry[0], "node up: back in the plan")
+        elif self.swarm is not None and news.node_id in self.swarm.state.nodes:
+            self.swarm.mark_alive(news.node_id)
+
+    async def _retirements(self) -> None:
+        """Members down ``retire_after_s`` leave the plan, as leavers do (their copies
+        repaired from the spare, or dropped and rebuilt from what is left), so routers
+        stop splicing around them and a node gone for good holds no layers for ever."""
+        wait = self.settings.retire_after_s
+        while True:
+            await asyncio.sleep(min(0.25, wait / 4))
+            now = time.monotonic()
+            for node_id, (_profile, since) in list(self.silent.items()):
+                if node_id in self.members and now - since >= wait and self._retirable(node_id):
+                    reason = self._why_down.pop(node_id, "")
+                    self._retire(node_id, "node down: out of the plan", reason=reason)
+
+    def _retirable(self, node_id: str) -> bool:
+        """Whether the plan can go on without ``node_id`` and still hold a copy of every
+        model it holds one of now. The last copy of a model, broken, is kept: the
+        routers splice it or degrade to the reserve while it is there, and a model
+        with no copy at all would be answered as one never served. Judged again only
+        when the plan changes."""
+        swarm = self.swarm
+        if swarm is None or node_id not in swarm.state.nodes:
+            return True
+        epoch = swarm.plan.epoch
+        if self._held.get(node_id) == epoch:
+            return False
+        after = retire(swarm.state, node_id, self.planner).pipelines
+        lost = {p.model_id for p in swarm.plan.pipelines} - {p.model_id for p in after}
+        if not lost:
+            return True
+        if node_id not in self._held:
             event(
                 self.log,
-                "node left",
-                node_id=leave.node_id,
+                "node down: kept in the plan",
+                logging.WARNING,
+                node_id=node_id,
+                why=f"the last copy of {', '.join(sorted(lost))} goes through it",
+            )
+        self._held[node_id] = epoch
+        return False
+
+    def _retire(self, node_id: str, why: str, **fields: Any) -> None:
+        self._held.pop(node_id, None)
+        if self.members.pop(node_id, None) is None:
+            return
+        if self.swarm is not None and node_id in self.swarm.state.nodes:
+            removal = self.swarm.remove_node(node_id)
+            event(
+                self.log,
+                why,
+                node_id=node_id,
                 relocated=len(removal.relocated),
                 dropped=list(removal.dropped),
+                **fields,
             )
             self._changed.set()
 
@@ -255,7 +351,7 @@ class PlannerService:
         swarm = Swarm.resume(theirs, self.config, planner=self.planner)
         for profile in theirs.nodes:
             known = self.members.get(profile.node_id)
-            if known is None and profile.node_id in self.gone:
+            if known is None and (profile.node_id in self.gone or profile.node_id in self.silent):
                 swarm.remove_node(profile.node_id)
             elif known is None:
                 self.members[profile.node_id] = profile  # joined while we were not listening

@@ -105,6 +105,10 @@ class Telemetry:
         self.identity = NodeIdentity(log)
         self.partitions = subjects.shard_partitions(config.shard, config.shards)
         self.unmapped = 0  # beats heard on the unmapped subject (a server without mappings)
+        # Each node numbers its beats: a gap is beats sent and never heard (dropped on
+        # the way, or lost while the node was cut off).
+        self.last_seq: dict[str, int] = {}
+        self.beats_missed = 0
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
@@ -182,6 +186,10 @@ class Telemetry:
 
     async def _on_heartbeat(self, beat: Heartbeat) -> None:
         node_id = beat.node_id
+        last = self.last_seq.get(node_id)
+        if last is not None and beat.seq > last + 1:
+            self.beats_missed += beat.seq - last - 1
+        self.last_seq[node_id] = beat.seq  # lower: the node restarted and counts afresh
         was = self.nodes.get(node_id)
         state = observe(
             was or NodeState(),
@@ -319,6 +327,7 @@ class Telemetry:
             "shards": self.config.shards,
             "partitions": list(self.partitions),
             "unmapped": self.unmapped,
+            "beats_missed": self.beats_missed,
         }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:

@@ -371,6 +371,7 @@ def test_the_scale_section_sets_shared_intake_beside_one_replica() -> None:
     scale = _section(render(results()), "A swarm of many nodes")
     assert "The heartbeat intake shared by several telemetry replicas" in scale
     # The sharded run has a table of its own, with the one-replica figures beside.
-    assert "| 2,000 | 2 | 2,000 | 7.0 | 2,000 | 990 + 1,010 | 0.011 + 0.012 | 11.5 (40.0) |" in (
-        scale
-    )
+    assert (
+        "| 2,000 | 2 | 2,000 | 7.0 | 2,000 | 990 + 1,010; 0 missed | 0.011 + 0.012 | 11.5 (40.0) |"
+    ) in scale
+    assert "| 2,000 / 2,000; 0 |" in scale  # the one-replica table: heard, sent, missed

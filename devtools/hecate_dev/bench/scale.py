@@ -127,23 +127,25 @@ async def _poll(
     return last, size, time.monotonic() - started
 
 
-async def _heard(url: str, replicas: list[str]) -> dict[str, int]:
-    """Heartbeats each telemetry replica has taken so far: its heartbeat endpoints'
-    message counts, from ``$SRV.STATS`` (-1 for one that did not answer)."""
+async def _heard(url: str, replicas: list[str]) -> dict[str, tuple[int, int]]:
+    """Heartbeats each telemetry replica has taken so far, and those it has missed
+    (gaps in the nodes' numbering): its heartbeat endpoints' message counts and its
+    ``beats_missed``, from ``$SRV.STATS`` ((-1, -1) for one that did not answer)."""
     name = subjects.SERVICE_NAMES["telemetry"]
     nc = await nats.connect(url)
-    out = {}
+    out: dict[str, tuple[int, int]] = {}
     try:
         for label in replicas:
             try:
                 msg = await nc.request(f"$SRV.STATS.{name}.{label}", b"", timeout=5)
             except Exception:
-                out[label] = -1
+                out[label] = (-1, -1)
                 continue
-            doc = json.loads(msg.data)
-            out[label] = sum(
-                e["num_requests"] for e in doc["endpoints"] if e["name"].startswith("heartbeat")
-            )
+            beats = [
+                e for e in json.loads(msg.data)["endpoints"] if e["name"].startswith("heartbeat")
+            ]
+            missed = next(e["data"]["beats_missed"] for e in beats if e["name"] == "heartbeat")
+            out[label] = (sum(e["num_requests"] for e in beats), missed)
     finally:
         await nc.close()
     return out
@@ -352,7 +354,8 @@ def one_size(
         # few ms between the CPU readings and the counts aside); what the nodes' pace
         # says they send is size / beat_s.
         window = steady_s
-        heard = [(heard_after[r] - heard_before[r]) / window for r in replicas]
+        heard = [(heard_after[r][0] - heard_before[r][0]) / window for r in replicas]
+        missed = sum(heard_after[r][1] - heard_before[r][1] for r in replicas)
         plans, shares = _published(procs)
         level = {
             "nodes": size,
@@ -380,6 +383,8 @@ def one_size(
             "shard_cpu_per_s": [round(c, 3) for c in shard_cpu],
             "beats_expected_per_s": round(size / beat_s),
             "beats_heard_per_s": [round(h) for h in heard],
+            # Beats whose numbers never arrived, over the window (every replica).
+            "beats_missed": missed,
             "snapshot_bytes": snapshot_bytes,
             "snapshot_updates_per_s": round(updates / steady_s, 1),
             "follow_bytes_per_s": round(followed / steady_s),

@@ -918,7 +918,21 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         EVENT_NODE_DOWN,
         "Stop routing through a node at once, before the next telemetry snapshot.",
     ),
+    Operation(
+        "planner.receiveNodeDown",
+        "planner",
+        "receive",
+        EVENT_NODE_DOWN,
+        "Take the node out of the plan (retirement: its copies repaired from the spare).",
+    ),
     Operation("telemetry.sendNodeUp", "telemetry", "send", EVENT_NODE_UP, "Announce a node up."),
+    Operation(
+        "planner.receiveNodeUp",
+        "planner",
+        "receive",
+        EVENT_NODE_UP,
+        "Take a node it took out for silence back into the plan, as a joiner.",
+    ),
     Operation("observer.receiveNodeUp", "observer", "receive", EVENT_NODE_UP, "Follow recoveries."),
     Operation(
         "breaker.receiveNodeUp",

@@ -81,6 +81,7 @@ async def test_each_node_is_judged_by_one_replica_and_followers_see_the_whole_sw
         for k in range(SHARDS):
             data = await figures(client, k)
             assert data["unmapped"] == 0, data  # every beat came through its partition
+            assert data["beats_missed"] == 0, data  # and none was lost on the way
             assert data["partitions"] == list(subjects.shard_partitions(k, SHARDS))
         # One node goes silent: the replica that holds it, and only that one, calls it down.
         victim = NODES[5]

@@ -33,6 +33,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             num(lv["host_cpu_us_per_node_per_s"], 0),
             num(lv["telemetry_cpu_per_s"], 3),
             num(lv["telemetry_cpu_us_per_beat"], 1),
+            _heard(lv),
             f"{lv['snapshot_bytes']:,}",
             num(lv.get("snapshot_updates_per_s", 0.0), 1),
             f"{lv.get('follow_bytes_per_s', 0):,}",
@@ -56,6 +57,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             "host CPU per node (µs/s)",
             "telemetry CPU (cores)",
             "telemetry CPU per beat (µs)",
+            "beats heard / sent (/s); missed",
             "snapshot (bytes)",
             "snapshot updates (/s)",
             "a router follows (bytes/s)",
@@ -182,7 +184,8 @@ def _shared_intake(levels: list[dict[str, Any]], alone: dict[int, dict[str, Any]
                 f"{lv['alive']:,}" + ("" if lv["formed"] else " (not all)"),
                 num(lv["all_alive_s"], 1),
                 f"{lv['beats_expected_per_s']:,}",
-                " + ".join(f"{h:,}" for h in lv["beats_heard_per_s"]),
+                " + ".join(f"{h:,}" for h in lv["beats_heard_per_s"])
+                + f"; {lv.get('beats_missed', '-')} missed",
                 " + ".join(num(c, 3) for c in lv["shard_cpu_per_s"]),
                 num(lv["telemetry_cpu_us_per_beat"], 1)
                 + (f" ({num(one['telemetry_cpu_us_per_beat'], 1)})" if one else ""),
@@ -201,7 +204,7 @@ def _shared_intake(levels: list[dict[str, Any]], alone: dict[int, dict[str, Any]
             "alive",
             "all alive after (s)",
             "beats sent (/s, by the nodes' pace)",
-            "beats heard per replica (/s)",
+            "beats heard per replica (/s); missed",
             "CPU per replica (cores)",
             "telemetry CPU per beat (µs; one replica)",
             "shard updates a router gets (/s; one replica)",
@@ -220,3 +223,12 @@ parentheses, the same size with one replica.
 {shown}
 
 """
+
+
+def _heard(lv: dict[str, Any]) -> str:
+    """Beats telemetry took a second beside those the nodes' pace sends, and the beats
+    it never heard (gaps in the nodes' numbering) over the window."""
+    if "beats_heard_per_s" not in lv:
+        return "-"
+    heard = sum(lv["beats_heard_per_s"])
+    return f"{heard:,} / {lv['beats_expected_per_s']:,}; {lv.get('beats_missed', '-')}"

@@ -1,0 +1,71 @@
+"""The planner repairs the plan when telemetry calls a member down (a node killed with
+SIGKILL says nothing), and takes it back when it is heard again: real processes on a
+real nats-server."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import msgspec
+from nats.aio.client import Client
+
+from hecate.bus import kv as kvs
+from hecate.core import SwarmPlan
+from hecate.wire import subjects
+from tests.support.swarm import EXAMPLES, SWARM_NODES, Processes, start_swarm
+from tests.support.waits import until
+
+
+async def plan_nodes(client: Client) -> set[str]:
+    try:
+        value, _revision = await kvs.get(
+            await kvs.bucket(client, subjects.PLAN_BUCKET), subjects.PLAN_KEY
+        )
+    except Exception:  # not written yet
+        return set()
+    if value is None:
+        return set()
+    plan = msgspec.json.decode(value, type=SwarmPlan)
+    return {n.node_id for n in plan.nodes}
+
+
+def logged(processes: Processes, label: str, what: str) -> list[dict[str, object]]:
+    return [
+        record
+        for line in processes.log(label).splitlines()
+        if line.startswith("{") and (record := json.loads(line)).get("event") == what
+    ]
+
+
+async def test_a_member_called_down_leaves_the_plan_and_comes_back_when_heard(
+    processes: Processes, client: Client
+) -> None:
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES)
+    everyone = {n for n, *_ in SWARM_NODES}
+
+    async def planned(expected: set[str]) -> bool:
+        return await plan_nodes(client) == expected
+
+    await until(lambda: planned(everyone), "every node in the plan", timeout=20)
+    # Frozen: silent, called down, out of the plan; thawed: heard again, back in it,
+    # with no join (a frozen process never knew it was gone).
+    pi = processes.procs["node-pi"]
+    pi.send_signal(signal.SIGSTOP)
+    try:
+        await until(lambda: planned(everyone - {"pi"}), "the plan without the frozen node")
+    finally:
+        pi.send_signal(signal.SIGCONT)
+    await until(lambda: planned(everyone), "the thawed node back in the plan")
+    [out] = logged(processes, "planner", "node down: out of the plan")
+    assert out["node_id"] == "pi"
+    assert str(out["reason"]).startswith("silent for"), out
+    assert [r["node_id"] for r in logged(processes, "planner", "node up: back in the plan")] == [
+        "pi"
+    ]
+    # Killed: out again; restarted, it joins and is planned again.
+    pi.send_signal(signal.SIGKILL)
+    pi.wait()
+    await until(lambda: planned(everyone - {"pi"}), "the plan without the killed node")
+    processes.node("pi", 4, 40.0, 0.5)
+    await until(lambda: planned(everyone), "the restarted node back in the plan", timeout=20)
