@@ -116,7 +116,9 @@ class ApartSwarm:
             ids = ("--prefix", "far-", "--count", str(far))
             start(self.far.spec("far", "node-host", *ids, *node, "--nats", self.leaf.url))
         plan = ("--topology", str(topology), "--pipelines", "auto", "--settle-ms", "500")
-        start(ctl.spec("planner", "planner", "--id", "planner", *plan, "--nats", cluster))
+        # The planner at INFO whatever the rest: its "plan published" records are read.
+        info = {"HECATE_LOG_LEVEL": "INFO"}
+        start(ctl.spec("planner", "planner", "--id", "planner", *plan, "--nats", cluster, env=info))
         self.url = urls[2]  # for this process's own clients
 
     @property

@@ -219,8 +219,14 @@ class PlannerService:
         while True:
             await asyncio.sleep(min(0.25, wait / 4))
             now = time.monotonic()
-            for node_id, (_profile, since) in list(self.silent.items()):
-                if node_id in self.members and now - since >= wait and self._retirable(node_id):
+            down = {n: now - since for n, (_p, since) in self.silent.items() if n in self.members}
+            if not any(s >= wait for s in down.values()):
+                continue
+            # Members that went down together leave together, in one plan: once one is
+            # due, every member down at least half as long goes with it (a rack cut off
+            # is called down over a second or so, one node at a time).
+            for node_id, silent_s in down.items():
+                if silent_s >= wait / 2 and self._retirable(node_id):
                     reason = self._why_down.pop(node_id, "")
                     self._retire(node_id, "node down: out of the plan", reason=reason)
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from hecate_dev.bench.cutoff import cut_off
 from hecate_dev.bench.scale import one_size
+from hecate_dev.hosts import unavailable
 
 
 def test_one_size_forms_and_reports_what_each_node_costs(tmp_path: Path) -> None:
@@ -43,3 +47,17 @@ def test_a_size_with_two_telemetry_replicas_hears_every_node_once(tmp_path: Path
     heard = level["beats_heard_per_s"]
     assert all(h > 0 for h in heard), heard
     assert 20 <= sum(heard) <= 60, heard
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"no namespaces: {unavailable()}")
+def test_the_cut_off_measures_a_rack_lost_under_load() -> None:
+    c = cut_off(2, rack=6, at_once=2, heartbeat_ms=100, after_s=1.0)
+    assert c["formed"], c
+    assert c["called_down"] == 6
+    assert 0 < c["down_p50_s"] <= c["down_p99_s"] <= c["down_last_s"]
+    assert c["failed"] == 0, c["errors"]
+    assert c["wrong"] == 0
+    assert c["answered"] > 0
+    assert c["repaired_s"] is not None
+    assert c["plans_until_repaired"] >= 1
+    assert c["back_s"] is not None

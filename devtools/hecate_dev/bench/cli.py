@@ -52,6 +52,13 @@ def add_parser(sub: Any) -> None:
         "--sizes", default=None, metavar="N,N", help="scale: the swarm sizes to run (nodes)"
     )
     bench.add_argument(
+        "--cutoff-racks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="scale: racks of 100 nodes on hosts apart for the cut-off (0: none; default 10)",
+    )
+    bench.add_argument(
         "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
     )
     bench.add_argument(
@@ -205,7 +212,7 @@ def _run_suite(args: argparse.Namespace) -> object:
         from hecate_dev.bench.scale import run_scale_bench
 
         sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else None
-        return run_scale_bench(quick=args.quick, sizes=sizes)
+        return run_scale_bench(quick=args.quick, sizes=sizes, cutoff_racks=args.cutoff_racks)
     if args.suite == "gateway":
         from hecate_dev.bench.gateway import QUICK, run_gateway_bench
 

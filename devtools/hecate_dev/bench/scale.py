@@ -64,6 +64,8 @@ from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_dev.bench.bus_setup import cpu_seconds
 from hecate_dev.bench.core import per_call_us
+from hecate_dev.bench.cutoff import RACK, cut_off
+from hecate_dev.hosts import unavailable
 from hecate_launcher import ProcessSpec, Supervisor
 
 T = TypeVar("T")
@@ -74,11 +76,16 @@ QUICK_ROUTER_LEVELS = ((200, 3),)
 # (nodes, telemetry replicas): the heartbeat intake shared by several replicas
 SHARD_LEVELS = ((1000, 4), (5000, 4))
 QUICK_SHARD_LEVELS = ((200, 2),)
+CUTOFF_RACKS = 10  # racks of 100 nodes, on hosts apart, for the cut-off
 BEAT_BUDGET_PER_S = 2000  # the nodes' default: what all their beats may come to
 MOST_MS = 10_000  # the slowest a node of the largest swarm here beats
 DECISION_STAGES = 6
 # One base of 48 layers, every node holding 8: as many copies as the nodes can form.
 TOPOLOGY = {"models": [{"id": "scale", "layers": 48}], "nodes": [{"id": "x", "capacity_layers": 8}]}
+# Two models: the base, and an expert of 24 layers in 40 copies (120 nodes of 8 layers);
+# the base takes every further copy the rest can form.
+EXPERT = {"id": "scale-expert", "layers": 24, "role": "expert", "replicas": 40}
+TWO_MODELS = {**TOPOLOGY, "models": [*TOPOLOGY["models"], EXPERT]}
 PLAN_ARGS = ("--pipelines", "auto", "--settle-ms", "500")
 PER_HOST = 1000  # identities in one host process: about one core's worth at 1 s beats
 # Identities started a second, all hosts together: at 1,800 a second (200 a host) two
@@ -164,6 +171,14 @@ async def _read_telemetry(nc: Client) -> tuple[TelemetrySnapshot | None, int]:
 
 def _alive_count(snap: TelemetrySnapshot | None) -> int:
     return 0 if snap is None else sum(t.alive for t in snap.nodes.values())
+
+
+def _copies(plan: SwarmPlan | None) -> dict[str, int]:
+    """Copies planned of each model."""
+    out: dict[str, int] = {}
+    for p in plan.pipelines if plan is not None else ():
+        out[p.model_id] = out.get(p.model_id, 0) + 1
+    return out
 
 
 def _planned_count(plan: SwarmPlan | None) -> int:
@@ -290,6 +305,7 @@ def one_size(
     tmp: Path,
     routers: int = 1,
     shards: int = 1,
+    models: int = 1,
 ) -> dict[str, Any]:
     server = NatsServer(tmp / f"nats-{size}-{routers}-{shards}").start()
     logs = tmp / f"logs-{size}-{routers}-{shards}"
@@ -308,7 +324,7 @@ def one_size(
         # The planner from the start, as a swarm's: its notices tell the nodes how many
         # members there are before any plan, and they pace their beats by it.
         topology = tmp / f"topology-{size}.json"
-        topology.write_text(json.dumps(TOPOLOGY))
+        topology.write_text(json.dumps(TWO_MODELS if models == 2 else TOPOLOGY))
         planner = ("planner", "--id", "planner", "--topology", str(topology))
         procs.start(
             ProcessSpec(
@@ -389,6 +405,8 @@ def one_size(
             "snapshot_updates_per_s": round(updates / steady_s, 1),
             "follow_bytes_per_s": round(followed / steady_s),
             "routers": routers,
+            "models": models,
+            "copies_by_model": _copies(plan),
             # Per router, the mean over them; and the server's own CPU meanwhile.
             "router_cpu_per_s": round(
                 sum(after[r] - before[r] for r in followers) / routers / steady_s, 3
@@ -406,8 +424,15 @@ def one_size(
 
 
 def run_scale_bench(
-    *, quick: bool = False, heartbeat_ms: int = 1000, sizes: tuple[int, ...] | None = None
+    *,
+    quick: bool = False,
+    heartbeat_ms: int = 1000,
+    sizes: tuple[int, ...] | None = None,
+    cutoff_racks: int | None = None,
 ) -> dict[str, Any]:
+    """Every size, then several routers, then a shared heartbeat intake, then the
+    cut-off on hosts apart (``cutoff_racks`` racks of 100 nodes, 0 for none; skipped,
+    saying why, where network namespaces cannot be made)."""
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     steady = QUICK_STEADY_S if quick else STEADY_S
     with tempfile.TemporaryDirectory(prefix="hecate-scale-") as tmp:
@@ -430,6 +455,7 @@ def run_scale_bench(
                 form_timeout_s=30.0 + size / 50,
                 tmp=Path(tmp),
                 routers=routers,
+                models=2,  # and two models to plan and route
             )
             for size, routers in (QUICK_ROUTER_LEVELS if quick else ROUTER_LEVELS)
         ]
@@ -454,8 +480,18 @@ def run_scale_bench(
         if larger["nodes"] != small["nodes"]
         else small["rss_per_node_mb"]  # one size: the baseline included
     )
+    racks = cutoff_racks if cutoff_racks is not None else (2 if quick else CUTOFF_RACKS)
+    why_not = unavailable()
+    cut: dict[str, Any] = (
+        {"skipped": "no racks asked for"}
+        if racks == 0
+        else {"skipped": f"no network namespaces here: {why_not}"}
+        if why_not is not None
+        else cut_off(racks, rack=20 if quick else RACK, heartbeat_ms=heartbeat_ms)
+    )
     return {
         "levels": levels,
+        "cutoff": cut,
         "rss_added_per_node_mb": round(slope, 3),
         "meta": {
             "heartbeat_ms": heartbeat_ms,

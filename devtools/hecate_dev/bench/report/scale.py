@@ -75,6 +75,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
     one_router = {lv["nodes"]: lv for lv in sizes}
     followed = "".join(_many_routers(lv, one_router.get(lv["nodes"])) for lv in many)
     shared = _shared_intake(sharded, one_router) if sharded else ""
+    cut = _cutoff(r["cutoff"]) if "cutoff" in r else ""
     decisions = table(
         [
             "nodes",
@@ -151,15 +152,18 @@ snapshot costs it (its state rebuilt, adopted and the first decision made on it)
 
 {decisions}
 
-{followed}{shared}Routing under load at these sizes and a namespace cut off are not measured yet.
-"""
+{followed}{shared}{cut}"""
     return text, []
 
 
 def _many_routers(lv: dict[str, Any], alone: dict[str, Any] | None) -> str:
     """A paragraph on several routers following one swarm, beside one router alone."""
+    copies = lv.get("copies_by_model", {})
+    planned = ", ".join(f"{n:,} of {m}" for m, n in sorted(copies.items()))
     text = (
-        f"**{lv['routers']} routers following {lv['nodes']:,} nodes**: each received "
+        f"**{lv['routers']} routers following {lv['nodes']:,} nodes**"
+        + (f" and {len(copies)} models ({planned} copies planned)" if len(copies) > 1 else "")
+        + ": each received "
         f"{lv['follow_bytes_per_s']:,} bytes a second of snapshots and spent "
         f"{num(lv['router_cpu_per_s'], 3)} of a core"
     )
@@ -232,3 +236,50 @@ def _heard(lv: dict[str, Any]) -> str:
         return "-"
     heard = sum(lv["beats_heard_per_s"])
     return f"{heard:,} / {lv['beats_expected_per_s']:,}; {lv.get('beats_missed', '-')}"
+
+
+def _cutoff(c: dict[str, Any]) -> str:
+    """The cut-off paragraph: a rack of nodes on its own host losing its cable under
+    load, with the verdicts the figures decide."""
+    if "skipped" in c:
+        return f"**A rack cut off under load**: not run ({c['skipped']}).\n\n"
+    if not c.get("formed"):
+        return (
+            f"**A rack cut off under load**: the swarm of {c['nodes']:,} nodes on hosts apart "
+            f"did not form ({c.get('alive', 0):,} alive when the suite stopped waiting).\n\n"
+        )
+    lost = c["failed"] + c["wrong"]
+    within = c["down_p99_s"] is not None and c["down_p99_s"] <= 2.0
+    one_plan = c["plans_until_repaired"] == 1
+    verdicts = [
+        f"every request answered right: {'met' if lost == 0 else 'not met'} "
+        f"({c['answered']:,} answered, {c['failed']} failed, {c['wrong']} wrong)",
+        f"the rack's nodes called down within 2 s at p99: {'met' if within else 'not met'} "
+        f"(p50 {num(c['down_p50_s'], 2)} s, p99 {num(c['down_p99_s'], 2)} s, the last "
+        f"{num(c['down_last_s'], 2)} s after the cut; {c['called_down']} of {c['cut']})",
+        f"the plan repaired in one plan: {'met' if one_plan else 'not met'} "
+        f"({c['plans_until_repaired']} plans published from the cut until one held none of "
+        f"the rack, {num(c['repaired_s'], 1)} s after the cut, of which the planner's "
+        "5 s retirement wait)",
+    ]
+    after = (
+        f"Requests answered in the {num(c.get('after_s', 10.0), 0)} s after the cut: "
+        f"{c['after_cut_requests']:,}, "
+        f"p50 {num(c['after_cut_p50_ms'], 1)} ms, p99 {num(c['after_cut_p99_ms'], 1)} ms."
+    )
+    back = (
+        f"With the cable back, every node was alive and planned again {num(c['back_s'], 1)} s "
+        "later."
+        if c.get("back_s") is not None
+        else "With the cable back, the rack was not all alive and planned again within 90 s."
+    )
+    return f"""**A rack cut off under load** (`hecate_dev.hosts`: every process on a host of
+its own, a network namespace on one bridge; a NATS cluster of three servers, each on its
+own host; the services on another; {c["racks"]} racks of {c["cut"]} nodes (`hecate
+node-host`), each rack a host, on a {c["layers"]}-layer toy model): with {c["at_once"]}
+requests at a time flowing, each answer checked against the single-process one, rack 0's
+cable is pulled (its veth down). The swarm formed in {num(c["formed_s"], 1)} s.
+
+{"; ".join(verdicts)}. {after} {back}
+
+"""

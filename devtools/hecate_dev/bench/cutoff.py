@@ -1,0 +1,173 @@
+"""The scale suite's cut-off: a rack of nodes loses its cable while requests flow.
+
+The swarm stands on hosts apart (:class:`hecate_dev.apart.ApartSwarm`: a NATS cluster of
+three servers each on its own host, the services on another, each rack of nodes on its
+own). With requests flowing (``at_once`` at a time, every answer checked against the
+single-process one), rack 0's cable is pulled. Measured: when telemetry called each of
+its nodes down, from the cut (p50, p99, the last); the requests answered, wrong and
+failed over the whole run, and their latency in the seconds after the cut; when the
+planner published a plan holding none of the rack's nodes, and how many plans it
+published from the cut until then; and, once the cable is back, when every node was
+alive and planned again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.msg import Msg
+
+from hecate.wire import subjects
+from hecate.wire.messages import NodeEvent
+from hecate_dev.apart import ApartSwarm, Load, alive, plan_nodes
+from hecate_dev.bench.concurrency import percentile
+
+RACK = 100  # nodes a rack
+AFTER_S = 10.0  # how long the requests after the cut are watched
+
+
+async def _until(check: Any, timeout_s: float, poll_s: float = 0.1) -> float | None:
+    """Seconds until ``await check()`` holds (None: not within ``timeout_s``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if await check():
+            return time.monotonic() - started
+        await asyncio.sleep(poll_s)
+    return None
+
+
+def _plans_published(swarm: ApartSwarm, since_wall: float) -> int:
+    log = (swarm.procs.logs / "planner.log") if swarm.procs.logs else None
+    if log is None or not log.exists():
+        return 0
+    count = 0
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("event") == "plan published" and record.get("ts", 0) >= since_wall:
+                count += 1
+    return count
+
+
+async def _measure(
+    swarm: ApartSwarm, racks: int, rack: int, *, at_once: int, form_s: float, after_s: float
+) -> dict[str, Any]:
+    everyone = set().union(*(swarm.rack_nodes(i, rack) for i in range(racks)))
+    cut = swarm.rack_nodes(0, rack)
+    client = await nats.connect(swarm.url)
+    downs: dict[str, float] = {}
+
+    async def heard(msg: Msg) -> None:
+        news = msgspec.json.decode(msg.data, type=NodeEvent)
+        downs.setdefault(news.node_id, time.monotonic())
+
+    try:
+        await client.subscribe(subjects.EVENT_NODE_DOWN, cb=heard)
+
+        async def formed() -> bool:
+            return await plan_nodes(client) == everyone and await alive(client) >= everyone
+
+        formed_s = await _until(formed, form_s)
+        if formed_s is None:
+            return {"formed": False, "alive": len(await alive(client))}
+        load = Load(client, swarm.model, swarm.layers, at_once=at_once)
+        stop = asyncio.Event()
+        flowing = asyncio.create_task(load.run(stop))
+        await asyncio.sleep(min(3.0, after_s))  # requests flowing before the cut
+        before = len(load.latencies)
+        downs.clear()
+        cut_at, cut_wall = time.monotonic(), time.time()
+        swarm.racks[0].cut()
+
+        async def all_down() -> bool:
+            return cut <= downs.keys()
+
+        await _until(all_down, 30)
+
+        async def repaired() -> bool:
+            planned = await plan_nodes(client)
+            return bool(planned) and not planned & cut
+
+        repaired_s = await _until(repaired, 60)
+        repaired_s = None if repaired_s is None else time.monotonic() - cut_at
+        plans = _plans_published(swarm, cut_wall)
+        rest = after_s - (time.monotonic() - cut_at)
+        if rest > 0:
+            await asyncio.sleep(rest)
+        after = load.latencies[before:]
+        swarm.racks[0].heal()
+        back_s = await _until(formed, 90)
+        stop.set()
+        await flowing
+        called = sorted(downs[n] - cut_at for n in cut if n in downs)
+        return {
+            "formed": True,
+            "formed_s": round(formed_s, 1),
+            "called_down": len(called),
+            "down_p50_s": round(percentile(called, 50), 2) if called else None,
+            "down_p99_s": round(percentile(called, 99), 2) if called else None,
+            "down_last_s": round(called[-1], 2) if called else None,
+            "answered": load.answered,
+            "wrong": load.wrong,
+            "failed": load.failed,
+            "errors": load.errors[:5],
+            "after_cut_requests": len(after),
+            "after_cut_p50_ms": round(percentile(after, 50) * 1000, 1) if after else None,
+            "after_cut_p99_ms": round(percentile(after, 99) * 1000, 1) if after else None,
+            "repaired_s": None if repaired_s is None else round(repaired_s, 1),
+            "plans_until_repaired": plans,
+            "back_s": None if back_s is None else round(back_s, 1),  # from the heal
+        }
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+def cut_off(
+    racks: int = 10,
+    *,
+    rack: int = RACK,
+    at_once: int = 8,
+    heartbeat_ms: int = 1000,
+    shards: int = 1,
+    after_s: float = AFTER_S,
+) -> dict[str, Any]:
+    """Stand ``racks`` racks of ``rack`` nodes apart, load them, cut rack 0 off; the
+    requests answered in the ``after_s`` after the cut are timed."""
+    with tempfile.TemporaryDirectory(prefix="hecate-cutoff-") as tmp:
+        layers = 48 if rack * (racks - 1) >= 6 * 2 else 24  # two copies left after the cut
+        swarm = ApartSwarm(
+            Path(tmp),
+            [rack] * racks,
+            layers=layers,
+            heartbeat_ms=heartbeat_ms,
+            shards=shards,
+            start_per_s=400.0 / racks,
+            log_level="WARNING",
+        )
+        try:
+            form_s = 60 + racks * rack / 10
+            measured = asyncio.run(
+                _measure(swarm, racks, rack, at_once=at_once, form_s=form_s, after_s=after_s)
+            )
+        finally:
+            swarm.close()
+    return {
+        "nodes": racks * rack,
+        "racks": racks,
+        "cut": rack,
+        "layers": layers,
+        "heartbeat_ms": heartbeat_ms,
+        "telemetry_shards": shards,
+        "at_once": at_once,
+        "after_s": after_s,
+        **measured,
+    }
