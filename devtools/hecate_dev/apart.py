@@ -33,6 +33,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 from hecate_dev.hosts import Host, Hosts, NatsHost
 from hecate_launcher import Supervisor
+from hecate_node.host import identities
 
 LAYERS_PER_NODE = 8
 _reply = msgspec.json.Decoder(InferReply)
@@ -41,7 +42,8 @@ _reply = msgspec.json.Decoder(InferReply)
 class ApartSwarm:
     """``racks`` node counts, one host each (node ids ``r<i>-<n>``); ``far`` nodes on a
     host joining through its own leaf node (ids ``far-<n>``); a model of ``layers``
-    layers on nodes of 8. ``shards`` telemetry replicas, ``routers`` routers."""
+    layers on nodes of 8. ``shards`` telemetry replicas, ``routers`` routers, each
+    started with ``router_args`` too."""
 
     def __init__(
         self,
@@ -56,8 +58,10 @@ class ApartSwarm:
         shards: int = 1,
         start_per_s: float = 200.0,
         log_level: str = "INFO",
+        router_args: tuple[str, ...] = (),
     ) -> None:
         self.model, self.layers = model, layers
+        self.router_args = router_args
         self.hosts = Hosts()
         env = {**os.environ, "HECATE_LOG_LEVEL": log_level}
         (tmp / "logs").mkdir(parents=True, exist_ok=True)
@@ -104,7 +108,8 @@ class ApartSwarm:
             label = f"telemetry-{k}"
             start(ctl.spec(label, "telemetry", "--id", label, *sharded, "--nats", cluster))
         for r in range(routers):
-            start(ctl.spec(f"router-{r}", "router", "--id", f"router-{r}", "--nats", cluster))
+            label = f"router-{r}"
+            start(ctl.spec(label, "router", "--id", label, *self.router_args, "--nats", cluster))
         start(ctl.spec("breaker", "breaker", "--id", "breaker", "--nats", cluster))
         node: tuple[str, ...] = ("--capacity-layers", str(LAYERS_PER_NODE))
         node += ("--heartbeat-ms", str(heartbeat_ms), "--start-per-s", str(start_per_s))
@@ -126,7 +131,11 @@ class ApartSwarm:
         return [*self.servers, *([self.leaf] if self.leaf is not None else [])]
 
     def rack_nodes(self, i: int, count: int) -> set[str]:
-        return {f"r{i}-{n}" for n in range(count)}
+        """The ids of rack ``i``'s ``count`` nodes, as its node host names them."""
+        return set(identities(f"r{i}-", count))
+
+    def far_nodes(self, count: int) -> set[str]:
+        return set(identities("far-", count))
 
     def close(self) -> None:
         self.procs.stop()
@@ -181,7 +190,7 @@ class Load:
             )
         except Exception as exc:
             self.failed += 1
-            self.errors.append(repr(exc))
+            self.errors.append(f"{exc!r} at {loop.time():.3f}")
             return
         reply = _reply.decode(msg.data)
         if prompt not in self._expected:

@@ -110,6 +110,8 @@ class Hosts:
     net: str = ""
 
     def __post_init__(self) -> None:
+        while _ip("link", "show", f"hx{self.tag}br", check=False).returncode == 0:
+            self.tag = f"{self.tag[:3]}{next(_RUNS) % 100:02d}"  # another run's: not ours
         self.bridge = f"hx{self.tag}br"
         self.net = f"{NET}.{int(self.tag) % 250}"  # two runs at once: two subnets
         _ip("link", "add", self.bridge, "type", "bridge")

@@ -136,7 +136,7 @@ def cut_off(
     *,
     rack: int = RACK,
     at_once: int = 8,
-    heartbeat_ms: int = 1000,
+    heartbeat_ms: int = 100,  # a node's default: paced by the swarm's beat budget
     shards: int = 1,
     after_s: float = AFTER_S,
 ) -> dict[str, Any]:
