@@ -379,7 +379,7 @@ def test_the_scale_section_sets_shared_intake_beside_one_replica() -> None:
 
 def test_the_scale_section_judges_the_cut_off_from_its_figures() -> None:
     scale = _section(render(results()), "A swarm of many nodes").replace("\n", " ")
-    assert "every request answered right: met (900 answered, 0 failed, 0 wrong)" in scale
+    assert "Every request answered right: met (900 answered, 0 failed, 0 wrong)" in scale
     assert "called down within 2 s at p99: met (p50 1.40 s, p99 1.90 s" in scale
-    assert "the plan repaired in one plan: met (1 plans published" in scale
+    assert "the plan repaired in one plan: met (plans published from the cut" in scale
     assert "not measured yet" not in scale

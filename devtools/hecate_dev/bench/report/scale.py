@@ -99,12 +99,13 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
         ],
     )
     broke = [
-        f"at {lv['nodes']:,} nodes a host exited: {why}"
+        f"at {_run(lv)} a host exited"
+        + (f": {why}" if why != "exited" else ", its log naming no failure")
         for lv in r["levels"]
         for why in lv.get("host_failures", [])[:1]
     ]
     broke += [
-        f"at {lv['nodes']:,} nodes the plan held {lv['planned_nodes']:,} of the "
+        f"at {_run(lv)} the plan held {lv['planned_nodes']:,} of the "
         f"{lv['alive']:,} alive when the suite stopped waiting, {num(lv['planned_s'], 0)} s "
         "later (see Known limits in docs/SERVICES.md)"
         for lv in r["levels"]
@@ -139,8 +140,8 @@ receives a second, and its CPU.
 One identity adds {num(r["rss_added_per_node_mb"], 3)} MB to its host (the slope
 between the two smallest sizes). A value past 256 KiB (the plan from about
 {parts_plan:,} nodes, the snapshot from about {parts_snapshot:,}) is stored in parts, so
-neither meets NATS's 1 MB max_payload; every router still receives the whole snapshot on
-every change.
+neither meets NATS's 1 MB max_payload; every router still receives each telemetry
+replica's snapshot whole on every change of it.
 {broken}
 
 **A routing decision at these sizes**, in this process, on a router holding a plan of
@@ -258,10 +259,11 @@ def _cutoff(c: dict[str, Any]) -> str:
         f"(p50 {num(c['down_p50_s'], 2)} s, p99 {num(c['down_p99_s'], 2)} s, the last "
         f"{num(c['down_last_s'], 2)} s after the cut; {c['called_down']} of {c['cut']})",
         f"the plan repaired in one plan: {'met' if one_plan else 'not met'} "
-        f"({c['plans_until_repaired']} plans published from the cut until one held none of "
-        f"the rack, {num(c['repaired_s'], 1)} s after the cut, of which the planner's "
-        "5 s retirement wait)",
+        f"(plans published from the cut until one held none of the rack: "
+        f"{c['plans_until_repaired']}, {num(c['repaired_s'], 1)} s after the cut, of which "
+        "the planner's 5 s retirement wait)",
     ]
+    said = "; ".join(verdicts)
     after = (
         f"Requests answered in the {num(c.get('after_s', 10.0), 0)} s after the cut: "
         f"{c['after_cut_requests']:,}, "
@@ -280,6 +282,17 @@ node-host`), each rack a host, on a {c["layers"]}-layer toy model): with {c["at_
 requests at a time flowing, each answer checked against the single-process one, rack 0's
 cable is pulled (its veth down). The swarm formed in {num(c["formed_s"], 1)} s.
 
-{"; ".join(verdicts)}. {after} {back}
+{said[:1].upper()}{said[1:]}. {after} {back}
 
 """
+
+
+def _run(lv: dict[str, Any]) -> str:
+    """Which run of the suite a level is: its size, and what it ran with beyond one of
+    each."""
+    extra = [
+        f"{lv[k]} {what}"
+        for k, what in (("routers", "routers"), ("telemetry_shards", "telemetry replicas"))
+        if lv.get(k, 1) > 1
+    ]
+    return f"{lv['nodes']:,} nodes" + (f" ({', '.join(extra)})" if extra else "")
