@@ -41,7 +41,7 @@ def test_every_section_names_its_run_and_links_its_pictures() -> None:
         assert "Date: 2026-01-02" in section, title
         assert "x86_64 Test CPU, 2 cores" in section, title
         assert "Command: `hecate " in section, title
-    for picture in ("bench-core", "bench-bus-load", "bench-herd", "chaos-node-kill"):
+    for picture in ("bench-core", "bench-bus-load", "bench-herd", "bench-scale", "chaos-node-kill"):
         assert f"(pictures/{picture}.png)" in doc
     assert "chaos-llm-kill.png" not in doc  # it was skipped: nothing to draw
     assert render(results(), img="pictures") == doc  # pure: same results, same text

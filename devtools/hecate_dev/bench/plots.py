@@ -256,3 +256,65 @@ def llm_concurrency(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def scale(
+    report: dict[str, Any], path: Path, command: str, run: dict[str, Any] | None = None
+) -> None:
+    """Per size (one telemetry replica, one router): the bytes a router receives a
+    second following the swarm and the telemetry CPU a beat (left); the seconds until
+    every node was alive, and the routing decision's p99 beside the 5 µs target
+    (right)."""
+    plt = pyplot()
+    levels = [
+        lv
+        for lv in report["levels"]
+        if lv.get("routers", 1) == 1 and lv.get("telemetry_shards", 1) == 1
+    ]
+    nodes = [lv["nodes"] for lv in levels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8), dpi=110)
+    left.plot(
+        nodes,
+        [lv["follow_bytes_per_s"] / 1e6 for lv in levels],
+        "-o",
+        label="a router follows (MB/s)",
+    )
+    left.set_xlabel("nodes")
+    left.set_ylabel("MB a second, one router")
+    left.set_ylim(bottom=0)
+    cpu = left.twinx()
+    cpu.plot(
+        nodes,
+        [lv["telemetry_cpu_us_per_beat"] for lv in levels],
+        "--s",
+        color="#dd8452",
+        label="telemetry µs a beat",
+    )
+    cpu.set_ylabel("telemetry CPU per beat (µs)")
+    cpu.set_ylim(bottom=0)
+    left.legend(loc="upper left", fontsize=7)
+    cpu.legend(loc="lower right", fontsize=7)
+    left.set_title("Following the swarm", fontsize=10)
+    right.plot(nodes, [lv["all_alive_s"] for lv in levels], "-o", label="all alive after (s)")
+    right.set_xlabel("nodes")
+    right.set_ylabel("seconds")
+    right.set_ylim(bottom=0)
+    decision = right.twinx()
+    decision.plot(
+        nodes,
+        [lv["route_idle_us"]["p99"] for lv in levels if "route_idle_us" in lv],
+        "--s",
+        color="#55a868",
+        label="decision p99 (µs)",
+    )
+    decision.axhline(5.0, color="#c44e52", linewidth=0.8, linestyle=":", label="target: 5 µs")
+    decision.set_ylabel("routing decision p99 (µs)")
+    decision.set_ylim(bottom=0)
+    right.legend(loc="upper left", fontsize=7)
+    decision.legend(loc="lower right", fontsize=7)
+    right.set_title("Forming, and deciding", fontsize=10)
+    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

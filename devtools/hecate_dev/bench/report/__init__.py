@@ -221,6 +221,7 @@ ALL_PICTURES = (
     "bench-core.png",
     "bench-bus-load.png",
     "bench-herd.png",
+    "bench-scale.png",
     users.PICTURE,
     *(f"chaos-{name}.png" for name in TIMELINES),
 )
@@ -236,6 +237,8 @@ def pictures(results: dict[str, Doc]) -> list[tuple[str, str]]:
         out.append(("bench-bus-load.png", "bus"))
     if "herd" in results:
         out.append(("bench-herd.png", "herd"))
+    if "scale" in results:
+        out.append(("bench-scale.png", "scale"))
     if "llm" in results and users.has_picture(results["llm"]["report"]):
         out.append((users.PICTURE, "llm"))
     if "chaos" in results:
@@ -267,6 +270,8 @@ def draw(name: str, env: Doc, path: Path) -> None:
         plots.bus_load(report, path, env["command"], env)
     elif name == "bench-herd.png":
         plots.herd(report, path, env["command"], env)
+    elif name == "bench-scale.png":
+        plots.scale(report, path, env["command"], env)
     elif name == users.PICTURE:
         plots.llm_concurrency(report, path, env["command"], env)
     else:

@@ -9,7 +9,6 @@ from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, table
 
 
 def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
-    del img  # no picture for this suite yet
     r: dict[str, Any] = env["report"]
     meta = r["meta"]
     sizes = [
@@ -114,6 +113,10 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
     broken = (
         "What broke: " + "; ".join(broke) + ". " if broke else "Every host stood at every size. "
     )
+    picture = (
+        "![a router's bytes following the swarm, telemetry CPU a beat, forming time and "
+        f"decision p99 against nodes]({img}/bench-scale.png)"
+    )
     text = f"""## A swarm of many nodes: what each node costs
 
 {provenance(env)}
@@ -136,6 +139,8 @@ what following it costs a router with nothing to route: the updates and bytes it
 receives a second, and its CPU.
 
 {figures}
+
+{picture}
 
 One identity adds {num(r["rss_added_per_node_mb"], 3)} MB to its host (the slope
 between the two smallest sizes). A value past 256 KiB (the plan from about
