@@ -43,7 +43,7 @@ class ApartSwarm:
     """``racks`` node counts, one host each (node ids ``r<i>-<n>``); ``far`` nodes on a
     host joining through its own leaf node (ids ``far-<n>``); a model of ``layers``
     layers on nodes of 8. ``shards`` telemetry replicas, ``routers`` routers, each
-    started with ``router_args`` too."""
+    started with ``router_args`` too, and the planner with ``planner_args``."""
 
     def __init__(
         self,
@@ -59,9 +59,10 @@ class ApartSwarm:
         start_per_s: float = 200.0,
         log_level: str = "INFO",
         router_args: tuple[str, ...] = (),
+        planner_args: tuple[str, ...] = (),
     ) -> None:
         self.model, self.layers = model, layers
-        self.router_args = router_args
+        self.router_args, self.planner_args = router_args, planner_args
         self.hosts = Hosts()
         env = {**os.environ, "HECATE_LOG_LEVEL": log_level}
         (tmp / "logs").mkdir(parents=True, exist_ok=True)
@@ -120,7 +121,9 @@ class ApartSwarm:
         if self.far is not None and self.leaf is not None:
             ids = ("--prefix", "far-", "--count", str(far))
             start(self.far.spec("far", "node-host", *ids, *node, "--nats", self.leaf.url))
-        plan = ("--topology", str(topology), "--pipelines", "auto", "--settle-ms", "500")
+        plan: tuple[str, ...] = ("--topology", str(topology), "--pipelines", "auto")
+        plan += ("--settle-ms", "500")
+        plan += self.planner_args
         # The planner at INFO whatever the rest: its "plan published" records are read.
         info = {"HECATE_LOG_LEVEL": "INFO"}
         start(ctl.spec("planner", "planner", "--id", "planner", *plan, "--nats", cluster, env=info))

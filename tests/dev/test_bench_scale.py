@@ -51,7 +51,8 @@ def test_a_size_with_two_telemetry_replicas_hears_every_node_once(tmp_path: Path
 
 @pytest.mark.skipif(unavailable() is not None, reason=f"no namespaces: {unavailable()}")
 def test_the_cut_off_measures_a_rack_lost_under_load() -> None:
-    c = cut_off(2, rack=6, at_once=2, heartbeat_ms=100, after_s=1.0)
+    retire = ("--retire-after-ms", "1000")
+    c = cut_off(2, rack=6, at_once=2, heartbeat_ms=100, after_s=1.0, planner_args=retire)
     assert c["formed"], c
     assert c["called_down"] == 6
     assert 0 < c["down_p50_s"] <= c["down_p99_s"] <= c["down_last_s"]

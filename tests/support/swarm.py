@@ -173,6 +173,7 @@ def start_swarm(
     stage_timeout_ms: float = 1500,
     route_wait_ms: float | None = None,
     telemetry_args: tuple[str, ...] = (),
+    planner_args: tuple[str, ...] = (),
 ) -> None:
     procs.start("telemetry", "telemetry", "--id", "telemetry", *telemetry_args)
     for i in range(1, routers + 1):
@@ -182,7 +183,7 @@ def start_swarm(
     # The planner last: it roll-calls the nodes already up, so its first plan holds them
     # all even when a loaded machine starts them seconds apart (nodes that join after a
     # first plan only add capacity; the plan does not reshuffle to make a new replica).
-    start_planner(procs, topology, pipelines, strategy=strategy)
+    start_planner(procs, topology, pipelines, strategy=strategy, extra=planner_args)
 
 
 def start_planner(

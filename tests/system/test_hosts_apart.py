@@ -37,7 +37,8 @@ def swarm(tmp_path: Path) -> Iterator[ApartSwarm]:
     # A request may meet every copy the rack holds dead before the far one: it is allowed
     # one attempt more than that (the router's default, 3, is one short here).
     attempts = ("--max-attempts", str(RACK // 3 + 1))
-    s = ApartSwarm(tmp_path, [RACK], far=FAR, router_args=attempts)
+    retire = ("--retire-after-ms", "1000")  # the wait's length is not under test here
+    s = ApartSwarm(tmp_path, [RACK], far=FAR, router_args=attempts, planner_args=retire)
     try:
         yield s
     finally:

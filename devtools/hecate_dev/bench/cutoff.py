@@ -139,6 +139,7 @@ def cut_off(
     heartbeat_ms: int = 100,  # a node's default: paced by the swarm's beat budget
     shards: int = 1,
     after_s: float = AFTER_S,
+    planner_args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Stand ``racks`` racks of ``rack`` nodes apart, load them, cut rack 0 off; the
     requests answered in the ``after_s`` after the cut are timed."""
@@ -152,6 +153,7 @@ def cut_off(
             shards=shards,
             start_per_s=400.0 / racks,
             log_level="WARNING",
+            planner_args=planner_args,
         )
         try:
             form_s = 60 + racks * rack / 10

@@ -13,7 +13,13 @@ from nats.aio.client import Client
 from hecate.bus import kv as kvs
 from hecate.core import SwarmPlan
 from hecate.wire import subjects
-from tests.support.swarm import EXAMPLES, SWARM_NODES, Processes, start_swarm
+from tests.support.swarm import (
+    EXAMPLES,
+    SWARM_NODES,
+    Processes,
+    start_swarm,
+    wait_until_serving,
+)
 from tests.support.waits import until
 
 
@@ -41,13 +47,16 @@ def logged(processes: Processes, label: str, what: str) -> list[dict[str, object
 async def test_a_member_called_down_leaves_the_plan_and_comes_back_when_heard(
     processes: Processes, client: Client
 ) -> None:
-    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES)
+    # A short retirement wait: what is under test is that it ends, not its length.
+    retire = ("--retire-after-ms", "1000")
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, planner_args=retire)
     everyone = {n for n, *_ in SWARM_NODES}
 
     async def planned(expected: set[str]) -> bool:
         return await plan_nodes(client) == expected
 
     await until(lambda: planned(everyone), "every node in the plan", timeout=20)
+    await wait_until_serving(client, "ncm-base")  # every node done loading its ranges
     # Frozen: silent, called down, out of the plan; thawed: heard again, back in it,
     # with no join (a frozen process never knew it was gone).
     pi = processes.procs["node-pi"]
