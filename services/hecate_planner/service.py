@@ -239,6 +239,10 @@ class PlannerService:
         swarm = self.swarm
         if swarm is None or node_id not in swarm.state.nodes:
             return True
+        pipelines = swarm.plan.pipelines
+        through = {p.model_id for p in pipelines if node_id in p.node_ids}
+        if through <= {p.model_id for p in pipelines if node_id not in p.node_ids}:
+            return True  # retirement drops only copies through it: each model keeps one
         epoch = swarm.plan.epoch
         if self._held.get(node_id) == epoch:
             return False

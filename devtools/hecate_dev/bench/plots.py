@@ -273,48 +273,56 @@ def scale(
     ]
     nodes = [lv["nodes"] for lv in levels]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8), dpi=110)
-    left.plot(
+    _two_scales(
+        left,
+        "Following the swarm",
         nodes,
-        [lv["follow_bytes_per_s"] / 1e6 for lv in levels],
-        "-o",
-        label="a router follows (MB/s)",
+        ([lv["follow_bytes_per_s"] / 1e6 for lv in levels], "a router follows (MB/s)"),
+        "MB a second, one router",
+        ([lv["telemetry_cpu_us_per_beat"] for lv in levels], "telemetry µs a beat"),
+        "telemetry CPU per beat (µs)",
     )
-    left.set_xlabel("nodes")
-    left.set_ylabel("MB a second, one router")
-    left.set_ylim(bottom=0)
-    cpu = left.twinx()
-    cpu.plot(
+    decision = _two_scales(
+        right,
+        "Forming, and deciding",
         nodes,
-        [lv["telemetry_cpu_us_per_beat"] for lv in levels],
-        "--s",
-        color="#dd8452",
-        label="telemetry µs a beat",
-    )
-    cpu.set_ylabel("telemetry CPU per beat (µs)")
-    cpu.set_ylim(bottom=0)
-    left.legend(loc="upper left", fontsize=7)
-    cpu.legend(loc="lower right", fontsize=7)
-    left.set_title("Following the swarm", fontsize=10)
-    right.plot(nodes, [lv["all_alive_s"] for lv in levels], "-o", label="all alive after (s)")
-    right.set_xlabel("nodes")
-    right.set_ylabel("seconds")
-    right.set_ylim(bottom=0)
-    decision = right.twinx()
-    decision.plot(
-        nodes,
-        [lv["route_idle_us"]["p99"] for lv in levels if "route_idle_us" in lv],
-        "--s",
+        ([lv["all_alive_s"] for lv in levels], "all alive after (s)"),
+        "seconds",
+        ([lv["route_idle_us"]["p99"] for lv in levels], "decision p99 (µs)"),
+        "routing decision p99 (µs)",
         color="#55a868",
-        label="decision p99 (µs)",
     )
     decision.axhline(5.0, color="#c44e52", linewidth=0.8, linestyle=":", label="target: 5 µs")
-    decision.set_ylabel("routing decision p99 (µs)")
-    decision.set_ylim(bottom=0)
-    right.legend(loc="upper left", fontsize=7)
     decision.legend(loc="lower right", fontsize=7)
-    right.set_title("Forming, and deciding", fontsize=10)
     fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def _two_scales(
+    ax: Any,
+    title: str,
+    xs: list[int],
+    first: tuple[list[float], str],
+    first_unit: str,
+    second: tuple[list[float], str],
+    second_unit: str,
+    *,
+    color: str = "#dd8452",
+) -> Any:
+    """Two series against ``xs`` on one panel, each on its own axis from zero; the
+    second's axis, for what else goes on it."""
+    ax.plot(xs, first[0], "-o", label=first[1])
+    ax.set_xlabel("nodes")
+    ax.set_ylabel(first_unit)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize=7)
+    ax.set_title(title, fontsize=10)
+    other = ax.twinx()
+    other.plot(xs, second[0], "--s", color=color, label=second[1])
+    other.set_ylabel(second_unit)
+    other.set_ylim(bottom=0)
+    other.legend(loc="lower right", fontsize=7)
+    return other

@@ -436,39 +436,27 @@ def run_scale_bench(
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     steady = QUICK_STEADY_S if quick else STEADY_S
     with tempfile.TemporaryDirectory(prefix="hecate-scale-") as tmp:
-        levels = [
-            one_size(
+
+        def measured(size: int, **shape: int) -> dict[str, Any]:
+            return one_size(
                 size,
                 heartbeat_ms=heartbeat_ms,
                 steady_s=steady,
                 form_timeout_s=30.0 + size / 50,
                 tmp=Path(tmp),
+                **shape,
             )
-            for size in sizes
-        ]
-        # Several routers following one swarm: what each costs, and the server's fan-out.
+
+        levels = [measured(size) for size in sizes]
+        # Several routers following one swarm of two models: what each costs, and the
+        # server's fan-out.
         levels += [
-            one_size(
-                size,
-                heartbeat_ms=heartbeat_ms,
-                steady_s=steady,
-                form_timeout_s=30.0 + size / 50,
-                tmp=Path(tmp),
-                routers=routers,
-                models=2,  # and two models to plan and route
-            )
+            measured(size, routers=routers, models=2)
             for size, routers in (QUICK_ROUTER_LEVELS if quick else ROUTER_LEVELS)
         ]
         # The heartbeat intake shared by several telemetry replicas.
         levels += [
-            one_size(
-                size,
-                heartbeat_ms=heartbeat_ms,
-                steady_s=steady,
-                form_timeout_s=30.0 + size / 50,
-                tmp=Path(tmp),
-                shards=shards,
-            )
+            measured(size, shards=shards)
             for size, shards in (QUICK_SHARD_LEVELS if quick else SHARD_LEVELS)
         ]
     # What one identity adds to a host: the slope between the two smallest sizes (each

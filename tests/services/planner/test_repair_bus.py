@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 import signal
 
-import msgspec
 from nats.aio.client import Client
 
-from hecate.bus import kv as kvs
-from hecate.core import SwarmPlan
-from hecate.wire import subjects
+from hecate_dev.apart import plan_nodes
 from tests.support.swarm import (
     EXAMPLES,
     SWARM_NODES,
@@ -21,19 +18,6 @@ from tests.support.swarm import (
     wait_until_serving,
 )
 from tests.support.waits import until
-
-
-async def plan_nodes(client: Client) -> set[str]:
-    try:
-        value, _revision = await kvs.get(
-            await kvs.bucket(client, subjects.PLAN_BUCKET), subjects.PLAN_KEY
-        )
-    except Exception:  # not written yet
-        return set()
-    if value is None:
-        return set()
-    plan = msgspec.json.decode(value, type=SwarmPlan)
-    return {n.node_id for n in plan.nodes}
 
 
 def logged(processes: Processes, label: str, what: str) -> list[dict[str, object]]:
