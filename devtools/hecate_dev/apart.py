@@ -62,6 +62,7 @@ class ApartSwarm:
         planner_args: tuple[str, ...] = (),
     ) -> None:
         self.model, self.layers = model, layers
+        self.routers = routers  # labelled router-0, router-1, ...
         self.router_args, self.planner_args = router_args, planner_args
         self.hosts = Hosts()
         env = {**os.environ, "HECATE_LOG_LEVEL": log_level}
@@ -163,7 +164,8 @@ async def plan_nodes(client: Client) -> set[str]:
 
 async def alive(client: Client) -> set[str]:
     try:
-        snap = await telemetry_kv.read(await kvs.bucket(client, subjects.TELEMETRY_BUCKET))
+        kv = await kvs.bucket(client, subjects.TELEMETRY_BUCKET)
+        snap = await telemetry_kv.read(kv, nc=client, listen_s=0.3)
     except Exception:  # not there yet, or the server busy: ask again
         return set()
     return {n for n, t in snap.nodes.items() if t.alive} if snap else set()

@@ -244,7 +244,7 @@ class SwarmWatch:
     async def _follow_telemetry(self, nc: Client) -> None:
         kv = await kvs.wait_bucket(nc, subjects.TELEMETRY_BUCKET)
         bad = kvs.ignored(self.log, "telemetry")
-        async for snapshot, _part in telemetry.follow(kv, bad):
+        async for snapshot, _part in telemetry.follow(nc, kv, bad, log=self.log):
             self.adopt_telemetry(snapshot)
 
     async def _follow_breakers(self, nc: Client) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
@@ -112,6 +113,7 @@ class RouterService:
         self.publisher = Publisher(svc, self.breakers, counters)
         self._calls = 0
         self._back = 0.0  # the reconnect the desk was last told of
+        self.telemetry = telemetry.Shards()  # what this router holds of every shard
 
     async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
         svc = self.service
@@ -168,6 +170,7 @@ class RouterService:
                 t for t, (snap, _) in self.breakers.snapshots.items() if snap.state != "closed"
             ),
             "probe_leases_won": self.breakers.leases_won,
+            "telemetry_followed": dataclasses.asdict(self.telemetry.stats),
         }
 
     # -- what the bus says, as events -----------------------------------------------------
@@ -271,7 +274,9 @@ class RouterService:
     async def _follow_telemetry(self) -> None:
         kv = await kvs.wait_bucket(self.service.nc, subjects.TELEMETRY_BUCKET)
         bad = kvs.ignored(self.log, "telemetry")
-        async for snapshot, part in telemetry.follow(kv, bad):
+        async for snapshot, part in telemetry.follow(
+            self.service.nc, kv, bad, shards=self.telemetry, log=self.log
+        ):
             wall, now = time.time(), time.monotonic()
             if snapshot is not None:  # all deleted: routes go on along the last one
                 self.view.adopt_telemetry(snapshot, wall, now, part)

@@ -21,7 +21,21 @@ FLAGS = (
         "heartbeat intervals of silence always allowed; past them a node is down once "
         "its silence is unlikely given its own heartbeat history (phi accrual, at most 5 s)",
     ),
-    Flag("publish_s", "the snapshot is written at most this often", unit="ms"),
+    Flag("publish_s", "what changed is published at most this often", unit="ms"),
+    Flag(
+        "tolerance",
+        "followers are told a node's figures again once one moved by more than this "
+        "part of what they were told (liveness and in-flight: any change)",
+    ),
+    Flag("keyframe_min_s", "the whole snapshot is put in KV at most this often", unit="ms"),
+    Flag(
+        "keyframe_bytes_s",
+        "and no more bytes a second than this on average (a large swarm's, less often)",
+    ),
+    Flag(
+        "flips_cap",
+        "a snapshot is put at once when more nodes than this went up or down since the last",
+    ),
     Flag(
         "shards",
         "telemetry replicas sharing the heartbeat intake (1-16): each hears the nodes of "

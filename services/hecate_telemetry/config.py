@@ -15,7 +15,16 @@ __all__ = ["BadConfig", "TelemetryConfig"]
 class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True):
     instance_id: str = "telemetry"
     missed: int = 3  # heartbeat intervals of silence always allowed
-    publish_s: float = 0.1  # the snapshot is written at most this often (unless urgent)
+    publish_s: float = 0.1  # a delta is published at most this often (unless urgent)
+    # Followers are told a node's figures again once one moved by more than this part
+    # of what they were told (hecate_telemetry.telling.Tolerance).
+    tolerance: float = 0.1
+    # The whole snapshot is put in KV at most this often, and no more bytes a second
+    # than keyframe_bytes_s on average, unless more than flips_cap nodes went up or
+    # down since the last one.
+    keyframe_min_s: float = 1.0
+    keyframe_bytes_s: int = 128 * 1024
+    flips_cap: int = 64
     alpha: float = DEFAULT_ALPHA  # the EWMA's weight of a new sample
     liveness: LivenessConfig = LivenessConfig()
     # This replica hears the intake partitions p with p % shards == shard, and writes
@@ -28,6 +37,12 @@ class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.missed < 0:
             raise BadConfig(f"missed: must not be negative, got {self.missed}")
         positive(self.publish_s, "publish_s")
+        positive(self.keyframe_min_s, "keyframe_min_s")
+        positive(self.keyframe_bytes_s, "keyframe_bytes_s", "bytes a second")
+        if not 0 <= self.tolerance < 1:
+            raise BadConfig(f"tolerance: must be in [0, 1), got {self.tolerance!r}")
+        if self.flips_cap < 0:
+            raise BadConfig(f"flips_cap: must not be negative, got {self.flips_cap}")
         if not 0 < self.alpha <= 1:
             raise BadConfig(f"alpha: must be in (0, 1], got {self.alpha!r}")
         if not 0 < self.shards <= subjects.INTAKE_PARTITIONS:

@@ -17,11 +17,13 @@ is given 0.58-0.78 s; none is given more than 5 s. ``missed`` intervals of silen
 always allowed. A node whose beats say it is loading its ranges is given 10 s instead
 (``loading_silence_s``): its loader may hold its interpreter, its beats with it. A node
 is up again at its next beat, with a fresh history.
-Publishes: ``hecate.events.node.down`` / ``.up`` and the snapshot of its own nodes in KV
-``hecate-telemetry/snapshot.<shard>`` (on every liveness change at once, otherwise at most once
-per ``publish_s``). ``$SRV.STATS`` shows, on the heartbeat endpoint, each node's
-``patience_ms`` (the silence it would be declared down after), the nodes ``loading``,
-and this service's own ``stalls`` and ``deaf_sweeps``.
+Publishes: ``hecate.events.node.down`` / ``.up``; what changed among its nodes on
+``hecate.telemetry.delta.<shard>`` (on every liveness change at once, otherwise at most
+once per ``publish_s``), and now and then the snapshot of them all in KV
+``hecate-telemetry/snapshot.<shard>``, for followers starting or catching up
+(:mod:`hecate_telemetry.telling`). ``$SRV.STATS`` shows, on the heartbeat endpoint,
+each node's ``patience_ms`` (the silence it would be declared down after), the nodes
+``loading``, this service's own ``stalls`` and ``deaf_sweeps``, and what it told.
 
 Silence this service did not watch is not held against anyone: when its sweep wakes
 more than a period late (its own event loop was descheduled or blocked), the lateness
@@ -53,6 +55,7 @@ from hecate.wire import subjects
 from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
 from hecate_telemetry.config import TelemetryConfig
 from hecate_telemetry.liveness import FailureDetector, Link, LinkNews
+from hecate_telemetry.telling import Teller, Tolerance
 
 # nats-py's own wait for a PONG: never reached on a live connection, whose pings call a
 # held link stale (and replace it, dropping the PING) well before.
@@ -100,7 +103,16 @@ class Telemetry:
         self._dirty = asyncio.Event()
         self._urgent = False
         self._urgent_event = asyncio.Event()
-        self._seq = 0
+        self.teller = Teller(
+            shard=config.shard,
+            shards=config.shards,
+            epoch=time.time(),
+            tolerance=Tolerance(relative=config.tolerance),
+            keyframe_min_s=config.keyframe_min_s,
+            keyframe_bytes_s=config.keyframe_bytes_s,
+            flips_cap=config.flips_cap,
+        )
+        self.deltas = self.delta_bytes = self.keyframe_bytes = 0
         self.rejected = 0
         self.identity = NodeIdentity(log)
         self.partitions = subjects.shard_partitions(config.shard, config.shards)
@@ -208,6 +220,7 @@ class Telemetry:
         self.wall[node_id] = time.time()
         self.interval[node_id] = interval
         self.draining[node_id] = beat.draining
+        self.teller.touch(node_id)
         if was is None or not was.alive:
             await self._liveness(node_id, up=True, reason="heartbeat")
         self._dirty.set()
@@ -328,6 +341,10 @@ class Telemetry:
             "partitions": list(self.partitions),
             "unmapped": self.unmapped,
             "beats_missed": self.beats_missed,
+            "deltas": self.deltas,
+            "delta_bytes": self.delta_bytes,
+            "keyframes": self.teller.keyframes,
+            "keyframe_bytes": self.keyframe_bytes,
         }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:
@@ -337,47 +354,49 @@ class Telemetry:
         await self.service.nc.publish(
             subject, encode(NodeEvent(node_id=node_id, state=state, reason=reason, at=time.time()))
         )
+        self.teller.touch(node_id)
         self._urgent = True
         self._urgent_event.set()
         self._dirty.set()
 
     # -- output ------------------------------------------------------------------------
 
-    def snapshot(self) -> TelemetrySnapshot:
-        self._seq += 1
-        return TelemetrySnapshot(
-            written_at=time.time(),
-            seq=self._seq,
-            shard=self.config.shard,
-            shards=self.config.shards,
-            nodes={
-                i: NodeTelemetry(
-                    alive=n.alive,
-                    latency_ms=n.latency_ms,
-                    load=n.load,
-                    score=n.score,
-                    in_flight=n.in_flight,
-                    last_seen=self.wall.get(i),
-                    draining=self.draining.get(i, False),
-                )
-                for i, n in sorted(self.nodes.items())
-            },
+    def entry(self, node_id: str) -> NodeTelemetry:
+        """What followers are told of ``node_id`` now."""
+        n = self.nodes[node_id]
+        return NodeTelemetry(
+            alive=n.alive,
+            latency_ms=n.latency_ms,
+            load=n.load,
+            score=n.score,
+            in_flight=n.in_flight,
+            last_seen=self.wall.get(node_id),
+            draining=self.draining.get(node_id, False),
         )
 
+    def snapshot(self) -> TelemetrySnapshot:
+        """Every node of this replica, now."""
+        return self.teller.snapshot(time.time(), self.entry, self.nodes.keys())
+
     async def _writer(self) -> None:
+        shard = self.config.shard
         while True:
             await self._dirty.wait()
             self._dirty.clear()
             urgent, self._urgent = self._urgent, False
+            writes = self.teller.write(time.monotonic(), time.time(), self.entry, self.nodes.keys())
             try:
-                await kvs.put(
-                    self._kv,
-                    subjects.telemetry_key(self.config.shard),
-                    encode(self.snapshot()),
-                    writer=self.service.instance_id,
-                )
-            except Exception as exc:  # server away: the next change retries
-                event(self.log, "snapshot not written", logging.WARNING, error=repr(exc))
+                if writes.delta is not None:
+                    await self.service.nc.publish(subjects.telemetry_delta(shard), writes.delta)
+                    self.deltas += 1
+                    self.delta_bytes += len(writes.delta)
+                if writes.keyframe is not None:
+                    key = subjects.telemetry_key(shard)
+                    await kvs.put(self._kv, key, writes.keyframe, writer=self.service.instance_id)
+                    self.teller.kept(writes, time.monotonic())
+                    self.keyframe_bytes += len(writes.keyframe)
+            except Exception as exc:  # server away: followers catch up from the next snapshot
+                event(self.log, "telemetry not written", logging.WARNING, error=repr(exc))
                 self._dirty.set()
             if not urgent:  # coalesce routine updates, but never delay a liveness change
                 self._urgent_event.clear()

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hecate.wire import subjects
@@ -57,6 +58,22 @@ def _plans_published(swarm: ApartSwarm, since_wall: float) -> int:
     return count
 
 
+async def _followed(client: Client, routers: int) -> dict[str, int]:
+    """What following telemetry has cost the routers so far, summed: deltas and their
+    bytes, snapshots read again and theirs, deltas missed (their ``$SRV.STATS``)."""
+    name = subjects.SERVICE_NAMES["router"]
+    out: dict[str, int] = {}
+    for r in range(routers):
+        with contextlib.suppress(Exception):
+            msg = await client.request(f"$SRV.STATS.{name}.router-{r}", b"", timeout=5)
+            for endpoint in json.loads(msg.data)["endpoints"]:
+                for key, value in (
+                    (endpoint.get("data") or {}).get("telemetry_followed") or {}
+                ).items():
+                    out[key] = out.get(key, 0) + int(value)
+    return out
+
+
 async def _measure(
     swarm: ApartSwarm, racks: int, rack: int, *, at_once: int, form_s: float, after_s: float
 ) -> dict[str, Any]:
@@ -83,6 +100,8 @@ async def _measure(
         flowing = asyncio.create_task(load.run(stop))
         await asyncio.sleep(min(3.0, after_s))  # requests flowing before the cut
         before = len(load.latencies)
+        routers = swarm.routers
+        followed_from, followed_at = await _followed(client, routers), time.monotonic()
         downs.clear()
         cut_at, cut_wall = time.monotonic(), time.time()
         swarm.racks[0].cut()
@@ -103,6 +122,8 @@ async def _measure(
         if rest > 0:
             await asyncio.sleep(rest)
         after = load.latencies[before:]
+        followed_to, took = await _followed(client, routers), time.monotonic() - followed_at
+        followed = {k: v - followed_from.get(k, 0) for k, v in followed_to.items()}
         swarm.racks[0].heal()
         back_s = await _until(formed, 90)
         stop.set()
@@ -125,6 +146,15 @@ async def _measure(
             "repaired_s": None if repaired_s is None else round(repaired_s, 1),
             "plans_until_repaired": plans,
             "back_s": None if back_s is None else round(back_s, 1),  # from the heal
+            # A router following telemetry under load and through the cut, per second.
+            "follow_bytes_per_s": round(
+                (followed.get("delta_bytes", 0) + followed.get("snapshot_bytes", 0))
+                / took
+                / max(1, routers)
+            ),
+            "follow_deltas_per_s": round(followed.get("deltas", 0) / took / max(1, routers), 1),
+            "follow_snapshots": followed.get("snapshots", 0),
+            "follow_gaps": followed.get("gaps", 0),
         }
     finally:
         with contextlib.suppress(Exception):

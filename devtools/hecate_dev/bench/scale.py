@@ -47,6 +47,7 @@ from nats.aio.client import Client
 from hecate.bus import kv as kvs
 from hecate.bus import telemetry
 from hecate.bus.server import NatsServer
+from hecate.bus.telemetry import Following
 from hecate.core import (
     ModelSpec,
     NodeProfile,
@@ -165,7 +166,10 @@ async def _read_plan(nc: Client) -> tuple[SwarmPlan | None, int]:
 
 async def _read_telemetry(nc: Client) -> tuple[TelemetrySnapshot | None, int]:
     """Every shard's snapshot merged, and the bytes of the shards' values."""
-    snap = await telemetry.read(await kvs.bucket(nc, subjects.TELEMETRY_BUCKET))
+    # The snapshots in KV, and the deltas of the next 0.3 s after them: every node's
+    # liveness as telemetry has it now, not as of its latest snapshot.
+    kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
+    snap = await telemetry.read(kv, nc=nc, listen_s=0.3)
     return snap, len(msgspec.json.encode(snap)) if snap is not None else 0
 
 
@@ -201,27 +205,26 @@ def _failure(procs: Supervisor, label: str) -> str | None:
     return "exited"
 
 
-async def _follow(url: str, seconds: float) -> tuple[int, int]:
-    """What following the telemetry snapshot brings a router over ``seconds``: updates
-    and bytes (the router's own watch, :func:`hecate.bus.kv.watch`; the value current
-    when it starts is not counted)."""
+async def _follow(url: str, seconds: float) -> Following:
+    """What following telemetry brings a router over ``seconds``: the deltas and
+    their bytes, and the snapshots it read again and theirs (the router's own
+    :func:`hecate.bus.telemetry.follow`; the snapshots read when it starts are not
+    counted)."""
     nc = await nats.connect(url)
-    updates = size = 0
+    shards = telemetry.Shards()
     try:
-        bucket = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
-        first = True
+        kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
+        steps = telemetry.follow(nc, kv, lambda _r, _e: None, shards=shards)
+        await anext(steps)  # every shard's snapshot, as a router starting reads them
+        shards.stats = Following()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
-                async for _key, value, _revision in kvs.watch_keys(bucket, subjects.TELEMETRY_KEYS):
-                    if first:
-                        first = False
-                        continue
-                    if value:
-                        updates += 1
-                        size += len(value)
+                async for _step in steps:
+                    pass
+        await steps.aclose()
     finally:
         await nc.close()
-    return updates, size
+    return shards.stats
 
 
 def _state(pipelines: int, stages: int, *, seed: int = 7) -> SwarmState:
@@ -358,7 +361,7 @@ def one_size(
         server_before = cpu_seconds(server_pid) or 0.0
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         heard_before = asyncio.run(_heard(url, replicas))
-        updates, followed = asyncio.run(_follow(url, steady_s))
+        followed = asyncio.run(_follow(url, steady_s))
         heard_after = asyncio.run(_heard(url, replicas))
         after = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         host_rss = [rss_mb(pids[label]) or 0.0 for label in hosts]
@@ -402,8 +405,14 @@ def one_size(
             # Beats whose numbers never arrived, over the window (every replica).
             "beats_missed": missed,
             "snapshot_bytes": snapshot_bytes,
-            "snapshot_updates_per_s": round(updates / steady_s, 1),
-            "follow_bytes_per_s": round(followed / steady_s),
+            "snapshot_updates_per_s": round(followed.deltas / steady_s, 1),
+            "follow_bytes_per_s": round(
+                (followed.delta_bytes + followed.snapshot_bytes) / steady_s
+            ),
+            # Of which snapshots read again (a delta missed), and the deltas missed.
+            "follow_snapshots": followed.snapshots,
+            "follow_snapshot_bytes": followed.snapshot_bytes,
+            "follow_gaps": followed.gaps,
             "routers": routers,
             "models": models,
             "copies_by_model": _copies(plan),

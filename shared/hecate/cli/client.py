@@ -113,7 +113,10 @@ async def gather(url: str) -> dict[str, Any]:
             if value:
                 out["plan"], out["epoch"] = value, revision
         with contextlib.suppress(Exception):
-            tel = await telemetry.read(await js.key_value(subjects.TELEMETRY_BUCKET))
+            bucket = await js.key_value(subjects.TELEMETRY_BUCKET)
+            # A snapshot is up to a few seconds old in a large swarm: the deltas after
+            # it bring every node's liveness up to date.
+            tel = await telemetry.read(bucket, nc=nc, listen_s=0.25)
             out["telemetry"] = msgspec.json.encode(tel) if tel is not None else None
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)

@@ -403,6 +403,12 @@ TELEMETRY = Message(
     JSON,
     "Liveness and EWMA figures of every node, as telemetry sees them.",
 )
+TELEMETRY_DELTA = Message(
+    "TelemetryDelta",
+    m.TelemetryDelta,
+    JSON,
+    "What changed among one telemetry replica's nodes since its message `base`.",
+)
 OUTCOME = Message(
     "OutcomeReport",
     m.OutcomeReport,
@@ -647,13 +653,26 @@ KV_TELEMETRY = Channel(
     _kv_address(subjects.TELEMETRY_BUCKET, subjects.telemetry_key("{shard}")),
     "The telemetry snapshot, one key per telemetry replica (KV)",
     f"JetStream KV bucket `{subjects.TELEMETRY_BUCKET}`, key "
-    f"`{subjects.telemetry_key('<shard>')}`: the nodes of one replica's intake partitions. "
-    f"Read them with KV get/watch on `{subjects.TELEMETRY_KEYS}` and merge them, keeping "
-    "the shards whose `shards` is the freshest snapshot's. Each replica rewrites its "
-    "own at once on a liveness change, otherwise at most every publish interval (100 ms "
-    "by default).",
+    f"`{subjects.telemetry_key('<shard>')}`: the nodes of one replica's intake partitions, "
+    "as of its delta numbered `seq`. Read every shard's with KV get when starting, and "
+    "a shard's again when a delta names (`keyframe`) one at least as new as the first "
+    "delta missed; merge them, keeping the shards whose `shards` is the freshest's. "
+    "Each replica puts its own at most every second, less often as it grows (128 KiB "
+    "a second on average by default), and at once when many nodes went up or down.",
     (TELEMETRY,),
     kv=(subjects.TELEMETRY_BUCKET, subjects.telemetry_key("{shard}")),
+)
+
+TELEMETRY_DELTAS = Channel(
+    "telemetryDelta",
+    subjects.telemetry_delta("{shard}"),
+    "What changed among one telemetry replica's nodes",
+    "Core NATS, JSON, one subject per telemetry replica: the nodes whose figures moved "
+    "past the replica's tolerance, every node that went up or down since its latest "
+    "snapshot, and the others heard, by name. Numbered: a follower whose last is not "
+    "`base` missed one, and reads the snapshot (KV) once one covers it. At once on a "
+    "liveness change, otherwise at most every publish interval (100 ms by default).",
+    (TELEMETRY_DELTA,),
 )
 
 QUOTA = Channel(
@@ -737,6 +756,7 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     KV_PLAN,
     KV_ASSIGNMENT,
     KV_TELEMETRY,
+    TELEMETRY_DELTAS,
     EVENT_BREAKER_CHANNEL,
     BREAKER_REPORTS,
     KV_BREAKERS,
@@ -976,14 +996,35 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "telemetry.putSnapshot", "telemetry", "send", KV_TELEMETRY, "Write the snapshot (KV put)."
     ),
     Operation(
-        "router.watchSnapshot",
+        "router.getSnapshot",
         "router",
         "receive",
         KV_TELEMETRY,
-        "Follow the snapshot (KV watch).",
+        "Read every shard's snapshot when starting, a shard's again when it missed a delta.",
     ),
     Operation(
         "client.getSnapshot", "client", "receive", KV_TELEMETRY, "Read the snapshot (KV get)."
+    ),
+    Operation(
+        "telemetry.sendDelta",
+        "telemetry",
+        "send",
+        TELEMETRY_DELTAS,
+        "Tell what changed among its nodes.",
+    ),
+    Operation(
+        "router.receiveDelta",
+        "router",
+        "receive",
+        TELEMETRY_DELTAS,
+        "Follow every shard's nodes between snapshots.",
+    ),
+    Operation(
+        "client.receiveDelta",
+        "client",
+        "receive",
+        TELEMETRY_DELTAS,
+        "Follow the nodes between snapshots (the gateway's swarm page, `hecate status`).",
     ),
     Operation(
         "router.sendOutcome",

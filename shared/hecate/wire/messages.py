@@ -180,6 +180,33 @@ class TelemetrySnapshot(msgspec.Struct, frozen=True, kw_only=True):
     seq: int = 0
     shard: int = 0
     shards: int = 1
+    # The replica's start (its wall clock): its ``seq`` counts from there, so a
+    # restarted replica's messages are told from its predecessor's.
+    epoch: float = 0.0
+
+
+class TelemetryDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """What changed among one telemetry replica's nodes since its message ``base``
+    (a snapshot or a delta, numbered in one sequence ``seq`` per ``epoch``).
+
+    ``nodes``: whole entries of the nodes whose figures moved past the replica's
+    tolerance since it last told them, and of every node that went up or down (or
+    started or stopped draining) since its latest snapshot ``keyframe``, however
+    long ago it was told: a follower that missed a delta has every node's liveness
+    right again at the next one. ``heard``: the nodes heard since ``base`` whose
+    figures held, with the wall time they were heard. A follower whose ``seq`` is
+    not ``base`` missed something and reads the snapshot ``keyframe`` (or a later
+    one) from KV once it is at least as new as what it missed."""
+
+    written_at: float
+    epoch: float
+    seq: int
+    base: int
+    keyframe: int
+    nodes: dict[str, NodeTelemetry]
+    heard: dict[str, float] = {}
+    shard: int = 0
+    shards: int = 1
 
 
 # -- plan (KV): the core's SwarmPlan; the KV revision is its epoch ---------------------

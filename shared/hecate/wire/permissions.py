@@ -67,6 +67,10 @@ DEFAULT_TENANTS: tuple[str, ...] = ("tenant-a", "tenant-b")
 DEFAULT_NODES: tuple[str, ...] = ("gpu", "laptop", "desktop", "pi")
 # Channels no deployment grants: fault injection exists for chaos runs only.
 NOT_DEPLOYED: frozenset[str] = frozenset({contract.FAULT.id, contract.FAULT_REPLY_CHANNEL.id})
+# Channels that are the swarm's state as the buckets are, read with them: granted only
+# where the buckets are (not in a tenant's own account), and to whoever reads what
+# clients read (the operator) as to the clients.
+READ_WITH_BUCKETS: frozenset[str] = frozenset({contract.TELEMETRY_DELTAS.id})
 # Where a receiver subscribes wider than the channel: routers take every
 # ``hecate.infer.>`` so that a malformed model id still gets a typed error reply.
 SUBSCRIBED_AS: dict[str, str] = {
@@ -176,7 +180,12 @@ def _from_contract(
             elif op.role in kv_reads_of and op.action == "receive":
                 publish += kv_reader(bucket)
             continue
-        if op.role not in roles or channel.address is None:
+        reader = False
+        if channel.id in READ_WITH_BUCKETS:
+            if not jetstream:
+                continue
+            reader = op.role in kv_reads_of and op.action == "receive"
+        if (op.role not in roles and not reader) or channel.address is None:
             continue
         address = channel.address
         mapped = MAPPED_AS.get(address)

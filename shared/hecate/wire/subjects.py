@@ -199,10 +199,18 @@ def telemetry_key(shard: int | str) -> str:
     return f"snapshot.{shard}"
 
 
-TELEMETRY_KEYS = telemetry_key("*")  # every shard's, as followers watch them
+TELEMETRY_KEYS = telemetry_key("*")  # every shard's
+
+
+def telemetry_delta(shard: int | str) -> str:
+    """Where telemetry replica ``shard`` publishes what changed between its snapshots."""
+    return f"hecate.telemetry.delta.{shard}"
+
+
+TELEMETRY_DELTAS = telemetry_delta("*")  # every shard's, as followers subscribe
 BREAKER_BUCKET = "hecate-breakers"  # one key per target; owner: the breaker service
 # History kept per bucket, whoever creates it first: ten plans for post-mortems, and
-# only the latest telemetry (it is rewritten ten times a second).
+# only the latest telemetry snapshot (each replica's, rewritten every few seconds).
 BUCKET_HISTORY = {PLAN_BUCKET: 10, TELEMETRY_BUCKET: 1, BREAKER_BUCKET: 5}
 
 # -- service names on the NATS service API ($SRV.PING/INFO/STATS) -----------------------

@@ -50,7 +50,9 @@ async def shard_snapshots(client: Client, shards: int = SHARDS) -> list[Telemetr
 
 
 async def merged(client: Client) -> TelemetrySnapshot | None:
-    return await telemetry_kv.read(await kvs.bucket(client, subjects.TELEMETRY_BUCKET))
+    """What a follower holds: every shard's snapshot and the deltas after them."""
+    kv = await kvs.bucket(client, subjects.TELEMETRY_BUCKET)
+    return await telemetry_kv.read(kv, nc=client, listen_s=0.3)
 
 
 async def figures(client: Client, k: int) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The merge of telemetry replicas' snapshots (:class:`hecate.bus.telemetry.Shards`):
-pure, no bus."""
+pure, no bus. Deltas between them: tests/services/telemetry/test_telling.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hecate.bus.telemetry import Shards
-from hecate.wire import subjects
 from hecate.wire.messages import NodeTelemetry, TelemetrySnapshot
 
 
@@ -26,10 +25,10 @@ def snap(
 def test_the_merge_holds_every_shards_nodes_and_is_as_old_as_its_stalest_shard() -> None:
     shards = Shards()
     assert shards.merged() is None
-    one = shards.adopt(subjects.telemetry_key(0), snap(0, 2, {"a": True, "b": True}, 10.0))
+    one = shards.adopt(snap(0, 2, {"a": True, "b": True}, 10.0))
     assert one is not None
     assert set(one.nodes) == {"a", "b"}
-    both = shards.adopt(subjects.telemetry_key(1), snap(1, 2, {"c": False}, 12.0))
+    both = shards.adopt(snap(1, 2, {"c": False}, 12.0))
     assert both is not None
     assert set(both.nodes) == {"a", "b", "c"}
     assert not both.nodes["c"].alive
@@ -38,14 +37,26 @@ def test_the_merge_holds_every_shards_nodes_and_is_as_old_as_its_stalest_shard()
     assert both.seq == 2
 
 
-def test_a_shard_deleted_leaves_the_merge() -> None:
+def test_an_older_snapshot_of_a_shard_held_whole_is_left_out() -> None:
     shards = Shards()
-    shards.adopt("snapshot.0", snap(0, 2, {"a": True}, 1.0))
-    shards.adopt("snapshot.1", snap(1, 2, {"b": True}, 1.0))
-    left = shards.adopt("snapshot.1", None)
-    assert left is not None
-    assert set(left.nodes) == {"a"}
-    assert shards.adopt("snapshot.0", None) is None
+    shards.adopt(snap(0, 1, {"a": False}, 2.0, seq=5))
+    assert shards.adopt(snap(0, 1, {"a": True}, 1.0, seq=4)) is None
+    assert shards.stats.stale == 1
+    merged = shards.merged()
+    assert merged is not None
+    assert not merged.nodes["a"].alive
+
+
+def test_a_restarted_replica_replaces_what_its_predecessor_said() -> None:
+    """A new epoch counts from 1 again: its snapshot is taken however low its seq."""
+    shards = Shards()
+    shards.adopt(snap(0, 1, {"a": True, "b": True}, 2.0, seq=500))
+    fresh = TelemetrySnapshot(
+        written_at=3.0, nodes={"a": NodeTelemetry(alive=True)}, seq=1, epoch=3.0
+    )
+    merged = shards.adopt(fresh)
+    assert merged is not None
+    assert set(merged.nodes) == {"a"}
 
 
 def test_a_new_layout_drops_the_keys_of_the_old_one() -> None:
@@ -53,8 +64,8 @@ def test_a_new_layout_drops_the_keys_of_the_old_one() -> None:
     first snapshot of the new layout puts them out of the merge."""
     shards = Shards()
     for k in range(4):
-        shards.adopt(f"snapshot.{k}", snap(k, 4, {f"old{k}": True}, 5.0))
-    merged = shards.adopt("snapshot.0", snap(0, 2, {"x": True}, 6.0))
+        shards.adopt(snap(k, 4, {f"old{k}": True}, 5.0))
+    merged = shards.adopt(snap(0, 2, {"x": True}, 6.0))
     assert merged is not None
     assert set(merged.nodes) == {"x"}
     assert merged.shards == 2
@@ -62,11 +73,11 @@ def test_a_new_layout_drops_the_keys_of_the_old_one() -> None:
 
 def test_a_node_in_two_shards_is_taken_from_the_freshest() -> None:
     shards = Shards()
-    shards.adopt("snapshot.0", snap(0, 2, {"a": True}, 3.0))
-    merged = shards.adopt("snapshot.1", snap(1, 2, {"a": False}, 4.0))
+    shards.adopt(snap(0, 2, {"a": True}, 3.0))
+    merged = shards.adopt(snap(1, 2, {"a": False}, 4.0))
     assert merged is not None
     assert not merged.nodes["a"].alive
-    merged = shards.adopt("snapshot.0", snap(0, 2, {"a": True}, 5.0))
+    merged = shards.adopt(snap(0, 2, {"a": True}, 5.0))
     assert merged is not None
     assert merged.nodes["a"].alive
 
@@ -91,8 +102,8 @@ def test_the_merge_is_what_each_shard_last_said(
     for shard, nodes, at in updates:
         s = snap(shard, 4, nodes, at)
         latest[shard] = s
-        merged = shards.adopt(subjects.telemetry_key(shard), s)
-        assert merged is not None
+        merged = shards.adopt(s)
+        assert merged is not None, "a snapshot of a shard held at the same seq is taken"
         assert set(merged.nodes) == set().union(*(x.nodes for x in latest.values()))
         assert merged.written_at == min(x.written_at for x in latest.values())
         for node, t in merged.nodes.items():

@@ -199,10 +199,13 @@ def test_everyone_keeps_the_single_account_permissions_but_the_router_and_gatewa
     assert set(before.publish) - set(router.publish) == {"_INBOX.>"}
     gained = set(router.publish) - set(before.publish)
     assert gained == {"_R_.>", "_INBOX.gateway.>", "_INBOX.operator.>", "_INBOX.router.>"}
-    # A tenant loses only the buckets it cannot reach from its own account.
+    # A tenant loses only the buckets it cannot reach from its own account, and the
+    # telemetry deltas read with them.
     for tenant in TENANTS:
         kept = layout[tenant].users[tenant]
-        assert kept.subscribe == single[tenant].subscribe
+        lost = set(single[tenant].subscribe) - set(kept.subscribe)
+        assert lost == {subjects.TELEMETRY_DELTAS}
+        assert set(kept.subscribe) <= set(single[tenant].subscribe)
         assert [s for s in single[tenant].publish if not s.startswith("$")] == list(kept.publish)
 
 

@@ -36,6 +36,8 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             f"{lv['snapshot_bytes']:,}",
             num(lv.get("snapshot_updates_per_s", 0.0), 1),
             f"{lv.get('follow_bytes_per_s', 0):,}",
+            _whole(lv),
+            f"{lv.get('follow_snapshots', '-')}; {lv.get('follow_gaps', '-')}",
             num(lv.get("router_cpu_per_s", 0.0), 3),
         ]
         for lv in sizes
@@ -58,8 +60,10 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             "telemetry CPU per beat (µs)",
             "beats heard / sent (/s); missed",
             "snapshot (bytes)",
-            "snapshot updates (/s)",
+            "deltas (/s)",
             "a router follows (bytes/s)",
+            "the same as whole snapshots (bytes/s, computed)",
+            "snapshots read again; deltas missed",
             "router CPU (cores)",
         ],
         rows,
@@ -134,9 +138,13 @@ copies it planned (`--pipelines auto`: a 48-layer base on nodes of 8 layers), th
 plan's size, and the plans it published meanwhile and the shares it wrote for them in
 all (each node reads only its own); the hosts' memory, the CPU the hosts
 and telemetry spend per second once the swarm stands (over
-{num(meta["steady_s"], 0)} s), the telemetry snapshot every router follows, whole, and
-what following it costs a router with nothing to route: the updates and bytes it
-receives a second, and its CPU.
+{num(meta["steady_s"], 0)} s), the size of the telemetry snapshot (the whole swarm), and
+what following telemetry costs a router with nothing to route (`hecate.bus.telemetry.follow`:
+the deltas of what changed, a snapshot read only when one was missed): the deltas and
+bytes it receives a second, what the same updates would have been as whole snapshots
+(the snapshot's size times the deltas a second, as routers followed telemetry before:
+computed, not measured), the snapshots it read again and the deltas it missed, and its
+CPU.
 
 {figures}
 
@@ -145,8 +153,8 @@ receives a second, and its CPU.
 One identity adds {num(r["rss_added_per_node_mb"], 3)} MB to its host (the slope
 between the two smallest sizes). A value past 256 KiB (the plan from about
 {parts_plan:,} nodes, the snapshot from about {parts_snapshot:,}) is stored in parts, so
-neither meets NATS's 1 MB max_payload; every router still receives each telemetry
-replica's snapshot whole on every change of it.
+neither meets NATS's 1 MB max_payload; a router reads them when it starts and when
+it missed a delta, not on every change.
 {broken}
 
 **A routing decision at these sizes**, in this process, on a router holding a plan of
@@ -170,7 +178,7 @@ def _many_routers(lv: dict[str, Any], alone: dict[str, Any] | None) -> str:
         f"**{lv['routers']} routers following {lv['nodes']:,} nodes**"
         + (f" and {len(copies)} models ({planned} copies planned)" if len(copies) > 1 else "")
         + ": each received "
-        f"{lv['follow_bytes_per_s']:,} bytes a second of snapshots and spent "
+        f"{lv['follow_bytes_per_s']:,} bytes a second of telemetry and spent "
         f"{num(lv['router_cpu_per_s'], 3)} of a core"
     )
     if alone is not None:
@@ -217,7 +225,7 @@ def _shared_intake(levels: list[dict[str, Any]], alone: dict[int, dict[str, Any]
             "beats heard per replica (/s); missed",
             "CPU per replica (cores)",
             "telemetry CPU per beat (µs; one replica)",
-            "shard updates a router gets (/s; one replica)",
+            "deltas a router gets (/s; one replica)",
             "a router follows (bytes/s; one replica)",
             "router CPU (cores; one replica)",
         ],
@@ -226,13 +234,20 @@ def _shared_intake(levels: list[dict[str, Any]], alone: dict[int, dict[str, Any]
     return f"""**The heartbeat intake shared by several telemetry replicas** (`hecate
 telemetry --shards N --shard K`): the server maps each node's heartbeat subject to one
 of 16 partitions by a hash of its id, each replica takes its own partitions and writes
-the snapshot of its own nodes under its own key, and routers merge the keys. Beats
+its own deltas and snapshot, and routers merge the shards. Beats
 heard are each replica's heartbeat endpoints' counts over the measured window; in
 parentheses, the same size with one replica.
 
 {shown}
 
 """
+
+
+def _whole(lv: dict[str, Any]) -> str:
+    """What a router would have received had each delta been the whole snapshot."""
+    if "follow_snapshots" not in lv:  # a run from before the deltas: it received those
+        return "-"
+    return f"{round(lv['snapshot_bytes'] * lv['snapshot_updates_per_s']):,}"
 
 
 def _heard(lv: dict[str, Any]) -> str:
@@ -274,6 +289,14 @@ def _cutoff(c: dict[str, Any]) -> str:
         f"{c['after_cut_requests']:,}, "
         f"p50 {num(c['after_cut_p50_ms'], 1)} ms, p99 {num(c['after_cut_p99_ms'], 1)} ms."
     )
+    followed = (
+        f" A router following telemetry meanwhile (from before the cut to the end of that "
+        f"window) received {c['follow_bytes_per_s']:,} bytes a second "
+        f"({num(c['follow_deltas_per_s'], 1)} deltas a second), read {c['follow_snapshots']} "
+        f"snapshots again and missed {c['follow_gaps']} deltas."
+        if "follow_bytes_per_s" in c
+        else ""
+    )
     back = (
         f"With the cable back, every node was alive and planned again {num(c['back_s'], 1)} s "
         "later."
@@ -287,7 +310,7 @@ node-host`), each rack a host, on a {c["layers"]}-layer toy model): with {c["at_
 requests at a time flowing, each answer checked against the single-process one, rack 0's
 cable is pulled (its veth down). The swarm formed in {num(c["formed_s"], 1)} s.
 
-{said[:1].upper()}{said[1:]}. {after} {back}
+{said[:1].upper()}{said[1:]}. {after}{followed} {back}
 
 """
 

@@ -1,0 +1,102 @@
+"""A follower of telemetry (:func:`hecate.bus.telemetry.follow`, as routers and the
+gateway run it) against a real telemetry process on a real nats-server: it hears what
+changed as deltas, never the whole snapshot again while it keeps step, sees a node go
+down at the next delta, and follows a telemetry replica killed and started again.
+
+The heartbeaters are the test's own connection (see test_liveness_bus.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+from nats.aio.client import Client
+
+from hecate.bus import kv as kvs
+from hecate.bus import telemetry
+from hecate.wire import subjects
+from hecate.wire.messages import TelemetrySnapshot
+from tests.services.telemetry.test_liveness_bus import Beats
+from tests.support.swarm import Processes
+from tests.support.waits import listening, until
+
+NODES = [f"f{i}" for i in range(12)]
+
+
+class Follower:
+    """The merge as a follower holds it, updated by a task of its own."""
+
+    def __init__(self) -> None:
+        self.shards = telemetry.Shards()
+        self.now: TelemetrySnapshot | None = None
+        self.bad = 0
+
+    async def run(self, client: Client) -> None:
+        kv = await kvs.bucket(client, subjects.TELEMETRY_BUCKET)
+
+        def bad(_revision: int, _exc: Exception) -> None:
+            self.bad += 1
+
+        async for merged, _part in telemetry.follow(client, kv, bad, shards=self.shards):
+            if merged is not None:
+                self.now = merged
+
+    def alive(self, node_id: str) -> bool | None:
+        t = self.now.nodes.get(node_id) if self.now is not None else None
+        return None if t is None else t.alive
+
+
+async def start_telemetry(processes: Processes, client: Client) -> None:
+    processes.start("telemetry", "telemetry", "--id", "telemetry")
+    await listening(client, "telemetry", "telemetry", "heartbeat")
+
+
+async def test_a_follower_in_step_hears_deltas_and_a_node_down_at_once(
+    processes: Processes, client: Client
+) -> None:
+    await start_telemetry(processes, client)
+    follower = Follower()
+    following = asyncio.create_task(follower.run(client))
+    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
+    try:
+        await until(lambda: all(follower.alive(n) for n in NODES), "the follower holds all alive")
+        stats = follower.shards.stats
+        before = stats.snapshots
+        await asyncio.sleep(2.5)  # past two of telemetry's snapshots
+        assert stats.snapshots == before, "a follower in step read a snapshot again"
+        assert stats.gaps == 0
+        assert stats.deltas > 10
+
+        beating.pop(NODES[3]).cancel()
+        await until(lambda: follower.alive(NODES[3]) is False, "the silent node down")
+        assert all(follower.alive(n) for n in NODES if n != NODES[3])
+        assert follower.bad == 0
+    finally:
+        for task in (*beating.values(), following):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
+async def test_a_follower_follows_a_telemetry_replica_killed_and_started_again(
+    processes: Processes, client: Client
+) -> None:
+    """The new replica counts its messages afresh (a new epoch): the follower takes its
+    word over its predecessor's, and holds every node alive again."""
+    await start_telemetry(processes, client)
+    follower = Follower()
+    following = asyncio.create_task(follower.run(client))
+    beating = [asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES]
+    try:
+        await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
+        epoch = follower.shards.held[0].epoch
+        processes.kill("telemetry", signal.SIGKILL)
+        await start_telemetry(processes, client)
+        await until(lambda: follower.shards.held[0].epoch > epoch, "the new replica followed")
+        await until(lambda: all(follower.alive(n) for n in NODES), "all alive again")
+    finally:
+        for task in (*beating, following):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
