@@ -17,6 +17,10 @@ from hecate.sim.topology import NodeEntry, parse_topology
 from hecate_launcher.supervisor import ProcessSpec
 
 
+def args_standby(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "telemetry_standby", False))
+
+
 def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -> list[ProcessSpec]:
     """Every process of the swarm, in start order. ``identities``: on a bus with an
     account per tenant, the directory of the tenants' credentials: the routers take a
@@ -29,13 +33,15 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
     routing = ["--dispatch", "chain"] if generative else []
     if identities:
         routing += ["--tenant-from", "bus"]
-    cmds: list[tuple[str, list[str]]] = [("telemetry", ["telemetry", *common, "--id", "telemetry"])]
+    # Telemetry: one replica, or replicas sharing the heartbeat intake, each its own
+    # partitions; with a standby, a second replica of each, silent until it takes over.
     shards = getattr(args, "telemetry_shards", 1)
-    if shards > 1:  # replicas sharing the heartbeat intake, each its own partitions
-        cmds = []
-        for k in range(shards):
-            argv = ["telemetry", *common, "--id", f"telemetry-{k}"]
-            cmds.append((f"telemetry-{k}", [*argv, "--shards", str(shards), "--shard", str(k)]))
+    cmds: list[tuple[str, list[str]]] = []
+    for k in range(shards):
+        sharded = ["--shards", str(shards), "--shard", str(k)] if shards > 1 else []
+        name = f"telemetry-{k}" if shards > 1 else "telemetry"
+        for label in (name, f"{name}-standby") if args_standby(args) else (name,):
+            cmds.append((label, ["telemetry", *common, "--id", label, *sharded]))
     cmds += [
         (
             "planner",

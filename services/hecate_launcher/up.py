@@ -327,6 +327,12 @@ def add_parser(sub: Any) -> None:
         help="telemetry replicas sharing the heartbeat intake, each judging its own nodes",
     )
     p.add_argument(
+        "--telemetry-standby",
+        action="store_true",
+        help="a second telemetry replica of each shard, judging its nodes silently and "
+        "taking over when the first stops renewing its lease",
+    )
+    p.add_argument(
         "--pipelines",
         type=pipelines,
         default="auto",

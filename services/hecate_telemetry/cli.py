@@ -42,6 +42,12 @@ FLAGS = (
         "its own partitions and writes their snapshot under its own key",
     ),
     Flag("shard", "which of the --shards replicas this one is (0 to shards - 1)"),
+    Flag(
+        "lease_s",
+        "replicas of one shard (more than one --id per --shard) share a lease: its holder "
+        "speaks, a standby judges silently and takes over once the term passed unrenewed",
+        unit="ms",
+    ),
 )
 
 

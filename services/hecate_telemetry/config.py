@@ -25,6 +25,9 @@ class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True):
     keyframe_min_s: float = 1.0
     keyframe_bytes_s: int = 128 * 1024
     flips_cap: int = 64
+    # Replicas of one shard share a lease (hecate_telemetry.lease): its holder speaks,
+    # renewing it every third of this term; a standby takes over once it passed.
+    lease_s: float = 3.0
     alpha: float = DEFAULT_ALPHA  # the EWMA's weight of a new sample
     liveness: LivenessConfig = LivenessConfig()
     # This replica hears the intake partitions p with p % shards == shard, and writes
@@ -38,6 +41,7 @@ class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise BadConfig(f"missed: must not be negative, got {self.missed}")
         positive(self.publish_s, "publish_s")
         positive(self.keyframe_min_s, "keyframe_min_s")
+        positive(self.lease_s, "lease_s")
         positive(self.keyframe_bytes_s, "keyframe_bytes_s", "bytes a second")
         if not 0 <= self.tolerance < 1:
             raise BadConfig(f"tolerance: must be in [0, 1), got {self.tolerance!r}")

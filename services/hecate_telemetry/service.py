@@ -44,6 +44,7 @@ from typing import Literal
 
 import msgspec
 from nats.aio.client import Client
+from nats.js.errors import KeyWrongLastSequenceError
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
@@ -52,10 +53,20 @@ from hecate.bus.service import Service, encode
 from hecate.bus.vouching import NodeIdentity
 from hecate.core.telemetry import NodeState, Sample, observe
 from hecate.wire import subjects
-from hecate.wire.messages import Heartbeat, NodeEvent, NodeLeave, NodeTelemetry, TelemetrySnapshot
+from hecate.wire.messages import (
+    Heartbeat,
+    NodeEvent,
+    NodeLeave,
+    NodeTelemetry,
+    TelemetryLease,
+    TelemetrySnapshot,
+)
 from hecate_telemetry.config import TelemetryConfig
+from hecate_telemetry.lease import Claim, Lease
 from hecate_telemetry.liveness import FailureDetector, Link, LinkNews
 from hecate_telemetry.telling import Teller, Tolerance
+
+_lease = msgspec.json.Decoder(TelemetryLease)
 
 # nats-py's own wait for a PONG: never reached on a live connection, whose pings call a
 # held link stale (and replace it, dropping the PING) well before.
@@ -103,16 +114,12 @@ class Telemetry:
         self._dirty = asyncio.Event()
         self._urgent = False
         self._urgent_event = asyncio.Event()
-        self.teller = Teller(
-            shard=config.shard,
-            shards=config.shards,
-            epoch=time.time(),
-            tolerance=Tolerance(relative=config.tolerance),
-            keyframe_min_s=config.keyframe_min_s,
-            keyframe_bytes_s=config.keyframe_bytes_s,
-            flips_cap=config.flips_cap,
-        )
+        self.lease = Lease(config.instance_id, config.lease_s)
+        self.teller = self._teller(0.0)  # speaks once it holds the lease, in its epoch
         self.deltas = self.delta_bytes = self.keyframe_bytes = 0
+        # Liveness changes judged while a standby, kept for a term or two: said at once
+        # if this replica takes over (its predecessor may have died before saying them).
+        self._unsaid: dict[str, NodeEvent] = {}
         self.rejected = 0
         self.identity = NodeIdentity(log)
         self.partitions = subjects.shard_partitions(config.shard, config.shards)
@@ -156,6 +163,8 @@ class Telemetry:
             guard(self._on_leave, lambda leave: leave.node_id),
             deferred=True,
         )
+        await self._lease_once()  # a replica alone for its shard speaks from the start
+        svc.spawn(self._leasing())
         pinged = time.monotonic()
         await svc.ready()  # a PING on the inbound link, answered: its first proof
         self.link = Link(proven_at=pinged)
@@ -345,16 +354,100 @@ class Telemetry:
             "delta_bytes": self.delta_bytes,
             "keyframes": self.teller.keyframes,
             "keyframe_bytes": self.keyframe_bytes,
+            "holding": self.lease.holding(time.time()),
+            "lease_holder": self.lease.holder,
+            "takeovers": self.lease.takeovers,
         }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:
         state: Literal["up", "down"] = "up" if up else "down"
-        event(self.log, f"node {state}", node_id=node_id, reason=reason)
-        subject = subjects.EVENT_NODE_UP if up else subjects.EVENT_NODE_DOWN
-        await self.service.nc.publish(
-            subject, encode(NodeEvent(node_id=node_id, state=state, reason=reason, at=time.time()))
-        )
+        news = NodeEvent(node_id=node_id, state=state, reason=reason, at=time.time())
+        if self.lease.holding(news.at):
+            event(self.log, f"node {state}", node_id=node_id, reason=reason)
+            await self._say(news)
+        else:
+            self._unsaid[node_id] = news
         self.teller.touch(node_id)
+        self._urgent = True
+        self._urgent_event.set()
+        self._dirty.set()
+
+    async def _say(self, news: NodeEvent) -> None:
+        subject = subjects.EVENT_NODE_UP if news.state == "up" else subjects.EVENT_NODE_DOWN
+        await self.service.nc.publish(subject, encode(news))
+
+    # -- the lease: which replica of the shard speaks ----------------------------------
+
+    def _teller(self, epoch: float) -> Teller:
+        c = self.config
+        return Teller(
+            shard=c.shard,
+            shards=c.shards,
+            epoch=epoch,
+            tolerance=Tolerance(relative=c.tolerance),
+            keyframe_min_s=c.keyframe_min_s,
+            keyframe_bytes_s=c.keyframe_bytes_s,
+            flips_cap=c.flips_cap,
+        )
+
+    async def _leasing(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_s / 3)
+            await self._lease_once()
+
+    async def _lease_once(self) -> None:
+        """Read the shard's lease, and renew it, take it over or stand by."""
+        key = subjects.telemetry_lease_key(self.config.shard)
+        try:
+            value, revision = await kvs.get(self._kv, key)
+        except Exception as exc:  # the bus away: our term runs out on its own
+            event(self.log, "lease not read", logging.WARNING, error=repr(exc))
+            return
+        read = None
+        if value is not None:
+            with contextlib.suppress(msgspec.DecodeError):  # unreadable: taken over
+                read = _lease.decode(value)
+        now = time.time()
+        claim = self.lease.claim(now, read, revision)
+        if claim is None:
+            horizon = now - 2 * self.config.lease_s
+            self._unsaid = {n: e for n, e in self._unsaid.items() if e.at >= horizon}
+            return
+        try:
+            await self._write_lease(key, claim)
+        except KeyWrongLastSequenceError:  # another replica wrote first
+            self.lease.lost()
+            return
+        except Exception as exc:  # the bus away: our term runs out on its own
+            event(self.log, "lease not written", logging.WARNING, error=repr(exc))
+            return
+        if self.lease.won(claim):
+            await self._speak_afresh(read)
+
+    async def _write_lease(self, key: str, claim: Claim) -> None:
+        data = encode(claim.value)
+        if claim.how == "create":
+            await self._kv.create(key, data)
+        else:
+            await self._kv.update(key, data, last=claim.last)
+
+    async def _speak_afresh(self, before: TelemetryLease | None) -> None:
+        """This replica now speaks for the shard, in a new epoch: everything it knows is
+        told afresh, and the liveness changes it judged while standing by are said."""
+        event(
+            self.log,
+            "telemetry speaks for its shard",
+            shard=self.config.shard,
+            epoch=self.lease.epoch,
+            took_over_from=before.holder if before is not None else None,
+        )
+        self.teller = self._teller(self.lease.epoch)
+        for node_id in self.nodes:
+            self.teller.touch(node_id)
+        unsaid, self._unsaid = self._unsaid, {}
+        for news in unsaid.values():
+            event(self.log, f"node {news.state}", node_id=news.node_id, reason=news.reason)
+            await self._say(news)
         self._urgent = True
         self._urgent_event.set()
         self._dirty.set()
@@ -383,6 +476,8 @@ class Telemetry:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            if not self.lease.holding(time.time()):
+                continue  # a standby says nothing: taking over, it says everything
             urgent, self._urgent = self._urgent, False
             writes = self.teller.write(time.monotonic(), time.time(), self.entry, self.nodes.keys())
             try:

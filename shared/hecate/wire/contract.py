@@ -403,6 +403,12 @@ TELEMETRY = Message(
     JSON,
     "Liveness and EWMA figures of every node, as telemetry sees them.",
 )
+TELEMETRY_LEASE = Message(
+    "TelemetryLease",
+    m.TelemetryLease,
+    JSON,
+    "Which telemetry replica speaks for a shard, until when, under which epoch.",
+)
 TELEMETRY_DELTA = Message(
     "TelemetryDelta",
     m.TelemetryDelta,
@@ -663,6 +669,17 @@ KV_TELEMETRY = Channel(
     kv=(subjects.TELEMETRY_BUCKET, subjects.telemetry_key("{shard}")),
 )
 
+KV_TELEMETRY_LEASE = Channel(
+    "kvTelemetryLease",
+    _kv_address(subjects.TELEMETRY_BUCKET, subjects.telemetry_lease_key("{shard}")),
+    "Which telemetry replica speaks for a shard (KV)",
+    f"JetStream KV bucket `{subjects.TELEMETRY_BUCKET}`, key "
+    f"`{subjects.telemetry_lease_key('<shard>')}`: written by the replica holding it, "
+    "renewed every third of its term, taken over with a compare-and-set once the term "
+    "passed unrenewed. The other replicas of the shard hear its nodes and stay silent.",
+    (TELEMETRY_LEASE,),
+    kv=(subjects.TELEMETRY_BUCKET, subjects.telemetry_lease_key("{shard}")),
+)
 TELEMETRY_DELTAS = Channel(
     "telemetryDelta",
     subjects.telemetry_delta("{shard}"),
@@ -756,6 +773,7 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     KV_PLAN,
     KV_ASSIGNMENT,
     KV_TELEMETRY,
+    KV_TELEMETRY_LEASE,
     TELEMETRY_DELTAS,
     EVENT_BREAKER_CHANNEL,
     BREAKER_REPORTS,
@@ -1004,6 +1022,21 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
     ),
     Operation(
         "client.getSnapshot", "client", "receive", KV_TELEMETRY, "Read the snapshot (KV get)."
+    ),
+    Operation(
+        "telemetry.putLease",
+        "telemetry",
+        "send",
+        KV_TELEMETRY_LEASE,
+        "Take or renew its shard's lease (KV create, or update on the revision read).",
+    ),
+    Operation(
+        "observer.getLease",
+        "observer",
+        "receive",
+        KV_TELEMETRY_LEASE,
+        "See which replica speaks for each shard (the replicas themselves read it as its "
+        "writers, every third of the term).",
     ),
     Operation(
         "telemetry.sendDelta",

@@ -185,6 +185,15 @@ class TelemetrySnapshot(msgspec.Struct, frozen=True, kw_only=True):
     epoch: float = 0.0
 
 
+class TelemetryLease(msgspec.Struct, frozen=True, kw_only=True):
+    """Which telemetry replica speaks for a shard (KV ``lease.<shard>``), until when
+    (its wall clock), and the epoch its messages carry meanwhile."""
+
+    holder: Slug
+    until: float
+    epoch: float
+
+
 class TelemetryDelta(msgspec.Struct, frozen=True, kw_only=True):
     """What changed among one telemetry replica's nodes since its message ``base``
     (a snapshot or a delta, numbered in one sequence ``seq`` per ``epoch``).

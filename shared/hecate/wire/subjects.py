@@ -202,6 +202,11 @@ def telemetry_key(shard: int | str) -> str:
 TELEMETRY_KEYS = telemetry_key("*")  # every shard's
 
 
+def telemetry_lease_key(shard: int | str) -> str:
+    """The key of the lease saying which replica speaks for telemetry shard ``shard``."""
+    return f"lease.{shard}"
+
+
 def telemetry_delta(shard: int | str) -> str:
     """Where telemetry replica ``shard`` publishes what changed between its snapshots."""
     return f"hecate.telemetry.delta.{shard}"

@@ -1,7 +1,8 @@
 """A follower of telemetry (:func:`hecate.bus.telemetry.follow`, as routers and the
-gateway run it) against a real telemetry process on a real nats-server: it hears what
+gateway run it) against real telemetry processes on a real nats-server: it hears what
 changed as deltas, never the whole snapshot again while it keeps step, sees a node go
-down at the next delta, and follows a telemetry replica killed and started again.
+down at the next delta, and follows a telemetry replica killed and started again, or
+replaced by its standby.
 
 The heartbeaters are the test's own connection (see test_liveness_bus.py)."""
 
@@ -17,9 +18,9 @@ from hecate.bus import kv as kvs
 from hecate.bus import telemetry
 from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
-from tests.services.telemetry.test_liveness_bus import Beats
+from tests.services.telemetry.test_liveness_bus import Beats, Events
 from tests.support.swarm import Processes
-from tests.support.waits import listening, until
+from tests.support.waits import endpoint_data, listening, stats, until
 
 NODES = [f"f{i}" for i in range(12)]
 
@@ -31,6 +32,7 @@ class Follower:
         self.shards = telemetry.Shards()
         self.now: TelemetrySnapshot | None = None
         self.bad = 0
+        self.started = asyncio.Event()  # subscribed, and the snapshots read
 
     async def run(self, client: Client) -> None:
         kv = await kvs.bucket(client, subjects.TELEMETRY_BUCKET)
@@ -39,17 +41,30 @@ class Follower:
             self.bad += 1
 
         async for merged, _part in telemetry.follow(client, kv, bad, shards=self.shards):
+            self.started.set()
             if merged is not None:
                 self.now = merged
+
+    async def start(self, client: Client) -> asyncio.Task[None]:
+        task = asyncio.create_task(self.run(client))
+        await asyncio.wait_for(self.started.wait(), 10)
+        return task
 
     def alive(self, node_id: str) -> bool | None:
         t = self.now.nodes.get(node_id) if self.now is not None else None
         return None if t is None else t.alive
 
 
-async def start_telemetry(processes: Processes, client: Client) -> None:
-    processes.start("telemetry", "telemetry", "--id", "telemetry")
-    await listening(client, "telemetry", "telemetry", "heartbeat")
+async def start_telemetry(
+    processes: Processes, client: Client, instance: str = "telemetry", *args: str
+) -> None:
+    processes.start(instance, "telemetry", "--id", instance, *args)
+    await listening(client, "telemetry", instance, "heartbeat")
+
+
+async def holding(client: Client, instance: str) -> bool:
+    data = endpoint_data(await stats(client, "telemetry", instance), "heartbeat") or {}
+    return bool(data.get("holding"))
 
 
 async def test_a_follower_in_step_hears_deltas_and_a_node_down_at_once(
@@ -57,7 +72,7 @@ async def test_a_follower_in_step_hears_deltas_and_a_node_down_at_once(
 ) -> None:
     await start_telemetry(processes, client)
     follower = Follower()
-    following = asyncio.create_task(follower.run(client))
+    following = await follower.start(client)
     beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
     try:
         await until(lambda: all(follower.alive(n) for n in NODES), "the follower holds all alive")
@@ -86,7 +101,7 @@ async def test_a_follower_follows_a_telemetry_replica_killed_and_started_again(
     word over its predecessor's, and holds every node alive again."""
     await start_telemetry(processes, client)
     follower = Follower()
-    following = asyncio.create_task(follower.run(client))
+    following = await follower.start(client)
     beating = [asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES]
     try:
         await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
@@ -97,6 +112,43 @@ async def test_a_follower_follows_a_telemetry_replica_killed_and_started_again(
         await until(lambda: all(follower.alive(n) for n in NODES), "all alive again")
     finally:
         for task in (*beating, following):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
+async def test_a_standby_replica_takes_over_its_shard_with_nobody_called_down(
+    processes: Processes, client: Client
+) -> None:
+    """Two replicas of one shard: the lease's holder speaks, the other judges silently.
+    The holder killed, the standby speaks once the lease's term passed, in a new
+    epoch: every beating node stays alive for the follower, no node is called down
+    for the takeover, and a node that goes silent afterwards is called down by the
+    new holder."""
+    events = Events()
+    await client.subscribe(subjects.EVENT_NODE_DOWN, cb=events.heard)
+    lease = ("--lease-ms", "900")
+    await start_telemetry(processes, client, "telemetry-a", *lease)
+    await start_telemetry(processes, client, "telemetry-b", *lease)
+    follower = Follower()
+    following = await follower.start(client)
+    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
+    try:
+        await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
+        assert await holding(client, "telemetry-a")
+        assert not await holding(client, "telemetry-b")
+        epoch = follower.shards.held[0].epoch
+        processes.kill("telemetry-a", signal.SIGKILL)
+        await until(lambda: holding(client, "telemetry-b"), "the standby holds the lease")
+        await until(lambda: follower.shards.held[0].epoch > epoch, "its epoch followed")
+        await asyncio.sleep(0.5)
+        assert all(follower.alive(n) for n in NODES)
+        assert events.seen == [], "a node called down for the takeover"
+        beating.pop(NODES[0]).cancel()
+        await until(lambda: bool(events.of(NODES[0], "down")), "the new holder calls it down")
+        await until(lambda: follower.alive(NODES[0]) is False, "and the follower sees it")
+    finally:
+        for task in (*beating.values(), following):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await following

@@ -55,6 +55,12 @@ async def merged(client: Client) -> TelemetrySnapshot | None:
     return await telemetry_kv.read(kv, nc=client, listen_s=0.3)
 
 
+async def snapshots_hold(client: Client, nodes: list[str], shards: int = SHARDS) -> bool:
+    """Whether the shards' snapshots in KV (put every second or so) hold ``nodes``."""
+    held = set().union(*(p.nodes for p in await shard_snapshots(client, shards)))
+    return held >= set(nodes)
+
+
 async def figures(client: Client, k: int) -> dict[str, Any]:
     data = endpoint_data(await stats(client, "telemetry", f"telemetry-{k}"), "heartbeat")
     return data or {}
@@ -73,6 +79,7 @@ async def test_each_node_is_judged_by_one_replica_and_followers_see_the_whole_sw
     beating = {b.node_id: asyncio.create_task(b.forever(0.1)) for b in beats}
     try:
         await until(lambda: all_alive(client, NODES), "every node alive in the merged snapshot")
+        await until(lambda: snapshots_hold(client, NODES), "every node in the snapshots")
         parts = await shard_snapshots(client)
         assert sorted(p.shard for p in parts) == list(range(SHARDS))
         assert all(p.shards == SHARDS for p in parts)
@@ -121,6 +128,7 @@ async def test_a_server_without_the_mapping_still_has_every_node_judged_once(
         finally:
             for task in beating:
                 task.cancel()
+        await until(lambda: snapshots_hold(client, NODES[:12], 2), "all in the snapshots")
         held = [set(p.nodes) for p in await shard_snapshots(client, 2)]
         assert sum(len(h) for h in held) == 12
         assert set().union(*held) == set(NODES[:12])
