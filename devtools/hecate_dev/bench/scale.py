@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import math
 import os
 import random
 import tempfile
@@ -88,6 +90,7 @@ TOPOLOGY = {"models": [{"id": "scale", "layers": 48}], "nodes": [{"id": "x", "ca
 EXPERT = {"id": "scale-expert", "layers": 24, "role": "expert", "replicas": 40}
 TWO_MODELS = {**TOPOLOGY, "models": [*TOPOLOGY["models"], EXPERT]}
 PLAN_ARGS = ("--pipelines", "auto", "--settle-ms", "500")
+IN_STEP_S = 15.0  # the longest a follower starting may take to be in step (see _follow)
 PER_HOST = 1000  # identities in one host process: about one core's worth at 1 s beats
 # Identities started a second, all hosts together: at 1,800 a second (200 a host) two
 # cores could not open the connections within the 10 s a node allows itself.
@@ -206,25 +209,39 @@ def _failure(procs: Supervisor, label: str) -> str | None:
 
 
 async def _follow(url: str, seconds: float) -> Following:
-    """What following telemetry brings a router over ``seconds``: the deltas and
+    """What following telemetry costs a router in step over ``seconds``: the deltas and
     their bytes, and the snapshots it read again and theirs (the router's own
-    :func:`hecate.bus.telemetry.follow`; the snapshots read when it starts are not
-    counted)."""
+    :func:`hecate.bus.telemetry.follow`). Counted once it is in step: a follower
+    starting reads every shard's snapshot, and misses the deltas published between a
+    snapshot and its subscription, so it reads each shard's next one too (a shard puts
+    one every second or more: up to ``IN_STEP_S``)."""
     nc = await nats.connect(url)
     shards = telemetry.Shards()
+    start, started_at = Following(), math.inf
     try:
         kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
         steps = telemetry.follow(nc, kv, lambda _r, _e: None, shards=shards)
-        await anext(steps)  # every shard's snapshot, as a router starting reads them
-        shards.stats = Following()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
+        with contextlib.suppress(TimeoutError):  # one timeout: a cancelled follow is over
+            async with asyncio.timeout(IN_STEP_S + seconds):
                 async for _step in steps:
-                    pass
+                    now = time.monotonic()
+                    if started_at == math.inf and _in_step(shards):
+                        start, started_at = dataclasses.replace(shards.stats), now
+                    if now - started_at >= seconds:
+                        break
         await steps.aclose()
     finally:
         await nc.close()
-    return shards.stats
+    end = shards.stats
+    return Following(
+        **{f.name: getattr(end, f.name) - getattr(start, f.name) for f in dataclasses.fields(end)}
+    )
+
+
+def _in_step(shards: telemetry.Shards) -> bool:
+    """Every shard held, a delta applied on its snapshot, and none missed since."""
+    held = shards.held.values()
+    return bool(held) and all(h.missed is None and h.applied > 0 for h in held)
 
 
 def _state(pipelines: int, stages: int, *, seed: int = 7) -> SwarmState:
@@ -361,18 +378,21 @@ def one_size(
         server_before = cpu_seconds(server_pid) or 0.0
         before = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         heard_before = asyncio.run(_heard(url, replicas))
+        measured_from = time.monotonic()
+        # The follower's own counts cover its steady_s in step; everything else, the
+        # whole window (its start and catching up included).
         followed = asyncio.run(_follow(url, steady_s))
         heard_after = asyncio.run(_heard(url, replicas))
+        window = time.monotonic() - measured_from
         after = {label: cpu_seconds(pid) or 0.0 for label, pid in pids.items()}
         host_rss = [rss_mb(pids[label]) or 0.0 for label in hosts]
         failures = [why for label in hosts if (why := _failure(procs, label)) is not None]
-        hosts_cpu = sum(after[h] - before[h] for h in hosts) / steady_s
-        shard_cpu = [(after[r] - before[r]) / steady_s for r in replicas]
+        hosts_cpu = sum(after[h] - before[h] for h in hosts) / window
+        shard_cpu = [(after[r] - before[r]) / window for r in replicas]
         telemetry_cpu = sum(shard_cpu)
-        # Beats taken per second, per replica, over the window the router followed (the
-        # few ms between the CPU readings and the counts aside); what the nodes' pace
-        # says they send is size / beat_s.
-        window = steady_s
+        # Beats taken per second, per replica, over the window (the few ms between the
+        # CPU readings and the counts aside); what the nodes' pace says they send is
+        # size / beat_s.
         heard = [(heard_after[r][0] - heard_before[r][0]) / window for r in replicas]
         missed = sum(heard_after[r][1] - heard_before[r][1] for r in replicas)
         plans, shares = _published(procs)
@@ -418,10 +438,10 @@ def one_size(
             "copies_by_model": _copies(plan),
             # Per router, the mean over them; and the server's own CPU meanwhile.
             "router_cpu_per_s": round(
-                sum(after[r] - before[r] for r in followers) / routers / steady_s, 3
+                sum(after[r] - before[r] for r in followers) / routers / window, 3
             ),
             "server_cpu_per_s": round(
-                ((cpu_seconds(server_pid) or 0.0) - server_before) / steady_s, 3
+                ((cpu_seconds(server_pid) or 0.0) - server_before) / window, 3
             ),
             "snapshot_bytes_per_node": round(snapshot_bytes / max(1, alive)),
         }

@@ -55,6 +55,7 @@ class Held:
     shards: int
     nodes: dict[str, NodeTelemetry]
     missed: int | None = None
+    applied: int = 0  # deltas applied since its snapshot
 
 
 @dataclass(slots=True)
@@ -138,6 +139,7 @@ class Shards:
                 changed[node_id] = msgspec.structs.replace(was, last_seen=when)
         held.nodes.update(changed)
         held.seq, held.written_at, held.shards = delta.seq, delta.written_at, delta.shards
+        held.applied += 1
         part = TelemetrySnapshot(
             written_at=delta.written_at,
             nodes=changed,
