@@ -361,7 +361,7 @@ def test_the_scale_section_tables_each_size_and_says_what_many_routers_cost() ->
     assert scale.count("| 2,000 | 2 | 2,000 | 7.1 |") == 1  # the many-routers run is prose
     assert (
         "10 routers following 2,000 nodes: each received 508,000 bytes a second of "
-        "snapshots and spent 0.020 of a core (one router alone: 0.020); the nats-server "
+        "telemetry and spent 0.020 of a core (one router alone: 0.020); the nats-server "
         "spent 0.400 of a core (0.100 with one router)."
     ) in scale.replace("**", "")
     assert "What broke" not in scale

@@ -30,6 +30,7 @@ namespace (the rest of the scale suite).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -62,6 +63,7 @@ from hecate.core import (
     SwarmPlan,
     SwarmState,
 )
+from hecate.core.cost import inflight_cost
 from hecate.core.telemetry import beat_interval
 from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
@@ -282,11 +284,34 @@ def decisions(size: int, *, samples: int = 300) -> dict[str, Any]:
     for p in state.plan.pipelines[::2]:
         router.measured(p.pipeline_id, rng.uniform(0.01, 0.1), 1.0)
     measured = per_call_us(lambda: router.route("scale", request, now=1.5), samples)
+    flying: collections.deque[Route] = collections.deque()
     for _ in range(32):
-        router.begin(router.route("scale", request, now=1.5))
+        flying.append(router.route("scale", request, now=1.5))
+        router.begin(flying[-1])
     busy = per_call_us(lambda: router.route("scale", request, now=1.5), samples)
+
+    # As a router under load decides: each decision's dispatch begun and the oldest of
+    # the 32 ended, so every decision re-costs the pipelines those two touched (the
+    # three calls timed together).
+    def churn() -> None:
+        route = router.route("scale", request, now=1.5)
+        router.begin(route)
+        router.end(flying.popleft())
+        flying.append(route)
+
+    churning = per_call_us(churn, samples)
     picked: Route = router.route("scale", request, now=1.5)
-    assert picked.pipeline_id in {p.pipeline_id for p in state.plan.pipelines}
+    # The answer timed is the least cost over every pipeline, walked here in full.
+    walked = min(
+        (
+            base
+            + inflight_cost(sum(router.in_flight(s.node_id) for s in p.stages))
+            + router.link(p, 1.5),
+            pid,
+        )
+        for base, pid, p in router.state.cost_table("scale")
+    )
+    assert picked.pipeline_id == walked[1], (picked, walked)
     # A new snapshot: the state rebuilt from it, adopted, and the first decision.
     heard = dict(state.nodes)
     times = []
@@ -301,6 +326,7 @@ def decisions(size: int, *, samples: int = 300) -> dict[str, Any]:
         "route_idle_us": idle,
         "route_measured_us": measured,
         "route_busy_us": busy,
+        "route_churn_us": churning,
         "snapshot_ms": round(times[len(times) // 2], 2),
     }
 

@@ -13,11 +13,10 @@ pipeline took, and each pipeline's cost gains its link term (``w_l·link_P``, se
 place of its nodes' reported latencies, or the unmeasured allowance on top of them.
 
 The decision stays a lookup: pipeline costs come from the snapshot's cache, the
-in-flight term is a per-pipeline counter kept up to date by ``begin``/``end``, and the
-link term one figure per pipeline. While nothing is measured every added term is
-never negative, so walking the cost table stops as soon as no later (cheaper-based)
-entry can win; a measured step can lower a pipeline below its base, and then every
-healthy pipeline of the model is weighed (a handful).
+in-flight term is a per-pipeline counter kept up to date by ``begin``/``end``, the
+link term one figure per pipeline, and each model's pipelines sit in a heap by their
+cost now (:class:`hecate.core.cheapest.Cheapest`): a dispatch or a measurement
+re-costs only the pipelines it touched, and a decision reads the top.
 
 **The way back for the unmeasured** (:meth:`Router.explore`). The link term holds only
 while this router sends a pipeline steps. One that gets none (passed over for a measured
@@ -60,6 +59,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from hecate.core.cheapest import Cheapest
 from hecate.core.cost import (
     DEFAULT_PENALTY,
     DEFAULT_WEIGHTS,
@@ -74,7 +74,7 @@ from hecate.core.errors import Saturated
 from hecate.core.plan import Pipeline, SwarmPlan
 from hecate.core.roundtrips import DEFAULT_WINDOW_S, RoundTrips
 from hecate.core.routing import DEFAULT_REQUEST, Route, RoutingRequest, no_route_error
-from hecate.core.state import SwarmState
+from hecate.core.state import CostTable, SwarmState
 
 # At most one exploration every DEFAULT_EXPLORE_S per model, and one decision in
 # DEFAULT_EXPLORE_EVERY: a thawed pipeline is back within a second under load, and
@@ -90,10 +90,6 @@ class _Exploring:
     decisions: int = 0  # since its last exploration
     explored_at: float = -math.inf
     look_at: float = -math.inf  # when a look for an unmeasured pipeline is next due
-
-
-#: A cost table row ordered by the least cost it could have: (least, id, base, pipeline).
-_Row = tuple[float, str, float, Pipeline]
 
 
 class Router:
@@ -122,9 +118,13 @@ class Router:
         # Each pipeline's link term as last computed, from when and until when it holds
         # (RoundTrips.lately): a decision reads it, a sample or a snapshot drops it.
         self._links: dict[str, tuple[float, float, float]] = {}
-        # Per model, the cost table it was made from and its rows ordered by the least
-        # cost each pipeline could have (see _floors), this snapshot.
-        self._floor_rows: dict[tuple[str, bool], tuple[object, list[_Row]]] = {}
+        # Per model, its cost table in this snapshot (the state caches it too, keyed by
+        # the weights: hashing those at every decision cost more than the decision),
+        # and its healthy pipelines by what each costs now (Cheapest); per pipeline of
+        # those, its base cost and the pipeline.
+        self._tables: dict[str, CostTable] = {}
+        self._cheapest: dict[str, Cheapest] = {}
+        self._base: dict[str, tuple[float, Pipeline]] = {}
         self.explore_s = explore_s
         self.explore_every = explore_every
         self._exploring: dict[str, _Exploring] = {}  # per model
@@ -139,7 +139,7 @@ class Router:
         self.state = state
         self._compute_ms = {}
         self._links = {}
-        self._floor_rows = {}
+        self._tables, self._cheapest, self._base = {}, {}, {}
         for e in self._exploring.values():  # a node may be back: look again
             e.look_at = e.explored_at + self.explore_s
         if state.plan is not before:
@@ -152,6 +152,8 @@ class Router:
             self.round_trips.keep(
                 [pid for pid, stages in self._plan_pipelines.items() if old.get(pid) == stages]
             )
+        self._model_of = {p.pipeline_id: p.model_id for p in self.state.plan.pipelines}
+        self._cheapest = {}  # the in-flight counts below are counted afresh
         self._pipelines_of: dict[str, list[str]] = defaultdict(list)
         for p in self.state.plan.pipelines:
             for s in p.stages:
@@ -175,6 +177,7 @@ class Router:
         if pipeline_id in self._plan_pipelines:
             self.round_trips.sample(pipeline_id, seconds * 1000, now)
             self._links.pop(pipeline_id, None)
+            self._touch(pipeline_id)
 
     def forget(self, now: float) -> None:
         """Drop the round trips measured too long ago to count (they would not anyway)."""
@@ -221,66 +224,44 @@ class Router:
         Pipelines named in ``full`` (at their admission limit) are passed over; when
         that leaves none of the healthy ones, :class:`Saturated` is raised: the request
         should wait, not be rescued."""
-        table = self.state.cost_table(model_id, self.weights, self.penalty)
-        if not table:
-            raise no_route_error(model_id, self.state)
-        best_cost, best_id, best = float("inf"), "", table[0][2]
-        busy = self._pipeline_in_flight
-        at = self._now if now is None else now
-        links = self._links
-        # Rows in the order of the least cost each could have, that least first: once
-        # a row's least is no better than the best cost found, no later row wins. With
-        # nothing measured that least is the base cost itself (the added terms are
-        # never negative) and the cost table is already in its order.
-        for least, pid, base, p in self._floors(model_id, table, len(self.round_trips) > 0):
-            if (least, pid) >= (best_cost, best_id):
-                break
-            if pid in full:
-                continue
-            kept = links.get(pid)  # self.link's own look-up, without the call
-            link = kept[0] if kept is not None and kept[1] <= at < kept[2] else self.link(p, at)
-            cost = base + self._per_request * busy.get(pid, 0) + link
-            if (cost, pid) < (best_cost, best_id):
-                best_cost, best_id, best = cost, pid, p
-        if not best_id:
+        cheapest = self._cheapest.get(model_id)
+        if cheapest is None:
+            table = self._tables.get(model_id)
+            if table is None:
+                table = self._tables[model_id] = self.state.cost_table(
+                    model_id, self.weights, self.penalty
+                )
+            if not table:
+                raise no_route_error(model_id, self.state)
+            self._base.update((pid, (base, p)) for base, pid, p in table)
+            cheapest = self._cheapest[model_id] = Cheapest(
+                (pid for _base, pid, _p in table), self._cost_now
+            )
+        picked = cheapest.pick(self._now if now is None else now, full)
+        if picked is None:
             raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
+        best_cost, best_id = picked
         return Route(
             model_id=model_id,
             pipeline_id=best_id,
             cost=best_cost + token_cost(request.tokens, self.weights),
-            stages=best.stages,
+            stages=self._base[best_id][1].stages,
         )
 
-    def _floors(
-        self, model_id: str, table: tuple[tuple[float, str, Pipeline], ...], measured: bool
-    ) -> list[_Row]:
-        """``table``'s rows as ``(least, id, base, pipeline)``, by ``(least, id)``:
-        ``least`` is the base cost plus the lowest link term the pipeline could have
-        (a step measured at no time at all, or the allowance for an unmeasured one;
-        load only adds); with nothing ``measured``, the base cost itself (the link
-        term is then the allowance, never negative). Made once per snapshot and model,
-        so that a decision walks only the rows that could beat the best, however many
-        pipelines there are."""
-        kept = self._floor_rows.get((model_id, measured))
-        if kept is not None and kept[0] is table:
-            return kept[1]
-        if not measured:
-            plain = [(base, pid, base, p) for base, pid, p in table]  # in its order already
-            self._floor_rows[model_id, measured] = (table, plain)
-            return plain
-        allowance = link_cost(None, 0.0, self.weights, self.penalty)
-        rows = [
-            (
-                base + min(allowance, link_cost(0.0, self._compute(p), self.weights, self.penalty)),
-                pid,
-                base,
-                p,
-            )
-            for base, pid, p in table
-        ]
-        rows.sort(key=lambda row: (row[0], row[1]))
-        self._floor_rows[model_id, measured] = (table, rows)
-        return rows
+    def _cost_now(self, pipeline_id: str, at: float) -> tuple[float, float]:
+        """What ``pipeline_id`` costs at ``at`` (its base, this router's in-flight work
+        on it, its link term), and until when that holds with no dispatch on it and no
+        step of it measured meanwhile."""
+        base, p = self._base[pipeline_id]
+        link = self.link(p, at)
+        busy = self._pipeline_in_flight.get(pipeline_id, 0)
+        return base + self._per_request * busy + link, self._links[pipeline_id][2]
+
+    def _touch(self, pipeline_id: str) -> None:
+        """``pipeline_id``'s cost changed: its model's heap hears of it."""
+        cheapest = self._cheapest.get(self._model_of.get(pipeline_id, ""))
+        if cheapest is not None:
+            cheapest.touch(pipeline_id)
 
     def explore(
         self,
@@ -350,4 +331,5 @@ class Router:
             self._node_in_flight[s.node_id] = after
             for pid in self._pipelines_of.get(s.node_id, ()):
                 self._pipeline_in_flight[pid] += after - before
+                self._touch(pid)
         self._total_in_flight = max(0, self._total_in_flight + delta)

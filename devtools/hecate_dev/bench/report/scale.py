@@ -86,6 +86,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
             "idle, nothing measured p50 / p99 (µs)",
             "half measured p50 / p99 (µs)",
             "and 32 in flight p50 / p99 (µs)",
+            "a decision, its dispatch begun and the oldest ended, p50 / p99 (µs)",
             "a new snapshot (ms)",
         ],
         [
@@ -96,6 +97,7 @@ def section_scale(env: Doc, img: str) -> tuple[str, list[Target]]:
                     f"{num(lv[k]['p50'], 1)} / {num(lv[k]['p99'], 1)}"
                     for k in ("route_idle_us", "route_measured_us", "route_busy_us")
                 ),
+                _pair(lv.get("route_churn_us")),
                 num(lv["snapshot_ms"], 2),
             ]
             for lv in decided
@@ -159,10 +161,14 @@ it missed a delta, not on every change.
 
 **A routing decision at these sizes**, in this process, on a router holding a plan of
 that many nodes in six-stage copies, every node measured by telemetry (the router's
-own `Router.route`, its cost table cached per snapshot; times per call, over batches
-of 50): with nothing measured by the router itself, with the round trips of half the
-copies measured, and with 32 requests in flight on top; and what a new telemetry
-snapshot costs it (its state rebuilt, adopted and the first decision made on it).
+own `Router.route`: each model's copies in a heap by their cost now; times per call,
+over batches of 50, each answer checked at the end against a walk over every copy):
+with nothing measured by the router itself, with the round trips of half the copies
+measured, with 32 requests in flight on top, and as a router under load decides, each
+decision's dispatch begun and the oldest of the 32 ended (the three calls timed
+together: the two that move the load re-cost the copies they touch); and what a new
+telemetry snapshot costs it (its state rebuilt, adopted and the first decision made
+on it).
 
 {decisions}
 
@@ -241,6 +247,13 @@ parentheses, the same size with one replica.
 {shown}
 
 """
+
+
+def _pair(figures: dict[str, float] | None) -> str:
+    """p50 / p99 of a timing, or "-" for a run that did not measure it."""
+    if not figures:
+        return "-"
+    return f"{num(figures['p50'], 1)} / {num(figures['p99'], 1)}"
 
 
 def _whole(lv: dict[str, Any]) -> str:
