@@ -36,6 +36,10 @@ from hecate_router.fold import telemetry_nodes
 
 # Telemetry that moves nobody up or down is built into the routes at most this often.
 REBUILD_EVERY_S = 0.05
+# And routine rebuilds (figures moved, nobody up or down) take at most this share of a
+# router's time: a large swarm's rebuild (2 µs a node) comes less often than every
+# REBUILD_EVERY_S, so following it never takes a router's core.
+REBUILD_SHARE = 0.1
 
 
 class SwarmView:
@@ -60,6 +64,7 @@ class SwarmView:
         self.telemetry_heard = 0.0  # ...and our monotonic one
         self.breakers = breakers
         self._rebuilt = -REBUILD_EVERY_S  # monotonic time of the last rebuild
+        self._rebuild_s = 0.0  # how long it took
         self._behind = False  # telemetry adopted since then and not built in
 
     @property
@@ -130,21 +135,33 @@ class SwarmView:
         moved = part is None or any(
             (was := before.get(i)) is None or was.alive != t.alive for i, t in part.nodes.items()
         )
-        if moved or now - self._rebuilt >= REBUILD_EVERY_S:
+        if moved or now - self._rebuilt >= self.rebuild_every():
             self.rebuild()
         else:
             self._behind = True
 
     def catch_up(self, now: float) -> None:
         """Rebuild with the telemetry :meth:`adopt_telemetry` held back, once it is due."""
-        if self._behind and now - self._rebuilt >= REBUILD_EVERY_S:
+        if self._behind and now - self._rebuilt >= self.rebuild_every():
             self.rebuild()
+
+    def rebuild_every(self) -> float:
+        """How often figures alone may rebuild the routes: every
+        :data:`REBUILD_EVERY_S`, or less often when a rebuild takes more than
+        :data:`REBUILD_SHARE` of that."""
+        return max(REBUILD_EVERY_S, self._rebuild_s / REBUILD_SHARE)
 
     def rebuild(self) -> None:
         """Plan + telemetry + circuits + local suspicions -> the chooser's fresh snapshot."""
-        self._behind, self._rebuilt = False, time.monotonic()
+        started = time.monotonic()
+        self._behind, self._rebuilt = False, started
         if self.plan is None:
             return
+        self._build(self.plan)
+        self._rebuild_s = time.monotonic() - started
+
+    def _build(self, plan: SwarmPlan) -> None:
+        """The chooser's fresh snapshot, from what this view holds."""
         nodes, heard = telemetry_nodes(self.telemetry.nodes if self.telemetry else {})
         open_circuits: set[str] = set()
         leased: set[str] = set()
@@ -156,7 +173,7 @@ class SwarmView:
             }
             leased = self.breakers.leased
         self.chooser.observe(
-            self.plan,
+            plan,
             nodes,
             now=time.time(),
             open_circuits=open_circuits,

@@ -27,7 +27,7 @@ class TelemetryConfig(msgspec.Struct, frozen=True, kw_only=True):
     flips_cap: int = 64
     # Replicas of one shard share a lease (hecate_telemetry.lease): its holder speaks,
     # renewing it every third of this term; a standby takes over once it passed.
-    lease_s: float = 3.0
+    lease_s: float = 5.0
     alpha: float = DEFAULT_ALPHA  # the EWMA's weight of a new sample
     liveness: LivenessConfig = LivenessConfig()
     # This replica hears the intake partitions p with p % shards == shard, and writes

@@ -408,6 +408,7 @@ class Telemetry:
             with contextlib.suppress(msgspec.DecodeError):  # unreadable: taken over
                 read = _lease.decode(value)
         now = time.time()
+        lapsed = self.lease.epoch > 0 and not self.lease.holding(now)
         claim = self.lease.claim(now, read, revision)
         if claim is None:
             horizon = now - 2 * self.config.lease_s
@@ -423,6 +424,24 @@ class Telemetry:
             return
         if self.lease.won(claim):
             await self._speak_afresh(read)
+            return
+        if lapsed:  # ours still, but this loop was held past its term: silent meanwhile
+            event(
+                self.log,
+                "lease renewed after its term ran out: what was judged meanwhile is said now",
+                logging.WARNING,
+                unsaid=len(self._unsaid),
+            )
+            self._urgent_event.set()
+            self._dirty.set()
+        await self._say_unsaid()
+
+    async def _say_unsaid(self) -> None:
+        """Say the liveness changes judged while this replica could not speak."""
+        unsaid, self._unsaid = self._unsaid, {}
+        for news in unsaid.values():
+            event(self.log, f"node {news.state}", node_id=news.node_id, reason=news.reason)
+            await self._say(news)
 
     async def _write_lease(self, key: str, claim: Claim) -> None:
         data = encode(claim.value)
@@ -444,10 +463,7 @@ class Telemetry:
         self.teller = self._teller(self.lease.epoch)
         for node_id in self.nodes:
             self.teller.touch(node_id)
-        unsaid, self._unsaid = self._unsaid, {}
-        for news in unsaid.values():
-            event(self.log, f"node {news.state}", node_id=news.node_id, reason=news.reason)
-            await self._say(news)
+        await self._say_unsaid()
         self._urgent = True
         self._urgent_event.set()
         self._dirty.set()

@@ -10,7 +10,7 @@ import time
 
 from hecate.core import FailoverOptions
 from hecate.wire.messages import NodeTelemetry, TelemetrySnapshot
-from hecate_router.swarmview import REBUILD_EVERY_S, SwarmView
+from hecate_router.swarmview import REBUILD_EVERY_S, REBUILD_SHARE, SwarmView
 from tests.support.builders import pipeline, plan
 
 PLAN = plan(
@@ -77,3 +77,27 @@ def test_a_new_node_in_a_part_is_built_in_at_once() -> None:
     part = TelemetrySnapshot(written_at=WALL, nodes={"b0": both.nodes["b0"]})
     v.adopt_telemetry(both, WALL, time.monotonic(), part)
     assert latency_of(v, "b0") == 1.0
+
+
+def test_a_rebuild_that_takes_long_comes_less_often() -> None:
+    """Routine rebuilds take at most REBUILD_SHARE of a router's time: one that took
+    a second (a very large swarm) is followed by the next figures ten seconds later,
+    while a node going down is still built in at once."""
+    v = view()
+    now = time.monotonic()
+    v.adopt_telemetry(snap(FAST), WALL, now)
+    v._rebuild_s = 1.0  # as a swarm of some 500,000 nodes would take
+    assert v.rebuild_every() == 1.0 / REBUILD_SHARE
+    slower = snap({**FAST, "a0": 9.0})
+    part = TelemetrySnapshot(written_at=WALL, nodes={"a0": slower.nodes["a0"]})
+    v.adopt_telemetry(slower, WALL, time.monotonic() + 1.0, part)
+    v.catch_up(time.monotonic() + 1.0)
+    assert latency_of(v, "a0") == 1.0
+    v.catch_up(time.monotonic() + 1.0 / REBUILD_SHARE)
+    assert latency_of(v, "a0") == 9.0
+    v._rebuild_s = 1.0
+    dead = snap({**FAST, "a0": 9.0}, down=frozenset({"a1"}))
+    part = TelemetrySnapshot(written_at=WALL, nodes={"a1": dead.nodes["a1"]})
+    v.adopt_telemetry(dead, WALL, time.monotonic(), part)
+    assert v.router is not None
+    assert not v.router.state.nodes["a1"].alive

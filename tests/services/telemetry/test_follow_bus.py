@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 
 from nats.aio.client import Client
@@ -147,6 +148,38 @@ async def test_a_standby_replica_takes_over_its_shard_with_nobody_called_down(
         beating.pop(NODES[0]).cancel()
         await until(lambda: bool(events.of(NODES[0], "down")), "the new holder calls it down")
         await until(lambda: follower.alive(NODES[0]) is False, "and the follower sees it")
+    finally:
+        for task in (*beating.values(), following):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
+async def test_a_telemetry_frozen_past_its_lease_says_what_it_judged_once_thawed(
+    processes: Processes, client: Client
+) -> None:
+    """Frozen (SIGSTOP) longer than its lease's term, a lone replica stops speaking;
+    thawed, it renews its own lease and says what it judged meanwhile: the node that
+    went silent is called down, and the follower sees it, while every node that beat
+    on stays alive."""
+    events = Events()
+    await client.subscribe(subjects.EVENT_NODE_DOWN, cb=events.heard)
+    await start_telemetry(processes, client, "telemetry", "--lease-ms", "600")
+    follower = Follower()
+    following = await follower.start(client)
+    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
+    try:
+        await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
+        pid = processes.supervisor.pid("telemetry")
+        os.kill(pid, signal.SIGSTOP)
+        beating.pop(NODES[1]).cancel()
+        await asyncio.sleep(1.5)  # past its term, twice over
+        os.kill(pid, signal.SIGCONT)
+        await until(lambda: bool(events.of(NODES[1], "down")), "the silent node called down")
+        await until(lambda: follower.alive(NODES[1]) is False, "and the follower sees it")
+        await asyncio.sleep(0.5)
+        assert [e.node_id for e in events.seen] == [NODES[1]], events.seen
+        assert all(follower.alive(n) for n in NODES if n != NODES[1])
     finally:
         for task in (*beating.values(), following):
             task.cancel()
