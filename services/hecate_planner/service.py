@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -85,6 +86,7 @@ class PlannerService:
         # Members telemetry called down, and when (monotonic): each leaves the plan once
         # it has been down ``retire_after_s``, and comes back when heard again.
         self.silent: dict[str, tuple[NodeProfile, float]] = {}
+        self._heard_at: dict[str, float] = {}  # telemetry's time of its latest word on each
         self._why_down: dict[str, str] = {}  # telemetry's reason, for the log
         self._held: dict[str, int] = {}  # down, kept: the plan epoch that could not lose it
         self.swarm: Swarm | None = None
@@ -186,9 +188,20 @@ class PlannerService:
         self.silent.pop(leave.node_id, None)
         self._retire(leave.node_id, "node left")
 
+    def _newest(self, news: NodeEvent) -> bool:
+        """Whether ``news`` is the latest word on its node: downs and ups come on two
+        subjects, each read by a task of its own, so a node called down and heard again
+        a moment later may be read up first; the older word is then left out."""
+        if news.at < self._heard_at.get(news.node_id, -math.inf):
+            return False
+        self._heard_at[news.node_id] = news.at
+        return True
+
     async def _on_down(self, news: NodeEvent, _headers: object) -> None:
         """Telemetry called a member down: once it has stayed down ``retire_after_s``
         the plan goes on without it (:meth:`_retirements`)."""
+        if not self._newest(news):
+            return
         profile = self.members.get(news.node_id)
         if profile is not None and news.node_id not in self.silent:
             self.silent[news.node_id] = (profile, time.monotonic())
@@ -201,6 +214,8 @@ class PlannerService:
     async def _on_up(self, news: NodeEvent, _headers: object) -> None:
         """A member called down is heard again: if it already left the plan it comes
         back as a joiner would; if not, nothing changed."""
+        if not self._newest(news):
+            return
         entry = self.silent.pop(news.node_id, None)
         self._why_down.pop(news.node_id, None)
         self._held.pop(news.node_id, None)

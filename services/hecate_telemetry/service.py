@@ -490,7 +490,9 @@ class Telemetry:
     async def _writer(self) -> None:
         shard = self.config.shard
         while True:
-            await self._dirty.wait()
+            owed = self.teller.owed(time.monotonic())
+            with contextlib.suppress(TimeoutError):  # past it: the snapshot owed
+                await asyncio.wait_for(self._dirty.wait(), owed)
             self._dirty.clear()
             if not self.lease.holding(time.time()):
                 continue  # a standby says nothing: taking over, it says everything

@@ -177,8 +177,20 @@ class Teller:
         """Whether a snapshot is written this tick."""
         if self.keyframes == 0 or len(self.flipped) > self.flips_cap:
             return True
+        return now >= self.next_keyframe()
+
+    def next_keyframe(self) -> float:
+        """When the next snapshot may be written (monotonic)."""
         every = max(self.keyframe_min_s, self.keyframe_size / self.keyframe_bytes_s)
-        return now - self.keyframe_at >= every
+        return self.keyframe_at + every
+
+    def owed(self, now: float) -> float | None:
+        """How long until a snapshot is owed although nothing else changes: the deltas
+        since the latest one are not in KV yet (a swarm gone quiet after a change would
+        otherwise leave followers starting later to that stale one). None: owed none."""
+        if self.seq == self.keyframe and self.keyframes > 0:
+            return None
+        return max(0.0, self.next_keyframe() - now)
 
     def snapshot(
         self, wall: float, entry: Callable[[str], NodeTelemetry], everyone: Collection[str]

@@ -26,8 +26,10 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from hecate.bus import kv as kvs
+from hecate.core import SwarmPlan
 from hecate.wire import subjects
-from hecate.wire.messages import NodeEvent
+from hecate.wire.messages import NodeEvent, PlanChanged
 from hecate_dev.apart import ApartSwarm, Load, alive, plan_nodes
 from hecate_dev.bench.concurrency import percentile
 
@@ -45,17 +47,16 @@ async def _until(check: Any, timeout_s: float, poll_s: float = 0.1) -> float | N
     return None
 
 
-def _plans_published(swarm: ApartSwarm, since_wall: float) -> int:
-    log = (swarm.procs.logs / "planner.log") if swarm.procs.logs else None
-    if log is None or not log.exists():
-        return 0
-    count = 0
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            if record.get("event") == "plan published" and record.get("ts", 0) >= since_wall:
-                count += 1
-    return count
+async def _plan(client: Client) -> tuple[set[str], int]:
+    """The nodes of the plan now and its epoch (KV revision); nothing and 0 when it
+    cannot be read."""
+    with contextlib.suppress(Exception):
+        bucket = await kvs.bucket(client, subjects.PLAN_BUCKET)
+        value, revision = await kvs.get(bucket, subjects.PLAN_KEY)
+        if value:
+            plan = msgspec.json.decode(value, type=SwarmPlan)
+            return {n.node_id for n in plan.nodes}, revision
+    return set(), 0
 
 
 async def _followed(client: Client, routers: int) -> dict[str, int]:
@@ -81,13 +82,19 @@ async def _measure(
     cut = swarm.rack_nodes(0, rack)
     client = await nats.connect(swarm.url)
     downs: dict[str, float] = {}
+    plans: set[int] = set()  # the epochs the planner announced
 
     async def heard(msg: Msg) -> None:
         news = msgspec.json.decode(msg.data, type=NodeEvent)
         downs.setdefault(news.node_id, time.monotonic())
 
+    async def planned(msg: Msg) -> None:
+        with contextlib.suppress(msgspec.DecodeError):
+            plans.add(msgspec.json.decode(msg.data, type=PlanChanged).epoch)
+
     try:
         await client.subscribe(subjects.EVENT_NODE_DOWN, cb=heard)
+        await client.subscribe(subjects.EVENT_PLAN, cb=planned)
 
         async def formed() -> bool:
             return await plan_nodes(client) == everyone and await alive(client) >= everyone
@@ -103,7 +110,8 @@ async def _measure(
         routers = swarm.routers
         followed_from, followed_at = await _followed(client, routers), time.monotonic()
         downs.clear()
-        cut_at, cut_wall = time.monotonic(), time.time()
+        _nodes, epoch_at_cut = await _plan(client)
+        cut_at = time.monotonic()
         swarm.racks[0].cut()
 
         async def all_down() -> bool:
@@ -111,13 +119,22 @@ async def _measure(
 
         await _until(all_down, 30)
 
+        repaired_epoch = 0
+
         async def repaired() -> bool:
-            planned = await plan_nodes(client)
+            nonlocal repaired_epoch
+            planned, repaired_epoch = await _plan(client)
             return bool(planned) and not planned & cut
 
         repaired_s = await _until(repaired, 60)
         repaired_s = None if repaired_s is None else time.monotonic() - cut_at
-        plans = _plans_published(swarm, cut_wall)
+
+        async def announced() -> bool:  # the planner announces a plan once its shares are out
+            return repaired_epoch in plans
+
+        await _until(announced, 10)
+        # Plans published from the cut until the one that held none of the rack.
+        plans_until = len({e for e in plans if epoch_at_cut < e <= repaired_epoch})
         rest = after_s - (time.monotonic() - cut_at)
         if rest > 0:
             await asyncio.sleep(rest)
@@ -144,7 +161,7 @@ async def _measure(
             "after_cut_p50_ms": round(percentile(after, 50) * 1000, 1) if after else None,
             "after_cut_p99_ms": round(percentile(after, 99) * 1000, 1) if after else None,
             "repaired_s": None if repaired_s is None else round(repaired_s, 1),
-            "plans_until_repaired": plans,
+            "plans_until_repaired": plans_until,
             "back_s": None if back_s is None else round(back_s, 1),  # from the heal
             # A router following telemetry under load and through the cut, per second.
             "follow_bytes_per_s": round(

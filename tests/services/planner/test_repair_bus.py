@@ -4,11 +4,16 @@ real nats-server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import time
 
+import msgspec
 from nats.aio.client import Client
 
+from hecate.wire import subjects
+from hecate.wire.messages import NodeEvent
 from hecate_dev.apart import plan_nodes
 from tests.support.swarm import (
     EXAMPLES,
@@ -62,3 +67,28 @@ async def test_a_member_called_down_leaves_the_plan_and_comes_back_when_heard(
     await until(lambda: planned(everyone - {"pi"}), "the plan without the killed node")
     processes.node("pi", 4, 40.0, 0.5)
     await until(lambda: planned(everyone), "the restarted node back in the plan", timeout=20)
+
+
+async def test_a_down_read_after_the_up_that_followed_it_is_left_out(
+    processes: Processes, client: Client
+) -> None:
+    """Telemetry's downs and ups come on two subjects, each read by a task of its own:
+    a node called down and heard again a moment later may be read up first. The older
+    word must not take it out of the plan for good."""
+    retire = ("--retire-after-ms", "1000")
+    start_swarm(processes, EXAMPLES / "swarm.json", SWARM_NODES, planner_args=retire)
+    everyone = {n for n, *_ in SWARM_NODES}
+
+    async def planned(expected: set[str]) -> bool:
+        return await plan_nodes(client) == expected
+
+    await until(lambda: planned(everyone), "every node in the plan", timeout=20)
+    now = time.time()
+    up = NodeEvent(node_id="pi", state="up", reason="heartbeat", at=now)
+    down = NodeEvent(node_id="pi", state="down", reason="silent for 500 ms", at=now - 0.03)
+    await client.publish(subjects.EVENT_NODE_UP, msgspec.json.encode(up))
+    await client.publish(subjects.EVENT_NODE_DOWN, msgspec.json.encode(down))
+    await client.flush()
+    await asyncio.sleep(2.5)  # past the retirement wait, twice over
+    assert await planned(everyone)
+    assert logged(processes, "planner", "node down: out of the plan") == []

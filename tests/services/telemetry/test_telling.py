@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -187,3 +188,20 @@ def test_a_follower_missing_deltas_has_every_nodes_liveness_at_the_next_one(
                 assert abs(held.latency_ms - truth.latency_ms) <= max(
                     TOL.latency_ms, TOL.relative * held.latency_ms
                 )
+
+
+def test_a_swarm_gone_quiet_is_owed_a_snapshot_of_its_last_changes() -> None:
+    swarm = Swarm(keyframe_min_s=1.0)
+    swarm.set("a", node())
+    swarm.tick()  # the first snapshot, at once
+    assert swarm.teller.owed(swarm.now) is None  # nothing since
+    swarm.set("a", node(alive=False))
+    swarm.tick(0.1)  # a delta, the snapshot not due yet
+    owed = swarm.teller.owed(swarm.now)
+    assert owed is not None
+    assert owed == pytest.approx(0.9)
+    writes = swarm.tick(owed)  # the writer wakes with nothing new (the flip told again)
+    assert writes.keyframe is not None
+    assert swarm.kv is not None
+    assert not swarm.kv.nodes["a"].alive
+    assert swarm.teller.owed(swarm.now) is None
