@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from hecate.core.errors import HecateError
+from hecate.core.telemetry import BEAT_BUDGET_PER_S
 from hecate.executors import generative_model
 from hecate.sim.topology import NodeEntry, parse_topology
 from hecate_launcher.supervisor import ProcessSpec
@@ -36,6 +37,9 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
     # Telemetry: one replica, or replicas sharing the heartbeat intake, each its own
     # partitions; with a standby, a second replica of each, silent until it takes over.
     shards = getattr(args, "telemetry_shards", 1)
+    # Each replica takes its share of the beats: the swarm's budget grows with them.
+    budget = BEAT_BUDGET_PER_S * shards
+    paced = ["--heartbeat-budget-per-s", f"{budget:g}"] if shards > 1 else []
     cmds: list[tuple[str, list[str]]] = []
     for k in range(shards):
         sharded = ["--shards", str(shards), "--shard", str(k)] if shards > 1 else []
@@ -68,7 +72,7 @@ def plan_commands(args: argparse.Namespace, url: str, *, identities: str = "") -
             )
         )
     for n in topo.nodes:
-        cmds.append((f"node {n.id}", [*node_argv(n), *common]))
+        cmds.append((f"node {n.id}", [*node_argv(n), *paced, *common]))
     # Callers that build a swarm for a measurement leave the gateway out.
     if getattr(args, "gateway", "off") != "off":
         host, port = gateway_address(args.gateway)

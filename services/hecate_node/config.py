@@ -7,6 +7,7 @@ import math
 import msgspec
 
 from hecate.core.plan import NodeProfile
+from hecate.core.telemetry import BEAT_BUDGET_PER_S
 
 
 class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -22,7 +23,7 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     # The whole swarm's beats a second that a node keeps to, as the plan says how many
     # nodes there are: slower beats past it, never slower than heartbeat_most_s
     # (hecate.core.telemetry.beat_interval).
-    heartbeat_budget_per_s: float = 2000.0
+    heartbeat_budget_per_s: float = BEAT_BUDGET_PER_S
     heartbeat_most_s: float = 1.0
     # An idle node measures its ranges again this often (see node_holdings).
     remeasure_s: float = 5.0

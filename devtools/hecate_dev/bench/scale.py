@@ -64,7 +64,7 @@ from hecate.core import (
     SwarmState,
 )
 from hecate.core.cost import inflight_cost
-from hecate.core.telemetry import beat_interval
+from hecate.core.telemetry import BEAT_BUDGET_PER_S, beat_interval
 from hecate.wire import subjects
 from hecate.wire.messages import TelemetrySnapshot
 from hecate_dev.bench.bus_setup import cpu_seconds
@@ -82,7 +82,6 @@ QUICK_ROUTER_LEVELS = ((200, 3),)
 SHARD_LEVELS = ((1000, 4), (5000, 4))
 QUICK_SHARD_LEVELS = ((200, 2),)
 CUTOFF_RACKS = 10  # racks of 100 nodes, on hosts apart, for the cut-off
-BEAT_BUDGET_PER_S = 2000  # the nodes' default: what all their beats may come to
 MOST_MS = 10_000  # the slowest a node of the largest swarm here beats
 DECISION_STAGES = 6
 # One base of 48 layers, every node holding 8: as many copies as the nodes can form.

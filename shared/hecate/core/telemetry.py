@@ -88,6 +88,12 @@ def observe(
     )
 
 
+#: Heartbeats a second a swarm's nodes send in all, by default: what one telemetry
+#: replica takes with room to spare (it spends 50-100 µs a beat); several replicas
+#: sharing the intake take as many each.
+BEAT_BUDGET_PER_S = 2000.0
+
+
 def beat_interval(base_s: float, nodes: int, budget_per_s: float, most_s: float) -> float:
     """How often a node of a swarm of ``nodes`` heartbeats: every ``base_s`` while the
     whole swarm's beats stay within ``budget_per_s``, slower as it grows so that they do,

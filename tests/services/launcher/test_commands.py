@@ -39,3 +39,13 @@ def test_a_standby_for_each_shard_reads_the_same_partitions_under_its_own_id() -
     alone = telemetry("--telemetry-standby")
     assert list(alone) == ["telemetry", "telemetry-standby"]
     assert "--shard" not in alone["telemetry-standby"]
+
+
+def test_the_nodes_beat_budget_grows_with_the_telemetry_replicas() -> None:
+    args = build_parser().parse_args(["up", "--topology", str(TOPOLOGY), "--telemetry-shards", "3"])
+    nodes = [s.argv for s in plan_commands(args, "nats://x") if s.argv[0] == "node"]
+    assert nodes
+    for argv in nodes:
+        assert argv[argv.index("--heartbeat-budget-per-s") + 1] == "6000"
+    alone = build_parser().parse_args(["up", "--topology", str(TOPOLOGY)])
+    assert all("--heartbeat-budget-per-s" not in s.argv for s in plan_commands(alone, "nats://x"))
