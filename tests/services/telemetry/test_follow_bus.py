@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import AsyncIterator
 
 from nats.aio.client import Client
 
@@ -56,6 +57,25 @@ class Follower:
         return None if t is None else t.alive
 
 
+@contextlib.asynccontextmanager
+async def beating_and_followed(
+    client: Client,
+) -> AsyncIterator[tuple[Follower, dict[str, asyncio.Task[None]]]]:
+    """A follower started, every one of NODES beating every 100 ms and alive for it;
+    the beats (by node: cancel one to silence it) and the follower stopped after."""
+    follower = Follower()
+    following = await follower.start(client)
+    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
+    try:
+        await until(lambda: all(follower.alive(n) for n in NODES), "the follower holds all alive")
+        yield follower, beating
+    finally:
+        for task in (*beating.values(), following):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
 async def start_telemetry(
     processes: Processes, client: Client, instance: str = "telemetry", *args: str
 ) -> None:
@@ -72,11 +92,7 @@ async def test_a_follower_in_step_hears_deltas_and_a_node_down_at_once(
     processes: Processes, client: Client
 ) -> None:
     await start_telemetry(processes, client)
-    follower = Follower()
-    following = await follower.start(client)
-    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
-    try:
-        await until(lambda: all(follower.alive(n) for n in NODES), "the follower holds all alive")
+    async with beating_and_followed(client) as (follower, beating):
         stats = follower.shards.stats
         before = stats.snapshots
         await asyncio.sleep(2.5)  # past two of telemetry's snapshots
@@ -88,11 +104,6 @@ async def test_a_follower_in_step_hears_deltas_and_a_node_down_at_once(
         await until(lambda: follower.alive(NODES[3]) is False, "the silent node down")
         assert all(follower.alive(n) for n in NODES if n != NODES[3])
         assert follower.bad == 0
-    finally:
-        for task in (*beating.values(), following):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
 
 
 async def test_a_follower_follows_a_telemetry_replica_killed_and_started_again(
@@ -101,21 +112,12 @@ async def test_a_follower_follows_a_telemetry_replica_killed_and_started_again(
     """The new replica counts its messages afresh (a new epoch): the follower takes its
     word over its predecessor's, and holds every node alive again."""
     await start_telemetry(processes, client)
-    follower = Follower()
-    following = await follower.start(client)
-    beating = [asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES]
-    try:
-        await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
+    async with beating_and_followed(client) as (follower, _beating):
         epoch = follower.shards.held[0].epoch
         processes.kill("telemetry", signal.SIGKILL)
         await start_telemetry(processes, client)
         await until(lambda: follower.shards.held[0].epoch > epoch, "the new replica followed")
         await until(lambda: all(follower.alive(n) for n in NODES), "all alive again")
-    finally:
-        for task in (*beating, following):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
 
 
 async def test_a_standby_replica_takes_over_its_shard_with_nobody_called_down(
@@ -131,11 +133,7 @@ async def test_a_standby_replica_takes_over_its_shard_with_nobody_called_down(
     lease = ("--lease-ms", "900")
     await start_telemetry(processes, client, "telemetry-a", *lease)
     await start_telemetry(processes, client, "telemetry-b", *lease)
-    follower = Follower()
-    following = await follower.start(client)
-    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
-    try:
-        await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
+    async with beating_and_followed(client) as (follower, beating):
         assert await holding(client, "telemetry-a")
         assert not await holding(client, "telemetry-b")
         epoch = follower.shards.held[0].epoch
@@ -148,11 +146,6 @@ async def test_a_standby_replica_takes_over_its_shard_with_nobody_called_down(
         beating.pop(NODES[0]).cancel()
         await until(lambda: bool(events.of(NODES[0], "down")), "the new holder calls it down")
         await until(lambda: follower.alive(NODES[0]) is False, "and the follower sees it")
-    finally:
-        for task in (*beating.values(), following):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
 
 
 async def test_a_telemetry_frozen_past_its_lease_says_what_it_judged_once_thawed(
@@ -165,11 +158,7 @@ async def test_a_telemetry_frozen_past_its_lease_says_what_it_judged_once_thawed
     events = Events()
     await client.subscribe(subjects.EVENT_NODE_DOWN, cb=events.heard)
     await start_telemetry(processes, client, "telemetry", "--lease-ms", "600")
-    follower = Follower()
-    following = await follower.start(client)
-    beating = {n: asyncio.create_task(Beats(client, n).forever(0.1)) for n in NODES}
-    try:
-        await until(lambda: all(follower.alive(n) for n in NODES), "all alive")
+    async with beating_and_followed(client) as (follower, beating):
         pid = processes.supervisor.pid("telemetry")
         os.kill(pid, signal.SIGSTOP)
         beating.pop(NODES[1]).cancel()
@@ -180,8 +169,3 @@ async def test_a_telemetry_frozen_past_its_lease_says_what_it_judged_once_thawed
         await asyncio.sleep(0.5)
         assert [e.node_id for e in events.seen] == [NODES[1]], events.seen
         assert all(follower.alive(n) for n in NODES if n != NODES[1])
-    finally:
-        for task in (*beating.values(), following):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
