@@ -59,7 +59,6 @@ from hecate.wire.messages import (
     NodeLeave,
     NodeTelemetry,
     TelemetryLease,
-    TelemetrySnapshot,
 )
 from hecate_telemetry.config import TelemetryConfig
 from hecate_telemetry.lease import Claim, Lease
@@ -483,19 +482,18 @@ class Telemetry:
             draining=self.draining.get(node_id, False),
         )
 
-    def snapshot(self) -> TelemetrySnapshot:
-        """Every node of this replica, now."""
-        return self.teller.snapshot(time.time(), self.entry, self.nodes.keys())
-
     async def _writer(self) -> None:
         shard = self.config.shard
         while True:
-            owed = self.teller.owed(time.monotonic())
+            # Only the replica that speaks owes a snapshot; a standby waits for news (a
+            # takeover or a renewal wakes it), and says nothing until it speaks.
+            speaking = self.lease.holding(time.time())
+            owed = self.teller.owed(time.monotonic()) if speaking else None
             with contextlib.suppress(TimeoutError):  # past it: the snapshot owed
                 await asyncio.wait_for(self._dirty.wait(), owed)
             self._dirty.clear()
             if not self.lease.holding(time.time()):
-                continue  # a standby says nothing: taking over, it says everything
+                continue
             urgent, self._urgent = self._urgent, False
             writes = self.teller.write(time.monotonic(), time.time(), self.entry, self.nodes.keys())
             try:

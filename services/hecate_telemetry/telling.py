@@ -83,8 +83,6 @@ class Writes:
     delta: bytes | None
     keyframe: bytes | None
     seq: int  # the delta's, and the snapshot's: the state after it
-    told: int  # whole entries in the delta
-    heard: int  # nodes in it by name only
 
 
 class Teller:
@@ -130,7 +128,7 @@ class Teller:
         snapshot of ``everyone`` after it. ``now``: monotonic; ``wall``: stamped."""
         nodes: dict[str, NodeTelemetry] = {}
         heard: dict[str, float] = {}
-        for node_id in sorted(self.changed):
+        for node_id in self.changed:
             new = entry(node_id)
             was = self.told.get(node_id)
             if flipped(was, new):
@@ -161,7 +159,7 @@ class Teller:
         keyframe = None
         if self.due(now):
             keyframe = _encode(self.snapshot(wall, entry, everyone))
-        return Writes(delta, keyframe, self.seq, len(nodes), len(heard))
+        return Writes(delta, keyframe, self.seq)
 
     def kept(self, writes: Writes, now: float) -> None:
         """``writes``' snapshot is in KV: the deltas after it name it, and the flips
