@@ -52,11 +52,7 @@ def core(
     ax.set_ylim(bottom=0)
     ax.set_title("Routing decision cost by swarm shape", fontsize=10)
     ax.legend(fontsize=7)
-    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path, footer(command, run))
 
 
 def herd(
@@ -81,11 +77,7 @@ def herd(
     for ax in (left, right):
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     fig.suptitle("1,000 callers against a 100 req/s limit, per retry policy", fontsize=10)
-    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path, footer(command, run), top=0.95)
 
 
 SWEEP_LABELS = {
@@ -158,11 +150,7 @@ def bus_load(
         axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(plain)
         axis.set_minor_formatter(NullFormatter())
-    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path, footer(command, run))
 
 
 def _one_process_marks(report: dict[str, Any], users: list[int], left: Any, right: Any) -> None:
@@ -251,11 +239,7 @@ def llm_concurrency(
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path, footer(command, run))
 
 
 def scale(
@@ -294,8 +278,14 @@ def scale(
     )
     decision.axhline(5.0, color="#c44e52", linewidth=0.8, linestyle=":", label="target: 5 µs")
     decision.legend(loc="lower right", fontsize=7)
-    fig.text(0.01, 0.01, footer(command, run), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _save(plt, fig, path, footer(command, run))
+
+
+def _save(plt: Any, fig: Any, path: Path, foot: str, *, top: float = 1.0) -> None:
+    """Foot ``fig`` with the run it shows, lay it out above that (and below ``top``),
+    write it to ``path`` and let it go."""
+    fig.text(0.01, 0.01, foot, fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, top))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

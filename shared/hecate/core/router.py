@@ -226,11 +226,7 @@ class Router:
         should wait, not be rescued."""
         cheapest = self._cheapest.get(model_id)
         if cheapest is None:
-            table = self._tables.get(model_id)
-            if table is None:
-                table = self._tables[model_id] = self.state.cost_table(
-                    model_id, self.weights, self.penalty
-                )
+            table = self._table(model_id)
             if not table:
                 raise no_route_error(model_id, self.state)
             self._base.update((pid, (base, p)) for base, pid, p in table)
@@ -247,6 +243,15 @@ class Router:
             cost=best_cost + token_cost(request.tokens, self.weights),
             stages=self._base[best_id][1].stages,
         )
+
+    def _table(self, model_id: str) -> CostTable:
+        """``model_id``'s cost table in this snapshot."""
+        table = self._tables.get(model_id)
+        if table is None:
+            table = self._tables[model_id] = self.state.cost_table(
+                model_id, self.weights, self.penalty
+            )
+        return table
 
     def _cost_now(self, pipeline_id: str, at: float) -> tuple[float, float]:
         """What ``pipeline_id`` costs at ``at`` (its base, this router's in-flight work
@@ -290,7 +295,7 @@ class Router:
         busy = self._pipeline_in_flight
         best_cost = math.inf
         unmeasured: list[tuple[float, str, float, Pipeline]] = []
-        for base, pid, p in self.state.cost_table(model_id, self.weights, self.penalty):
+        for base, pid, p in self._table(model_id):
             if pid in full:
                 continue
             known = base + self._per_request * busy.get(pid, 0)  # all but the link term
