@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from nats.aio.client import Client
 
@@ -25,6 +26,12 @@ from tests.support.swarm import Processes
 from tests.support.waits import endpoint_data, listening, stats, until
 
 NODES = [f"f{i}" for i in range(12)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has spent (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Follower:
@@ -136,6 +143,12 @@ async def test_a_standby_replica_takes_over_its_shard_with_nobody_called_down(
     async with beating_and_followed(client) as (follower, beating):
         assert await holding(client, "telemetry-a")
         assert not await holding(client, "telemetry-b")
+        # Silent is idle: a standby waits for news (a writer that woke at once forever
+        # took a whole core).
+        standby = processes.supervisor.pid("telemetry-b")
+        spent = cpu_seconds(standby)
+        await asyncio.sleep(1.0)
+        assert cpu_seconds(standby) - spent < 0.5
         epoch = follower.shards.held[0].epoch
         processes.kill("telemetry-a", signal.SIGKILL)
         await until(lambda: holding(client, "telemetry-b"), "the standby holds the lease")
