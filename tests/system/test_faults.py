@@ -42,7 +42,10 @@ T = TypeVar("T")
 
 
 async def telemetry(nc: Client) -> TelemetrySnapshot:
-    snapshot = await telemetry_kv.read(await kvs.bucket(nc, subjects.TELEMETRY_BUCKET))
+    """Telemetry as a follower holds it: the snapshots in KV (put every second or so)
+    and the deltas after them, which bring every node's liveness up to date."""
+    kv = await kvs.bucket(nc, subjects.TELEMETRY_BUCKET)
+    snapshot = await telemetry_kv.read(kv, nc=nc, listen_s=0.3)
     assert snapshot is not None, "no telemetry written yet"
     return snapshot
 
