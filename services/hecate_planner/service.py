@@ -6,8 +6,10 @@ node its subject names is the node its body names (:mod:`.vouching`); and teleme
 plan as a leaver does (no reshuffle), and comes back through growth when it is heard
 again.
 Holds: the membership (each node's profile with the executor it runs) and a core
-:class:`Swarm` built with the chosen strategy. A model's layers go only to nodes running
-its executor; a model no member runs is not planned, and is logged once as such.
+:class:`Swarm` built with the chosen strategy, in :class:`.membership.Membership` (no
+I/O: this module is the shell that feeds it what it hears and publishes its plans). A
+model's layers go only to nodes running its executor; a model no member runs is not
+planned, and is logged once as such.
 Decides: the first plan once nodes stop arriving for ``settle_s``; after that, a joiner
 goes through the core's growth policy (no reshuffle) and a leaver through retirement.
 Publishes: the plan in KV, then each node's share of it that changed (KV
@@ -31,9 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from typing import Any
 
 import msgspec
 from opentelemetry.trace import TracerProvider
@@ -42,13 +42,12 @@ from hecate.bus import kv as kvs
 from hecate.bus.logs import event
 from hecate.bus.service import Service, encode
 from hecate.bus.vouching import NodeIdentity
-from hecate.core import InsufficientCapacity, NodeProfile, Planner, Swarm, SwarmPlan
-from hecate.core.growth import retire
-from hecate.core.planners import unexecutable
+from hecate.core import InsufficientCapacity, Planner, SwarmPlan
 from hecate.wire import subjects
 from hecate.wire.messages import Held, NodeEvent, NodeJoin, NodeLeave, PlanChanged
 from hecate_planner import assignments
 from hecate_planner.config import PlannerConfig
+from hecate_planner.membership import Membership
 from hecate_planner.planstore import PlanStore, plan_digest, same_plan
 
 __all__ = ["CAS_ROUNDS", "PlannerService", "plan_digest"]
@@ -67,7 +66,6 @@ class PlannerService:
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.settings = config
-        self.config = config.swarm
         self.planner = planner
         self.settle_s = config.settle_s
         self.log = log
@@ -81,24 +79,14 @@ class PlannerService:
             tracer_provider=tracer_provider,
             metadata={"strategy": planner.name},
         )
-        self.members: dict[str, NodeProfile] = {}
-        self.gone: set[str] = set()  # heard leaving (until they join again)
-        # Members telemetry called down, and when (monotonic): each leaves the plan once
-        # it has been down ``retire_after_s``, and comes back when heard again.
-        self.silent: dict[str, tuple[NodeProfile, float]] = {}
-        self._heard_at: dict[str, float] = {}  # telemetry's time of its latest word on each
-        self._why_down: dict[str, str] = {}  # telemetry's reason, for the log
-        self._held: dict[str, int] = {}  # down, kept: the plan epoch that could not lose it
-        self.swarm: Swarm | None = None
+        self.view = Membership(config.swarm, planner, log)
         self.revision = 0  # of the stored plan this planner last read or wrote
         self.stored: SwarmPlan | None = None  # the plan at that revision
         self._start_revision = 0
         self._lock = asyncio.Lock()  # one reader-writer of the key at a time
         self._changed = asyncio.Event()
-        self._last_join = 0.0
         self.conflicts = 0
         self.adopted = 0
-        self._unexecutable: set[str] = set()  # models logged as having no executor here
         self.written: dict[str, tuple[Held, ...]] = {}  # each node's share, as its key holds it
         self._assigned_at = 0  # the revision whose shares are all written
         self._notice: PlanChanged | None = None  # the latest said
@@ -121,8 +109,8 @@ class PlannerService:
         joins.status = lambda: {
             "epoch": self.revision,
             "plan": plan_digest(self.stored) if self.stored is not None else "",
-            "members": len(self.members),
-            "silent": len(self.silent),
+            "members": len(self.view.members),
+            "silent": len(self.view.silent),
             "pending": self._changed.is_set() or self._lock.locked(),
             "conflicts": self.conflicts,
             "adopted": self.adopted,
@@ -152,179 +140,45 @@ class PlannerService:
     async def _on_join(self, join: NodeJoin) -> None:
         # The join's own field is what every node has always sent; the profile carries it
         # on into the plan, where the strategy and the nodes read it.
-        self._admit(msgspec.structs.replace(join.profile, executor=join.executor))
-
-    def _admit(self, profile: NodeProfile, why: str = "node joined") -> None:
-        """``profile`` is a member: new, changed, or back."""
-        node_id = profile.node_id
-        self.gone.discard(node_id)
-        was_down = self.silent.pop(node_id, None) is not None
-        self._why_down.pop(node_id, None)
-        self._held.pop(node_id, None)
-        if self.members.get(node_id) == profile:
-            # A re-join (roll-call, or a restart before it left the plan): nothing new.
-            if was_down and self.swarm is not None and node_id in self.swarm.state.nodes:
-                self.swarm.mark_alive(node_id)
-            return
-        self.members[profile.node_id] = profile
-        self._last_join = time.monotonic()
-        if self.swarm is not None:
-            if profile.node_id in self.swarm.state.nodes:
-                self.swarm.remove_node(profile.node_id)  # a changed profile: re-admit it
-            growth = self.swarm.add_node(profile)
-            event(
-                self.log,
-                why,
-                node_id=profile.node_id,
-                growth=growth.kind,
-                pipelines=list(growth.pipelines),
-            )
-        # Published even when it only joins the spare: the plan says which nodes are
-        # spare, and a joiner is in it within one planning round.
-        self._changed.set()
+        profile = msgspec.structs.replace(join.profile, executor=join.executor)
+        if self.view.admit(profile, time.monotonic()):
+            self._changed.set()
 
     async def _on_leave(self, leave: NodeLeave) -> None:
-        self.gone.add(leave.node_id)
-        self.silent.pop(leave.node_id, None)
-        self._retire(leave.node_id, "node left")
-
-    def _newest(self, news: NodeEvent) -> bool:
-        """Whether ``news`` is the latest word on its node: downs and ups come on two
-        subjects, each read by a task of its own, so a node called down and heard again
-        a moment later may be read up first; the older word is then left out."""
-        if news.at < self._heard_at.get(news.node_id, -math.inf):
-            return False
-        self._heard_at[news.node_id] = news.at
-        return True
+        if self.view.leave(leave.node_id):
+            self._changed.set()
 
     async def _on_down(self, news: NodeEvent, _headers: object) -> None:
-        """Telemetry called a member down: once it has stayed down ``retire_after_s``
-        the plan goes on without it (:meth:`_retirements`)."""
-        if not self._newest(news):
-            return
-        profile = self.members.get(news.node_id)
-        if profile is not None and news.node_id not in self.silent:
-            self.silent[news.node_id] = (profile, time.monotonic())
-            self._why_down[news.node_id] = news.reason
-            if self.swarm is not None and news.node_id in self.swarm.state.nodes:
-                # Down in the planner's own view too: no copy is rebuilt onto it, and
-                # the copies through it count as broken.
-                self.swarm.mark_down(news.node_id)
+        self.view.down(news, time.monotonic())
 
     async def _on_up(self, news: NodeEvent, _headers: object) -> None:
-        """A member called down is heard again: if it already left the plan it comes
-        back as a joiner would; if not, nothing changed."""
-        if not self._newest(news):
-            return
-        entry = self.silent.pop(news.node_id, None)
-        self._why_down.pop(news.node_id, None)
-        self._held.pop(news.node_id, None)
-        if entry is None:
-            return
-        if news.node_id not in self.members:
-            self._admit(entry[0], "node up: back in the plan")
-        elif self.swarm is not None and news.node_id in self.swarm.state.nodes:
-            self.swarm.mark_alive(news.node_id)
+        if self.view.up(news, time.monotonic()):
+            self._changed.set()
 
     async def _retirements(self) -> None:
-        """Members down ``retire_after_s`` leave the plan, as leavers do (their copies
-        repaired from the spare, or dropped and rebuilt from what is left), so routers
-        stop splicing around them and a node gone for good holds no layers for ever."""
+        """Members down ``retire_after_s`` leave the plan (:meth:`Membership.retire_due`)."""
         wait = self.settings.retire_after_s
         while True:
             await asyncio.sleep(min(0.25, wait / 4))
-            now = time.monotonic()
-            down = {n: now - since for n, (_p, since) in self.silent.items() if n in self.members}
-            if not any(s >= wait for s in down.values()):
-                continue
-            # Members that went down together leave together, in one plan: once one is
-            # due, every member down at least half as long goes with it (a rack cut off
-            # is called down over a second or so, one node at a time).
-            for node_id, silent_s in down.items():
-                if silent_s >= wait / 2 and self._retirable(node_id):
-                    reason = self._why_down.pop(node_id, "")
-                    self._retire(node_id, "node down: out of the plan", reason=reason)
-
-    def _retirable(self, node_id: str) -> bool:
-        """Whether the plan can go on without ``node_id`` and still hold a copy of every
-        model it holds one of now. The last copy of a model, broken, is kept: the
-        routers splice it or degrade to the reserve while it is there, and a model
-        with no copy at all would be answered as one never served. Judged again only
-        when the plan changes."""
-        swarm = self.swarm
-        if swarm is None or node_id not in swarm.state.nodes:
-            return True
-        pipelines = swarm.plan.pipelines
-        through = {p.model_id for p in pipelines if node_id in p.node_ids}
-        if through <= {p.model_id for p in pipelines if node_id not in p.node_ids}:
-            return True  # retirement drops only copies through it: each model keeps one
-        epoch = swarm.plan.epoch
-        if self._held.get(node_id) == epoch:
-            return False
-        after = retire(swarm.state, node_id, self.planner).pipelines
-        lost = {p.model_id for p in swarm.plan.pipelines} - {p.model_id for p in after}
-        if not lost:
-            return True
-        if node_id not in self._held:
-            event(
-                self.log,
-                "node down: kept in the plan",
-                logging.WARNING,
-                node_id=node_id,
-                why=f"the last copy of {', '.join(sorted(lost))} goes through it",
-            )
-        self._held[node_id] = epoch
-        return False
-
-    def _retire(self, node_id: str, why: str, **fields: Any) -> None:
-        self._held.pop(node_id, None)
-        if self.members.pop(node_id, None) is None:
-            return
-        if self.swarm is not None and node_id in self.swarm.state.nodes:
-            removal = self.swarm.remove_node(node_id)
-            event(
-                self.log,
-                why,
-                node_id=node_id,
-                relocated=len(removal.relocated),
-                dropped=list(removal.dropped),
-                **fields,
-            )
-            self._changed.set()
-
-    def _report_unexecutable(self) -> None:
-        """Log each model no member can execute, once until that changes."""
-        missing = unexecutable(self.config.all_models(), self.members.values())
-        for model, present in missing:
-            if model.model_id not in self._unexecutable:
-                event(
-                    self.log,
-                    "model not planned: no node runs its executor",
-                    logging.WARNING,
-                    model_id=model.model_id,
-                    executor=model.executor,
-                    executors_present=list(present),
-                )
-        self._unexecutable = {m.model_id for m, _ in missing}
+            if self.view.retire_due(time.monotonic(), wait):
+                self._changed.set()
 
     async def _planning(self) -> None:
         while True:
             await self._changed.wait()
-            if self.swarm is None:
+            if self.view.swarm is None:
                 # Let a burst of joins settle so the first plan sees the whole swarm.
-                while time.monotonic() - self._last_join < self.settle_s:
+                while time.monotonic() - self.view.last_join < self.settle_s:
                     await asyncio.sleep(self.settle_s / 4)
-            self._report_unexecutable()
-            if self.swarm is None:
+            self.view.report_unexecutable()
+            if self.view.swarm is None:
                 async with self._lock:
                     if self.stored is not None and self.revision > self._start_revision:
                         # Another planner published since we started: carry on from it.
                         self._resume(self.stored, self.revision)
                     else:
                         try:
-                            self.swarm = Swarm(
-                                self.members.values(), self.config, planner=self.planner
-                            )
+                            self.view.form()
                         except InsufficientCapacity as exc:
                             event(
                                 self.log,
@@ -365,30 +219,15 @@ class PlannerService:
         # own next plan writes them all.
         self.written.clear()
         self._assigned_at = revision
-        if self.swarm is None or theirs is None or theirs.validate():
+        if self.view.swarm is None or theirs is None or theirs.validate():
             return  # nothing to carry on from: our next write replaces it, knowingly
         self._resume(theirs, revision)
 
     def _resume(self, theirs: SwarmPlan, revision: int) -> None:
-        """Carry on from ``theirs``, then apply what this planner knows of the
-        membership through growth and retirement; publish if that changed it."""
+        """Carry on from ``theirs`` (:meth:`Membership.resume`); publish if what this
+        planner knows of the membership changed it."""
         self.adopted += 1
-        swarm = Swarm.resume(theirs, self.config, planner=self.planner)
-        for profile in theirs.nodes:
-            known = self.members.get(profile.node_id)
-            if known is None and (profile.node_id in self.gone or profile.node_id in self.silent):
-                swarm.remove_node(profile.node_id)
-            elif known is None:
-                self.members[profile.node_id] = profile  # joined while we were not listening
-            elif known != profile:
-                swarm.remove_node(profile.node_id)
-                swarm.add_node(known)
-        planned = {n.node_id for n in swarm.plan.nodes}
-        for node_id, profile in self.members.items():
-            if node_id not in planned:
-                swarm.add_node(profile)
-        self.swarm = swarm
-        mine = swarm.plan.pipelines != theirs.pipelines
+        mine = self.view.resume(theirs)
         event(
             self.log,
             "plan adopted",
@@ -402,8 +241,8 @@ class PlannerService:
     async def _publish(self, reason: str) -> None:
         async with self._lock:
             for _ in range(CAS_ROUNDS):
-                assert self.swarm is not None
-                plan = self.swarm.plan
+                assert self.view.swarm is not None
+                plan = self.view.swarm.plan
                 problems = plan.validate()
                 if problems:  # never publish an invalid plan
                     event(
@@ -478,11 +317,11 @@ class PlannerService:
                     said,
                     previous=said.epoch,
                     changed=(),
-                    nodes=max(said.nodes, len(self.members)),
+                    nodes=max(said.nodes, len(self.view.members)),
                     reason="reminder",
                     at=time.time(),
                 )
-            elif said is None and self.members:
+            elif said is None and self.view.members:
                 again = PlanChanged(
                     epoch=self.revision,
                     strategy=self.planner.name,
@@ -491,7 +330,7 @@ class PlannerService:
                     reason="members",
                     at=time.time(),
                     previous=self.revision,
-                    nodes=len(self.members),
+                    nodes=len(self.view.members),
                     changed=(),
                 )
             else:

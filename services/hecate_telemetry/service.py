@@ -17,7 +17,8 @@ is given 0.58-0.78 s; none is given more than 5 s. ``missed`` intervals of silen
 always allowed. A node whose beats say it is loading its ranges is given 10 s instead
 (``loading_silence_s``): its loader may hold its interpreter, its beats with it. A node
 is up again at its next beat, with a fresh history.
-Publishes: ``hecate.events.node.down`` / ``.up``; what changed among its nodes on
+Publishes (through :mod:`.speaker`, while this replica holds its shard's lease):
+``hecate.events.node.down`` / ``.up``; what changed among its nodes on
 ``hecate.telemetry.delta.<shard>`` (on every liveness change at once, otherwise at most
 once per ``publish_s``), and now and then the snapshot of them all in KV
 ``hecate-telemetry/snapshot.<shard>``, for followers starting or catching up
@@ -36,7 +37,6 @@ every silence is measured up to the last moment its own link proved it works
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import zlib
@@ -44,12 +44,11 @@ from typing import Literal
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.errors import KeyWrongLastSequenceError
 from opentelemetry.trace import TracerProvider
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
-from hecate.bus.service import Service, encode
+from hecate.bus.service import Service
 from hecate.bus.vouching import NodeIdentity
 from hecate.core.telemetry import NodeState, Sample, observe
 from hecate.wire import subjects
@@ -58,14 +57,10 @@ from hecate.wire.messages import (
     NodeEvent,
     NodeLeave,
     NodeTelemetry,
-    TelemetryLease,
 )
 from hecate_telemetry.config import TelemetryConfig
-from hecate_telemetry.lease import Claim, Lease
 from hecate_telemetry.liveness import FailureDetector, Link, LinkNews
-from hecate_telemetry.telling import Teller, Tolerance
-
-_lease = msgspec.json.Decoder(TelemetryLease)
+from hecate_telemetry.speaker import Speaker
 
 # nats-py's own wait for a PONG: never reached on a live connection, whose pings call a
 # held link stale (and replace it, dropping the PING) well before.
@@ -87,7 +82,6 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.config = config = config or TelemetryConfig()
-        self.missed = config.missed
         self.detector = FailureDetector(config.detector())
         self.sweeps = 0  # passes that judged every node
         self.stalls = 0  # sweeps that woke so late that this service was not watching
@@ -95,7 +89,6 @@ class Telemetry:
         self.link: Link | None = None  # the inbound link's proof, once it is ready
         self._probe: asyncio.Future[None] | None = None  # the PING out on the inbound link
         self._probe_sent = 0.0
-        self.publish_s = config.publish_s
         self.alpha = config.alpha
         self.log = log
         self.service = Service(
@@ -110,15 +103,8 @@ class Telemetry:
         self.interval: dict[str, float] = {}  # declared heartbeat interval, seconds
         self.draining: dict[str, bool] = {}
         self.wall: dict[str, float] = {}  # wall time of the last heartbeat, for the snapshot
-        self._dirty = asyncio.Event()
-        self._urgent = False
-        self._urgent_event = asyncio.Event()
-        self.lease = Lease(config.instance_id, config.lease_s)
-        self.teller = self._teller(0.0)  # speaks once it holds the lease, in its epoch
-        self.deltas = self.delta_bytes = self.keyframe_bytes = 0
-        # Liveness changes judged while a standby, kept for a term or two: said at once
-        # if this replica takes over (its predecessor may have died before saying them).
-        self._unsaid: dict[str, NodeEvent] = {}
+        # Which replica of the shard speaks, and what it says (deltas, snapshots, news).
+        self.speaker = Speaker(config, self.service, entry=self.entry, nodes=self.nodes, log=log)
         self.rejected = 0
         self.identity = NodeIdentity(log)
         self.partitions = subjects.shard_partitions(config.shard, config.shards)
@@ -131,7 +117,6 @@ class Telemetry:
     async def run(self, url: str, stop: asyncio.Event) -> None:
         svc = self.service
         await svc.start(url)
-        self._kv = await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET)
         # Fire-and-forget subjects: the shell decodes, counts and logs bad messages once.
         guard = self.identity.guard
         for name, subject in self._intake():
@@ -162,13 +147,13 @@ class Telemetry:
             guard(self._on_leave, lambda leave: leave.node_id),
             deferred=True,
         )
-        await self._lease_once()  # a replica alone for its shard speaks from the start
-        svc.spawn(self._leasing())
+        await self.speaker.start(await kvs.bucket(svc.nc, subjects.TELEMETRY_BUCKET))
+        svc.spawn(self.speaker.leasing())
         pinged = time.monotonic()
         await svc.ready()  # a PING on the inbound link, answered: its first proof
         self.link = Link(proven_at=pinged)
         svc.spawn(self._sweep())
-        svc.spawn(self._writer())
+        svc.spawn(self.speaker.writer())
         event(self.log, "telemetry ready", **msgspec.structs.asdict(self.detector.config))
         await stop.wait()
         await svc.stop()
@@ -228,10 +213,9 @@ class Telemetry:
         self.wall[node_id] = time.time()
         self.interval[node_id] = interval
         self.draining[node_id] = beat.draining
-        self.teller.touch(node_id)
         if was is None or not was.alive:
             await self._liveness(node_id, up=True, reason="heartbeat")
-        self._dirty.set()
+        self.speaker.touch(node_id)
 
     async def _on_leave(self, leave: NodeLeave) -> None:
         if leave.node_id in self.nodes and self.nodes[leave.node_id].alive:
@@ -349,123 +333,13 @@ class Telemetry:
             "partitions": list(self.partitions),
             "unmapped": self.unmapped,
             "beats_missed": self.beats_missed,
-            "deltas": self.deltas,
-            "delta_bytes": self.delta_bytes,
-            "keyframes": self.teller.keyframes,
-            "keyframe_bytes": self.keyframe_bytes,
-            "holding": self.lease.holding(time.time()),
-            "lease_holder": self.lease.holder,
-            "takeovers": self.lease.takeovers,
+            **self.speaker.figures(),
         }
 
     async def _liveness(self, node_id: str, *, up: bool, reason: str) -> None:
         state: Literal["up", "down"] = "up" if up else "down"
         news = NodeEvent(node_id=node_id, state=state, reason=reason, at=time.time())
-        if self.lease.holding(news.at):
-            event(self.log, f"node {state}", node_id=node_id, reason=reason)
-            await self._say(news)
-        else:
-            self._unsaid[node_id] = news
-        self.teller.touch(node_id)
-        self._urgent = True
-        self._urgent_event.set()
-        self._dirty.set()
-
-    async def _say(self, news: NodeEvent) -> None:
-        subject = subjects.EVENT_NODE_UP if news.state == "up" else subjects.EVENT_NODE_DOWN
-        await self.service.nc.publish(subject, encode(news))
-
-    # -- the lease: which replica of the shard speaks ----------------------------------
-
-    def _teller(self, epoch: float) -> Teller:
-        c = self.config
-        return Teller(
-            shard=c.shard,
-            shards=c.shards,
-            epoch=epoch,
-            tolerance=Tolerance(relative=c.tolerance),
-            keyframe_min_s=c.keyframe_min_s,
-            keyframe_bytes_s=c.keyframe_bytes_s,
-            flips_cap=c.flips_cap,
-        )
-
-    async def _leasing(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.lease_s / 3)
-            await self._lease_once()
-
-    async def _lease_once(self) -> None:
-        """Read the shard's lease, and renew it, take it over or stand by."""
-        key = subjects.telemetry_lease_key(self.config.shard)
-        try:
-            value, revision = await kvs.get(self._kv, key)
-        except Exception as exc:  # the bus away: our term runs out on its own
-            event(self.log, "lease not read", logging.WARNING, error=repr(exc))
-            return
-        read = None
-        if value is not None:
-            with contextlib.suppress(msgspec.DecodeError):  # unreadable: taken over
-                read = _lease.decode(value)
-        now = time.time()
-        lapsed = self.lease.epoch > 0 and not self.lease.holding(now)
-        claim = self.lease.claim(now, read, revision)
-        if claim is None:
-            horizon = now - 2 * self.config.lease_s
-            self._unsaid = {n: e for n, e in self._unsaid.items() if e.at >= horizon}
-            return
-        try:
-            await self._write_lease(key, claim)
-        except KeyWrongLastSequenceError:  # another replica wrote first
-            self.lease.lost()
-            return
-        except Exception as exc:  # the bus away: our term runs out on its own
-            event(self.log, "lease not written", logging.WARNING, error=repr(exc))
-            return
-        if self.lease.won(claim):
-            await self._speak_afresh(read)
-            return
-        if lapsed:  # ours still, but this loop was held past its term: silent meanwhile
-            event(
-                self.log,
-                "lease renewed after its term ran out: what was judged meanwhile is said now",
-                logging.WARNING,
-                unsaid=len(self._unsaid),
-            )
-            self._urgent_event.set()
-            self._dirty.set()
-        await self._say_unsaid()
-
-    async def _say_unsaid(self) -> None:
-        """Say the liveness changes judged while this replica could not speak."""
-        unsaid, self._unsaid = self._unsaid, {}
-        for news in unsaid.values():
-            event(self.log, f"node {news.state}", node_id=news.node_id, reason=news.reason)
-            await self._say(news)
-
-    async def _write_lease(self, key: str, claim: Claim) -> None:
-        data = encode(claim.value)
-        if claim.how == "create":
-            await self._kv.create(key, data)
-        else:
-            await self._kv.update(key, data, last=claim.last)
-
-    async def _speak_afresh(self, before: TelemetryLease | None) -> None:
-        """This replica now speaks for the shard, in a new epoch: everything it knows is
-        told afresh, and the liveness changes it judged while standing by are said."""
-        event(
-            self.log,
-            "telemetry speaks for its shard",
-            shard=self.config.shard,
-            epoch=self.lease.epoch,
-            took_over_from=before.holder if before is not None else None,
-        )
-        self.teller = self._teller(self.lease.epoch)
-        for node_id in self.nodes:
-            self.teller.touch(node_id)
-        await self._say_unsaid()
-        self._urgent = True
-        self._urgent_event.set()
-        self._dirty.set()
+        await self.speaker.liveness(news)
 
     # -- output ------------------------------------------------------------------------
 
@@ -481,35 +355,3 @@ class Telemetry:
             last_seen=self.wall.get(node_id),
             draining=self.draining.get(node_id, False),
         )
-
-    async def _writer(self) -> None:
-        shard = self.config.shard
-        while True:
-            # Only the replica that speaks owes a snapshot; a standby waits for news (a
-            # takeover or a renewal wakes it), and says nothing until it speaks.
-            speaking = self.lease.holding(time.time())
-            owed = self.teller.owed(time.monotonic()) if speaking else None
-            with contextlib.suppress(TimeoutError):  # past it: the snapshot owed
-                await asyncio.wait_for(self._dirty.wait(), owed)
-            self._dirty.clear()
-            if not self.lease.holding(time.time()):
-                continue
-            urgent, self._urgent = self._urgent, False
-            writes = self.teller.write(time.monotonic(), time.time(), self.entry, self.nodes.keys())
-            try:
-                if writes.delta is not None:
-                    await self.service.nc.publish(subjects.telemetry_delta(shard), writes.delta)
-                    self.deltas += 1
-                    self.delta_bytes += len(writes.delta)
-                if writes.keyframe is not None:
-                    key = subjects.telemetry_key(shard)
-                    await kvs.put(self._kv, key, writes.keyframe, writer=self.service.instance_id)
-                    self.teller.kept(writes, time.monotonic())
-                    self.keyframe_bytes += len(writes.keyframe)
-            except Exception as exc:  # server away: followers catch up from the next snapshot
-                event(self.log, "telemetry not written", logging.WARNING, error=repr(exc))
-                self._dirty.set()
-            if not urgent:  # coalesce routine updates, but never delay a liveness change
-                self._urgent_event.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._urgent_event.wait(), self.publish_s)
