@@ -92,6 +92,8 @@ bench: $(BENCH_STAMP)
 		|| echo llm >> $(BENCH_FAILED)
 	$(BIN)/hecate bench tokens --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo tokens >> $(BENCH_FAILED)
+	$(BIN)/hecate bench ring --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo ring >> $(BENCH_FAILED)
 	$(BIN)/hecate bench wan --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo wan >> $(BENCH_FAILED)
 	$(BIN)/hecate bench scale $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \

@@ -384,6 +384,29 @@ TOKENS = {
 }
 
 
+RING = {
+    "tokens": 48,
+    "batch": 8,
+    "groups": 3,
+    "rounds": 3,
+    "configs": {},
+    "one_user_tokens_per_s": {
+        "single": [80.0, 100.0, 90.0],
+        "1 thread": [56.0, 64.0, 58.5],
+        "2 threads, spin in runs": [72.0, 91.0, 81.0],
+    },
+    "one_user_over_single": {
+        "1 thread": [0.7, 0.64, 0.65],
+        "2 threads, spin in runs": [0.9, 0.91, 0.9],
+    },
+    "many_users_tokens_per_s": {
+        "1 thread": [330.0, 340.0, 420.0],
+        "2 threads, spin in runs": [210.0, 250.0, 240.0],
+    },
+    "wrong": [],
+}
+
+
 def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, Any]:
     return {
         "nodes": nodes,
@@ -492,5 +515,6 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     if llm:
         out["llm"] = envelope("llm", LLM)
         out["tokens"] = envelope("tokens", TOKENS)
+        out["ring"] = envelope("ring", RING)
         out["wan"] = envelope("wan", WAN)
     return out

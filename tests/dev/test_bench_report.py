@@ -383,3 +383,24 @@ def test_the_scale_section_judges_the_cut_off_from_its_figures() -> None:
     assert "called down within 2 s at p99: met (p50 1.40 s, p99 1.90 s" in scale
     assert "the plan repaired in one plan: met (plans published from the cut" in scale
     assert "not measured yet" not in scale
+
+
+def test_the_stage_ring_is_judged_per_configuration_on_its_paired_rounds() -> None:
+    """Every round of one configuration at or above 0.9 is met; every round below is
+    not met; the rounds and the text's check come from the saved result."""
+    doc = render(results())
+    ring = _section(doc, "Three stages with no bus")
+    assert (
+        "| 3 stages, 1 thread each, never spinning (as `hecate up` runs nodes) "
+        "| 56.0, 64.0, 58.5 | 0.700, 0.640, 0.650 | 330.0, 340.0, 420.0 |"
+    ) in ring
+    assert "all equal to the single process's greedy tokens" in ring
+    headline = _section(doc, "Headline")
+    assert (
+        "3 stages with no bus (1 thread) ≥ 0.9× one process, 1 user "
+        "| 0.650× (median of 3; 0.640–0.700 holds it at 75%) | **not met**"
+    ) in headline
+    assert (
+        "3 stages with no bus (2 threads, spin in runs) ≥ 0.9× one process, 1 user "
+        "| 0.900× (median of 3; 0.900–0.910 holds it at 75%) | met"
+    ) in headline

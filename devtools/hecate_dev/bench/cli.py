@@ -31,6 +31,7 @@ def add_parser(sub: Any) -> None:
             "gateway",
             "llm",
             "tokens",
+            "ring",
             "wan",
             "scale",
             "report",
@@ -40,8 +41,9 @@ def add_parser(sub: Any) -> None:
         "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
         "(toy model; SmolLM2 streaming when pulled); llm: SmolLM2 generation, single "
         "process and across stages; tokens: where a token's time goes across 3 stages at 1 "
-        "and 16 users, from every process's spans; wan: SmolLM2 with every node behind a "
-        "slow link, hop "
+        "and 16 users, from every process's spans; ring: 3 stages in processes passing each "
+        "step over pipes, no bus, against one process: what this machine's cores allow; "
+        "wan: SmolLM2 with every node behind a slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
         "scale: node hosts of 100 to 5,000 node identities, what forming, beating and "
         "following the swarm costs per node; "
@@ -191,6 +193,17 @@ def _run_suite(args: argparse.Namespace) -> object:
         return run(
             tokens=args.tokens or (16 if args.quick else 48),
             rounds=args.rounds or (1 if args.quick else 3),
+        )
+    if args.suite == "ring":
+        from hecate.llm.store import present as held
+        from hecate_dev.bench.stage_ring import MODEL as RING_MODEL
+        from hecate_dev.bench.stage_ring import run as run_ring
+
+        if args.if_present and not held(RING_MODEL):
+            return {"skipped": f"{RING_MODEL} is not pulled (hecate model pull {RING_MODEL})"}
+        return run_ring(
+            rounds=args.rounds or (1 if args.quick else 3),
+            tokens=args.tokens or (16 if args.quick else 48),
         )
     if args.suite == "wan":
         from hecate.llm.store import present as pulled

@@ -30,6 +30,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -112,10 +113,13 @@ class OnnxStage:
         threads: int | None = None,
         slots: int = 32,
         capacity: int | None = None,
-        spin: bool = True,
+        spin: bool | Literal["in runs"] = True,
     ) -> None:
         """``spin``: let ONNX Runtime's threads spin between runs (the fastest alone;
-        off where several stages share the cores, as on a machine running a swarm)."""
+        off where several stages share the cores, as on a machine running a swarm);
+        ``"in runs"``: spin within a run and stop as it ends (faster than not spinning
+        while the stage's run has the cores to itself, slower when stages compute at
+        once; measured by ``python -m hecate_dev.bench.stage_ring``)."""
         file = GGUFFile(path)
         self.config: LlamaConfig = read_config(file)
         c = self.config
@@ -138,6 +142,8 @@ class OnnxStage:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         if not spin:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        elif spin == "in runs":
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         self.session = ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )

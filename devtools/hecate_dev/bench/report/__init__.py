@@ -31,6 +31,7 @@ from hecate_dev.bench.report.gateway import section_gateway
 from hecate_dev.bench.report.herd import section_herd
 from hecate_dev.bench.report.llm import section_llm
 from hecate_dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate_dev.bench.report.ring import section_ring
 from hecate_dev.bench.report.scale import section_scale
 from hecate_dev.bench.report.tokens import section_tokens
 from hecate_dev.bench.report.wan import section_wan
@@ -76,6 +77,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "Where a token's time goes: 3 chained stages, 1 and 16 users",
         "hecate bench tokens",
         section_tokens,
+    ),
+    (
+        "ring",
+        "Three stages with no bus: what this machine's cores allow",
+        "hecate bench ring",
+        section_ring,
     ),
     (
         "wan",
