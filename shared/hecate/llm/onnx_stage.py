@@ -28,6 +28,8 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -59,6 +61,18 @@ class Slot:
         return self.length * self.bytes_per_position
 
 
+#: Linux's MAP_NORESERVE (0x4000 on x86 and arm; Python's mmap names it from 3.13): the
+#: KV buffers reserve a session's whole context but use only what is written, so they
+#: are not charged against the commit limit up front. Charged, a stage's 60 buffers
+#: (24 GB of address space for 64 sessions of 8,192 positions) merge into one mapping
+#: the kernel refuses to copy at fork once it exceeds the machine's memory: the node
+#: could then start no process at all (measured: ENOMEM from subprocess).
+MAP_NORESERVE: int = getattr(
+    mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" and platform.machine() in
+    ("x86_64", "aarch64", "arm64", "armv7l") else 0
+)  # fmt: skip
+
+
 def kv_buffer(shape: tuple[int, ...]) -> Array:
     """A zeroed float32 array on anonymous memory in base pages, backed only where
     written. Not ``np.zeros``: numpy asks for transparent huge pages on large arrays,
@@ -66,7 +80,8 @@ def kv_buffer(shape: tuple[int, ...]) -> Array:
     apart from the next head's) would make a session's first step cost its whole slot
     (377 MB on SmolLM2 at 8,192 positions, measured)."""
     nbytes = max(int(np.prod(shape)) * 4, 1)
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE
+    buf = mmap.mmap(-1, nbytes, flags=flags)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         buf.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(buf, np.float32).reshape(shape)
