@@ -94,6 +94,8 @@ bench: $(BENCH_STAMP)
 		|| echo tokens >> $(BENCH_FAILED)
 	$(BIN)/hecate bench ring --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo ring >> $(BENCH_FAILED)
+	$(BIN)/hecate bench constrain --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo constrain >> $(BENCH_FAILED)
 	$(BIN)/hecate bench wan --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo wan >> $(BENCH_FAILED)
 	$(BIN)/hecate bench scale $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \

@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hecate.bus import tracing
+from hecate.core.kinds import ExecutorKind
 from hecate_gateway import page
 from hecate_gateway.bridge import Bridge
 from hecate_gateway.completion import Completion, Context
@@ -166,7 +167,8 @@ def build_app(gw: Gateway) -> Starlette:
         return handle
 
     async def models(_request: Request, _tenant: str) -> Response:
-        data = [_model(m, gw.started) for m in gw.watch.servable_models()]
+        watch = gw.watch
+        data = [_model(m, gw.started, watch.executor_kind(m)) for m in watch.servable_models()]
         return JSONResponse({"object": "list", "data": data})
 
     async def model(request: Request, _tenant: str) -> Response:
@@ -178,7 +180,7 @@ def build_app(gw: Gateway) -> Starlette:
                 code="model_not_found",
                 param="model",
             )
-        return JSONResponse(_model(model_id, gw.started))
+        return JSONResponse(_model(model_id, gw.started, gw.watch.executor_kind(model_id)))
 
     async def live(_request: Request) -> Response:
         return JSONResponse({"live": True})
@@ -256,5 +258,19 @@ async def http_error(_request: Request, exc: Exception) -> Response:
     return error_response(ApiError(status, message, code=code, headers=headers or {}))
 
 
-def _model(model_id: str, created: int) -> dict[str, object]:
-    return {"id": model_id, "object": "model", "created": created, "owned_by": "hecate"}
+def _model(model_id: str, created: int, kind: ExecutorKind | None) -> dict[str, object]:
+    """OpenAI's model object, and what this model's answers can be asked for: only a
+    model whose nodes sample each token (a ``steps`` executor) can hold an answer to a
+    shape or say its tokens' log-probabilities."""
+    samples = kind == "steps"
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": created,
+        "owned_by": "hecate",
+        "capabilities": {
+            "response_format": ["text", "json_object", "json_schema"] if samples else ["text"],
+            "logprobs": samples,
+            "tools": False,
+        },
+    }

@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from hecate.bus import tracing
 from hecate.bus.logs import event
-from hecate.wire.messages import InferReply, StreamToken
+from hecate.wire.messages import InferReply, StreamToken, TokenLogprob
 from hecate_gateway import shapes
 from hecate_gateway.bridge import Bridge, Call
 from hecate_gateway.metrics import Metrics
@@ -172,6 +172,7 @@ class Completion(Response):
             p.include_usage,
         )  # fmt: skip
         text = shapes.StreamText(p.stop)
+        owed: list[TokenLogprob] = []  # log-probabilities of tokens no frame carried yet
         began = False
         first = True
         last_at = 0.0
@@ -193,9 +194,12 @@ class Completion(Response):
                     self.status = 200
                     await _start(send, 200, _sse_headers(self.request_id))
                     out = frames.start()
+                if item.logprob is not None:
+                    owed.append(item.logprob)
                 piece = text.add(item.text)
                 if piece:
-                    out += frames.delta(piece)
+                    out += frames.delta(piece, owed)
+                    owed = []
                     if first:
                         first = False
                         m.ttft.labels(model=p.model).observe(now - started)
@@ -224,10 +228,14 @@ class Completion(Response):
                 headers = self._ok_headers(reply, b"text/event-stream; charset=utf-8")
                 await _start(send, 200, headers + _SSE_EXTRA)
                 out = frames.start()
-            rest = frames.delta(text.finish(answer.text))
-            if rest and first:
-                m.ttft.labels(model=p.model).observe(time.perf_counter() - started)
-            out += rest + frames.end(answer, reply.degraded, _route(reply))
+            if not call.tokens and answer.logprobs:  # nothing streamed: all of them
+                owed = list(answer.logprobs)
+            rest = frames.delta(text.finish(answer.text), owed)
+            if rest:
+                owed = []
+                if first:
+                    m.ttft.labels(model=p.model).observe(time.perf_counter() - started)
+            out += rest + frames.end(answer, reply.degraded, _route(reply), owed)
             await send({"type": "http.response.body", "body": out})
             return
 

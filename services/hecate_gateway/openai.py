@@ -4,11 +4,14 @@ and ids are passed in), so every shape a client sees is tested without a socket.
 
 What a client may send: ``model``, ``messages`` (chat) or ``prompt`` (completions),
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``,
-``stop``, ``user``, ``stream``, ``stream_options``. Fields OpenAI has and the swarm
-cannot honour are accepted only at their "off" value (``n: 1``, ``tools: []``,
-``presence_penalty: 0``, ...); any other value, and any field OpenAI does not have,
-is a 400 naming it in ``param``: a client never gets silence where it asked for
-something.
+``stop``, ``user``, ``stream``, ``stream_options``; ``response_format`` (chat: ``text``,
+``json_object``, or ``json_schema`` with its schema, enforced while the answer is
+sampled; a schema the grammar library cannot follow is a 400 naming it) and
+``logprobs`` (chat: with ``top_logprobs``; completions: the number of likely tokens).
+Fields OpenAI has and the swarm cannot honour are accepted only at their "off" value
+(``n: 1``, ``tools: []``, ``presence_penalty: 0``, ...); any other value, and any field
+OpenAI does not have, is a 400 naming it in ``param``: a client never gets silence
+where it asked for something.
 
 Two choices that differ from OpenAI's, because the swarm's defaults are better kept:
 an omitted ``temperature`` is greedy (0, the swarm's default; OpenAI's is 1), and an
@@ -26,13 +29,23 @@ from dataclasses import dataclass
 
 import msgspec
 
-from hecate.wire.messages import MAX_PROMPT_CHARS, MAX_TOKENS, ChatMessage, InferRequest
+from hecate.llm.constrain import refusal
+from hecate.wire.messages import (
+    MAX_PROMPT_CHARS,
+    MAX_SCHEMA_CHARS,
+    MAX_TOKENS,
+    MAX_TOP_LOGPROBS,
+    ChatMessage,
+    InferRequest,
+    OutputFormat,
+)
 from hecate.wire.subjects import SLUG
 from hecate_gateway.apierrors import ApiError, Kind, bad, swarm_error, unauthorized
 
 DEFAULT_MAX_TOKENS = 256  # chat without max_tokens
 COMPLETION_MAX_TOKENS = 16  # OpenAI's own default for /v1/completions
 MAX_STOPS = 4  # as OpenAI
+MAX_COMPLETION_LOGPROBS = 5  # as OpenAI's /v1/completions
 
 __all__ = [
     "COMPLETION_MAX_TOKENS",
@@ -80,13 +93,29 @@ class _Common(msgspec.Struct, kw_only=True):
     stream_options: StreamOptions | None = None
 
 
+class JsonSchema(msgspec.Struct, kw_only=True):
+    name: str
+    schema: dict[str, object] | None = None
+    strict: bool | None = None  # the answer is always held to the schema
+    description: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, kw_only=True):
+    type: str
+    json_schema: JsonSchema | None = None
+
+
 class ChatBody(_Common, kw_only=True):
     messages: list[Message]
     max_completion_tokens: int | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
 
 
 class CompletionBody(_Common, kw_only=True):
     prompt: str | list[str]
+    logprobs: int | None = None
 
 
 def _off(*values: object) -> Callable[[object], bool]:
@@ -106,12 +135,9 @@ TOLERATED: Mapping[str, Callable[[object], bool]] = {
     "tool_choice": _off("none", "auto"),
     "function_call": _off("none", "auto"),
     "parallel_tool_calls": lambda v: v is None or isinstance(v, bool),
-    "logprobs": _off(False, 0),
-    "top_logprobs": _off(0),
     "logit_bias": _empty,
     "presence_penalty": _off(0),
     "frequency_penalty": _off(0),
-    "response_format": lambda v: v is None or v == {"type": "text"},
     "service_tier": _off("auto", "default"),
     "store": _off(False),
     "metadata": _empty,
@@ -126,8 +152,8 @@ TOLERATED: Mapping[str, Callable[[object], bool]] = {
 }
 CHAT_ONLY = frozenset(
     {"tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
-     "top_logprobs", "response_format", "store", "metadata", "modalities", "audio",
-     "prediction", "reasoning_effort", "web_search_options"}
+     "store", "metadata", "modalities", "audio", "prediction", "reasoning_effort",
+     "web_search_options"}
 )  # fmt: skip
 COMPLETION_ONLY = frozenset({"echo", "best_of", "suffix"})
 _FIELDS = {
@@ -150,6 +176,10 @@ class Prepared:
     stream: bool
     include_usage: bool
     stop: tuple[str, ...]
+
+    @property
+    def logprobs(self) -> bool:
+        return self.request.logprobs is not None
 
 
 def parse(kind: Kind, body: bytes) -> Prepared:
@@ -194,6 +224,8 @@ def parse(kind: Kind, body: bytes) -> Prepared:
             top_p=_top_p(req.top_p),
             seed=req.seed,
             stop=list(stop),
+            output_format=_output_format(req) if isinstance(req, ChatBody) else None,
+            logprobs=_logprobs(req),
         ),
         stream=bool(req.stream),
         include_usage=bool(req.stream and req.stream_options and req.stream_options.include_usage),
@@ -296,3 +328,62 @@ def _top_p(value: float | None) -> float:
     if top_p == 0.0:
         raise bad("top_p must be greater than 0", param="top_p")
     return top_p
+
+
+def _output_format(req: ChatBody) -> OutputFormat | None:
+    """``response_format`` as the swarm enforces it, checked up front."""
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return OutputFormat(type="json_object")
+    if fmt.type != "json_schema":
+        raise bad(
+            f"response_format.type: {fmt.type!r} is not one of 'text', 'json_object', "
+            "'json_schema'",
+            param="response_format.type",
+        )
+    if fmt.json_schema is None or fmt.json_schema.schema is None:
+        raise bad(
+            "response_format.json_schema.schema is required with type 'json_schema'",
+            param="response_format.json_schema.schema",
+        )
+    schema = msgspec.json.encode(fmt.json_schema.schema).decode()
+    if len(schema) > MAX_SCHEMA_CHARS:
+        raise bad(
+            f"response_format.json_schema.schema: longer than {MAX_SCHEMA_CHARS} characters",
+            param="response_format.json_schema.schema",
+        )
+    shape = OutputFormat(type="json_schema", schema=schema)
+    why = refusal(shape)
+    if why is not None:
+        raise bad(
+            f"response_format.json_schema.schema cannot be followed: {why}",
+            param="response_format.json_schema.schema",
+        )
+    return shape
+
+
+def _logprobs(req: ChatBody | CompletionBody) -> int | None:
+    """How many likely tokens to report beside each token's log-probability; None:
+    no log-probabilities."""
+    if isinstance(req, CompletionBody):
+        if req.logprobs is None:
+            return None
+        if not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
+            raise bad(
+                f"logprobs must be between 0 and {MAX_COMPLETION_LOGPROBS}, got {req.logprobs}",
+                param="logprobs",
+            )
+        return req.logprobs
+    top = req.top_logprobs
+    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad(
+            f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}",
+            param="top_logprobs",
+        )
+    if not req.logprobs:
+        if top:
+            raise bad("top_logprobs requires logprobs to be true", param="top_logprobs")
+        return None
+    return top or 0

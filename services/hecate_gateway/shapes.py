@@ -16,12 +16,13 @@ unknown fields: ``chunk.model_extra["hecate"]``). Non-streamed answers say it in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from hecate.wire.messages import InferReply
+from hecate.wire.messages import InferReply, TokenLogprob
 from hecate_gateway.openai import ApiError, Kind
 
 DONE = b"data: [DONE]\n\n"
@@ -36,6 +37,7 @@ class Answer:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    logprobs: list[TokenLogprob] | None = None
 
     def usage(self) -> dict[str, int]:
         return {
@@ -63,7 +65,51 @@ def answer_of(reply: InferReply, stop: tuple[str, ...], streamed: int = 0) -> An
         finish_reason="stop" if cut else (reply.finish_reason or "stop"),
         prompt_tokens=reply.prompt_tokens or 0,
         completion_tokens=streamed if completion is None else completion,
+        logprobs=reply.logprobs,
     )
+
+
+def _token(piece: bytes) -> str:
+    """A token's text as OpenAI shows it: its bytes, escaped where they are part of a
+    character (the exact bytes go beside it in ``bytes``)."""
+    return piece.decode("utf-8", errors="backslashreplace")
+
+
+def logprobs_of(
+    kind: Kind, entries: Sequence[TokenLogprob] | None, offset: int = 0
+) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` of a choice: chat's ``content`` list (each token with its
+    ``top_logprobs``), or a completion's parallel lists (``text_offset`` counted from
+    ``offset``, the completion's characters before these tokens)."""
+    if entries is None:
+        return None
+    if kind == "chat":
+        return {
+            "content": [
+                {
+                    "token": _token(e.piece),
+                    "logprob": e.logprob,
+                    "bytes": list(e.piece),
+                    "top_logprobs": [
+                        {"token": _token(c.piece), "logprob": c.logprob, "bytes": list(c.piece)}
+                        for c in e.top
+                    ],
+                }
+                for e in entries
+            ],
+            "refusal": None,
+        }
+    tokens = [_token(e.piece) for e in entries]
+    offsets = []
+    for t in tokens:
+        offsets.append(offset)
+        offset += len(t)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{_token(c.piece): c.logprob for c in e.top} for e in entries],
+        "text_offset": offsets,
+    }
 
 
 def response_id(kind: Kind, request_id: str) -> str:
@@ -76,7 +122,7 @@ def body(kind: Kind, rid: str, created: int, model: str, answer: Answer) -> byte
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": answer.text, "refusal": None},
-            "logprobs": None,
+            "logprobs": logprobs_of(kind, answer.logprobs),
             "finish_reason": answer.finish_reason,
         }
         obj = "chat.completion"
@@ -84,7 +130,7 @@ def body(kind: Kind, rid: str, created: int, model: str, answer: Answer) -> byte
         choice = {
             "text": answer.text,
             "index": 0,
-            "logprobs": None,
+            "logprobs": logprobs_of(kind, answer.logprobs),
             "finish_reason": answer.finish_reason,
         }
         obj = "text_completion"
@@ -110,6 +156,7 @@ class Frames:
     def __init__(self, kind: Kind, rid: str, created: int, model: str, include_usage: bool):
         self.kind = kind
         self.include_usage = include_usage
+        self._offset = 0  # the completion's characters sent, for its text offsets
         self._head: dict[str, Any] = {
             "id": rid,
             "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
@@ -123,10 +170,16 @@ class Frames:
             chunk["usage"] = None
         return b"data: " + _encode(chunk) + b"\n\n"
 
-    def _choice(self, content: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
+    def _choice(
+        self,
+        content: dict[str, Any] | str,
+        finish: str | None,
+        logprobs: Sequence[TokenLogprob] | None = None,
+    ) -> dict[str, Any]:
+        said = logprobs_of(self.kind, logprobs, self._offset) if logprobs else None
         if self.kind == "chat":
-            return {"index": 0, "delta": content, "logprobs": None, "finish_reason": finish}
-        return {"text": content, "index": 0, "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "delta": content, "logprobs": said, "finish_reason": finish}
+        return {"text": content, "index": 0, "logprobs": said, "finish_reason": finish}
 
     def start(self) -> bytes:
         """The first frame: a chat stream announces the role; a completion has none."""
@@ -134,16 +187,23 @@ class Frames:
             return b""
         return self._frame([self._choice({"role": "assistant", "content": ""}, None)])
 
-    def delta(self, text: str) -> bytes:
+    def delta(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+        """A frame of ``text``, with the log-probabilities of the tokens it completes."""
         if not text:
             return b""
-        return self._frame([self._choice({"content": text} if self.kind == "chat" else text, None)])
+        content = {"content": text} if self.kind == "chat" else text
+        frame = self._frame([self._choice(content, None, logprobs)])
+        self._offset += len(text)
+        return frame
 
-    def end(self, answer: Answer, degraded: bool, route: str) -> bytes:
-        """The finishing frame, then the usage frame when asked for."""
+    def end(
+        self, answer: Answer, degraded: bool, route: str, logprobs: Sequence[TokenLogprob] = ()
+    ) -> bytes:
+        """The finishing frame (with the log-probabilities of tokens no text frame
+        carried, an end of text held back), then the usage frame when asked for."""
         empty: dict[str, Any] | str = {} if self.kind == "chat" else ""
         out = self._frame(
-            [self._choice(empty, answer.finish_reason)],
+            [self._choice(empty, answer.finish_reason, logprobs)],
             hecate={"degraded": degraded, "route": route},
         )
         if self.include_usage:

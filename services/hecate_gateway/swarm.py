@@ -64,6 +64,7 @@ from hecate.bus import kv as kvs
 from hecate.bus import telemetry
 from hecate.bus.logs import event
 from hecate.core import SwarmPlan
+from hecate.core.kinds import ExecutorKind
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
 from hecate.wire.messages import (
@@ -138,6 +139,10 @@ class SwarmWatch:
         """Models the current plan can serve: at least one pipeline a router would send
         to, or, for a model whose pipelines all fail, a reserve model that has one."""
         return self.report().servable_models()
+
+    def executor_kind(self, model_id: str) -> ExecutorKind | None:
+        """How the current plan's nodes compute ``model_id`` (None: not known yet)."""
+        return self.plan.executor_kind(model_id) if self.plan is not None else None
 
     def count_tokens(self, n: int, now: float) -> None:
         """The gateway streamed or answered ``n`` generated tokens at ``now``

@@ -278,6 +278,9 @@ def _step_input(req: StepStage) -> StepInput:
         top_p=req.top_p,
         seed=req.seed,
         sampled_from=req.sampled_from,
+        output_format=req.output_format,
+        sampled=tuple(req.sampled or ()),
+        logprobs=req.logprobs,
     )
 
 
@@ -292,4 +295,5 @@ def _step_reply(out: StepOutput, prompt_tokens: list[int] | None) -> StageReply:
         eos=out.eos,
         positions=out.positions,
         prompt_tokens=prompt_tokens,
+        logprob=out.logprob,
     )

@@ -14,7 +14,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hecate.wire.common import TokenLogprob
+from hecate.wire.messages import StreamToken
 from hecate.wire.stages import TokenReply
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A token to stream: the ``index``-th generated, its text and log-probability."""
+
+    index: int
+    token: int
+    text: str
+    logprob: TokenLogprob | None
+
+    def message(self, request_id: str) -> StreamToken:
+        return StreamToken(
+            request_id=request_id,
+            index=self.index,
+            token=self.token,
+            text=self.text,
+            logprob=self.logprob,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +45,7 @@ class Step:
 
     kind: Literal["chunk", "next", "done"]
     positions: int  # how many positions this step ran
-    streamed: tuple[int, int, str] | None = None  # (index, token, text)
+    streamed: Streamed | None = None
 
 
 @dataclass(slots=True)
@@ -40,6 +61,8 @@ class Generation:
     sampled_from: int | None = None
     finish_reason: Literal["stop", "length"] | None = None
     eos: bool = False  # the model's end token is the last of ``generated``
+    # Each text token's log-probability, when asked (the end token is not text).
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
     @property
     def started(self) -> bool:
@@ -72,7 +95,9 @@ class Generation:
         streamed = None
         if not reply.eos:
             self.text.append(reply.text)
-            streamed = (len(self.generated) - 1, reply.token, reply.text)
+            if reply.logprob is not None:
+                self.logprobs.append(reply.logprob)
+            streamed = Streamed(len(self.generated) - 1, reply.token, reply.text, reply.logprob)
         if reply.eos or len(self.generated) >= max_tokens:
             self.eos = reply.eos
             self.finish_reason = "stop" if reply.eos else "length"

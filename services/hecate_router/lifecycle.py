@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from hecate.core import Route
 from hecate.core.errors import ErrorCode
 from hecate.model.executor import ExecutorKind
-from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest, StreamToken
+from hecate.wire.messages import ErrorBody, ErrorReply, InferReply, InferRequest
 from hecate.wire.stages import ActivationReply, OutputReply, TokenReply
 from hecate_router import flow, losses
 from hecate_router.flow import (
@@ -46,7 +46,7 @@ from hecate_router.hearing import Hearing
 from hecate_router.losses import Held
 from hecate_router.reconnect import ReconnectWindow
 from hecate_router.rescue import GiveUp, classify
-from hecate_router.stages import Dispatch, stage_request
+from hecate_router.stages import Dispatch, stage_request, unsupported
 from hecate_router.states import State, accepts, move
 
 S = State
@@ -189,6 +189,9 @@ class Lifecycle:
         self._to(S.SENT)
         kind = self.kinds.get(route.model_id) or self.routes.executor_kind(route.model_id)
         self.kinds[route.model_id] = kind  # a flight keeps the kind it started with
+        if kind != "steps" and (what := unsupported(self.request)) is not None:
+            self._error("bad_request", f"{route.model_id} cannot {what}", out)
+            return
         d = Dispatch(route, i, chained, self.routes.layers(route.model_id), self.routes.epoch)
         act = self.acts.get(route.stages[i].layer_start, b"")
         request = stage_request(kind, d, self.request, self.request_id, act, self.session, self.gen)
@@ -234,10 +237,7 @@ class Lifecycle:
         if step.kind == "chunk":
             self.counters["prefill_chunks"] += 1
         if step.streamed is not None and self.request.stream:
-            index, token, text = step.streamed
-            out.append(
-                Stream(StreamToken(request_id=self.request_id, index=index, token=token, text=text))
-            )
+            out.append(Stream(step.streamed.message(self.request_id)))
         if step.kind == "done":
             return self._answer(True, self.gen.so_far() or "", None, out)
         self.stage = 0
@@ -293,6 +293,7 @@ class Lifecycle:
             prompt_tokens=read,
             completion_tokens=written,
             finish_reason=gen.finish_reason,
+            logprobs=gen.logprobs if self.request.logprobs is not None else None,
         )
         out.append(Answer(reply, tuple(self.also_reply_to), self.route))
         if self.routes.keeps_sessions(self.route.model_id):

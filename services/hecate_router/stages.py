@@ -30,6 +30,16 @@ class Dispatch:
     epoch: int
 
 
+def unsupported(request: InferRequest) -> str | None:
+    """What ``request`` asks that only a generative model's engine (a ``steps``
+    executor, which samples each token) can do, or None."""
+    if request.output_format is not None:
+        return f"give its answer the shape {request.output_format.type!r} (it does not sample)"
+    if request.logprobs is not None:
+        return "give log-probabilities (it does not sample)"
+    return None
+
+
 def stage_request(
     kind: ExecutorKind,
     d: Dispatch,
@@ -46,7 +56,8 @@ def stage_request(
     stage = stages[d.index]
     first = stage.layer_start == 0
     # The route's end decodes; in a chain every stage carries it down to the end.
-    decode = request.max_tokens if (d.index == len(stages) - 1 or d.chained) else None
+    samples = d.index == len(stages) - 1 or d.chained  # it is, or carries down to, the end
+    decode = request.max_tokens if samples else None
     chain = stages[d.index + 1 : d.index + 1 + d.chained]
     if kind == "steps":
         return StepStage(
@@ -70,6 +81,9 @@ def stage_request(
             top_p=request.top_p,
             seed=request.seed,
             sampled_from=gen.sampled_from,
+            output_format=request.output_format if samples else None,
+            sampled=list(gen.generated) if samples and request.output_format else None,
+            logprobs=request.logprobs if samples else None,
         )
     if kind == "whole":
         return WholeStage(

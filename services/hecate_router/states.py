@@ -8,6 +8,9 @@ event does to a request, the table bounds it.
 States and what moves a request between them::
 
     NEW        --Start-------------------------------> SENT
+                 asks what its model cannot do (a
+                 shape or log-probabilities of a
+                 model that does not sample) --------> DONE
     SENT       --StageReplied (next stage / token)---> SENT
     SENT       --StageReplied (last) ----------------> DONE
     SENT       --StageFailed / NodeDown / Tick past
@@ -57,7 +60,7 @@ LIVE = (S.NEW, S.SENT, S.RESENDING, S.WAITING)
 
 #: (state, event type) -> the states that event may leave the request in.
 TRANSITIONS: dict[tuple[State, type[Event]], frozenset[State]] = {
-    (S.NEW, Start): frozenset({S.SENT}),
+    (S.NEW, Start): frozenset({S.SENT, S.DONE}),
     (S.SENT, StageReplied): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
     (S.SENT, StageFailed): frozenset({S.SENT, S.RESENDING, S.WAITING, S.DONE}),
     (S.SENT, NodeDown): frozenset({S.SENT, S.WAITING, S.DONE}),

@@ -16,8 +16,9 @@ first component below ``hecate`` (``hecate.bus.kv`` is in ``bus``):
 
 0. ``core``, ``resilience``, ``wire``, ``llm``, ``model``, ``sim``: pure logic, wire
    shapes and the model libraries. ``model`` holds the executor protocol's types and
-   the toy and null networks and imports nothing of hecate but the error codes
-   (``hecate.core.errors``); ``llm`` (the real model) implements that protocol, so
+   the toy and null networks and imports nothing of hecate but the error codes and
+   kinds (``hecate.core``); the wire carries some of its types as they are (an answer's
+   required shape, a token's log-probability); ``llm`` (the real model) implements that protocol, so
    the two are libraries side by side, and the registry that chooses between them
    (``executors``) sits above both. ``sim`` is the swarm lifecycle run in memory over
    the core, which ``hecate swarm-sim`` and the planner's topology reading use.

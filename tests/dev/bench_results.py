@@ -407,6 +407,17 @@ RING = {
 }
 
 
+CONSTRAIN = {
+    "tokens": 48,
+    "rounds": 3,
+    "mask": {"llguidance_ms": 0.02, "outlines_core_index_s": 0.04, "outlines_core_ms": 0.4},
+    "tokens_per_s": {"free": [80.0, 78.0, 82.0], "schema": [76.0, 77.0, 70.0]},
+    "schema_over_free": [0.95, 0.987, 0.854],
+    "free_texts_equal": True,
+    "invalid": [],
+}
+
+
 def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, Any]:
     return {
         "nodes": nodes,
@@ -516,5 +527,6 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
         out["llm"] = envelope("llm", LLM)
         out["tokens"] = envelope("tokens", TOKENS)
         out["ring"] = envelope("ring", RING)
+        out["constrain"] = envelope("constrain", CONSTRAIN)
         out["wan"] = envelope("wan", WAN)
     return out

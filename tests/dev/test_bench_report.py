@@ -404,3 +404,19 @@ def test_the_stage_ring_is_judged_per_configuration_on_its_paired_rounds() -> No
         "3 stages with no bus (2 threads, spin in runs) ≥ 0.9× one process, 1 user "
         "| 0.900× (median of 3; 0.900–0.910 holds it at 75%) | met"
     ) in headline
+
+
+def test_the_schema_s_cost_is_judged_on_its_paired_rounds_and_its_answers_checked() -> None:
+    doc = render(results())
+    section = _section(doc, "Answers held to a JSON Schema")
+    assert "| llguidance (the nodes') | 0.020 | a bit per token |" in section
+    assert "| held ÷ free | 0.950, 0.987, 0.854 |" in section
+    assert (
+        "parsed and validated against it, and every free answer was the same greedy text: yes"
+        in (section)
+    )
+    headline = _section(doc, "Headline")
+    assert (
+        "an answer held to a schema ≥ 0.9× free tokens/s | 0.950× (median of 3; 0.854–0.987 holds "
+        "it at 75%) | undecided"
+    ) in headline

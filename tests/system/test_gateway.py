@@ -41,6 +41,7 @@ from hecate_gateway.keys import OpenAccess
 from hecate_gateway.metrics import Metrics
 from hecate_gateway.openai import Kind, parse
 from hecate_gateway.swarm import SwarmWatch
+from tests.support.gateways import gateway_port
 from tests.support.swarm import EXAMPLES, Processes, hecate_argv, start_swarm
 from tests.support.waits import GENEROUS_S, router_status, until
 
@@ -67,17 +68,6 @@ def api_key(path: Path, tenant: str) -> str:
         timeout=60,
     )
     return out.stdout.strip()
-
-
-def gateway_port(procs: Processes) -> int:
-    deadline = time.monotonic() + GENEROUS_S
-    while time.monotonic() < deadline:
-        for line in procs.log("gateway").splitlines():
-            if '"listening"' in line:
-                return int(json.loads(line)["port"])
-        assert procs.procs["gateway"].poll() is None, procs.log("gateway")
-        time.sleep(0.05)
-    raise AssertionError("the gateway never said where it listens")
 
 
 @pytest.fixture(scope="module")
@@ -431,6 +421,17 @@ async def test_a_client_that_hangs_up_cancels_its_request_in_the_swarm(
     await until(router_stopped, "the router answered the request cancelled")
 
 
+async def test_a_model_that_does_not_sample_refuses_a_json_answer_by_name(swarm: Swarm) -> None:
+    async with client(swarm) as c:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await c.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                response_format={"type": "json_object"},
+            )
+    assert "cannot give its answer the shape 'json_object'" in str(caught.value)
+
+
 async def test_models_probes_and_metrics(swarm: Swarm) -> None:
     async with client(swarm) as c:
         models = await c.models.list()
@@ -442,7 +443,13 @@ async def test_models_probes_and_metrics(swarm: Swarm) -> None:
         live = await http.get("/healthz/live")
         ready = await http.get("/healthz/ready")
     assert listed["object"] == "list"
-    assert set(listed["data"][0]) == {"id", "object", "created", "owned_by"}
+    assert set(listed["data"][0]) == {"id", "object", "created", "owned_by", "capabilities"}
+    # The toy model computes no tokens: no shape, no log-probabilities.
+    assert listed["data"][0]["capabilities"] == {
+        "response_format": ["text"],
+        "logprobs": False,
+        "tools": False,
+    }
     assert live.status_code == ready.status_code == 200
     assert ready.json() == {"ready": True, "missing": []}
     metrics = await scrape(swarm)

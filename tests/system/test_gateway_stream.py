@@ -7,7 +7,6 @@ One node holds all 30 layers (one process to load); generations are a few tokens
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,14 +19,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from openai.types.chat import ChatCompletionMessageParam
 
-from hecate.bus.server import NatsServer
-from hecate.llm.store import pull
 from hecate.wire import subjects
 from hecate.wire.messages import InferCancel, InferReply
 from hecate_gateway.openai import parse
-from tests.support.swarm import Processes
-from tests.support.waits import GENEROUS_S, router_status, until
-from tests.system.test_gateway import counted, gateway_port
+from tests.support.gateways import llm_gateway
+from tests.support.waits import router_status, until
+from tests.system.test_gateway import counted
 
 # SmolLM2, pulled and prepared once per run (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("prepared_model")
@@ -41,44 +38,8 @@ QUESTION: list[ChatCompletionMessageParam] = [
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(NATS url, gateway base URL) of a one-node SmolLM2 swarm behind a gateway."""
-    pull(MODEL, progress=lambda _line: None)
-    tmp = tmp_path_factory.mktemp("gateway-llm")
-    server = NatsServer(tmp / "nats").start()
-    procs = Processes(url=server.url, logs=tmp)
-    try:
-        topology = tmp / "llm.json"
-        topology.write_text(
-            json.dumps(
-                {
-                    "models": [{"id": MODEL, "layers": 30, "role": "base", "executor": "smollm2"}],
-                    "nodes": [{"id": "solo", "capacity_layers": 30, "executor": "smollm2"}],
-                }
-            )
-        )
-        procs.start("telemetry", "telemetry", "--id", "telemetry")
-        procs.start(
-            "planner", "planner", "--id", "planner", "--topology", str(topology),
-            "--pipelines", "1", "--settle-ms", "300",
-        )  # fmt: skip
-        procs.start("router-1", "router", "--id", "router-1", "--stage-timeout-ms", "10000")
-        procs.start(
-            "node-solo", "node", "--id", "solo", "--capacity-layers", "30",
-            "--executor", "smollm2",
-        )  # fmt: skip
-        procs.start("gateway", "gateway", "--open", "--port", "0")
-        base = f"http://127.0.0.1:{gateway_port(procs)}"
-        deadline = time.monotonic() + 120
-        while True:  # ready, and the model loaded: a first token comes back
-            body = {"model": MODEL, "prompt": "Hi", "max_tokens": 1}
-            r = httpx.post(f"{base}/v1/completions", json=body, timeout=GENEROUS_S)
-            if r.status_code == 200:
-                break
-            assert time.monotonic() < deadline, r.text
-            time.sleep(0.2)
-        yield server.url, base
-    finally:
-        procs.stop_all()
-        server.stop()
+    with llm_gateway(tmp_path_factory.mktemp("gateway-llm"), MODEL) as urls:
+        yield urls
 
 
 @pytest.fixture

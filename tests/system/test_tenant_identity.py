@@ -24,9 +24,10 @@ from hecate.bus.server import NatsServer
 from hecate.bus.settle import settled
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
+from tests.support.gateways import gateway_port
 from tests.support.swarm import EXAMPLES, SWARM_NODES, Processes, start_swarm
 from tests.support.waits import GENEROUS_S, listening
-from tests.system.test_gateway import api_key, gateway_port
+from tests.system.test_gateway import api_key
 
 ACCOUNTS = """
 accounts {

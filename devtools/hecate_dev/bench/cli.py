@@ -32,6 +32,7 @@ def add_parser(sub: Any) -> None:
             "llm",
             "tokens",
             "ring",
+            "constrain",
             "wan",
             "scale",
             "report",
@@ -43,6 +44,7 @@ def add_parser(sub: Any) -> None:
         "process and across stages; tokens: where a token's time goes across 3 stages at 1 "
         "and 16 users, from every process's spans; ring: 3 stages in processes passing each "
         "step over pipes, no bus, against one process: what this machine's cores allow; "
+        "constrain: an answer held to a JSON Schema, its mask per step and tokens/s; "
         "wan: SmolLM2 with every node behind a slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
         "scale: node hosts of 100 to 5,000 node identities, what forming, beating and "
@@ -203,6 +205,17 @@ def _run_suite(args: argparse.Namespace) -> object:
             return {"skipped": f"{RING_MODEL} is not pulled (hecate model pull {RING_MODEL})"}
         return run_ring(
             rounds=args.rounds or (1 if args.quick else 3),
+            tokens=args.tokens or (16 if args.quick else 48),
+        )
+    if args.suite == "constrain":
+        from hecate.llm.store import present as here
+        from hecate_dev.bench.constrain import MODEL as SCHEMA_MODEL
+        from hecate_dev.bench.constrain import run as run_constrain
+
+        if args.if_present and not here(SCHEMA_MODEL):
+            return {"skipped": f"{SCHEMA_MODEL} is not pulled (hecate model pull {SCHEMA_MODEL})"}
+        return run_constrain(
+            rounds=args.rounds or (1 if args.quick else 5),
             tokens=args.tokens or (16 if args.quick else 48),
         )
     if args.suite == "wan":

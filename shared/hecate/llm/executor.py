@@ -30,12 +30,13 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from hecate.core.errors import HecateError
+from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
 from hecate.llm.gguf_model import LlamaConfig, load_stage
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import TextStream, chat_prompt, eos_ids, load_tokenizer
-from hecate.model.executor import ExecutorError, StepInput, StepOutput
+from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLogprob
 
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
@@ -131,6 +132,7 @@ class LlmExecutor:
         #: on the last stage, the tokens of a character a session's text has begun and
         #: not finished (its UTF-8 bytes span tokens); no entry for the others
         self._held: dict[str, list[int]] = {}
+        self._constraints: Constraints | None = None
 
     def eos(self) -> frozenset[int]:
         """The ids that end a generation, as the model's file names them."""
@@ -214,6 +216,8 @@ class LlmExecutor:
         """Drop ``session``'s caches on every range held here. Run it on the compute
         thread, between batches, like a step."""
         self._held.pop(session, None)
+        if self._constraints is not None:
+            self._constraints.forget(session)
         with self._lock:
             held = list(self._ranges.values())
         for sessions in held:
@@ -319,21 +323,44 @@ class LlmExecutor:
             ran = {i: rows_of(step, config_hidden=stage.config.hidden) for i, step, _ in items}
             for row, (i, _, prompt_tokens) in enumerate(done):
                 req = reqs[i]
-                token = sample(
-                    logits[row],
-                    temperature=req.temperature,
-                    top_p=req.top_p,
-                    seed=req.seed,
-                    step=req.step,
-                )
+                try:
+                    token, logprob = self._sample(req, logits[row])
+                except ConstraintError as exc:
+                    results[i] = ExecutorError("bad_request", f"output format: {exc}")
+                    continue
                 results[i] = StepOutput(
                     token=token,
                     text=self._text(req, token),
                     eos=token in self.eos(),
                     prompt_tokens=prompt_tokens,
                     positions=ran[i],
+                    logprob=logprob,
                 )
         return [r if r is not None else ExecutorError("internal", "step not run") for r in results]
+
+    def _sample(self, req: StepInput, logits: Array) -> tuple[int, TokenLogprob | None]:
+        """The next token of ``req``, drawn only among those its output format allows
+        after the tokens sampled so far, and its log-probability when asked (the
+        model's own distribution, before the format's mask)."""
+        drawn_from = logits
+        if req.output_format is not None:
+            allowed = self.constraints(len(logits)).allowed(
+                req.session, req.output_format, req.sampled
+            )
+            drawn_from = np.where(allowed, logits, np.float32(-np.inf))
+        token = sample(
+            drawn_from, temperature=req.temperature, top_p=req.top_p, seed=req.seed, step=req.step
+        )
+        if req.logprobs is None:
+            return token, None
+        pieces = self.constraints(len(logits))
+        return token, logprob_of(logits, token, req.logprobs, pieces.piece)
+
+    def constraints(self, vocab: int) -> Constraints:
+        """The last stage's constraints and token pieces, made when first needed."""
+        if self._constraints is None:
+            self._constraints = Constraints(self.tokenizer(), sorted(self.eos()), vocab)
+        return self._constraints
 
     def _load(self, layer_start: int, layer_end: int) -> Sessions:
         try:

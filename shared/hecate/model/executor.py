@@ -34,7 +34,7 @@ that imports it back. This module imports nothing of hecate but the error codes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -157,6 +157,41 @@ class LayerNetwork:
 # -- steps -------------------------------------------------------------------------------
 
 
+# -- what the stage that samples is asked, and says of its tokens ----------------------
+
+MAX_SCHEMA_CHARS = 32 * 1024
+MAX_TOP_LOGPROBS = 20  # as OpenAI
+
+
+class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
+    """What a generation's text must be, enforced on the stage that samples (each token
+    drawn only among those that keep the text on its way to a valid answer): any JSON
+    object (``json_object``), or JSON valid against ``schema`` (``json_schema``: the
+    JSON Schema, as JSON text)."""
+
+    type: Literal["json_object", "json_schema"]
+    schema: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
+
+
+class Candidate(msgspec.Struct, frozen=True, array_like=True):
+    """A token the model weighed at one step: its id, its bytes (part of a character,
+    perhaps) and its log-probability under the distribution it was sampled from."""
+
+    token: int
+    piece: bytes
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """The token sampled at one step, as :class:`Candidate`, with the most likely
+    tokens of that step (as many as were asked, most likely first)."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    top: list[Candidate] = []
+
+
 class StepInput(msgspec.Struct, frozen=True, kw_only=True):
     """One generation step of ``session`` on layers ``[layer_start, layer_end)``.
 
@@ -183,6 +218,12 @@ class StepInput(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
     # Positions from this one on hold sampled tokens (a replay): run one at a time.
     sampled_from: int | None = None
+    # The last stage: the text's required shape and the tokens sampled before this
+    # step (the constraint's state), and how many likely tokens to report beside the
+    # sampled one's log-probability (None: no log-probabilities).
+    output_format: OutputFormat | None = None
+    sampled: tuple[int, ...] = ()
+    logprobs: int | None = None
 
 
 class StepOutput(msgspec.Struct, frozen=True, kw_only=True):
@@ -196,6 +237,7 @@ class StepOutput(msgspec.Struct, frozen=True, kw_only=True):
     eos: bool = False
     prompt_tokens: list[int] | None = None
     positions: int | None = None
+    logprob: TokenLogprob | None = None
 
 
 @runtime_checkable

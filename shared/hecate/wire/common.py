@@ -8,6 +8,14 @@ from typing import Annotated
 
 import msgspec
 
+# What a generation's text must be, and what it says of its own tokens: the types the
+# stage that samples works with (the executor's), carried on the wire as they are.
+from hecate.model.executor import MAX_SCHEMA_CHARS as MAX_SCHEMA_CHARS
+from hecate.model.executor import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
+from hecate.model.executor import Candidate as Candidate
+from hecate.model.executor import OutputFormat as OutputFormat
+from hecate.model.executor import TokenLogprob as TokenLogprob
+
 MAX_PROMPT_CHARS = 64 * 1024
 MAX_TOKENS = 4096
 # The longest a caller may ask to be held for its quota slot (InferRequest.max_wait_ms).

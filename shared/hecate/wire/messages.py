@@ -21,11 +21,16 @@ from hecate.resilience.breaker import BreakerSnapshot
 # Re-exported: the shared shapes, and the stage messages (routers <-> nodes, msgpack,
 # tagged unions), which live in modules of their own.
 from hecate.wire.common import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS
+from hecate.wire.common import MAX_SCHEMA_CHARS as MAX_SCHEMA_CHARS
 from hecate.wire.common import MAX_TOKENS as MAX_TOKENS
+from hecate.wire.common import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from hecate.wire.common import MAX_WAIT_MS as MAX_WAIT_MS
+from hecate.wire.common import Candidate as Candidate
 from hecate.wire.common import ChatMessage as ChatMessage
 from hecate.wire.common import ErrorBody as ErrorBody
 from hecate.wire.common import ErrorReply as ErrorReply
+from hecate.wire.common import OutputFormat as OutputFormat
+from hecate.wire.common import TokenLogprob as TokenLogprob
 from hecate.wire.stages import ActivationReply as ActivationReply
 from hecate.wire.stages import LayersStage as LayersStage
 from hecate.wire.stages import OutputReply as OutputReply
@@ -65,6 +70,12 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: Annotated[list[ChatMessage], msgspec.Meta(max_length=256)] | None = None
     # Generation ends before any of these strings (which are not part of the output).
     stop: Annotated[list[str], msgspec.Meta(max_length=8)] = []
+    # The text's required shape (any JSON object, or JSON valid against a schema),
+    # enforced while each token is sampled.
+    output_format: OutputFormat | None = None
+    # Each generated token's log-probability (the model's own distribution, at
+    # temperature 1) with this many of the most likely tokens beside it; None: none.
+    logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
 
 # Marks a streamed token on a request's reply subject (``InferRequest.stream``).
@@ -97,6 +108,8 @@ class InferReply(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: Literal["stop", "length"] | None = None
+    # Asked for (InferRequest.logprobs): each generated token's, in order.
+    logprobs: list[TokenLogprob] | None = None
 
 
 class InferCancel(msgspec.Struct, frozen=True, kw_only=True):
@@ -312,6 +325,7 @@ class StreamToken(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     token: int
     text: str
+    logprob: TokenLogprob | None = None  # asked for (InferRequest.logprobs)
 
 
 class QuotaRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import msgspec
 
 from hecate.core.plan import Stage
-from hecate.wire.common import ChatMessage
+from hecate.wire.common import ChatMessage, OutputFormat, TokenLogprob
 
 __all__ = [
     "ActivationReply",
@@ -103,6 +103,14 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # the first stage ends a chunk there: the rescue route computes exactly what the
     # first one did (a prefill's numbers differ from a decode step's).
     sampled_from: int | None = None
+    # For the stage that samples, when the text has a required shape: the shape, and
+    # the tokens sampled so far (the constraint's state is theirs, whichever node
+    # samples: a rescue route's last stage constrains as the first route's did).
+    output_format: OutputFormat | None = None
+    sampled: list[int] | None = None
+    # For the stage that samples: the sampled token's log-probability, with this many
+    # of the step's most likely tokens; None: none.
+    logprobs: int | None = None
 
 
 class WholeStage(StageHeader, frozen=True, kw_only=True, tag="whole"):
@@ -149,6 +157,7 @@ class TokenReply(_Answer, frozen=True, kw_only=True, tag="token"):
     eos: bool = False
     positions: int | None = None
     prompt_tokens: list[int] | None = None
+    logprob: TokenLogprob | None = None  # asked for (StepStage.logprobs)
 
 
 class OutputReply(_Answer, frozen=True, kw_only=True, tag="output"):

@@ -23,7 +23,14 @@ from hecate.core import (
 )
 from hecate.core.chooser import Chooser
 from hecate.model.executor import ExecutorKind
-from hecate.wire.messages import ErrorBody, ErrorReply, Failover, InferRequest
+from hecate.wire.messages import (
+    ErrorBody,
+    ErrorReply,
+    Failover,
+    InferRequest,
+    OutputFormat,
+    TokenLogprob,
+)
 from hecate.wire.stages import ActivationReply, OutputReply, StageReply, StepStage, TokenReply
 from hecate_router import states
 from hecate_router.flow import (
@@ -113,11 +120,25 @@ class Swarm:
 
 
 def machine(
-    swarm: Swarm, *, max_tokens: int = 3, stop: list[str] | None = None, chain: bool = False
+    swarm: Swarm,
+    *,
+    max_tokens: int = 3,
+    stop: list[str] | None = None,
+    chain: bool = False,
+    shape: OutputFormat | None = None,
+    logprobs: int | None = None,
 ) -> Lifecycle:
     route, degraded = swarm.chooser.choose("m", RoutingRequest(tokens=max_tokens))
+    request = InferRequest(
+        prompt="hi",
+        max_tokens=max_tokens,
+        stream=True,
+        stop=stop or [],
+        output_format=shape,
+        logprobs=logprobs,
+    )
     m = Lifecycle(
-        request=InferRequest(prompt="hi", max_tokens=max_tokens, stream=True, stop=stop or []),
+        request=request,
         request_id="r1",
         flight_id="router-1-f00d-1",
         model_id="m",
@@ -140,7 +161,9 @@ def answer(send: Send) -> StageReply:
         return ActivationReply(activation=bytes([r.layer_end]), prompt_tokens=said)
     if step is None:
         return OutputReply(output=f"out-{r.model_id}")
-    return TokenReply(prompt_tokens=said, token=10 + step.step, text=f"t{step.step} ")
+    token = 10 + step.step
+    logprob = TokenLogprob(token, b"t", -0.5, []) if step.logprobs is not None else None
+    return TokenReply(prompt_tokens=said, token=token, text=f"t{step.step} ", logprob=logprob)
 
 
 @dataclass
@@ -273,6 +296,42 @@ def test_a_generation_streams_each_token_and_counts_what_it_cost() -> None:
         "length",
     )
     assert isinstance(run.actions[-1], Release)  # the nodes drop the session after
+
+
+def test_the_stage_that_samples_gets_the_shape_and_the_tokens_so_far_and_says_logprobs() -> None:
+    shape = OutputFormat(type="json_object")
+    run = started(Swarm(generative=True), shape=shape, logprobs=2)
+    run.finish()
+    last = [s.request for s in run.sends if s.stage == 2]
+    assert all(isinstance(r, StepStage) for r in last)
+    assert [r.sampled for r in last if isinstance(r, StepStage)] == [[], [10], [10, 11]]
+    assert all(
+        r.output_format == shape and r.logprobs == 2 for r in last if isinstance(r, StepStage)
+    )
+    before = [s.request for s in run.sends if s.stage < 2]
+    assert all(isinstance(r, StepStage) and r.output_format is None for r in before)
+    streamed = [a.token for a in run.actions if isinstance(a, Stream)]
+    assert [t.logprob.token for t in streamed if t.logprob] == [10, 11, 12]
+    [a] = run.answers()
+    assert [e.token for e in a.reply.logprobs or []] == [10, 11, 12]
+
+
+@pytest.mark.parametrize(
+    ("ask", "words"),
+    [
+        ({"shape": OutputFormat(type="json_object")}, "give its answer the shape 'json_object'"),
+        ({"logprobs": 0}, "give log-probabilities"),
+    ],
+)
+def test_a_model_that_does_not_sample_refuses_a_shape_or_logprobs_by_name(
+    ask: dict[str, object], words: str
+) -> None:
+    run = started(Swarm(), **ask)
+    assert run.sends == []
+    [a] = run.answers()
+    assert a.reply.error is not None
+    assert a.reply.error.code == "bad_request"
+    assert words in a.reply.error.message
 
 
 def test_a_stop_string_ends_the_generation_without_it() -> None:

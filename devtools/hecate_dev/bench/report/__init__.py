@@ -26,6 +26,7 @@ from hecate_dev.bench.report import concurrency as users
 from hecate_dev.bench.report.breaker import section_breaker
 from hecate_dev.bench.report.bus import section_bus
 from hecate_dev.bench.report.chaos import TIMELINES, section_chaos
+from hecate_dev.bench.report.constrain import section_constrain
 from hecate_dev.bench.report.core import section_core
 from hecate_dev.bench.report.gateway import section_gateway
 from hecate_dev.bench.report.herd import section_herd
@@ -83,6 +84,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "Three stages with no bus: what this machine's cores allow",
         "hecate bench ring",
         section_ring,
+    ),
+    (
+        "constrain",
+        "Answers held to a JSON Schema: what a token pays",
+        "hecate bench constrain",
+        section_constrain,
     ),
     (
         "wan",

@@ -1,0 +1,208 @@
+"""Structured answers and log-probabilities through the HTTP gateway, to the official
+``openai`` client, from a SmolLM2 swarm: every answer held to a JSON Schema parses and
+validates, greedy or sampled, whole or streamed, and through the SDK's own
+``parse`` with a pydantic model; log-probabilities come in OpenAI's shapes, one per
+token; a schema that cannot be followed is a 400 naming it.
+
+One node holds all 30 layers (one process to load)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pydantic
+import pytest
+from openai.types.shared_params import ResponseFormatJSONSchema
+
+from tests.support.gateways import llm_gateway
+
+# SmolLM2, pulled and prepared once per run (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("prepared_model")
+
+MODEL = "smollm2-135m"
+CITY: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "country": {"type": "string", "maxLength": 24},
+        # Bounded: a small model may write one digit after another for ever.
+        "population_millions": {"type": "integer", "minimum": 0, "maximum": 100},
+        "landmarks": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 24},
+            "maxItems": 3,
+        },
+    },
+    "required": ["city", "country", "population_millions", "landmarks"],
+    "additionalProperties": False,
+}
+ASKED: ResponseFormatJSONSchema = {
+    "type": "json_schema",
+    "json_schema": {"name": "city", "schema": CITY, "strict": True},
+}
+PROMPTS = [
+    "Tell me about Paris.",
+    "Describe Tokyo.",
+    "What do you know about Lagos?",
+    "Give me facts on Lima.",
+    "Describe the capital of Italy.",
+    "Write about a small town you like.",
+]
+
+
+class Pet(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=16)
+    species: str = pydantic.Field(max_length=16)
+    age_years: int = pydantic.Field(ge=0, le=50)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    with llm_gateway(tmp_path_factory.mktemp("structured"), MODEL) as urls:
+        yield urls
+
+
+def client(gateway: tuple[str, str]) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{gateway[1]}/v1", api_key="unused", timeout=120)
+
+
+async def _ask(api: openai.AsyncOpenAI, prompt: str, temperature: float, seed: int) -> str:
+    reply = await api.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": prompt}],
+        response_format=ASKED,
+        temperature=temperature,
+        seed=seed,
+        max_tokens=160,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop", choice.message.content
+    return choice.message.content or ""
+
+
+async def test_every_answer_held_to_a_schema_parses_and_validates(
+    gateway: tuple[str, str],
+) -> None:
+    api = client(gateway)
+    asks = [(p, t, s) for s, p in enumerate(PROMPTS) for t in (0.0, 0.9)]
+    answers = await asyncio.gather(*(_ask(api, p, t, s) for p, t, s in asks))
+    for (prompt, temperature, _), text in zip(asks, answers, strict=True):
+        try:
+            jsonschema.validate(json.loads(text), CITY)
+        except (ValueError, jsonschema.ValidationError) as exc:
+            pytest.fail(f"{prompt!r} at {temperature}: {text!r}: {exc}")
+    free = await api.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24
+    )
+    assert free.choices[0].message.content not in answers  # the shape was the schema's doing
+
+
+async def test_a_json_object_and_a_streamed_schema_answer_parse(gateway: tuple[str, str]) -> None:
+    api = client(gateway)
+    whole = await api.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "List two colours as JSON."}],
+        response_format={"type": "json_object"},
+        max_tokens=120,
+    )
+    assert isinstance(json.loads(whole.choices[0].message.content or ""), dict)
+    stream = await api.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPTS[1]}],
+        response_format=ASKED,
+        max_tokens=160,
+        stream=True,
+    )
+    pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert len([p for p in pieces if p]) > 3  # streamed, token by token
+    jsonschema.validate(json.loads("".join(pieces)), CITY)
+
+
+async def test_the_sdks_own_parse_returns_the_pydantic_model(gateway: tuple[str, str]) -> None:
+    api = client(gateway)
+    for content in ("My cat Tom is three.", "Describe a dog."):
+        reply = await api.chat.completions.parse(
+            model=MODEL,
+            messages=[{"role": "user", "content": content}],
+            response_format=Pet,
+            max_tokens=120,
+        )
+        pet = reply.choices[0].message.parsed
+        assert isinstance(pet, Pet)
+
+
+async def test_log_probabilities_come_one_per_token_in_openais_shapes(
+    gateway: tuple[str, str],
+) -> None:
+    api = client(gateway)
+    chat = await api.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    choice, usage = chat.choices[0], chat.usage
+    assert choice.logprobs is not None
+    content = choice.logprobs.content
+    assert content is not None
+    assert usage is not None
+    assert len(content) == usage.completion_tokens  # the end token is neither text nor counted
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.logprob <= 0
+        # Greedy: the token is the most likely one.
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
+        assert entry.bytes == list(entry.token.encode()) or "\\x" in entry.token
+    assert "".join(e.token for e in content) == choice.message.content
+    stream = await api.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=6, logprobs=2, stream=True
+    )
+    tokens: list[str] = []
+    text = ""
+    async for chunk in stream:
+        for c in chunk.choices:
+            text += c.text
+            if c.logprobs is not None and c.logprobs.tokens is not None:
+                tokens += c.logprobs.tokens
+                assert c.logprobs.top_logprobs is not None
+                assert all(len(top) == 2 for top in c.logprobs.top_logprobs)
+    assert len(tokens) == 6
+    assert "".join(tokens) == text
+
+
+async def test_a_schema_that_cannot_be_followed_is_a_400_naming_it(
+    gateway: tuple[str, str],
+) -> None:
+    bad: dict[str, object] = {"type": "object", "properties": {"a": {"type": "strng"}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client(gateway).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            response_format=ResponseFormatJSONSchema(
+                type="json_schema", json_schema={"name": "x", "schema": bad}
+            ),
+        )
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "response_format.json_schema.schema"
+    assert "strng" in error["message"]
+
+
+async def test_the_models_list_says_what_a_sampling_model_can_be_asked(
+    gateway: tuple[str, str],
+) -> None:
+    async with httpx.AsyncClient(base_url=gateway[1]) as http:
+        listed = (await http.get("/v1/models")).json()
+    [model] = listed["data"]
+    assert model["capabilities"] == {
+        "response_format": ["text", "json_object", "json_schema"],
+        "logprobs": True,
+        "tools": False,
+    }
