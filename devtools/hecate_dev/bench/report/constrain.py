@@ -12,6 +12,11 @@ from hecate_dev.bench.report.paired import judged
 TARGET = 0.9  # a schema keeps at least nine tenths of the free decode speed
 
 
+def _count(r: Doc) -> str:
+    counts = sorted({n for ns in r.get("tokens_generated", {}).values() for n in ns})
+    return ", ".join(str(n) for n in counts) if counts else str(r["tokens"])
+
+
 def section_constrain(env: Doc, img: str) -> tuple[str, list[Target]]:
     del img  # no picture
     r = env["report"]
@@ -43,9 +48,12 @@ def section_constrain(env: Doc, img: str) -> tuple[str, list[Target]]:
         "The mask a step pays, on SmolLM2's 49,152 tokens, walking a valid answer's tokens "
         "(median ms a step; what each library gives):\n\n"
         f"{table(['library', 'ms a step', 'gives'], masks)}\n\n"
-        f"The engine's decode tokens/s on every core through the nodes' executor, "
-        f"{r['tokens']} tokens greedy, free and held to a schema of four fields, in "
-        f"{r['rounds']} interleaved rounds:\n\n{speeds}\n\n"
+        "The engine's decode tokens/s on every core through the nodes' executor, greedy, "
+        "free and held to a schema of three fields, in "
+        f"{r['rounds']} interleaved rounds of {r.get('repeats', 1)} generations of each, every "
+        f"generation as long as the schema's answer ({_count(r)} tokens), so that both "
+        "decode over the same lengths of context:"
+        f"\n\n{speeds}\n\n"
         "Every answer held to the schema parsed and validated against it, and every free "
         "answer was the same greedy text: "
         + ("yes." if checked else f"NO ({r['invalid']}).")
