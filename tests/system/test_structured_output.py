@@ -1,8 +1,9 @@
 """Structured answers and log-probabilities through the HTTP gateway, to the official
-``openai`` client, from a SmolLM2 swarm: every answer held to a JSON Schema parses and
-validates, greedy or sampled, whole or streamed, and through the SDK's own
-``parse`` with a pydantic model; log-probabilities come in OpenAI's shapes, one per
-token; a schema that cannot be followed is a 400 naming it.
+``openai`` client and to LangChain, from a SmolLM2 swarm: every answer held to a JSON
+Schema parses and validates, greedy or sampled, whole or streamed, and through the
+SDK's own ``parse`` and LangChain's ``with_structured_output`` with a pydantic model;
+log-probabilities come in OpenAI's shapes, one per token; a schema that cannot be
+followed is a 400 naming it.
 
 One node holds all 30 layers (one process to load)."""
 
@@ -18,7 +19,9 @@ import jsonschema
 import openai
 import pydantic
 import pytest
+from langchain_openai import ChatOpenAI
 from openai.types.shared_params import ResponseFormatJSONSchema
+from pydantic import SecretStr
 
 from tests.support.gateways import llm_gateway
 
@@ -206,3 +209,24 @@ async def test_the_models_list_says_what_a_sampling_model_can_be_asked(
         "logprobs": True,
         "tools": False,
     }
+
+
+async def test_langchains_structured_output_returns_the_pydantic_model(
+    gateway: tuple[str, str],
+) -> None:
+    """LangChain's ``ChatOpenAI`` (a client nobody here wrote), as an application uses
+    it: ``with_structured_output`` on a pydantic model, by JSON Schema and by JSON mode."""
+    llm = ChatOpenAI(
+        model=MODEL,
+        base_url=f"{gateway[1]}/v1",
+        api_key=SecretStr("unused"),
+        temperature=0,
+        max_completion_tokens=120,
+    )
+    by_schema = llm.with_structured_output(Pet, method="json_schema")
+    for prompt in ("My cat Tom is three.", "Describe a dog called Rex."):
+        pet = await by_schema.ainvoke(prompt)
+        assert isinstance(pet, Pet)
+    by_mode = llm.with_structured_output(method="json_mode")
+    answer = await by_mode.ainvoke("List two colours as JSON.")
+    assert isinstance(answer, dict)
