@@ -271,6 +271,6 @@ def _model(model_id: str, created: int, kind: ExecutorKind | None) -> dict[str, 
         "capabilities": {
             "response_format": ["text", "json_object", "json_schema"] if samples else ["text"],
             "logprobs": samples,
-            "tools": False,
+            "tools": samples,
         },
     }

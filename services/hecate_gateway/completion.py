@@ -32,6 +32,7 @@ from hecate_gateway.bridge import Bridge, Call
 from hecate_gateway.metrics import Metrics
 from hecate_gateway.openai import ApiError, Prepared, swarm_error
 from hecate_gateway.swarm import SwarmWatch
+from hecate_gateway.tools import may_be_call
 
 JSON = b"application/json"
 
@@ -111,6 +112,9 @@ class Completion(Response):
         span.set_attribute("hecate.request_id", self.request_id)
         span.set_attribute("hecate.tenant", self.tenant)
 
+    def _call_id(self) -> str:
+        return f"call_{self.request_id[:24]}"
+
     def _label(self, reply: InferReply) -> None:
         model = self.prepared.model
         if reply.ok or reply.route is not None or model in self.ctx.watch.servable_models():
@@ -156,7 +160,9 @@ class Completion(Response):
             await _send(send, error.status, error_headers(error, self.request_id),
                         shapes.error_body(error))  # fmt: skip
             return
-        answer = shapes.answer_of(reply, self.prepared.stop)
+        answer = shapes.answer_of(
+            reply, self.prepared.stop, tooling=self.prepared.tooling, call_id=self._call_id()
+        )
         self._answered(reply, answer)
         self.ctx.watch.count_tokens(answer.completion_tokens, time.monotonic())
         p = self.prepared
@@ -173,6 +179,7 @@ class Completion(Response):
         )  # fmt: skip
         text = shapes.StreamText(p.stop)
         owed: list[TokenLogprob] = []  # log-probabilities of tokens no frame carried yet
+        said, held = "", ""  # the text so far; what of it is held (a tool call, perhaps)
         began = False
         first = True
         last_at = 0.0
@@ -196,7 +203,12 @@ class Completion(Response):
                     out = frames.start()
                 if item.logprob is not None:
                     owed.append(item.logprob)
-                piece = text.add(item.text)
+                said += item.text
+                if p.tooling is not None and may_be_call(said, p.tooling.mode):
+                    held += item.text  # a call, perhaps: said whole at the end
+                    piece = ""
+                else:
+                    piece, held = text.add(held + item.text), ""
                 if piece:
                     out += frames.delta(piece, owed)
                     owed = []
@@ -217,7 +229,9 @@ class Completion(Response):
                 else:
                     await send({"type": "http.response.body", "body": frames.error(error)})
                 return
-            answer = shapes.answer_of(reply, p.stop, streamed=call.tokens)
+            answer = shapes.answer_of(
+                reply, p.stop, streamed=call.tokens, tooling=p.tooling, call_id=self._call_id()
+            )
             self._answered(reply, answer)
             unstreamed = answer.completion_tokens - call.tokens  # a model that does not stream
             if unstreamed > 0:
@@ -230,7 +244,10 @@ class Completion(Response):
                 out = frames.start()
             if not call.tokens and answer.logprobs:  # nothing streamed: all of them
                 owed = list(answer.logprobs)
-            rest = frames.delta(text.finish(answer.text), owed)
+            if answer.tool_calls:
+                rest = frames.calls(answer.tool_calls, owed)
+            else:
+                rest = frames.delta(text.finish(answer.text), owed)
             if rest:
                 owed = []
                 if first:

@@ -29,23 +29,33 @@ from dataclasses import dataclass
 
 import msgspec
 
-from hecate.llm.constrain import refusal
 from hecate.wire.messages import (
     MAX_PROMPT_CHARS,
-    MAX_SCHEMA_CHARS,
     MAX_TOKENS,
-    MAX_TOP_LOGPROBS,
     ChatMessage,
     InferRequest,
-    OutputFormat,
 )
 from hecate.wire.subjects import SLUG
 from hecate_gateway.apierrors import ApiError, Kind, bad, swarm_error, unauthorized
+from hecate_gateway.asks import (
+    ResponseFormat,
+    completion_logprobs,
+    logprobs_asked,
+    output_format,
+)
+from hecate_gateway.tools import (
+    Choice,
+    Tool,
+    ToolCall,
+    Tooling,
+    parse_tools,
+    render_call,
+    render_response,
+)
 
 DEFAULT_MAX_TOKENS = 256  # chat without max_tokens
 COMPLETION_MAX_TOKENS = 16  # OpenAI's own default for /v1/completions
 MAX_STOPS = 4  # as OpenAI
-MAX_COMPLETION_LOGPROBS = 5  # as OpenAI's /v1/completions
 
 __all__ = [
     "COMPLETION_MAX_TOKENS",
@@ -74,6 +84,8 @@ class Message(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls, in the history
+    tool_call_id: str | None = None  # a tool's answer: to which call
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -93,24 +105,15 @@ class _Common(msgspec.Struct, kw_only=True):
     stream_options: StreamOptions | None = None
 
 
-class JsonSchema(msgspec.Struct, kw_only=True):
-    name: str
-    schema: dict[str, object] | None = None
-    strict: bool | None = None  # the answer is always held to the schema
-    description: str | None = None
-
-
-class ResponseFormat(msgspec.Struct, kw_only=True):
-    type: str
-    json_schema: JsonSchema | None = None
-
-
 class ChatBody(_Common, kw_only=True):
     messages: list[Message]
     max_completion_tokens: int | None = None
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Choice | None = None
+    parallel_tool_calls: bool | None = None  # one call a turn, which either allows
 
 
 class CompletionBody(_Common, kw_only=True):
@@ -130,11 +133,8 @@ def _empty(v: object) -> bool:
 # nothing. Known to both endpoints unless named in one of the two sets below.
 TOLERATED: Mapping[str, Callable[[object], bool]] = {
     "n": _off(1),
-    "tools": _empty,
     "functions": _empty,
-    "tool_choice": _off("none", "auto"),
     "function_call": _off("none", "auto"),
-    "parallel_tool_calls": lambda v: v is None or isinstance(v, bool),
     "logit_bias": _empty,
     "presence_penalty": _off(0),
     "frequency_penalty": _off(0),
@@ -151,9 +151,8 @@ TOLERATED: Mapping[str, Callable[[object], bool]] = {
     "suffix": _off(""),
 }
 CHAT_ONLY = frozenset(
-    {"tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
-     "store", "metadata", "modalities", "audio", "prediction", "reasoning_effort",
-     "web_search_options"}
+    {"functions", "function_call", "store", "metadata", "modalities", "audio",
+     "prediction", "reasoning_effort", "web_search_options"}
 )  # fmt: skip
 COMPLETION_ONLY = frozenset({"echo", "best_of", "suffix"})
 _FIELDS = {
@@ -176,6 +175,7 @@ class Prepared:
     stream: bool
     include_usage: bool
     stop: tuple[str, ...]
+    tooling: Tooling | None = None
 
     @property
     def logprobs(self) -> bool:
@@ -211,7 +211,13 @@ def parse(kind: Kind, body: bytes) -> Prepared:
         )
     if req.stream_options is not None and not req.stream:
         raise bad("stream_options is only allowed when stream is true", param="stream_options")
-    messages, prompt = _input(req)
+    tooling = parse_tools(req.tools, req.tool_choice) if isinstance(req, ChatBody) else None
+    shape = output_format(req.response_format) if isinstance(req, ChatBody) else None
+    if tooling is not None:
+        if shape is not None:
+            raise bad("response_format cannot be used with tools", param="response_format")
+        shape = tooling.shape
+    messages, prompt = _input(req, tooling)
     stop = _stop(req.stop)
     return Prepared(
         kind=kind,
@@ -224,12 +230,17 @@ def parse(kind: Kind, body: bytes) -> Prepared:
             top_p=_top_p(req.top_p),
             seed=req.seed,
             stop=list(stop),
-            output_format=_output_format(req) if isinstance(req, ChatBody) else None,
-            logprobs=_logprobs(req),
+            output_format=shape,
+            logprobs=(
+                logprobs_asked(req.logprobs, req.top_logprobs)
+                if isinstance(req, ChatBody)
+                else completion_logprobs(req.logprobs)
+            ),
         ),
         stream=bool(req.stream),
         include_usage=bool(req.stream and req.stream_options and req.stream_options.include_usage),
         stop=stop,
+        tooling=tooling,
     )
 
 
@@ -244,7 +255,9 @@ def _param_of(message: str) -> str | None:
     return path or None
 
 
-def _input(req: ChatBody | CompletionBody) -> tuple[list[ChatMessage] | None, str]:
+def _input(
+    req: ChatBody | CompletionBody, tooling: Tooling | None = None
+) -> tuple[list[ChatMessage] | None, str]:
     """Chat messages go to the swarm as ``messages`` (a chat model renders them with its
     template) and also rendered as plain text in ``prompt``, for a model that reads only
     a prompt (the toy model, an upstream completion endpoint)."""
@@ -261,16 +274,33 @@ def _input(req: ChatBody | CompletionBody) -> tuple[list[ChatMessage] | None, st
         raise bad("messages: at least one message is required", param="messages")
     out: list[ChatMessage] = []
     for i, m in enumerate(req.messages):
-        role = _ROLES.get(m.role)
-        if role is None:
-            raise bad(f"messages[{i}].role: {m.role!r} is not supported", f"messages[{i}].role")
-        out.append(ChatMessage(role=role, content=_text(m.content, i)))
+        out.append(_message(m, i))
+    if tooling is not None:  # the tools, told as the system's first words
+        if out and out[0].role == "system":
+            out[0] = ChatMessage(role="system", content=f"{out[0].content}\n\n{tooling.system}")
+        else:
+            out.insert(0, ChatMessage(role="system", content=tooling.system))
     if len(out) > 256:
         raise bad("messages: at most 256 messages", param="messages")
     prompt = "".join(f"{m.role}: {m.content}\n" for m in out) + "assistant:"
     if len(prompt) > MAX_PROMPT_CHARS:
         raise _too_long("messages")
     return out, prompt
+
+
+def _message(m: Message, i: int) -> ChatMessage:
+    """One message as the swarm's chat model reads it: a tool's answer in a user turn,
+    an assistant's calls as it writes them (:mod:`hecate_gateway.tools`)."""
+    if m.role == "tool":
+        return ChatMessage(role="user", content=render_response(_text(m.content, i)))
+    role = _ROLES.get(m.role)
+    if role is None:
+        raise bad(f"messages[{i}].role: {m.role!r} is not supported", f"messages[{i}].role")
+    if role == "assistant" and m.tool_calls:
+        calls = "\n".join(render_call(c) for c in m.tool_calls)
+        text = _text(m.content, i) if m.content else ""
+        return ChatMessage(role=role, content=f"{text}{calls}")
+    return ChatMessage(role=role, content=_text(m.content, i))
 
 
 def _text(content: str | list[TextPart] | None, i: int) -> str:
@@ -328,62 +358,3 @@ def _top_p(value: float | None) -> float:
     if top_p == 0.0:
         raise bad("top_p must be greater than 0", param="top_p")
     return top_p
-
-
-def _output_format(req: ChatBody) -> OutputFormat | None:
-    """``response_format`` as the swarm enforces it, checked up front."""
-    fmt = req.response_format
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_object":
-        return OutputFormat(type="json_object")
-    if fmt.type != "json_schema":
-        raise bad(
-            f"response_format.type: {fmt.type!r} is not one of 'text', 'json_object', "
-            "'json_schema'",
-            param="response_format.type",
-        )
-    if fmt.json_schema is None or fmt.json_schema.schema is None:
-        raise bad(
-            "response_format.json_schema.schema is required with type 'json_schema'",
-            param="response_format.json_schema.schema",
-        )
-    schema = msgspec.json.encode(fmt.json_schema.schema).decode()
-    if len(schema) > MAX_SCHEMA_CHARS:
-        raise bad(
-            f"response_format.json_schema.schema: longer than {MAX_SCHEMA_CHARS} characters",
-            param="response_format.json_schema.schema",
-        )
-    shape = OutputFormat(type="json_schema", schema=schema)
-    why = refusal(shape)
-    if why is not None:
-        raise bad(
-            f"response_format.json_schema.schema cannot be followed: {why}",
-            param="response_format.json_schema.schema",
-        )
-    return shape
-
-
-def _logprobs(req: ChatBody | CompletionBody) -> int | None:
-    """How many likely tokens to report beside each token's log-probability; None:
-    no log-probabilities."""
-    if isinstance(req, CompletionBody):
-        if req.logprobs is None:
-            return None
-        if not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
-            raise bad(
-                f"logprobs must be between 0 and {MAX_COMPLETION_LOGPROBS}, got {req.logprobs}",
-                param="logprobs",
-            )
-        return req.logprobs
-    top = req.top_logprobs
-    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise bad(
-            f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}",
-            param="top_logprobs",
-        )
-    if not req.logprobs:
-        if top:
-            raise bad("top_logprobs requires logprobs to be true", param="top_logprobs")
-        return None
-    return top or 0

@@ -24,6 +24,7 @@ import msgspec
 
 from hecate.wire.messages import InferReply, TokenLogprob
 from hecate_gateway.openai import ApiError, Kind
+from hecate_gateway.tools import ToolCall, Tooling, calls_in
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.Encoder().encode
@@ -38,6 +39,7 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[ToolCall] | None = None  # the answer is calls, not text
 
     def usage(self) -> dict[str, int]:
         return {
@@ -55,17 +57,27 @@ def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
-def answer_of(reply: InferReply, stop: tuple[str, ...], streamed: int = 0) -> Answer:
+def answer_of(
+    reply: InferReply,
+    stop: tuple[str, ...],
+    streamed: int = 0,
+    tooling: Tooling | None = None,
+    call_id: str = "",
+) -> Answer:
     """The answer in ``reply`` (ok). Counts a model did not report are 0, except the
-    completion tokens of a streamed answer, which are the tokens that came."""
+    completion tokens of a streamed answer, which are the tokens that came. With tools
+    in play, an answer that is a call is given as ``tool_calls`` (``call_id`` names it)."""
     text, cut = cut_at_stop(reply.output or "", stop)
     completion = reply.completion_tokens
+    calls = calls_in(text, tooling.mode, call_id) if tooling is not None else None
+    finish = "stop" if cut else (reply.finish_reason or "stop")
     return Answer(
-        text=text,
-        finish_reason="stop" if cut else (reply.finish_reason or "stop"),
+        text="" if calls else text,
+        finish_reason="tool_calls" if calls else finish,
         prompt_tokens=reply.prompt_tokens or 0,
         completion_tokens=streamed if completion is None else completion,
         logprobs=reply.logprobs,
+        tool_calls=calls,
     )
 
 
@@ -121,7 +133,7 @@ def body(kind: Kind, rid: str, created: int, model: str, answer: Answer) -> byte
     if kind == "chat":
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": answer.text, "refusal": None},
+            "message": _message(answer),
             "logprobs": logprobs_of(kind, answer.logprobs),
             "finish_reason": answer.finish_reason,
         }
@@ -144,6 +156,13 @@ def body(kind: Kind, rid: str, created: int, model: str, answer: Answer) -> byte
             "usage": answer.usage(),
         }
     )
+
+
+def _message(answer: Answer) -> dict[str, Any]:
+    if answer.tool_calls:
+        calls = [msgspec.to_builtins(c) for c in answer.tool_calls]
+        return {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}
+    return {"role": "assistant", "content": answer.text, "refusal": None}
 
 
 def error_body(error: ApiError) -> bytes:
@@ -195,6 +214,11 @@ class Frames:
         frame = self._frame([self._choice(content, None, logprobs)])
         self._offset += len(text)
         return frame
+
+    def calls(self, calls: list[ToolCall], logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+        """A chat frame of whole tool calls (a client adds up the deltas it gets)."""
+        said = [{"index": i, **msgspec.to_builtins(c)} for i, c in enumerate(calls)]
+        return self._frame([self._choice({"tool_calls": said}, None, logprobs)])
 
     def end(
         self, answer: Answer, degraded: bool, route: str, logprobs: Sequence[TokenLogprob] = ()

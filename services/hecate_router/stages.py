@@ -33,8 +33,11 @@ class Dispatch:
 def unsupported(request: InferRequest) -> str | None:
     """What ``request`` asks that only a generative model's engine (a ``steps``
     executor, which samples each token) can do, or None."""
-    if request.output_format is not None:
-        return f"give its answer the shape {request.output_format.type!r} (it does not sample)"
+    shape = request.output_format
+    if shape is not None and shape.type == "lark":
+        return "hold its answer to a grammar, as tool calls need (it does not sample)"
+    if shape is not None:
+        return f"give its answer the shape {shape.type!r} (it does not sample)"
     if request.logprobs is not None:
         return "give log-probabilities (it does not sample)"
     return None

@@ -289,7 +289,7 @@ async def test_an_unknown_model_is_a_404(swarm: Swarm) -> None:
     ("fields", "param"),
     [
         ({"n": 2}, "n"),
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),  # without tools
         ({"extra_body": {"frobnicate": True}}, "frobnicate"),
         ({"max_tokens": 0}, "max_tokens"),
     ],

@@ -20,6 +20,11 @@ import openai
 import pydantic
 import pytest
 from langchain_openai import ChatOpenAI
+from openai.types.chat import (
+    ChatCompletionMessageParam,
+    ChatCompletionToolChoiceOptionParam,
+    ChatCompletionToolParam,
+)
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import SecretStr
 
@@ -207,8 +212,21 @@ async def test_the_models_list_says_what_a_sampling_model_can_be_asked(
     assert model["capabilities"] == {
         "response_format": ["text", "json_object", "json_schema"],
         "logprobs": True,
-        "tools": False,
+        "tools": True,
     }
+
+
+def _langchain(gateway: tuple[str, str], max_tokens: int) -> ChatOpenAI:
+    """LangChain's chat model on the gateway, with an HTTP client of its own: LangChain
+    otherwise keeps one per process, tied to the event loop of the test that made it."""
+    return ChatOpenAI(
+        model=MODEL,
+        base_url=f"{gateway[1]}/v1",
+        api_key=SecretStr("unused"),
+        temperature=0,
+        max_completion_tokens=max_tokens,
+        http_async_client=openai.DefaultAsyncHttpxClient(),
+    )
 
 
 async def test_langchains_structured_output_returns_the_pydantic_model(
@@ -216,13 +234,7 @@ async def test_langchains_structured_output_returns_the_pydantic_model(
 ) -> None:
     """LangChain's ``ChatOpenAI`` (a client nobody here wrote), as an application uses
     it: ``with_structured_output`` on a pydantic model, by JSON Schema and by JSON mode."""
-    llm = ChatOpenAI(
-        model=MODEL,
-        base_url=f"{gateway[1]}/v1",
-        api_key=SecretStr("unused"),
-        temperature=0,
-        max_completion_tokens=120,
-    )
+    llm = _langchain(gateway, 120)
     by_schema = llm.with_structured_output(Pet, method="json_schema")
     for prompt in ("My cat Tom is three.", "Describe a dog called Rex."):
         pet = await by_schema.ainvoke(prompt)
@@ -230,3 +242,149 @@ async def test_langchains_structured_output_returns_the_pydantic_model(
     by_mode = llm.with_structured_output(method="json_mode")
     answer = await by_mode.ainvoke("List two colours as JSON.")
     assert isinstance(answer, dict)
+
+
+WEATHER: ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 24},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+CLOCK: ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The time in a timezone",
+        "parameters": {
+            "type": "object",
+            "properties": {"timezone": {"type": "string", "maxLength": 24}},
+            "required": ["timezone"],
+            "additionalProperties": False,
+        },
+    },
+}
+PARAMETERS = {
+    "get_weather": WEATHER["function"].get("parameters"),
+    "get_time": CLOCK["function"].get("parameters"),
+}
+
+
+def _valid_call(name: str, arguments: str) -> None:
+    assert name in PARAMETERS
+    jsonschema.validate(json.loads(arguments), PARAMETERS[name])
+
+
+async def test_a_required_or_named_tool_call_names_a_declared_function_with_valid_arguments(
+    gateway: tuple[str, str],
+) -> None:
+    api = client(gateway)
+    asks: list[tuple[str, ChatCompletionToolChoiceOptionParam, float]] = [
+        ("What's the weather in Paris?", "required", 0.0),
+        ("Is it raining in Lima?", "required", 0.9),
+        ("What time is it in Tokyo?", {"type": "function", "function": {"name": "get_time"}}, 0.0),
+    ]
+    for prompt, choice, temperature in asks:
+        reply = await api.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": prompt}],
+            tools=[WEATHER, CLOCK],
+            tool_choice=choice,
+            temperature=temperature,
+            seed=7,
+            max_tokens=80,
+        )
+        message = reply.choices[0].message
+        assert reply.choices[0].finish_reason == "tool_calls", message.content
+        [call] = message.tool_calls or []
+        assert call.type == "function"
+        _valid_call(call.function.name, call.function.arguments)
+        if isinstance(choice, dict):
+            assert call.function.name == "get_time"
+
+
+async def test_a_streamed_call_adds_up_and_its_answer_is_taken_back(
+    gateway: tuple[str, str],
+) -> None:
+    api = client(gateway)
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What's the weather in Oslo?"}
+    ]
+    stream = await api.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=80,
+        stream=True,
+    )
+    name, arguments, call_id, finish = "", "", "", None
+    async for chunk in stream:
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                call_id = d.id or call_id
+                name += d.function.name or "" if d.function else ""
+                arguments += d.function.arguments or "" if d.function else ""
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    _valid_call(name, arguments)
+    messages += [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": name, "arguments": arguments}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": "-3 celsius, snowing"},
+    ]  # fmt: skip
+    after = await api.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice="none", max_tokens=24
+    )
+    assert after.choices[0].finish_reason in ("stop", "length")
+    assert after.choices[0].message.content
+
+
+async def test_with_auto_the_model_answers_in_text_or_with_a_valid_call(
+    gateway: tuple[str, str],
+) -> None:
+    api = client(gateway)
+    for prompt in ("Hello! How are you?", "What's the weather in Rome, in celsius?"):
+        reply = await api.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": prompt}],
+            tools=[WEATHER, CLOCK],
+            max_tokens=80,
+        )
+        choice = reply.choices[0]
+        if choice.finish_reason == "tool_calls":
+            for call in choice.message.tool_calls or []:
+                assert call.type == "function"
+                _valid_call(call.function.name, call.function.arguments)
+        else:
+            assert choice.message.content
+            assert "<tool_call>" not in choice.message.content
+
+
+async def test_langchains_bind_tools_gets_calls_it_can_run(gateway: tuple[str, str]) -> None:
+    llm = _langchain(gateway, 80)
+    bound = llm.bind_tools([dict(WEATHER), dict(CLOCK)], tool_choice="required")
+    message = await bound.ainvoke("What's the weather in Paris?")
+    [call] = message.tool_calls
+    assert call["name"] in PARAMETERS
+    jsonschema.validate(call["args"], PARAMETERS[call["name"]])
+    chunks = [chunk async for chunk in bound.astream("What time is it in Tokyo?")]
+    streamed: Any = chunks[0]  # a chunk, whose sum LangChain's types do not follow
+    for chunk in chunks[1:]:
+        streamed += chunk
+    [call] = streamed.tool_calls
+    jsonschema.validate(call["args"], PARAMETERS[call["name"]])

@@ -59,11 +59,13 @@ class ConstraintError(ValueError):
 def grammar_of(shape: OutputFormat) -> str:
     """The llguidance grammar of ``shape``. Raises :class:`ConstraintError` naming
     what is wrong (the schema is not JSON, or not a schema llguidance can follow)."""
-    return _grammar(shape.type, shape.schema)
+    return _grammar(shape.type, shape.schema, shape.grammar)
 
 
 @lru_cache(maxsize=256)
-def _grammar(kind: str, schema: str) -> str:
+def _grammar(kind: str, schema: str, lark: str) -> str:
+    if kind == "lark":
+        return _checked(llguidance.LLMatcher.grammar_from_lark(lark))
     text = ANY_OBJECT if kind == "json_object" else schema
     try:
         parsed = json.loads(text)
@@ -75,6 +77,10 @@ def _grammar(kind: str, schema: str) -> str:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(parsed, overrides=JSON_OPTIONS)
     except ValueError as exc:
         raise ConstraintError(str(exc)) from None
+    return _checked(grammar)
+
+
+def _checked(grammar: str) -> str:
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
         raise ConstraintError(error)

@@ -166,11 +166,13 @@ MAX_TOP_LOGPROBS = 20  # as OpenAI
 class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
     """What a generation's text must be, enforced on the stage that samples (each token
     drawn only among those that keep the text on its way to a valid answer): any JSON
-    object (``json_object``), or JSON valid against ``schema`` (``json_schema``: the
-    JSON Schema, as JSON text)."""
+    object (``json_object``), JSON valid against ``schema`` (``json_schema``: the JSON
+    Schema, as JSON text), or text of a Lark grammar (``lark``: ``grammar``, which may
+    hold JSON Schemas as ``%json {...}``; a tool call or text, say)."""
 
-    type: Literal["json_object", "json_schema"]
+    type: Literal["json_object", "json_schema", "lark"]
     schema: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
+    grammar: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
 
 
 class Candidate(msgspec.Struct, frozen=True, array_like=True):

@@ -130,8 +130,13 @@ def test_roles_and_content_parts() -> None:
         ChatMessage(role="system", content="x"),
         ChatMessage(role="user", content="ab"),
     ]
-    tool = refused("chat", chat(messages=[{"role": "tool", "content": "x"}]))
-    assert (tool.status, tool.param) == (400, "messages[0].role")
+    # A tool's answer goes back to the model in a user turn, as it was given the tools.
+    tool = parse("chat", chat(messages=[{"role": "tool", "tool_call_id": "c", "content": "9"}]))
+    assert tool.request.messages == [
+        ChatMessage(role="user", content="<tool_response>\n9\n</tool_response>")
+    ]
+    robot = refused("chat", chat(messages=[{"role": "robot", "content": "x"}]))
+    assert (robot.status, robot.param) == (400, "messages[0].role")
     image = [{"type": "image_url", "image_url": {"url": "data:"}}]
     assert refused("chat", chat(messages=[{"role": "user", "content": image}])).param == (
         "messages[0].content"
@@ -146,8 +151,8 @@ def test_roles_and_content_parts() -> None:
     ("field", "value"),
     [
         ("n", 2),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("tool_choice", "required"),
+        ("tools", [{"type": "file_search"}]),
+        ("tool_choice", "required"),  # without tools
         ("functions", [{"name": "f"}]),
         ("top_logprobs", 3),  # without logprobs: true
         ("top_logprobs", 21),
@@ -162,7 +167,7 @@ def test_roles_and_content_parts() -> None:
 def test_what_the_swarm_cannot_honour_is_a_400_naming_the_field(field: str, value: Any) -> None:
     error = refused("chat", chat(**{field: value}))
     assert (error.status, error.type) == (400, "invalid_request_error")
-    assert (error.param or "").split(".")[0] == field
+    assert (error.param or "").split(".")[0].split("[")[0] == field
     assert field in error.message
 
 
@@ -598,3 +603,105 @@ def test_a_stream_carries_each_tokens_logprob_in_the_frame_of_its_text() -> None
         shapes.Frames("chat", "id", 1, "m", include_usage=False).delta("Par", ENTRIES[:1])[6:]
     )
     assert chunk.choices[0].logprobs is not None
+
+
+# -- tool calls ---------------------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def test_tools_are_told_in_the_system_turn_and_the_choice_sets_the_answers_shape() -> None:
+    auto = parse("chat", chat(tools=[WEATHER, CLOCK]))
+    assert auto.tooling is not None
+    assert auto.tooling.mode == "auto"
+    assert auto.request.output_format is not None
+    assert auto.request.output_format.type == "lark"
+    system = auto.request.messages[0]  # type: ignore[index]
+    assert system.role == "system"
+    assert '"name": "get_weather"' in system.content
+    assert "<tool_call>" in system.content
+    required = parse("chat", chat(tools=[WEATHER, CLOCK], tool_choice="required"))
+    assert required.request.output_format is not None
+    assert required.request.output_format.type == "json_schema"
+    named = {"type": "function", "function": {"name": "get_time"}}
+    one = parse("chat", chat(tools=[WEATHER, CLOCK], tool_choice=named)).request.output_format
+    assert one is not None
+    assert "get_time" in one.schema
+    assert "get_weather" not in one.schema
+    none = parse("chat", chat(tools=[WEATHER], tool_choice="none"))
+    assert (none.tooling, none.request.output_format) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+         "tool_choice"),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": [WEATHER, WEATHER]}, "tools[1]"),
+        ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format"),
+    ],
+)  # fmt: skip
+def test_a_tool_request_that_cannot_be_honoured_is_a_400_naming_the_part(
+    fields: dict[str, Any], param: str
+) -> None:
+    assert refused("chat", chat(**fields)).param == param
+
+
+def test_a_conversation_with_calls_and_their_answers_is_given_back_as_the_model_writes_it() -> None:
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}  # fmt: skip
+    p = parse(
+        "chat",
+        chat(
+            tools=[WEATHER],
+            messages=[
+                {"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "-3 C"},
+            ],
+        ),
+    )
+    said = [m.content for m in p.request.messages or []]
+    assert (
+        said[2]
+        == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    )
+    assert said[3] == "<tool_response>\n-3 C\n</tool_response>"
+
+
+def test_an_answer_that_is_a_call_comes_back_as_tool_calls() -> None:
+    reply = InferReply(ok=True, output='{"name":"get_weather","arguments":{"city":"Oslo"}}')
+    required = parse("chat", chat(tools=[WEATHER], tool_choice="required")).tooling
+    answer = shapes.answer_of(reply, (), tooling=required, call_id="call_1")
+    c = ChatCompletion.model_validate_json(shapes.body("chat", "id", 1, "m", answer))
+    assert c.choices[0].finish_reason == "tool_calls"
+    assert c.choices[0].message.content is None
+    [call] = c.choices[0].message.tool_calls or []
+    assert (call.id, call.function.name) == ("call_1", "get_weather")  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == {"city": "Oslo"}  # type: ignore[union-attr]
+    auto = parse("chat", chat(tools=[WEATHER])).tooling
+    text = InferReply(ok=True, output="It is cold.")
+    assert shapes.answer_of(text, (), tooling=auto).tool_calls is None
+    tagged = InferReply(
+        ok=True, output='<tool_call>\n{"name":"get_weather","arguments":{}}\n</tool_call>'
+    )
+    assert shapes.answer_of(tagged, (), tooling=auto).finish_reason == "tool_calls"
+    cut = InferReply(ok=True, output='<tool_call>\n{"name":"get_wea', finish_reason="length")
+    assert shapes.answer_of(cut, (), tooling=auto).finish_reason == "length"
+    frame = shapes.Frames("chat", "id", 1, "m", include_usage=False).calls(answer.tool_calls or [])
+    chunk = ChatCompletionChunk.model_validate_json(frame[len(b"data: ") :])
+    [delta] = chunk.choices[0].delta.tool_calls or []
+    assert (delta.index, delta.id) == (0, "call_1")

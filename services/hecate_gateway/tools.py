@@ -1,0 +1,194 @@
+"""Tool calls, as OpenAI's chat API asks for them, on a model that only writes text.
+Pure: request fields in, the swarm's shape and the rendered conversation out; the
+answer's text in, OpenAI's ``tool_calls`` out.
+
+The tools are given to the model as Qwen2's and Hermes' chat formats give them (SmolLM2's
+own template has no tools): a system block listing each function's JSON signature
+within ``<tools></tools>``, a call written as ``<tool_call>\\n{"name": ..., "arguments":
+{...}}\\n</tool_call>``, and a tool's answer given back as ``<tool_response>`` in a user
+turn. The call is never left to the model's goodwill: the stage that samples holds the
+answer to a grammar whose calls are JSON valid against the declared functions (one
+schema per function: its name as a constant, its parameters as the arguments), so a
+call always names a declared function with arguments its schema accepts.
+
+``tool_choice``: ``none`` gives the model no tools (a plain answer); ``auto`` (the
+default with tools) lets it answer in text or with one call; ``required`` and a named
+function make the answer one call (of that function). One call a turn: with
+``parallel_tool_calls`` the model may call several, and here it calls one, which the
+API allows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from hecate.wire.messages import OutputFormat
+from hecate_gateway.apierrors import bad
+
+__all__ = ["Choice", "Mode", "Tool", "ToolCall", "calls_in", "parse_tools", "render_call"]
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"
+Mode = Literal["auto", "required"]
+
+
+class Function(msgspec.Struct, kw_only=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # calls are always held to the parameters
+
+
+class Tool(msgspec.Struct, kw_only=True):
+    type: str
+    function: Function
+
+
+class ChoiceFunction(msgspec.Struct, kw_only=True):
+    name: str
+
+
+class NamedChoice(msgspec.Struct, kw_only=True):
+    type: str
+    function: ChoiceFunction
+
+
+Choice = str | NamedChoice
+
+
+class CallFunction(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    """A call as OpenAI writes it (and a client sends it back in the history)."""
+
+    id: str
+    type: str = "function"
+    function: CallFunction
+
+
+@dataclass(frozen=True)
+class Tooling:
+    """What the tools of a request make of it: the system block to add, the shape the
+    answer is held to, and how to read the answer (None: no tools in play)."""
+
+    system: str
+    shape: OutputFormat
+    mode: Mode
+
+
+def parse_tools(tools: list[Tool] | None, choice: Choice | None) -> Tooling | None:
+    """Check ``tools`` and ``tool_choice`` (400s naming the part) and make the tooling."""
+    if not tools:
+        if choice not in (None, "none", "auto"):
+            raise bad("tool_choice requires tools", param="tool_choice")
+        return None
+    names: list[str] = []
+    for i, tool in enumerate(tools):
+        if tool.type != "function":
+            raise bad(f"tools[{i}].type: {tool.type!r} is not 'function'", f"tools[{i}].type")
+        if tool.function.name in names:
+            raise bad(f"tools[{i}]: {tool.function.name!r} is declared twice", f"tools[{i}]")
+        names.append(tool.function.name)
+    if choice == "none":
+        return None
+    chosen = tools
+    mode: Mode = "auto"
+    if isinstance(choice, NamedChoice):
+        chosen = [t for t in tools if t.function.name == choice.function.name]
+        if not chosen:
+            raise bad(
+                f"tool_choice names {choice.function.name!r}, which is not among the tools",
+                param="tool_choice",
+            )
+        mode = "required"
+    elif choice == "required":
+        mode = "required"
+    elif choice not in (None, "auto"):
+        raise bad(
+            f"tool_choice: {choice!r} is not one of 'none', 'auto', 'required' or a function",
+            param="tool_choice",
+        )
+    calls: dict[str, Any] = {"anyOf": [_call_schema(t.function) for t in chosen]}
+    if mode == "required":
+        shape = OutputFormat(type="json_schema", schema=json.dumps(calls))
+    else:
+        calls["x-guidance"] = {"whitespace_flexible": False}
+        # A call inside its tags, or text that does not begin like one.
+        grammar = (
+            "start: call | text\n"
+            f"call: {json.dumps(CALL_OPEN)} body {json.dumps(CALL_CLOSE)}\n"
+            f"body: %json {json.dumps(calls)}\n"
+            "text: /[^<](.|\\n)*/\n"
+        )
+        shape = OutputFormat(type="lark", grammar=grammar)
+    return Tooling(system=_system(tools), shape=shape, mode=mode)
+
+
+def _call_schema(f: Function) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"const": f.name},
+            "arguments": f.parameters or {"type": "object"},
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def _system(tools: list[Tool]) -> str:
+    signatures = "\n".join(
+        json.dumps({"type": "function", "function": msgspec.to_builtins(t.function)}) for t in tools
+    )
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{signatures}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments "
+        "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+
+
+def render_call(call: ToolCall) -> str:
+    """A call from the history, written as the model writes one."""
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        arguments = call.function.arguments
+    body = json.dumps({"name": call.function.name, "arguments": arguments})
+    return f"{CALL_OPEN}{body}{CALL_CLOSE}"
+
+
+def render_response(content: str) -> str:
+    return f"<tool_response>\n{content}\n</tool_response>"
+
+
+def calls_in(text: str, mode: Mode, call_id: str) -> list[ToolCall] | None:
+    """The calls the answer ``text`` makes (None: it is a plain answer). ``required``:
+    the whole text is one call's JSON; ``auto``: a call is within its tags."""
+    body = text
+    if mode == "auto":
+        if not text.startswith(CALL_OPEN):
+            return None
+        body = text[len(CALL_OPEN) :].removesuffix(CALL_CLOSE)
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError:
+        return None  # cut short (max_tokens): not a call
+    arguments = json.dumps(call.get("arguments", {}), separators=(",", ":"))
+    return [ToolCall(id=call_id, function=CallFunction(name=call["name"], arguments=arguments))]
+
+
+def may_be_call(text: str, mode: Mode | None) -> bool:
+    """Whether streamed ``text`` is, or may yet become, a call: held back until it is
+    known (a plain answer streams as it comes)."""
+    if mode is None:
+        return False
+    return mode == "required" or CALL_OPEN.startswith(text) or text.startswith(CALL_OPEN)
