@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -184,40 +185,18 @@ def _run_suite(args: argparse.Namespace) -> object:
             concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
             only_concurrency=args.only_concurrency,
         )
-    if args.suite == "tokens":
-        from hecate.llm.store import present as have
-        from hecate_dev.bench.llm_single import MODEL as TOKENS_MODEL
-
-        if args.if_present and not have(TOKENS_MODEL):
-            return {"skipped": f"{TOKENS_MODEL} is not pulled (hecate model pull {TOKENS_MODEL})"}
-        from hecate_dev.bench.token_time import run
-
-        return run(
-            tokens=args.tokens or (16 if args.quick else 48),
-            rounds=args.rounds or (1 if args.quick else 3),
-        )
-    if args.suite == "ring":
-        from hecate.llm.store import present as held
-        from hecate_dev.bench.stage_ring import MODEL as RING_MODEL
-        from hecate_dev.bench.stage_ring import run as run_ring
-
-        if args.if_present and not held(RING_MODEL):
-            return {"skipped": f"{RING_MODEL} is not pulled (hecate model pull {RING_MODEL})"}
-        return run_ring(
-            rounds=args.rounds or (1 if args.quick else 3),
-            tokens=args.tokens or (16 if args.quick else 48),
-        )
-    if args.suite == "constrain":
-        from hecate.llm.store import present as here
-        from hecate_dev.bench.constrain import MODEL as SCHEMA_MODEL
+    if args.suite in ("tokens", "ring", "constrain"):
         from hecate_dev.bench.constrain import run as run_constrain
+        from hecate_dev.bench.stage_ring import run as run_ring
+        from hecate_dev.bench.token_time import run as run_tokens
 
-        if args.if_present and not here(SCHEMA_MODEL):
-            return {"skipped": f"{SCHEMA_MODEL} is not pulled (hecate model pull {SCHEMA_MODEL})"}
-        return run_constrain(
-            rounds=args.rounds or (1 if args.quick else 5),
-            tokens=args.tokens or (16 if args.quick else 48),
-        )
+        runs: dict[str, tuple[Callable[..., Any], int]] = {
+            "tokens": (run_tokens, 3),
+            "ring": (run_ring, 3),
+            "constrain": (run_constrain, 5),
+        }
+        run, rounds = runs[args.suite]
+        return _on_the_model(args, run, rounds)
     if args.suite == "wan":
         from hecate.llm.store import present as pulled
         from hecate_dev.bench.llm_single import MODEL as WAN_MODEL
@@ -287,3 +266,17 @@ def _levels(text: str) -> tuple[int, ...]:
         return parse_levels(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _on_the_model(args: Any, run: Callable[..., Any], rounds: int) -> Any:
+    """A suite on SmolLM2 (``tokens`` and ``rounds`` from the flags, fewer with
+    ``--quick``), or its skip when ``--if-present`` and the model is not pulled."""
+    from hecate.llm.store import present
+    from hecate_dev.bench.llm_single import MODEL
+
+    if args.if_present and not present(MODEL):
+        return {"skipped": f"{MODEL} is not pulled (hecate model pull {MODEL})"}
+    return run(
+        tokens=args.tokens or (16 if args.quick else 48),
+        rounds=args.rounds or (1 if args.quick else rounds),
+    )

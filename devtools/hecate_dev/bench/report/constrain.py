@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, table
+from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, skipped, table
 from hecate_dev.bench.report.paired import judged
 
 TARGET = 0.9  # a schema keeps at least nine tenths of the free decode speed
@@ -21,8 +21,8 @@ def section_constrain(env: Doc, img: str) -> tuple[str, list[Target]]:
     del img  # no picture
     r = env["report"]
     title = "## Answers held to a JSON Schema: what a token pays\n\n"
-    if "skipped" in r:
-        return f"{title}{provenance(env)}\nNot measured in this run: {r['skipped']}.\n", []
+    if (absent := skipped(env, title)) is not None:
+        return absent, []
     mask, rates, ratios = r["mask"], r["tokens_per_s"], r["schema_over_free"]
     masks = [["llguidance (the nodes')", num(mask["llguidance_ms"], 3), "a bit per token"]]
     if "outlines_core_ms" in mask:

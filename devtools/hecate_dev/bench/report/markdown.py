@@ -62,6 +62,12 @@ def provenance(env: Doc) -> str:
     )
 
 
+def skipped(env: Doc, title: str) -> str | None:
+    """A suite's section when it did not run (its title, its run and why), else None."""
+    why = env["report"].get("skipped")
+    return None if why is None else f"{title}{provenance(env)}\nNot measured in this run: {why}.\n"
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

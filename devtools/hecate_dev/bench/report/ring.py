@@ -6,7 +6,7 @@ the most that stages sharing this machine's cores can reach."""
 
 from __future__ import annotations
 
-from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, table
+from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, skipped, table
 from hecate_dev.bench.report.paired import judged
 
 TARGET = 0.9
@@ -21,8 +21,8 @@ def section_ring(env: Doc, img: str) -> tuple[str, list[Target]]:
     del img  # no picture
     r = env["report"]
     title = "## Three stages with no bus: what this machine's cores allow\n\n"
-    if "skipped" in r:
-        return f"{title}{provenance(env)}\nNot measured in this run: {r['skipped']}.\n", []
+    if (absent := skipped(env, title)) is not None:
+        return absent, []
     one, over, many = (
         r["one_user_tokens_per_s"],
         r["one_user_over_single"],

@@ -3,7 +3,7 @@ and at 16 (``hecate bench tokens``, :mod:`hecate_dev.bench.token_time`)."""
 
 from __future__ import annotations
 
-from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, table
+from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, skipped, table
 
 PARTS = {
     "compute": "compute: the step's batch in the engine, 3 stages",
@@ -18,8 +18,8 @@ def section_tokens(env: Doc, img: str) -> tuple[str, list[Target]]:
     del img  # no picture
     r = env["report"]
     title = "## Where a token's time goes: 3 chained stages, 1 and 16 users\n\n"
-    if "skipped" in r:
-        return f"{title}{provenance(env)}\nNot measured in this run: {r['skipped']}.\n", []
+    if (absent := skipped(env, title)) is not None:
+        return absent, []
     levels = r["levels"]
     users = sorted(levels, key=int)
     rows = []
