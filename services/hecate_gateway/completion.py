@@ -32,7 +32,7 @@ from hecate_gateway.bridge import Bridge, Call
 from hecate_gateway.metrics import Metrics
 from hecate_gateway.openai import ApiError, Prepared, swarm_error
 from hecate_gateway.swarm import SwarmWatch
-from hecate_gateway.tools import may_be_call
+from hecate_gateway.tools import CallStream, may_be_call
 
 JSON = b"application/json"
 
@@ -180,6 +180,7 @@ class Completion(Response):
         text = shapes.StreamText(p.stop)
         owed: list[TokenLogprob] = []  # log-probabilities of tokens no frame carried yet
         said, held = "", ""  # the text so far; what of it is held (a tool call, perhaps)
+        calls = CallStream(p.tooling.mode, self._call_id()) if p.tooling is not None else None
         began = False
         first = True
         last_at = 0.0
@@ -204,9 +205,10 @@ class Completion(Response):
                 if item.logprob is not None:
                     owed.append(item.logprob)
                 said += item.text
-                if p.tooling is not None and may_be_call(said, p.tooling.mode):
-                    held += item.text  # a call, perhaps: said whole at the end
+                if calls is not None and may_be_call(said, calls.mode):
+                    held += item.text  # a call, perhaps: streamed as one once it is
                     piece = ""
+                    out += frames.calls(calls.add(item.text))
                 else:
                     piece, held = text.add(held + item.text), ""
                 if piece:
@@ -244,8 +246,10 @@ class Completion(Response):
                 out = frames.start()
             if not call.tokens and answer.logprobs:  # nothing streamed: all of them
                 owed = list(answer.logprobs)
-            if answer.tool_calls:
-                rest = frames.calls(answer.tool_calls, owed)
+            if calls is not None and answer.tool_calls:
+                rest = frames.calls(calls.finish(answer.tool_calls[0]), owed)
+            elif calls is not None and calls.named:  # a call cut short: it stays cut
+                rest = b""
             else:
                 rest = frames.delta(text.finish(answer.text), owed)
             if rest:

@@ -215,10 +215,11 @@ class Frames:
         self._offset += len(text)
         return frame
 
-    def calls(self, calls: list[ToolCall], logprobs: Sequence[TokenLogprob] = ()) -> bytes:
-        """A chat frame of whole tool calls (a client adds up the deltas it gets)."""
-        said = [{"index": i, **msgspec.to_builtins(c)} for i, c in enumerate(calls)]
-        return self._frame([self._choice({"tool_calls": said}, None, logprobs)])
+    def calls(self, deltas: list[dict[str, Any]], logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+        """A chat frame of tool-call deltas (:class:`~hecate_gateway.tools.CallStream`)."""
+        if not deltas:
+            return b""
+        return self._frame([self._choice({"tool_calls": deltas}, None, logprobs)])
 
     def end(
         self, answer: Answer, degraded: bool, route: str, logprobs: Sequence[TokenLogprob] = ()

@@ -21,6 +21,7 @@ API allows.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,7 +30,16 @@ import msgspec
 from hecate.wire.messages import OutputFormat
 from hecate_gateway.apierrors import bad
 
-__all__ = ["Choice", "Mode", "Tool", "ToolCall", "calls_in", "parse_tools", "render_call"]
+__all__ = [
+    "CallStream",
+    "Choice",
+    "Mode",
+    "Tool",
+    "ToolCall",
+    "calls_in",
+    "parse_tools",
+    "render_call",
+]
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"
 Mode = Literal["auto", "required"]
@@ -170,20 +180,89 @@ def render_response(content: str) -> str:
     return f"<tool_response>\n{content}\n</tool_response>"
 
 
+#: How a call's JSON begins: the grammar writes its name first, with no whitespace.
+_HEAD = re.compile(r'\{"name":("(?:[^"\\]|\\.)*"),"arguments":')
+
+
+def _body(text: str, mode: Mode) -> str | None:
+    """The call's JSON in ``text`` as far as it came (None: not a call)."""
+    if mode == "required":
+        return text
+    if not text.startswith(CALL_OPEN):
+        return None
+    return text[len(CALL_OPEN) :].removesuffix(CALL_CLOSE)
+
+
 def calls_in(text: str, mode: Mode, call_id: str) -> list[ToolCall] | None:
-    """The calls the answer ``text`` makes (None: it is a plain answer). ``required``:
-    the whole text is one call's JSON; ``auto``: a call is within its tags."""
-    body = text
-    if mode == "auto":
-        if not text.startswith(CALL_OPEN):
-            return None
-        body = text[len(CALL_OPEN) :].removesuffix(CALL_CLOSE)
+    """The calls the answer ``text`` makes (None: it is a plain answer, or a call cut
+    short by max_tokens). ``required``: the whole text is one call's JSON; ``auto``: a
+    call is within its tags. The arguments are the JSON the model wrote."""
+    body = _body(text, mode)
+    if body is None:
+        return None
     try:
         call = json.loads(body)
     except json.JSONDecodeError:
-        return None  # cut short (max_tokens): not a call
-    arguments = json.dumps(call.get("arguments", {}), separators=(",", ":"))
+        return None
+    head = _HEAD.match(body)
+    if head is not None:
+        arguments = body[head.end() : -1]
+    else:  # another order than the grammar's: the arguments as JSON writes them
+        arguments = json.dumps(call.get("arguments", {}), separators=(",", ":"))
     return [ToolCall(id=call_id, function=CallFunction(name=call["name"], arguments=arguments))]
+
+
+class CallStream:
+    """A call streamed as its tokens come, as OpenAI streams one: a first delta with the
+    call's id and function name once the name is whole, then its arguments a fragment at
+    a time (what may be the call's closing brace, and tag, held back until the end)."""
+
+    def __init__(self, mode: Mode, call_id: str) -> None:
+        self.mode, self.call_id = mode, call_id
+        self.text = ""
+        self.named = False
+        self.sent = 0  # characters of the arguments sent
+
+    def add(self, piece: str) -> list[dict[str, Any]]:
+        self.text += piece
+        body = _body(self.text, self.mode)
+        head = _HEAD.match(body) if body is not None else None
+        if body is None or head is None:
+            return []
+        out: list[dict[str, Any]] = []
+        if not self.named:
+            self.named = True
+            name = json.loads(head.group(1))
+            out.append(_delta(id=self.call_id, type="function", name=name, arguments=""))
+        held = 1 + (len(CALL_CLOSE) if self.mode == "auto" else 0)
+        ready = len(body) - head.end() - held
+        if ready > self.sent:
+            fragment = body[head.end() + self.sent : head.end() + ready]
+            out.append(_delta(arguments=fragment))
+            self.sent = ready
+        return out
+
+    def finish(self, call: ToolCall) -> list[dict[str, Any]]:
+        """What is left of ``call`` (the answer's, read whole) once the answer came."""
+        out: list[dict[str, Any]] = []
+        if not self.named:
+            out.append(_delta(id=call.id, type="function", name=call.function.name, arguments=""))
+        rest = call.function.arguments[self.sent :] if self.named else call.function.arguments
+        if rest:
+            out.append(_delta(arguments=rest))
+        return out
+
+
+def _delta(
+    *, arguments: str, id: str | None = None, type: str | None = None, name: str | None = None
+) -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": arguments}
+    if name is not None:
+        function = {"name": name, **function}
+    delta: dict[str, Any] = {"index": 0}
+    if id is not None:
+        delta |= {"id": id, "type": type}
+    return delta | {"function": function}
 
 
 def may_be_call(text: str, mode: Mode | None) -> bool:

@@ -37,6 +37,7 @@ from hecate_gateway.openai import (
     parse,
     swarm_error,
 )
+from hecate_gateway.tools import CallStream, Mode, calls_in
 
 CHAT = {"model": "ncm-base", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -701,7 +702,28 @@ def test_an_answer_that_is_a_call_comes_back_as_tool_calls() -> None:
     assert shapes.answer_of(tagged, (), tooling=auto).finish_reason == "tool_calls"
     cut = InferReply(ok=True, output='<tool_call>\n{"name":"get_wea', finish_reason="length")
     assert shapes.answer_of(cut, (), tooling=auto).finish_reason == "length"
-    frame = shapes.Frames("chat", "id", 1, "m", include_usage=False).calls(answer.tool_calls or [])
+
+
+@given(cuts=st.lists(st.integers(1, 9), min_size=1, max_size=40), auto=st.booleans())
+def test_a_streamed_call_names_its_function_first_and_its_fragments_add_up(
+    cuts: list[int], auto: bool
+) -> None:
+    """Whatever the tokens' sizes: one first delta with the id and name, then argument
+    fragments that add up to the call's arguments, in frames the SDK reads."""
+    body = '{"name":"get_weather","arguments":{"city":"O\\"slo","n":[1,2]}}'
+    text = f"<tool_call>\n{body}\n</tool_call>" if auto else body
+    mode: Mode = "auto" if auto else "required"
+    stream, deltas, at = CallStream(mode, "call_1"), [], 0
+    for cut in [*cuts, len(text)]:
+        deltas += stream.add(text[at : at + cut])
+        at += cut
+    [call] = calls_in(text, mode, "call_1") or []
+    deltas += stream.finish(call)
+    assert deltas[0]["id"] == "call_1"
+    assert deltas[0]["function"]["name"] == "get_weather"
+    assert all("id" not in d and "name" not in d["function"] for d in deltas[1:])
+    assert "".join(d["function"]["arguments"] for d in deltas) == call.function.arguments
+    assert json.loads(call.function.arguments) == {"city": 'O"slo', "n": [1, 2]}
+    frame = shapes.Frames("chat", "id", 1, "m", include_usage=False).calls(deltas)
     chunk = ChatCompletionChunk.model_validate_json(frame[len(b"data: ") :])
-    [delta] = chunk.choices[0].delta.tool_calls or []
-    assert (delta.index, delta.id) == (0, "call_1")
+    assert [d.index for d in chunk.choices[0].delta.tool_calls or []] == [0] * len(deltas)
