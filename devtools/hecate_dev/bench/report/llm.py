@@ -266,9 +266,11 @@ Against the issue's targets:
   heartbeats and the bus keep flowing however busy the node is; and the single process
   lets its threads spin between runs, which stages sharing two cores cannot afford.
   Stages on separate machines would not share cores and could spin freely; that is not
-  measured here. On one machine of two cores this target cannot be met: one user's
-  stages compute one after another, each on the one thread `hecate up` gives a node,
-  so their compute alone takes about as long as the single process's on one thread.
+  measured here. As `hecate up` runs them, one user's stages compute one after another,
+  each on the one thread it gives a node, so their compute alone takes about as long as
+  the single process's on one thread; stages that spin only within their runs come
+  nearer with no bus at all, and lose the most when the stages compute together (the
+  section "Three stages with no bus").
 * **{STAGES_ONE_THREAD}**: {verdict(met_one)} ({one_figure}). The same
   chain against one process computing each step on the same one thread: what the
   chain itself costs one user (the bus's four hops, the nodes' decoding, encoding and
