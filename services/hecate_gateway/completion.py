@@ -32,7 +32,7 @@ from hecate_gateway.bridge import Bridge, Call
 from hecate_gateway.metrics import Metrics
 from hecate_gateway.openai import ApiError, Prepared, swarm_error
 from hecate_gateway.swarm import SwarmWatch
-from hecate_gateway.tools import CallStream, may_be_call
+from hecate_gateway.tools import CallStream
 
 JSON = b"application/json"
 
@@ -179,7 +179,7 @@ class Completion(Response):
         )  # fmt: skip
         text = shapes.StreamText(p.stop)
         owed: list[TokenLogprob] = []  # log-probabilities of tokens no frame carried yet
-        said, held = "", ""  # the text so far; what of it is held (a tool call, perhaps)
+        held = ""  # text held back while it may begin a tool call
         calls = CallStream(p.tooling.mode, self._call_id()) if p.tooling is not None else None
         began = False
         first = True
@@ -204,11 +204,11 @@ class Completion(Response):
                     out = frames.start()
                 if item.logprob is not None:
                     owed.append(item.logprob)
-                said += item.text
-                if calls is not None and may_be_call(said, calls.mode):
-                    held += item.text  # a call, perhaps: streamed as one once it is
+                deltas = calls.add(item.text) if calls is not None else None
+                if deltas is not None:  # a call, or perhaps one: streamed as a call
+                    held += item.text
                     piece = ""
-                    out += frames.calls(calls.add(item.text))
+                    out += frames.calls(deltas)
                 else:
                     piece, held = text.add(held + item.text), ""
                 if piece:

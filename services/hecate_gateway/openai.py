@@ -177,10 +177,6 @@ class Prepared:
     stop: tuple[str, ...]
     tooling: Tooling | None = None
 
-    @property
-    def logprobs(self) -> bool:
-        return self.request.logprobs is not None
-
 
 def parse(kind: Kind, body: bytes) -> Prepared:
     """Decode and check a ``/v1/chat/completions`` or ``/v1/completions`` body.

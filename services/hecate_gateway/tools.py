@@ -219,12 +219,22 @@ class CallStream:
 
     def __init__(self, mode: Mode, call_id: str) -> None:
         self.mode, self.call_id = mode, call_id
-        self.text = ""
+        self.text = ""  # the answer so far, while it is or may become a call
+        self.plain = False  # the answer began otherwise than a call: it is text
         self.named = False
         self.sent = 0  # characters of the arguments sent
 
-    def add(self, piece: str) -> list[dict[str, Any]]:
+    def add(self, piece: str) -> list[dict[str, Any]] | None:
+        """The deltas ``piece`` lets out of a call, or None: the answer is plain text
+        (it began otherwise than a call's tag), to stream as text from here on."""
+        if self.plain:
+            return None
         self.text += piece
+        if self.mode == "auto" and not (
+            CALL_OPEN.startswith(self.text) or self.text.startswith(CALL_OPEN)
+        ):
+            self.plain = True
+            return None
         body = _body(self.text, self.mode)
         head = _HEAD.match(body) if body is not None else None
         if body is None or head is None:
@@ -263,11 +273,3 @@ def _delta(
     if id is not None:
         delta |= {"id": id, "type": type}
     return delta | {"function": function}
-
-
-def may_be_call(text: str, mode: Mode | None) -> bool:
-    """Whether streamed ``text`` is, or may yet become, a call: held back until it is
-    known (a plain answer streams as it comes)."""
-    if mode is None:
-        return False
-    return mode == "required" or CALL_OPEN.startswith(text) or text.startswith(CALL_OPEN)

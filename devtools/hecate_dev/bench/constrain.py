@@ -1,4 +1,4 @@
-"""``python -m hecate_dev.bench.constrain``: what an answer held to a JSON Schema costs.
+"""``hecate bench constrain``: what an answer held to a JSON Schema costs.
 
 1. The mask a step pays, per library, on SmolLM2's 49,152 tokens: walking a valid
    answer's tokens, the time to say which tokens may come next (llguidance, as the nodes
@@ -14,15 +14,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 from typing import Any
 
 import jsonschema
-import numpy as np
 
 from hecate.llm.constrain import Constraints
 from hecate.llm.executor import LlmExecutor
@@ -167,20 +164,3 @@ def run(rounds: int = 3, tokens: int = 48) -> dict[str, Any]:
         "free_texts_equal": len(free_texts) == 1,
         "invalid": invalid,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hecate_dev.bench.constrain")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=48)
-    args = parser.parse_args(argv)
-    report = run(args.rounds, args.tokens)
-    print(json.dumps(report, indent=1))
-    ok = report["free_texts_equal"] and not report["invalid"]
-    print("answers: " + ("all checked" if ok else "WRONG"), file=sys.stderr)
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    np.set_printoptions(precision=3)
-    raise SystemExit(main())

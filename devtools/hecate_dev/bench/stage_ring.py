@@ -29,13 +29,15 @@ import multiprocessing as mp
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:  # the engine loads in each stage's process, not in the driver's
+    from hecate.llm.onnx_stage import Spin
+
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
-Spin = bool | Literal["in runs"]
 #: name: (cuts of the 30 blocks, engine threads per stage, spin)
 CONFIGS: dict[str, tuple[tuple[int, ...], int, Spin]] = {
     "single": ((0, 30), 2, True),

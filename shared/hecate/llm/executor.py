@@ -353,8 +353,7 @@ class LlmExecutor:
         )
         if req.logprobs is None:
             return token, None
-        pieces = self.constraints(len(logits))
-        return token, logprob_of(logits, token, req.logprobs, pieces.piece)
+        return token, logprob_of(logits, token, req.logprobs, self.constraints(len(logits)).piece)
 
     def constraints(self, vocab: int) -> Constraints:
         """The last stage's constraints and token pieces, made when first needed."""

@@ -44,6 +44,8 @@ from hecate.llm.gguf_model import LlamaConfig, read_config
 from hecate.llm.onnx_graph import build
 
 Array = npt.NDArray[np.float32]
+#: How a stage's threads wait between runs (:class:`OnnxStage`'s ``spin``).
+Spin = bool | Literal["in runs"]
 
 #: Spans of slots whose KV bindings are kept (a decode batch's span, each prefill's slot).
 BINDINGS = 256
@@ -128,13 +130,13 @@ class OnnxStage:
         threads: int | None = None,
         slots: int = 32,
         capacity: int | None = None,
-        spin: bool | Literal["in runs"] = True,
+        spin: Spin = True,
     ) -> None:
         """``spin``: let ONNX Runtime's threads spin between runs (the fastest alone;
         off where several stages share the cores, as on a machine running a swarm);
         ``"in runs"``: spin within a run and stop as it ends (faster than not spinning
         while the stage's run has the cores to itself, slower when stages compute at
-        once; measured by ``python -m hecate_dev.bench.stage_ring``)."""
+        once; measured by ``hecate bench ring``)."""
         file = GGUFFile(path)
         self.config: LlamaConfig = read_config(file)
         c = self.config

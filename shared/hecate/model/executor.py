@@ -154,9 +154,6 @@ class LayerNetwork:
         )
 
 
-# -- steps -------------------------------------------------------------------------------
-
-
 # -- what the stage that samples is asked, and says of its tokens ----------------------
 
 MAX_SCHEMA_CHARS = 32 * 1024
@@ -192,6 +189,9 @@ class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
     piece: bytes
     logprob: float
     top: list[Candidate] = []
+
+
+# -- steps -------------------------------------------------------------------------------
 
 
 class StepInput(msgspec.Struct, frozen=True, kw_only=True):

@@ -713,9 +713,12 @@ def test_a_streamed_call_names_its_function_first_and_its_fragments_add_up(
     body = '{"name":"get_weather","arguments":{"city":"O\\"slo","n":[1,2]}}'
     text = f"<tool_call>\n{body}\n</tool_call>" if auto else body
     mode: Mode = "auto" if auto else "required"
-    stream, deltas, at = CallStream(mode, "call_1"), [], 0
+    stream, at = CallStream(mode, "call_1"), 0
+    deltas: list[dict[str, Any]] = []
     for cut in [*cuts, len(text)]:
-        deltas += stream.add(text[at : at + cut])
+        came = stream.add(text[at : at + cut])
+        assert came is not None, "a call is never taken for text"
+        deltas += came
         at += cut
     [call] = calls_in(text, mode, "call_1") or []
     deltas += stream.finish(call)
@@ -724,6 +727,10 @@ def test_a_streamed_call_names_its_function_first_and_its_fragments_add_up(
     assert all("id" not in d and "name" not in d["function"] for d in deltas[1:])
     assert "".join(d["function"]["arguments"] for d in deltas) == call.function.arguments
     assert json.loads(call.function.arguments) == {"city": 'O"slo', "n": [1, 2]}
+    plain = CallStream("auto", "call_2")
+    assert plain.add("<tool") == []  # it may yet begin a call: held
+    assert plain.add("s are") is None  # it did not: text from here on
+    assert plain.add("<tool_call>\n") is None
     frame = shapes.Frames("chat", "id", 1, "m", include_usage=False).calls(deltas)
     chunk = ChatCompletionChunk.model_validate_json(frame[len(b"data: ") :])
     assert [d.index for d in chunk.choices[0].delta.tool_calls or []] == [0] * len(deltas)
