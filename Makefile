@@ -40,8 +40,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy shared/hecate services devtools/hecate_dev tests
 
+# Two workers, a test file each, then the tests judged by the wall clock (marked serial:
+# how soon a node is called down, a chaos run's acceptance) alone, as on a quiet machine.
 unit: $(STAMP) bytecode
-	$(BIN)/pytest -q --durations=20 -m "not heavy"
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=20 -m "not heavy and not serial"
+	$(BIN)/pytest -q --durations=10 -m "serial and not heavy"
 
 # Our modules compiled ahead: every service process of a test (or of `make run`) then
 # reads them instead of compiling them at each start, as it would where

@@ -28,7 +28,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import NotFoundError, ServerError, ServiceUnavailableError
 
 from hecate.bus import kv
 from hecate.bus.credentials import Credentials
@@ -36,13 +36,15 @@ from hecate.core import HecateError
 from hecate.wire import contract, permissions
 
 _T = TypeVar("_T")
-# Transient: the server not up yet, JetStream without a meta leader, a lost reply.
+# Transient: the server not up yet, JetStream without a meta leader (503) or failing an
+# API call while it starts or is loaded (500, seen on a busy machine), a lost reply.
 _TRANSIENT = (
     OSError,
     asyncio.TimeoutError,
     NatsTimeoutError,
     NoRespondersError,
     ServiceUnavailableError,
+    ServerError,
     nats.errors.NoServersError,
 )
 

@@ -13,6 +13,9 @@ import pytest
 
 from hecate_dev.chaos.scenarios import SCENARIOS, run
 
+# Judged by the wall clock (how soon, how long): run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
+
 # The SmolLM2 scenarios run in tests/system/test_chaos_llm.py (they need the model pulled).
 # A fault that hit no live traffic proves nothing either way; one that did must lose
 # nothing. So a run whose only shortfall is its evidence (the fault did not bite) is run

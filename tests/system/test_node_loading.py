@@ -10,6 +10,7 @@ import sys
 import time
 
 import msgspec
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -19,6 +20,9 @@ from hecate_launcher import ProcessSpec
 from tests.services.telemetry.test_liveness_bus import Events
 from tests.support.swarm import EXAMPLES, Processes, start_planner, start_router, wait_until_serving
 from tests.support.waits import listening, until
+
+# Judged by the wall clock (how soon, how long): run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
 
 NODE = "slow"
 HOLD_S = 1.5  # three times the patience of a node heard twice at its 100 ms pace

@@ -34,6 +34,9 @@ from hecate_gateway.swarm import SwarmWatch
 from tests.support.swarm import EXAMPLES, SWARM_NODES, Processes, start_swarm, wait_until_serving
 from tests.support.waits import planned, routers_ready, until
 
+# Judged by the wall clock (how soon, how long): run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
+
 CHROMIUM = Path("/usr/bin/chromium")
 MODEL = "ncm-base"
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import pytest
 from nats.aio.client import Client
 from nats.errors import NoRespondersError, TimeoutError
 
@@ -25,6 +26,9 @@ from hecate.wire.messages import InferReply, InferRequest
 from tests.support.swarm import EXAMPLES, Processes, start_swarm, wait_until_serving
 from tests.support.waits import router_status, until
 from tests.system.test_faults import node_alive
+
+# Judged by the wall clock (how soon, how long): run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
 
 _reply = msgspec.json.Decoder(InferReply)
 

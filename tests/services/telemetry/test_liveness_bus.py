@@ -15,6 +15,7 @@ import signal
 from typing import Any
 
 import msgspec
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -26,6 +27,9 @@ from hecate_dev.chaos.proxy import FaultProxy
 from hecate_launcher import ProcessSpec
 from tests.support.swarm import Processes
 from tests.support.waits import endpoint_data, listening, stats, until
+
+# Judged by the wall clock (how soon, how long): run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
 
 _event = msgspec.json.Decoder(NodeEvent)
 
