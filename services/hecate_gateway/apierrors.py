@@ -54,6 +54,7 @@ SWARM_ERRORS: Mapping[wire_errors.ErrorCode, tuple[int, str, str | None]] = {
     # Nobody serves it now, however the swarm says it: the client may try again.
     "unknown_node": (503, "server_error", "unknown_node"),
     "session_lost": (503, "server_error", "session_lost"),
+    "prefix_lost": (503, "server_error", "prefix_lost"),
     "not_hosted": (503, "server_error", "not_hosted"),
     "no_responders": (503, "server_error", "no_router"),
     "timeout": (504, "server_error", "timeout"),

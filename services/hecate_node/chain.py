@@ -42,6 +42,7 @@ def next_stage(req: StageRequest, reply: StageReply) -> StageRequest:
             stage_index=req.stage_index + 1,
             activation=reply.activation,
             prompt_tokens=reply.prompt_tokens,
+            reused=reply.reused,
             prompt="",
             tokens=None,
             messages=None,

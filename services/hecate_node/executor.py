@@ -281,13 +281,19 @@ def _step_input(req: StepStage) -> StepInput:
         output_format=req.output_format,
         sampled=tuple(req.sampled or ()),
         logprobs=req.logprobs,
+        cache_scope=req.cache_scope,
+        prompt_tokens=req.prompt_tokens,
+        reused=req.reused,
     )
 
 
 def _step_reply(out: StepOutput, prompt_tokens: list[int] | None) -> StageReply:
     if out.token is None:  # a stage with stages after it
         return ActivationReply(
-            activation=out.activation, prompt_tokens=prompt_tokens, positions=out.positions
+            activation=out.activation,
+            prompt_tokens=prompt_tokens,
+            positions=out.positions,
+            reused=out.reused,
         )
     return TokenReply(
         token=out.token,

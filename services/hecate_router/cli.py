@@ -35,6 +35,11 @@ FLAGS = (
     ),
     Flag("max_request_bytes", "a larger request is refused as too_large"),
     Flag(
+        "prefix_cache",
+        "a generation's nodes start it from the longest prefix of its prompt they keep "
+        "cached for the same tenant, and requests are routed towards where theirs is",
+    ),
+    Flag(
         "enforce_quotas",
         "admit each request through the shared tenant quota desk (breaker service)",
     ),

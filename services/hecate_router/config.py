@@ -52,6 +52,9 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Where a request's tenant comes from: the account the bus vouches for ("bus", for a
     # bus with one account per tenant), or the body's unauthenticated field ("body").
     tenant_from: TenantSource = "body"
+    # Generations start from a prompt prefix their pipeline's nodes keep cached for the
+    # same tenant (hecate.llm.prefixes), and are routed towards where it is.
+    prefix_cache: bool = FLOW.prefix_cache
 
     def __post_init__(self) -> None:
         if not self.instance_id:
@@ -93,4 +96,5 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
             chain=self.dispatch == "chain",
             reconnect_grace_s=self.reconnect_grace_s,
             route_wait_s=self.route_wait_s,
+            prefix_cache=self.prefix_cache,
         )

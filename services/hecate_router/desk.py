@@ -29,7 +29,6 @@ from hecate.core import RoutingError, RoutingRequest
 from hecate.core.errors import ErrorCode, Saturated
 from hecate.wire.errors import as_code, error_headers
 from hecate.wire.messages import (
-    ErrorReply,
     Failover,
     InferRequest,
     QuotaRequest,
@@ -38,6 +37,7 @@ from hecate.wire.messages import (
 from hecate_router import desk_flow as d
 from hecate_router import flow, retries
 from hecate_router.admission import AdmissionDesk, is_line_ticket
+from hecate_router.affinity import PrefixIndex, fingerprints
 from hecate_router.config import RouterConfig
 from hecate_router.hearing import Hearing
 from hecate_router.lifecycle import Lifecycle
@@ -108,6 +108,8 @@ class RouterDesk:
         self.cancels: OrderedDict[Ident, None] = OrderedDict()
         self.reconnect = ReconnectWindow()  # every flight's
         self.hearing = Hearing()  # every flight's: what came in over the link, and when
+        # Where each tenant's prompts were answered lately (prefix reuse's routing term).
+        self.affinity = PrefixIndex()
         self.awake: float | None = None  # the last time the desk was told the time (retries.py)
         self.doubt_until = 0.0  # until then, first attempts are asked about first
 
@@ -236,9 +238,14 @@ class RouterDesk:
         if ident is not None and self.cancels and ident in self.cancels:
             self.counters["cancelled"] += 1
             return self._reject(a, "cancelled", "the caller cancelled the request", out)
+        cached: dict[str, int] = {}
+        if self.options.prefix_cache and self.view.keeps_sessions(a.model_id):
+            cached = self.affinity.cached(fingerprints(request))
         try:
             route, degraded, probes = self.view.choose(
-                a.model_id, RoutingRequest(tokens=request.max_tokens), self.line.full()
+                a.model_id,
+                RoutingRequest(tokens=request.max_tokens, cached=cached),
+                self.line.full(),
             )
         except Saturated:
             if self.line.wait(a.model_id, request.tenant, a, now, ticket=request.quota_ticket):
@@ -319,7 +326,8 @@ class RouterDesk:
             return self.feed_flight(
                 ev.flight, flow.StageFailed(ev.send, ev.stage, ev.outcome, ev.now), out
             )
-        answerer = _answerer(flight.machine, ev)  # before it moves on
+        m = flight.machine
+        answerer = ev.answerer(m.send, m.route.stages)  # before it moves on
         self.feed_flight(ev.flight, flow.StageReplied(ev.send, ev.stage, ev.outcome, ev.now), out)
         if answerer is not None:  # after the feed has opened any new window
             self.reconnect.replied(answerer, ev.now)
@@ -382,18 +390,10 @@ class RouterDesk:
         out.append(d.Respond((key, *flight.joined), reply, body, headers, to=a.also))
         if self.view.router is not None:
             self.view.router.end(m.route)
+        read = m.gen.prompt_tokens
+        if reply.ok and read and self.options.prefix_cache and not m.degraded:
+            self.affinity.served(fingerprints(m.request), m.route.pipeline_id, len(read))
         self.line.ended(m.route.pipeline_id, m.model_id, now - m.started)
         if flight.ident is not None:
             self.book.finished(flight.ident, (body, headers))
         self._admit_waiting(m.model_id, now, out)
-
-
-def _answerer(machine: Lifecycle, ev: d.StageHeard) -> str | None:
-    """The node a reply on the current send's stage subject comes from: that stage's,
-    except for a no-responders a chained node relays for the next one."""
-    reply = ev.outcome
-    if isinstance(reply, ErrorReply) and reply.error.code == "no_responders":
-        return None
-    if ev.send == machine.send and ev.stage < len(machine.route.stages):
-        return machine.route.stages[ev.stage].node_id
-    return None

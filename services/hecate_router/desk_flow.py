@@ -15,9 +15,11 @@ below.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hecate.core.errors import ErrorCode
+from hecate.core.plan import Stage
 from hecate.wire.messages import (
     ErrorBody,
     ErrorReply,
@@ -87,6 +89,16 @@ class StageHeard:
     stage: int
     outcome: StageReply | ErrorReply | Failure
     now: float
+
+    def answerer(self, current: int, stages: Sequence[Stage]) -> str | None:
+        """The node a reply on the ``current`` send's stage subject comes from: that
+        stage's, except for a no-responders a chained node relays for the next one."""
+        reply = self.outcome
+        if isinstance(reply, ErrorReply) and reply.error.code == "no_responders":
+            return None
+        if self.send == current and self.stage < len(stages):
+            return stages[self.stage].node_id
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,9 @@ class FlowOptions:
     # one to come back (a partition healing, a node's connection moving) before it is
     # answered unrecoverable (lifecycle.py). 0: answered at once.
     route_wait_s: float = 5.0
+    # A generation's stages may start it from a prefix of its prompt they keep cached
+    # for its tenant (the scope is the tenant the bus vouched for).
+    prefix_cache: bool = True
 
 
 # -- failures -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Literal
 
 from hecate.wire.common import TokenLogprob
 from hecate.wire.messages import StreamToken
-from hecate.wire.stages import TokenReply
+from hecate.wire.stages import ActivationReply, TokenReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,11 @@ class Generation:
     eos: bool = False  # the model's end token is the last of ``generated``
     # Each text token's log-probability, when asked (the end token is not text).
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    # Prefix reuse: whether the stages may start this generation from a cached prefix
+    # (off once one of them lost it), and how many positions the first stage took
+    # from its cache on this step (the later stages take as many from theirs).
+    reuse: bool = True
+    reused: int = 0
 
     @property
     def started(self) -> bool:
@@ -78,6 +83,7 @@ class Generation:
     def step(self, reply: TokenReply, max_tokens: int, stop: list[str]) -> Step:
         fed = self.step_tokens if self.step_tokens else (self.prompt_tokens or [])
         steps = len(fed) if reply.positions is None else reply.positions
+        self.reused = 0
         self.position += steps
         if 0 < steps < len(fed):
             # A long prompt (or replay) runs a chunk per step, so that its activations
@@ -105,11 +111,34 @@ class Generation:
         self.step_tokens = [reply.token]
         return Step("next", steps, streamed)
 
+    def heard(self, reply: ActivationReply | TokenReply, *, first: bool) -> bool:
+        """What a stage's reply says of the prompt: its tokens (the first stage's
+        tokenization), and on the first stage how many positions it took from a cached
+        prefix (True when it took some)."""
+        if reply.prompt_tokens is not None:
+            self.prompt_tokens = reply.prompt_tokens
+        if first and isinstance(reply, ActivationReply) and reply.reused:
+            self.reused = reply.reused
+            return True
+        return False
+
+    def prefilling(self) -> bool:
+        """Whether the prompt's positions are still being run (its tokens known)."""
+        return self.prompt_tokens is not None and self.position < len(self.prompt_tokens)
+
+    def without_prefix(self) -> None:
+        """A stage no longer keeps the prefix the first one took: run the step again
+        from the start, every position computed."""
+        self.reuse = False
+        self.reused = 0
+        self.position = 0
+
     def replay(self) -> None:
         """Start over on an empty route: the prompt and every token so far, in one go,
         the sampled tokens marked as such (``sampled_from``)."""
         assert self.prompt_tokens is not None
         self.replays += 1
         self.position = 0
+        self.reused = 0
         self.step_tokens = self.prompt_tokens + self.generated
         self.sampled_from = len(self.prompt_tokens)

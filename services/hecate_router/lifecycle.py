@@ -180,10 +180,8 @@ class Lifecycle:
     def _dispatch(self, now: float, out: list[Action]) -> None:
         route, i = self.route, self.stage
         chained = len(route.stages) - 1 - i if self.options.chain else 0
-        self.sends += 1
-        self.send = self.sends
-        if i == 0:
-            self.step_at = now
+        self.send = self.sends = self.sends + 1
+        self.step_at = now if i == 0 else self.step_at
         self.sent_at = now
         self.deadline = now + self.options.stage_timeout_s * (1 + chained)
         self._to(S.SENT)
@@ -192,7 +190,8 @@ class Lifecycle:
         if kind != "steps" and (what := unsupported(self.request)) is not None:
             self._error("bad_request", f"{route.model_id} cannot {what}", out)
             return
-        d = Dispatch(route, i, chained, self.routes.layers(route.model_id), self.routes.epoch)
+        layers, reuses = self.routes.layers(route.model_id), self.options.prefix_cache
+        d = Dispatch(route, i, chained, layers, self.routes.epoch, reuses)
         act = self.acts.get(route.stages[i].layer_start, b"")
         request = stage_request(kind, d, self.request, self.request_id, act, self.session, self.gen)
         out.append(Send(self.send, i, route.stages[i].node_id, request, chained))
@@ -204,6 +203,8 @@ class Lifecycle:
         self.excused_since = None  # the link carried an answer: any excuse starts afresh
         node_id = stages[at].node_id
         if isinstance(reply, ErrorReply):
+            if reply.error.code == "prefix_lost" and self.gen.reuse:
+                return losses.prefix_lost(self, ev.now, out)
             why = classify(reply.error)
             if isinstance(why, GiveUp):
                 return self._give_up(why, out)
@@ -211,8 +212,8 @@ class Lifecycle:
         last = at == len(stages) - 1
         for s in stages[: at + 1] if last and self.options.chain else (stages[at],):
             self._report(Report(s.node_id, ok=True), out)
-        if not isinstance(reply, OutputReply) and reply.prompt_tokens is not None:
-            self.gen.prompt_tokens = reply.prompt_tokens
+        if not isinstance(reply, OutputReply) and self.gen.heard(reply, first=at == 0):
+            self.counters["prefix_reused"] += 1
         if not isinstance(reply, TokenReply) and reply.prompt_count is not None:
             self.prompt_count = reply.prompt_count
         if not last:
@@ -240,8 +241,7 @@ class Lifecycle:
             out.append(Stream(step.streamed.message(self.request_id)))
         if step.kind == "done":
             return self._answer(True, self.gen.so_far() or "", None, out)
-        self.stage = 0
-        self.acts = {0: b""}
+        self.stage, self.acts = 0, {0: b""}
         return self._dispatch(now, out)
 
     def _report(self, report: Report, out: list[Action]) -> None:

@@ -189,6 +189,21 @@ def _rescued(
     return _move(lc, rescue, now, out)
 
 
+def prefix_lost(lc: Lifecycle, now: float, out: list[Action]) -> None:
+    """A stage no longer keeps the cached prefix the first stage started from (it
+    evicted it, or restarted): nobody failed. The step starts over on the same route in
+    a fresh session (the stages before hold a part of this one), every position
+    computed."""
+    lc.counters["prefix_lost"] += 1
+    lc.gen.without_prefix()
+    if lc.routes.keeps_sessions(lc.route.model_id):
+        out.append(Release(lc.route, lc.session))
+    lc.session = f"{lc.flight_id}.{lc.attempts}.whole"
+    lc.stage = 0
+    lc.acts = {0: b""}
+    lc._dispatch(now, out)
+
+
 def _move(lc: Lifecycle, rescue: Recovered, now: float, out: list[Action]) -> None:
     """Carry the request onto the rescue route and send its next stage there."""
     old = lc.route

@@ -28,6 +28,7 @@ class Dispatch:
     chained: int
     model_layers: int
     epoch: int
+    reuses: bool = False  # a generation's stages may use and keep cached prompt prefixes
 
 
 def unsupported(request: InferRequest) -> str | None:
@@ -63,6 +64,11 @@ def stage_request(
     decode = request.max_tokens if samples else None
     chain = stages[d.index + 1 : d.index + 1 + d.chained]
     if kind == "steps":
+        # Prefix reuse, scoped to the tenant the bus vouched for (the desk has put it in
+        # the request): every stage names the prompt's blocks while it runs, and a later
+        # stage's first step takes as many positions from its cache as the first did.
+        scope = request.tenant if gen.reuse and d.reuses else None
+        tell = scope is not None and gen.prefilling()
         return StepStage(
             request_id=request_id,
             model_id=d.route.model_id,
@@ -83,6 +89,9 @@ def stage_request(
             temperature=request.temperature,
             top_p=request.top_p,
             seed=request.seed,
+            prompt_tokens=gen.prompt_tokens if tell else None,
+            cache_scope=scope,
+            reused=gen.reused if not first and gen.position == 0 else 0,
             sampled_from=gen.sampled_from,
             output_format=request.output_format if samples else None,
             sampled=list(gen.generated) if samples and request.output_format else None,

@@ -74,7 +74,9 @@ def add_flags(parser: argparse.ArgumentParser, config: type, flags: Sequence[Fla
         said = f"{shown:g}" if isinstance(shown, int | float) else str(shown)
         help_ = f"{f.help} (default {said})" if f.help else f"default {said}"
         if isinstance(kind, msgspec.inspect.BoolType):
-            parser.add_argument(f.flag, action="store_true", default=default, help=f.help)
+            # A switch that is on by default is turned off by its --no- form.
+            action = argparse.BooleanOptionalAction if default else "store_true"
+            parser.add_argument(f.flag, action=action, default=default, help=f.help)
         elif isinstance(kind, msgspec.inspect.LiteralType):
             parser.add_argument(f.flag, choices=kind.values, default=default, help=help_)
         elif isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):

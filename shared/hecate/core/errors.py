@@ -24,6 +24,7 @@ ErrorCode = Literal[
     "unknown_node",
     "not_hosted",
     "session_lost",
+    "prefix_lost",
     "unknown_executor",
     "payload_too_large",
     "prompt_too_long",

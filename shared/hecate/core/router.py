@@ -233,16 +233,43 @@ class Router:
             cheapest = self._cheapest[model_id] = Cheapest(
                 (pid for _base, pid, _p in table), self._cost_now
             )
-        picked = cheapest.pick(self._now if now is None else now, full)
+        at = self._now if now is None else now
+        picked = cheapest.pick(at, full)
         if picked is None:
             raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
         best_cost, best_id = picked
+        if request.cached:
+            best_cost, best_id = self._with_cache(
+                model_id, request.cached, (best_cost, best_id), full, at
+            )
         return Route(
             model_id=model_id,
             pipeline_id=best_id,
             cost=best_cost + token_cost(request.tokens, self.weights),
             stages=self._base[best_id][1].stages,
         )
+
+    def _with_cache(
+        self,
+        model_id: str,
+        cached: dict[str, int],
+        picked: tuple[float, str],
+        full: Collection[str],
+        at: float,
+    ) -> tuple[float, str]:
+        """The cheapest of ``picked`` (the heap's, costed without caches) and the
+        healthy pipelines with room that keep some of the prompt cached, each less the
+        token term of what it keeps (O(those), beside the heap's pick)."""
+        cost, pid = picked
+        best = (cost - token_cost(cached.get(pid, 0), self.weights), pid)
+        for other, tokens in cached.items():
+            if other == pid or other in full or self._model_of.get(other) != model_id:
+                continue
+            if other not in self._base:
+                continue  # not healthy in this snapshot
+            mine = self._cost_now(other, at)[0] - token_cost(tokens, self.weights)
+            best = min(best, (mine, other))
+        return best
 
     def _table(self, model_id: str) -> CostTable:
         """``model_id``'s cost table in this snapshot."""

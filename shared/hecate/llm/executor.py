@@ -30,9 +30,11 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from hecate.core.errors import HecateError
+from hecate.llm.chunks import PREFILL_CHUNK, check_context, prefill_chunk
 from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
-from hecate.llm.gguf_model import LlamaConfig, load_stage
+from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import Array, LlamaStage
+from hecate.llm.prefixes import prefix_of
 from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import TextStream, chat_prompt, eos_ids, load_tokenizer
@@ -41,11 +43,6 @@ from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLog
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
 WARM_UP_POSITIONS = 1  # the size of a decode step, what most stage requests are
-#: The most prompt positions the first stage runs in one step (unless the bus is smaller).
-PREFILL_CHUNK = 256
-#: The share of the bus's max_payload a chunk's activation may fill: the rest is for the
-#: request around it (the prompt's token ids down a chain, the route, headers).
-PAYLOAD_SHARE = 0.9
 
 
 def engine_threads(env: Mapping[str, str] = os.environ) -> int | None:
@@ -58,33 +55,6 @@ def engine_threads(env: Mapping[str, str] = os.environ) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise HecateError(f"HECATE_ENGINE_THREADS: expected a positive whole number, got {text!r}")
     return int(text)
-
-
-def prefill_chunk(hidden: int, max_payload: int | None, limit: int = PREFILL_CHUNK) -> int:
-    """Positions per first-stage step: at most ``limit``, and no more than the rows of
-    ``hidden`` float32 values that fit :data:`PAYLOAD_SHARE` of ``max_payload``."""
-    if max_payload is None:
-        return max(1, limit)
-    return max(1, min(limit, int(max_payload * PAYLOAD_SHARE) // (4 * hidden)))
-
-
-def check_context(config: LlamaConfig, req: StepInput, rows: int) -> None:
-    """Refuse (``prompt_too_long``) a step that cannot fit the model's context: the
-    positions held, the ones this step brings, and, when the request says how many
-    tokens the generation may produce (``decode_tokens``), the ones still to come. A
-    step of a chunk that is not its prompt's last counts short, never over: the check
-    that matters is the one on the prompt's last chunk (or, with the whole prompt in
-    hand, the first stage's)."""
-    ahead = max(0, (req.decode_tokens or 0) - req.step)
-    needed = req.position + rows + ahead
-    if needed > config.context:
-        prompt = req.position + rows - req.step  # the generated tokens replayed are not
-        asks = f" asking for up to {req.decode_tokens:,} tokens" if req.decode_tokens else ""
-        raise ExecutorError(
-            "prompt_too_long",
-            f"a prompt of {prompt:,} tokens{asks} needs {needed:,} positions, over the "
-            f"model's context of {config.context:,}",
-        )
 
 
 Engine = Literal["numpy", "onnx"]
@@ -257,14 +227,17 @@ class LlmExecutor:
             return len(self._chunk_of(step, tokens, hidden))
         return len(step.activation) // (4 * hidden)
 
-    def _chunk_of(self, req: StepInput, tokens: Sequence[int], hidden: int) -> list[int]:
-        """The tokens the first stage runs of ``tokens`` this step: a chunk, ended where
-        a replay's sampled tokens begin (the prompt's last chunk then is the one it
-        first ran)."""
+    def _chunk_of(
+        self, req: StepInput, tokens: Sequence[int], hidden: int, reused: int = 0
+    ) -> list[int]:
+        """The tokens the first stage runs of ``tokens`` this step, after the ``reused``
+        positions a cached prefix holds: a chunk, ended where a replay's sampled tokens
+        begin (the prompt's last chunk then is the one it first ran)."""
         size = self.chunk(hidden)
-        if req.sampled_from is not None and req.position < req.sampled_from:
-            size = min(size, req.sampled_from - req.position)
-        return list(tokens[:size])
+        start = req.position + reused
+        if req.sampled_from is not None and start < req.sampled_from:
+            size = min(size, req.sampled_from - start)
+        return list(tokens[reused : reused + size])
 
     def _prompt_ids(self, req: StepInput) -> list[int]:
         text = req.prompt
@@ -295,7 +268,7 @@ class LlmExecutor:
         for i, req in enumerate(reqs):
             try:
                 sessions = self._load(req.layer_start, req.layer_end)
-                step, prompt_tokens = self._step_of(sessions.stage, req)
+                step, prompt_tokens = self._step_of(sessions, req)
             except ExecutorError as exc:
                 results[i] = exc
                 continue
@@ -311,12 +284,14 @@ class LlmExecutor:
                     done.append((i, out, prompt_tokens))
             if not done:
                 continue
+            reused = {i: step.reuse for i, step, _ in items}
             if not stage.last:
                 for i, hidden, prompt_tokens in done:
                     results[i] = StepOutput(
                         activation=hidden.astype("<f4").tobytes(),
                         prompt_tokens=prompt_tokens,
-                        positions=hidden.shape[0],
+                        positions=reused[i] + hidden.shape[0],
+                        reused=reused[i],
                     )
                 continue
             logits = stage.logits_of([out for _, out, _ in done])
@@ -333,8 +308,9 @@ class LlmExecutor:
                     text=self._text(req, token),
                     eos=token in self.eos(),
                     prompt_tokens=prompt_tokens,
-                    positions=ran[i],
+                    positions=reused[i] + ran[i],
                     logprob=logprob,
+                    reused=reused[i],
                 )
         return [r if r is not None else ExecutorError("internal", "step not run") for r in results]
 
@@ -367,16 +343,26 @@ class LlmExecutor:
         except ValueError as exc:  # a range outside the model
             raise ExecutorError("bad_range", str(exc)) from None
 
-    def _step_of(self, stage: Stage, req: StepInput) -> tuple[Step, list[int] | None]:
-        """What ``req`` runs on ``stage``, and the prompt's token ids when tokenized here.
-        The first stage takes the next chunk of the tokens; a later stage the rows it is
-        sent."""
+    def _step_of(self, sessions: Sessions, req: StepInput) -> tuple[Step, list[int] | None]:
+        """What ``req`` runs on ``sessions``' stage, and the prompt's token ids when
+        tokenized here. The first stage takes the next chunk of the tokens (a new
+        session's after the longest cached prefix of its prompt, with a scope); a later
+        stage the rows it is sent (after as many positions of its own cached prefix)."""
+        stage = sessions.stage
         config = stage.config
-        sampled = req.sampled_from is not None and req.position >= req.sampled_from
         if not stage.first:
+            reused = req.reused if req.position == 0 else 0
             rows = len(req.activation) // (4 * config.hidden)
-            check_context(config, req, rows)
-            return Step(req.session, req.position, hidden=req.activation, one_by_one=sampled), None
+            check_context(config, req, reused + rows)
+            sampled = req.sampled_from is not None and req.position + reused >= req.sampled_from
+            return Step(
+                req.session,
+                req.position,
+                hidden=req.activation,
+                one_by_one=sampled,
+                reuse=reused,
+                **prefix_of(req.cache_scope, req.prompt_tokens),
+            ), None
         prompt_tokens = None
         tokens = req.tokens
         if tokens is None:
@@ -384,8 +370,18 @@ class LlmExecutor:
         if not tokens:
             raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
         check_context(config, req, len(tokens))
-        chunk = self._chunk_of(req, tokens, config.hidden)
-        return Step(req.session, req.position, tokens=chunk, one_by_one=sampled), prompt_tokens
+        prefix = prefix_of(req.cache_scope, req.prompt_tokens or prompt_tokens)
+        reused = 0
+        if req.position == 0 and prefix["keys"] and req.session not in sessions.caches:
+            # A new session: start from the longest prefix kept here, leaving at least
+            # the last position to compute (its output is the next token's).
+            reused = sessions.longest_prefix(req.cache_scope or "", prefix["keys"], len(tokens) - 1)
+        sampled = req.sampled_from is not None and req.position + reused >= req.sampled_from
+        chunk = self._chunk_of(req, tokens, config.hidden, reused)
+        step = Step(
+            req.session, req.position, tokens=chunk, one_by_one=sampled, reuse=reused, **prefix
+        )
+        return step, prompt_tokens
 
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:

@@ -130,6 +130,13 @@ class LlamaStage:
         """Nothing to give back: a cache is its own arrays, gone with its last reference."""
         del cache
 
+    def copy_prefix(self, source: KVCache, cache: KVCache, length: int) -> None:
+        """``cache`` (new) starts with ``source``'s first ``length`` positions."""
+        cache.reserve(length, self.config.context)
+        cache.k[:, :, :length] = source.k[:, :, :length]
+        cache.v[:, :, :length] = source.v[:, :, :length]
+        cache.length = length
+
     def logits_of(self, outs: list[Array]) -> Array:
         """The last-position logits [B, vocab] of what ``forward_batch`` returned."""
         return self.logits_batch(outs)

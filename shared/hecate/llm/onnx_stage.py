@@ -204,6 +204,12 @@ class OnnxStage:
             for pool in (*self._k, *self._v):
                 release(pool, slot.index)
 
+    def copy_prefix(self, source: Slot, slot: Slot, length: int) -> None:
+        """``slot`` (new) starts with ``source``'s first ``length`` positions."""
+        for pool in (*self._k, *self._v):
+            pool[slot.index, :, :length] = pool[source.index, :, :length]
+        slot.length = length
+
     # the model -------------------------------------------------------------------
 
     def embed(self, tokens: list[int]) -> Array:

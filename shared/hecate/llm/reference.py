@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hecate.llm.executor import PREFILL_CHUNK
+from hecate.llm.chunks import PREFILL_CHUNK
 from hecate.llm.gguf_model import load_stage, model_config
 from hecate.llm.llama import LlamaStage
 from hecate.llm.sessions import Stage

@@ -22,6 +22,7 @@ import numpy as np
 
 from hecate.llm.gguf_model import LlamaConfig
 from hecate.llm.llama import Array
+from hecate.llm.prefixes import Prefixes
 from hecate.model.executor import ExecutorError
 
 
@@ -48,6 +49,10 @@ class Stage(Protocol):
     def new_cache(self) -> Any: ...
 
     def free(self, cache: Any) -> None: ...
+
+    def copy_prefix(self, source: Any, cache: Any, length: int) -> None:
+        """Make ``cache`` (new, empty) hold ``source``'s first ``length`` positions."""
+        ...
 
     def embed(self, tokens: list[int]) -> Array: ...
 
@@ -86,16 +91,21 @@ class Step:
     tokens: list[int] | None = None
     hidden: bytes = b""
     one_by_one: bool = False
+    # Prefix reuse (:mod:`hecate.llm.prefixes`): the tenant's scope (None: none), the
+    # keys of the prompt's whole blocks, and how many positions a new session starts
+    # with, copied from the cached prefix they name (its rows then follow them).
+    scope: str | None = None
+    keys: tuple[bytes, ...] = ()
+    reuse: int = 0
 
     def positions(self, width: int) -> list[Step]:
         """This step as one step a position (``width``: the hidden rows' width)."""
+        start = self.position + self.reuse
         if self.tokens is not None:
-            return [
-                Step(self.session, self.position + k, tokens=[t]) for k, t in enumerate(self.tokens)
-            ]
+            return [Step(self.session, start + k, tokens=[t]) for k, t in enumerate(self.tokens)]
         row = 4 * width
         return [
-            Step(self.session, self.position + k, hidden=self.hidden[k * row : (k + 1) * row])
+            Step(self.session, start + k, hidden=self.hidden[k * row : (k + 1) * row])
             for k in range(len(self.hidden) // row)
         ]
 
@@ -114,6 +124,7 @@ class Sessions:
         self.idle_s = idle_s
         self.clock = clock
         self.caches: OrderedDict[str, tuple[Any, float]] = OrderedDict()
+        self.prefixes = Prefixes()
 
     def step(
         self,
@@ -180,34 +191,67 @@ class Sessions:
         now = self.clock()
         keep = {s.session for _, s in steps}  # never evicted for another: they step now
         self._evict(now, keep=keep)
-        ready: list[tuple[int, str, Any, Array]] = []
+        ready: list[tuple[int, Step, Any, Array]] = []
         for i, step in steps:
             try:
-                cache = self._cache(step.session, step.position, keep)
-                ready.append((i, step.session, cache, self._input(step)))
+                x = self._input(step)
+                cache = self._cache(step, keep)
+                ready.append((i, step, cache, x))
             except ExecutorError as exc:
                 results[i] = exc
         if not ready:
             return
         outs = self.stage.forward_batch([x for *_, x in ready], [c for _, _, c, _ in ready])
-        for (i, session, cache, _), out in zip(ready, outs, strict=True):
-            self.caches[session] = (cache, now)
-            self.caches.move_to_end(session)
+        for (i, step, cache, _), out in zip(ready, outs, strict=True):
+            self.caches[step.session] = (cache, now)
+            self.caches.move_to_end(step.session)
+            if step.scope is not None and step.keys:
+                self.prefixes.name(step.scope, step.keys, cache, cache.length)
             results[i] = out
+        for cache in self.prefixes.overflow():
+            self.stage.free(cache)
 
-    def _cache(self, session: str, position: int, keep: Collection[str]) -> Any:
+    def _cache(self, step: Step, keep: Collection[str]) -> Any:
+        session, position = step.session, step.position
         held = self.caches.get(session)
         if held is None and position == 0:
+            if step.reuse:
+                return self._adopt(step, keep)
             return self._new_cache(keep)
         if held is not None and held[0].length == position:
             return held[0]
         have = held[0].length if held else 0
-        self._drop(session)
+        self._drop(session, lost=True)
         raise ExecutorError(
             "session_lost",
             f"session {session!r} holds {have} positions here, the step expects {position}: "
             "replay it",
         )
+
+    def _adopt(self, step: Step, keep: Collection[str]) -> Any:
+        """A new session's cache starting with the ``step.reuse`` positions of the
+        prefix its keys name here; ``prefix_lost`` when this stage no longer keeps it
+        (the caller then runs the prompt whole)."""
+        block = self.prefixes.block
+        j = step.reuse // block - 1
+        found = None
+        if step.scope is not None and step.reuse % block == 0 and 0 <= j < len(step.keys):
+            found = self.prefixes.find(step.scope, step.keys[j], step.reuse)
+        if found is None:
+            raise ExecutorError(
+                "prefix_lost",
+                f"this stage keeps no cached prefix of {step.reuse} positions for session "
+                f"{step.session!r}: run its prompt whole",
+            )
+        cache = self._new_cache(keep, source=found.cache)
+        self.stage.copy_prefix(found.cache, cache, step.reuse)
+        return cache
+
+    def longest_prefix(self, scope: str, keys: tuple[bytes, ...], limit: int) -> int:
+        """How many positions of a new session's prompt (its ``keys`` in ``scope``) a
+        cached prefix here holds, at most ``limit``: 0 when none."""
+        found = self.prefixes.longest(scope, keys, limit)
+        return 0 if found is None else found.length
 
     def _input(self, step: Step) -> Array:
         if step.tokens is not None:
@@ -227,13 +271,19 @@ class Sessions:
         x: Array = np.frombuffer(step.hidden, dtype="<f4").reshape(-1, width).astype(np.float32)
         return x
 
-    def _new_cache(self, keep: Collection[str]) -> Any:
+    def _new_cache(self, keep: Collection[str], source: Any = None) -> Any:
         """A cache for a new session; a stage with a fixed number of places (the
-        engine's KV slots) gives up its least recently used session not stepping now."""
+        engine's KV slots) gives up a prefix kept alone (not ``source``, the one the
+        session is about to copy), else its least recently used session not stepping
+        now."""
         while True:
             try:
                 return self.stage.new_cache()
             except MemoryError:
+                kept = self.prefixes.give_up_one(but=source)  # prefixes kept alone first
+                if kept is not None:
+                    self.stage.free(kept)
+                    continue
                 victim = next((k for k in self.caches if k not in keep), None)
                 if victim is None:
                     raise ExecutorError(
@@ -243,13 +293,24 @@ class Sessions:
                     ) from None
                 self._drop(victim)
 
-    def _drop(self, session: str) -> None:
+    def _drop(self, session: str, *, lost: bool = False) -> None:
+        """Let ``session``'s cache go: to the prefix store if its prompt's blocks are
+        known there (unless the session was ``lost``: then nothing of it is trusted),
+        else freed."""
         held = self.caches.pop(session, None)
-        if held is not None:
-            self.stage.free(held[0])
+        if held is None:
+            return
+        cache = held[0]
+        if lost:
+            self.prefixes.drop(cache)
+        elif self.prefixes.ended(cache):
+            return
+        self.stage.free(cache)
 
     def close(self, session: str) -> None:
         self._drop(session)
+        for cache in self.prefixes.overflow():
+            self.stage.free(cache)
 
     def _evict(self, now: float, keep: Collection[str] = ()) -> None:
         """Drop idle caches, then the least recently used past ``max_bytes``; never one
@@ -257,12 +318,20 @@ class Sessions:
         for key in [k for k, (_, seen) in self.caches.items() if now - seen > self.idle_s]:
             if key not in keep:
                 self._drop(key)
-        total = sum(c.nbytes() for c, _ in self.caches.values())
+        total = sum(c.nbytes() for c, _ in self.caches.values()) + self.prefixes.kept_bytes()
+        while total > self.max_bytes:  # prefixes kept alone go first, then sessions
+            kept = self.prefixes.give_up_one()
+            if kept is None:
+                break
+            total -= kept.nbytes()
+            self.stage.free(kept)
         for key in [k for k in self.caches if k not in keep]:
             if total <= self.max_bytes:
                 break
             total -= self.caches[key][0].nbytes()  # oldest first: least recently used
-            self._drop(key)
+            self._drop(key, lost=True)  # not kept: its bytes are what must go
+        for cache in self.prefixes.overflow():
+            self.stage.free(cache)
 
 
 def sample(

@@ -226,6 +226,11 @@ class StepInput(msgspec.Struct, frozen=True, kw_only=True):
     output_format: OutputFormat | None = None
     sampled: tuple[int, ...] = ()
     logprobs: int | None = None
+    # Prefix reuse (StepStage's fields of these names): the tenant's scope, the
+    # prompt's tokens, and the positions a later stage's new session takes from cache.
+    cache_scope: str | None = None
+    prompt_tokens: list[int] | None = None
+    reused: int = 0
 
 
 class StepOutput(msgspec.Struct, frozen=True, kw_only=True):
@@ -240,6 +245,7 @@ class StepOutput(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: list[int] | None = None
     positions: int | None = None
     logprob: TokenLogprob | None = None
+    reused: int = 0  # positions taken from a cached prefix (counted in ``positions``)
 
 
 @runtime_checkable

@@ -42,6 +42,7 @@ STATUS: Final[Mapping[ErrorCode, int]] = {
     "unknown_node": 404,
     "not_hosted": 409,
     "session_lost": 410,
+    "prefix_lost": 410,
     "unknown_executor": 400,
     "payload_too_large": 413,
     "prompt_too_long": 413,
@@ -98,6 +99,8 @@ STAGE_CODES: Final[Mapping[ErrorCode, str]] = {
     "bad_max_tokens": "max_tokens is outside 0..4096",
     "session_lost": "a generative step's session does not hold the positions it expects "
     "here: replay it",
+    "prefix_lost": "a step asked this stage for a cached prompt prefix it no longer keeps: "
+    "run the prompt whole",
     "prompt_too_long": "a sequence and the tokens it asks for exceed the model's context",
     "cancelled": "the router released the step's session",
     "forward_failed": "a chained stage could not be forwarded to the next node",

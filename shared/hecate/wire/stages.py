@@ -22,6 +22,8 @@ endpoint, before a handler knows what it was sent).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from hecate.core.plan import Stage
@@ -96,8 +98,17 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     top_p: float = 1.0
     seed: int | None = None
     # Down a chain: the first stage's tokenization of the prompt, so that the last
-    # stage's reply carries it back to the router (which needs it to replay).
+    # stage's reply carries it back to the router (which needs it to replay). With
+    # ``cache_scope``, sent to every stage while the prompt runs: each names the
+    # cached blocks of the prompt by these tokens.
     prompt_tokens: list[int] | None = None
+    # Prefix reuse: the tenant whose cached prompt prefixes this step may use and add
+    # to (None: none; set by the router from the identity the bus vouched for, never
+    # from the request), and on a later stage's first step how many positions the
+    # first stage took from its cache (``ActivationReply.reused``): this stage takes
+    # the same from its own, or answers ``prefix_lost``.
+    cache_scope: str | None = None
+    reused: Annotated[int, msgspec.Meta(ge=0)] = 0
     # On a replay: positions from this one on hold tokens the generation sampled. Each
     # stage runs them one position at a time, as they ran when they were sampled, and
     # the first stage ends a chunk there: the rescue route computes exactly what the
@@ -139,6 +150,9 @@ class ActivationReply(_Answer, frozen=True, kw_only=True, tag="activation"):
     activation: bytes
     prompt_tokens: list[int] | None = None
     positions: int | None = None
+    # The positions a new session took from a cached prompt prefix (its activation's
+    # rows follow them; ``positions`` counts them): the stages after take as many.
+    reused: int = 0
     # A layer network's first stage (or a later one on a chain, passing it on): the
     # prompt's length in the network's tokens; None from one that does not count.
     prompt_count: int | None = None

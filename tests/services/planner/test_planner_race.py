@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client
+from nats.js.errors import NoKeysError
 
 from hecate.bus import kv as kvs
 from hecate.core import SwarmPlan
@@ -92,6 +93,19 @@ def published(processes: Processes) -> list[dict[str, Any]]:
     return out
 
 
+async def plan_history(client: Client) -> list[int]:
+    """The plan key's stored revisions. nats-py's history is a watcher that may see its
+    end-of-history marker before the entries on a loaded machine (NoKeysError for a key
+    just read): asked again, a few times, before that counts."""
+    kv = await kvs.bucket(client, subjects.PLAN_BUCKET)
+    for _ in range(20):
+        try:
+            return [int(e.revision or 0) for e in await kv.history(subjects.PLAN_KEY)]
+        except NoKeysError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("the plan key has no history although the planners settled on it")
+
+
 async def test_two_planners_racing_never_overwrite_each_other_blindly(
     processes: Processes, client: Client
 ) -> None:
@@ -118,8 +132,7 @@ async def test_two_planners_racing_never_overwrite_each_other_blindly(
     assert not final.validate()
     assert "pi" not in {n.node_id for n in final.nodes}
 
-    kv = await kvs.bucket(client, subjects.PLAN_BUCKET)
-    history = [int(e.revision or 0) for e in await kv.history(subjects.PLAN_KEY)]
+    history = await plan_history(client)
     writes = published(processes)
     assert len(history) < subjects.BUCKET_HISTORY[subjects.PLAN_BUCKET], "history was trimmed"
     # Every stored revision was written by one of the planners, as a compare-and-set on

@@ -656,3 +656,44 @@ def test_whatever_the_order_one_answer_balanced_load_bounded_replays_one_probe(
         assert n == 1
         assert swarm.returned[target] + run.delivered[target] == 1, target
     assert not set(swarm.returned) - set(swarm.taken)
+
+
+def test_a_later_stage_takes_as_many_cached_positions_as_the_first_and_the_tenant_scopes_it() -> (
+    None
+):
+    run = started(Swarm(generative=True), max_tokens=2)
+    first = run.last.request
+    assert isinstance(first, StepStage)
+    assert first.cache_scope == "default"  # the tenant the desk put in the request
+    assert first.reused == 0
+    took = ActivationReply(activation=b"\x01", prompt_tokens=PROMPT_IDS, positions=4, reused=2)
+    run.feed(StageReplied(run.last.send, 0, took, 0.01))
+    second = run.last.request
+    assert isinstance(second, StepStage)
+    assert second.reused == 2
+    assert second.prompt_tokens == PROMPT_IDS  # each stage names the prompt's blocks
+    run.finish()
+    steps = [s.request for s in run.sends if isinstance(s.request, StepStage)]
+    later = [r for r in steps if r.position > 0]
+    assert later
+    assert all(r.reused == 0 for r in later)  # only a session's first step takes any
+
+
+def test_a_stage_that_lost_the_prefix_starts_the_step_over_whole_blaming_nobody() -> None:
+    run = started(Swarm(generative=True), max_tokens=2)
+    took = ActivationReply(activation=b"\x01", prompt_tokens=PROMPT_IDS, positions=4, reused=2)
+    run.feed(StageReplied(run.last.send, 0, took, 0.01))
+    session = run.m.session
+    lost = ErrorReply(error=ErrorBody(code="prefix_lost", message="evicted"))
+    out = run.feed(StageReplied(run.last.send, 1, lost, 0.02))
+    assert not any(isinstance(a, Report | Suspect | Failover) for a in out)
+    assert Release(run.m.route, session) in out  # the half-built session goes
+    again = run.last.request
+    assert isinstance(again, StepStage)
+    assert (run.last.stage, again.cache_scope, again.reused) == (0, None, 0)
+    assert run.m.session != session
+    assert run.m.route == run.first
+    run.finish()
+    [a] = run.answers()
+    assert a.reply.ok
+    assert run.m.counters["prefix_lost"] == 1

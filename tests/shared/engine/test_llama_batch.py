@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hecate.llm.executor import PAYLOAD_SHARE, LlmExecutor, check_context, prefill_chunk
+from hecate.llm.chunks import PAYLOAD_SHARE, check_context, prefill_chunk
+from hecate.llm.executor import LlmExecutor
 from hecate.llm.gguf_model import Block, LlamaConfig, StageWeights
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.sessions import FULL_CONTEXT_SESSIONS, Sessions, Step, kv_bytes_per_position

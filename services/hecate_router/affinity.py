@@ -1,0 +1,90 @@
+"""Where this router sent each tenant's prompts lately, so that a prompt starting the same
+way is costed lower on the pipelines whose nodes likely keep its prefix cached. Pure.
+
+The nodes cache prompt prefixes by token blocks (:mod:`hecate.llm.prefixes`); the router
+chooses before any node has tokenized the prompt, so it knows prompts by their text: a
+chat by its messages (``fp_k`` names the first ``k`` messages), a plain prompt by whole
+blocks of :data:`CHARS` characters, each chained within the tenant's scope as the nodes'
+keys are. A pipeline that answered a prompt is remembered for each of its prefixes with
+the tokens that prefix likely holds (its share of the prompt's characters, of the
+prompt's tokens). The estimate can be wrong (another router replica sent the next turn
+elsewhere; a node evicted it): the cost is then off by a token term, and the node says
+``prefix_lost`` or simply finds less, never a wrong answer.
+
+The saving is the seed's own token term (``w_p·10·tokens/1024``) for the tokens a
+pipeline need not compute, so it weighs against load and latency as the cost formula
+already does: a busy pipeline's in-flight cost soon outweighs its cached prefix, and
+requests spread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from hecate.wire.messages import InferRequest
+
+#: Characters per block of a plain prompt's fingerprint.
+CHARS = 256
+#: (fingerprint, pipeline) pairs remembered, least recently served first out.
+REMEMBER = 65_536
+
+
+def fingerprints(request: InferRequest) -> list[tuple[bytes, float]]:
+    """The request's prefixes, each as its key and its share of the prompt's characters."""
+    h = hashlib.blake2b(request.tenant.encode(), digest_size=16, person=b"hecate-route")
+    seed = h.digest()
+    out: list[tuple[bytes, float]] = []
+    if request.messages:
+        parts: Sequence[str] = [f"{m.role}\0{m.content}" for m in request.messages]
+        total = sum(len(p) for p in parts)
+    else:
+        text = request.prompt
+        parts = [text[i : i + CHARS] for i in range(0, len(text) - CHARS + 1, CHARS)]
+        total = len(text)
+    total = max(total, 1)
+    seen = 0
+    for part in parts:
+        seed = hashlib.blake2b(seed + part.encode(), digest_size=16).digest()
+        seen += len(part)
+        out.append((seed, seen / total))
+    return out
+
+
+class PrefixIndex:
+    """Per prefix of a tenant's prompts, the pipelines that answered it and the tokens
+    it held there."""
+
+    def __init__(self, remember: int = REMEMBER) -> None:
+        self.remember = remember
+        self._at: OrderedDict[tuple[bytes, str], int] = OrderedDict()
+        self._where: dict[bytes, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def cached(self, prints: list[tuple[bytes, float]]) -> dict[str, int]:
+        """Per pipeline, the tokens of the longest of ``prints`` it answered."""
+        out: dict[str, int] = {}
+        for key, _share in reversed(prints):
+            for pid in self._where.get(key, ()):
+                if pid not in out:
+                    out[pid] = self._at[(key, pid)]
+        return out
+
+    def served(self, prints: list[tuple[bytes, float]], pipeline_id: str, tokens: int) -> None:
+        """``pipeline_id`` answered a prompt of ``tokens`` tokens whose prefixes are
+        ``prints``: its nodes now likely keep the whole blocks of each."""
+        for key, share in prints:
+            pair = (key, pipeline_id)
+            self._at[pair] = int(tokens * share)
+            self._at.move_to_end(pair)
+            self._where.setdefault(key, set()).add(pipeline_id)
+        while len(self._at) > self.remember:
+            (key, pid), _ = self._at.popitem(last=False)
+            where = self._where.get(key)
+            if where is not None:
+                where.discard(pid)
+                if not where:
+                    del self._where[key]

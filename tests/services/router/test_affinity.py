@@ -1,0 +1,79 @@
+"""Prefix reuse's routing term: a prompt starting as a tenant's earlier one is costed
+lower where that one was answered, by the seed's token term of what is cached there,
+and no further: load still spreads, and another tenant's prompts are never matched."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hecate.core import Router, RoutingRequest
+from hecate.core.cost import inflight_cost, token_cost
+from hecate.wire.common import ChatMessage
+from hecate.wire.messages import InferRequest
+from hecate_router.affinity import CHARS, PrefixIndex, fingerprints
+from tests.support.builders import measured, pipeline, plan
+
+SYSTEM = ChatMessage(role="system", content="You answer questions about the catalogue. " * 20)
+
+
+def chat(tenant: str, *turns: str) -> InferRequest:
+    messages = [SYSTEM, *(ChatMessage(role="user", content=t) for t in turns)]
+    return InferRequest(prompt="", messages=messages, tenant=tenant)
+
+
+def replicas(n: int) -> Router:
+    p = plan([pipeline(f"m-r{i}", "m", (f"a{i}", 0, 4), (f"b{i}", 4, 8)) for i in range(n)])
+    return Router(measured(p))
+
+
+def test_the_next_turn_of_a_chat_is_matched_where_the_last_was_answered() -> None:
+    index = PrefixIndex()
+    index.served(fingerprints(chat("alice", "first question")), "m-r1", 600)
+    cached = index.cached(fingerprints(chat("alice", "first question", "second question")))
+    assert set(cached) == {"m-r1"}
+    assert 500 < cached["m-r1"] <= 600  # the system prompt and the first turn
+    # The same words from another tenant match nothing.
+    assert index.cached(fingerprints(chat("bob", "first question", "second question"))) == {}
+
+
+@given(st.text(min_size=0, max_size=3 * CHARS), st.text(min_size=0, max_size=CHARS))
+def test_a_plain_prompt_matches_only_on_whole_blocks_it_shares(head: str, tail: str) -> None:
+    index = PrefixIndex()
+    first = InferRequest(prompt=head, tenant="t")
+    index.served(fingerprints(first), "m-r0", 100)
+    again = index.cached(fingerprints(InferRequest(prompt=head + tail, tenant="t")))
+    assert bool(again) == (len(head) >= CHARS)
+
+
+def test_the_index_forgets_the_least_recently_served_past_its_bound() -> None:
+    index = PrefixIndex(remember=4)
+    for i in range(3):  # two prefixes each: the system prompt, then with the question
+        index.served(fingerprints(chat(f"t{i}", "question")), f"m-r{i}", 100)
+    assert len(index) == 4
+    assert index.cached(fingerprints(chat("t0", "question"))) == {}
+    assert index.cached(fingerprints(chat("t2", "question"))) == {"m-r2": 100}
+
+
+def test_a_cached_prefix_wins_a_tie_and_loses_to_load() -> None:
+    router = replicas(2)
+    plain = router.route("m", RoutingRequest())
+    other = "m-r1" if plain.pipeline_id == "m-r0" else "m-r0"
+    tokens = 1000
+    request = RoutingRequest(cached={other: tokens})
+    assert router.route("m", request).pipeline_id == other
+    # Work in flight on it costs more than the prefix saves: the request goes elsewhere.
+    busy = 0
+    while inflight_cost(2 * busy) <= token_cost(tokens):
+        router.begin(router.route("m", RoutingRequest(cached={other: tokens})))
+        busy += 1
+    assert busy < 8
+    assert router.route("m", request).pipeline_id == plain.pipeline_id
+
+
+def test_a_full_pipeline_is_passed_over_whatever_it_keeps() -> None:
+    router = replicas(2)
+    assert (
+        router.route("m", RoutingRequest(cached={"m-r1": 10_000}), full={"m-r1"}).pipeline_id
+        == "m-r0"
+    )
