@@ -88,6 +88,10 @@ class Runner(Protocol):
 
     def sessions(self) -> int: ...
 
+    def prefixes(self) -> dict[str, int]:
+        """What the executor's cached prompt prefixes did (empty: it keeps none)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -110,6 +114,9 @@ class _Base:
 
     def sessions(self) -> int:
         return 0
+
+    def prefixes(self) -> dict[str, int]:
+        return {}
 
     def close(self) -> None:
         pass
@@ -230,6 +237,10 @@ class StepRunner(_Base):
 
     def sessions(self) -> int:
         return self.executor.session_count()
+
+    def prefixes(self) -> dict[str, int]:
+        counts = getattr(self.executor, "prefix_counts", None)
+        return counts() if callable(counts) else {}
 
     def close(self) -> None:
         self.compute.close()

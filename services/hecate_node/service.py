@@ -246,6 +246,7 @@ class Node:
             "batched_steps": meter.batched_steps,
             "largest_batch": meter.largest_batch,
             "sessions": self.runner.sessions(),
+            "prefixes": self.runner.prefixes(),
             "bad_plans": self.holdings.bad_plans,
         }
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, get_args
@@ -197,6 +198,15 @@ class LlmExecutor:
         """Sessions holding a cache here, over all ranges (read from any thread: a
         figure for STATS, not a decision)."""
         return sum(len(s.caches) for s in list(self._ranges.values()))
+
+    def prefix_counts(self) -> dict[str, int]:
+        """Over the ranges held here, :meth:`Prefixes.counts
+        <hecate.llm.prefixes.Prefixes.counts>` summed. Read from any thread: a figure
+        for STATS, not a decision."""
+        out: Counter[str] = Counter()
+        for sessions in list(self._ranges.values()):
+            out.update(sessions.prefixes.counts())
+        return dict(out)
 
     def limit_payload(self, max_payload: int) -> None:
         """The largest message the bus carries: first-stage chunks are sized to fit it."""

@@ -103,7 +103,19 @@ class Prefixes:
 
     def kept_alone(self) -> int:
         """Caches kept for their prefixes whose sessions ended."""
-        return sum(not k.live for k in self._of.values())
+        return sum(not k.live for k in list(self._of.values()))
+
+    def counts(self) -> dict[str, int]:
+        """Sessions started from a cached prefix here (``hits``), first-stage prompts
+        that found none (``misses``), positions taken from cache, caches kept for
+        prefixes and those of them kept alone."""
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "reused_positions": self.reused_positions,
+            "kept": len(self._of),
+            "kept_alone": self.kept_alone(),
+        }
 
     def kept_bytes(self) -> int:
         """What the caches kept alone hold."""
@@ -114,15 +126,18 @@ class Prefixes:
 
     def longest(self, scope: str, keys: Sequence[bytes], limit: int) -> Found | None:
         """The longest prefix of the prompt whose ``keys`` are given, in ``scope``, of
-        at most ``limit`` positions; counted as a hit or a miss."""
+        at most ``limit`` positions (none found counts as a miss)."""
         for j in range(min(len(keys), limit // self.block) - 1, -1, -1):
             found = self.find(scope, keys[j], (j + 1) * self.block)
             if found is not None:
-                self.hits += 1
-                self.reused_positions += found.length
                 return found
         self.misses += 1
         return None
+
+    def took(self, length: int) -> None:
+        """A new session started from ``length`` cached positions (a hit)."""
+        self.hits += 1
+        self.reused_positions += length
 
     def find(self, scope: str, key: bytes, length: int) -> Found | None:
         """The cache ``key`` names in ``scope`` (a key names a cache holding at least the

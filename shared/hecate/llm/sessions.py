@@ -245,6 +245,7 @@ class Sessions:
             )
         cache = self._new_cache(keep, source=found.cache)
         self.stage.copy_prefix(found.cache, cache, step.reuse)
+        self.prefixes.took(step.reuse)
         return cache
 
     def longest_prefix(self, scope: str, keys: tuple[bytes, ...], limit: int) -> int:
