@@ -99,6 +99,8 @@ bench: $(BENCH_STAMP)
 		|| echo ring >> $(BENCH_FAILED)
 	$(BIN)/hecate bench constrain --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo constrain >> $(BENCH_FAILED)
+	$(BIN)/hecate bench prefix --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo prefix >> $(BENCH_FAILED)
 	$(BIN)/hecate bench wan --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo wan >> $(BENCH_FAILED)
 	$(BIN)/hecate bench scale $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \

@@ -418,6 +418,44 @@ CONSTRAIN = {
 }
 
 
+def _prefix_arm(reuse: bool, last_ms: float) -> dict[str, Any]:
+    return {
+        "prefix_reuse": reuse,
+        "ttft_p50_ms_by_turn": [2800.0, 900.0, last_ms] if reuse else [9400.0, 8700.0, last_ms],
+        "prompt_tokens": 30000,
+        "prefill_tokens_computed": 5000 if reuse else 30000,
+        "tokens_from_cache": 25000 if reuse else 0,
+        "errors": 0,
+        "error_examples": [],
+        "wall_s": 36.0 if reuse else 140.0,
+    }
+
+
+PREFIX = {
+    "users": 16,
+    "turns": 3,
+    "max_tokens": 12,
+    "rounds": [
+        {
+            "on": _prefix_arm(True, 1300.0),
+            "off": _prefix_arm(False, 6500.0),
+            "last_turn_ttft_ratio": 0.2,
+            "turns_that_differ": 0,
+        },
+        {
+            "on": _prefix_arm(True, 1700.0),
+            "off": _prefix_arm(False, 9300.0),
+            "last_turn_ttft_ratio": 0.183,
+            "turns_that_differ": 0,
+        },
+    ],
+    "last_turn_ttft_ratios": [0.2, 0.183],
+    "target": "TTFT p50 at turn 3 with reuse <= 0.5 of without",
+    "verdict": "met",
+    "failed_checks": [],
+}
+
+
 def _scale_level(nodes: int, hosts: int, rss: int, alive_s: float) -> dict[str, Any]:
     return {
         "nodes": nodes,
@@ -528,5 +566,6 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
         out["tokens"] = envelope("tokens", TOKENS)
         out["ring"] = envelope("ring", RING)
         out["constrain"] = envelope("constrain", CONSTRAIN)
+        out["prefix"] = envelope("prefix", PREFIX)
         out["wan"] = envelope("wan", WAN)
     return out

@@ -34,6 +34,7 @@ def add_parser(sub: Any) -> None:
             "tokens",
             "ring",
             "constrain",
+            "prefix",
             "wan",
             "scale",
             "report",
@@ -46,6 +47,8 @@ def add_parser(sub: Any) -> None:
         "and 16 users, from every process's spans; ring: 3 stages in processes passing each "
         "step over pipes, no bus, against one process: what this machine's cores allow; "
         "constrain: an answer held to a JSON Schema, its mask per step and tokens/s; "
+        "prefix: 8-turn chats of 16 users resending a 500-token system prompt, time to "
+        "first token with prefix reuse on and off; "
         "wan: SmolLM2 with every node behind a slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
         "scale: node hosts of 100 to 5,000 node identities, what forming, beating and "
@@ -197,6 +200,19 @@ def _run_suite(args: argparse.Namespace) -> object:
         }
         run, rounds = runs[args.suite]
         return _on_the_model(args, run, rounds)
+    if args.suite == "prefix":
+        from hecate.llm.store import present as have
+        from hecate_dev.bench.prefix import MODEL as PREFIX_MODEL
+        from hecate_dev.bench.prefix import run as run_prefix
+
+        if args.if_present and not have(PREFIX_MODEL):
+            return {"skipped": f"{PREFIX_MODEL} is not pulled"}
+        return run_prefix(
+            users=4 if args.quick else 16,
+            turns=3 if args.quick else 8,
+            tokens=8 if args.quick else 12,
+            rounds=args.rounds or (1 if args.quick else 2),
+        )
     if args.suite == "wan":
         from hecate.llm.store import present as pulled
         from hecate_dev.bench.llm_single import MODEL as WAN_MODEL

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -51,9 +52,12 @@ def _listening(log: Path, proc: subprocess.Popen[bytes], wait_s: float) -> int:
 
 
 @contextlib.contextmanager
-def standing(workdir: Path, topology: Path, env: dict[str, str]) -> Iterator[Standing]:
+def standing(
+    workdir: Path, topology: Path, env: dict[str, str], router_args: tuple[str, ...] = ()
+) -> Iterator[Standing]:
     """``hecate up --topology TOPOLOGY``'s processes and a gateway (``--open``, any free
-    port), logs in ``workdir``; everything stopped (SIGTERM, then SIGKILL) on the way out."""
+    port), logs in ``workdir``; everything stopped (SIGTERM, then SIGKILL) on the way out.
+    ``router_args``: flags added to every router's command."""
     server = NatsServer(workdir / "nats", max_payload=1024 * 1024).start()
     swarm = Supervisor(env=env, logs=workdir)
     try:
@@ -61,6 +65,8 @@ def standing(workdir: Path, topology: Path, env: dict[str, str]) -> Iterator[Sta
             topology=str(topology), strategy="greedy", pipelines=2, routers=2
         )
         for spec in plan_commands(shape, server.url):
+            if spec.argv[:1] == ("router",):
+                spec = dataclasses.replace(spec, argv=(*spec.argv, *router_args))
             swarm.start(spec)
         # The gateway at its own default level: its "listening" line says the port.
         gateway = ("gateway", "--nats", server.url, "--open", "--port", "0", "--id", "bench")

@@ -32,6 +32,7 @@ from hecate_dev.bench.report.gateway import section_gateway
 from hecate_dev.bench.report.herd import section_herd
 from hecate_dev.bench.report.llm import section_llm
 from hecate_dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate_dev.bench.report.prefix import section_prefix
 from hecate_dev.bench.report.ring import section_ring
 from hecate_dev.bench.report.scale import section_scale
 from hecate_dev.bench.report.tokens import section_tokens
@@ -90,6 +91,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "Answers held to a JSON Schema: what a token pays",
         "hecate bench constrain",
         section_constrain,
+    ),
+    (
+        "prefix",
+        "Chats that resend their prompt: prefix reuse on and off",
+        "hecate bench prefix",
+        section_prefix,
     ),
     (
         "wan",
