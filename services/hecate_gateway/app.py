@@ -261,7 +261,8 @@ async def http_error(_request: Request, exc: Exception) -> Response:
 def _model(model_id: str, created: int, kind: ExecutorKind | None) -> dict[str, object]:
     """OpenAI's model object, and what this model's answers can be asked for: only a
     model whose nodes sample each token (a ``steps`` executor) can hold an answer to a
-    shape or say its tokens' log-probabilities."""
+    shape or say its tokens' log-probabilities, and only its nodes keep the KV caches
+    a prompt's cached prefix is reused from (when the routers have it on)."""
     samples = kind == "steps"
     return {
         "id": model_id,
@@ -272,5 +273,6 @@ def _model(model_id: str, created: int, kind: ExecutorKind | None) -> dict[str, 
             "response_format": ["text", "json_object", "json_schema"] if samples else ["text"],
             "logprobs": samples,
             "tools": samples,
+            "prefix_cache": samples,
         },
     }

@@ -449,6 +449,7 @@ async def test_models_probes_and_metrics(swarm: Swarm) -> None:
         "response_format": ["text"],
         "logprobs": False,
         "tools": False,
+        "prefix_cache": False,
     }
     assert live.status_code == ready.status_code == 200
     assert ready.json() == {"ready": True, "missing": []}

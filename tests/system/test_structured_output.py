@@ -213,6 +213,7 @@ async def test_the_models_list_says_what_a_sampling_model_can_be_asked(
         "response_format": ["text", "json_object", "json_schema"],
         "logprobs": True,
         "tools": True,
+        "prefix_cache": True,
     }
 
 

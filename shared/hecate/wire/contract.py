@@ -202,7 +202,13 @@ INFER_REQUEST = Message(
     m.InferRequest,
     JSON,
     "Ask a model for an answer.",
-    "Only `prompt` is required. Unknown fields are ignored (forward compatible).",
+    "Only `prompt` is required. Unknown fields are ignored (forward compatible). What a "
+    "model can be asked depends on its executor's kind, which the plan names for each "
+    "model (its nodes' `kind`): a model whose last stage samples each token (`steps`) "
+    "takes `messages`, sampling, `output_format` (a JSON object, a JSON Schema, a Lark "
+    "grammar) and `logprobs`, and reuses the cached prefix of a prompt the same tenant "
+    "sent before; any other kind answers `output_format` or `logprobs` with "
+    "`bad_request`, naming it.",
     headers="TraceHeaders",
     examples=(Example("hello", m.InferRequest(prompt="hello", max_tokens=8)),),
 )
@@ -279,7 +285,12 @@ STAGE_STEP = Message(
     m.StepStage,
     MSGPACK,
     "One generation step of a session on a stage of a generative model (`kind` `step`).",
-    _MSGPACK_BYTES + _STAGE_KINDS,
+    _MSGPACK_BYTES
+    + _STAGE_KINDS
+    + " With `cache_scope` (the tenant), a new session may start from a cached prefix "
+    "of its prompt: the first stage says in its ActivationReply how many positions it "
+    "took (`reused`), and each later stage's first step takes as many from its own "
+    "cache, or answers `prefix_lost`.",
     headers="TraceHeaders",
 )
 STAGE_WHOLE = Message(
