@@ -3,6 +3,8 @@ the model's context at all (the executor's checks before any computing)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hecate.llm.gguf_model import LlamaConfig
 from hecate.model.executor import ExecutorError, StepInput
 
@@ -38,3 +40,13 @@ def check_context(config: LlamaConfig, req: StepInput, rows: int) -> None:
             f"a prompt of {prompt:,} tokens{asks} needs {needed:,} positions, over the "
             f"model's context of {config.context:,}",
         )
+
+
+def chunk_of(req: StepInput, tokens: Sequence[int], size: int, reused: int = 0) -> list[int]:
+    """The tokens the first stage runs of ``tokens`` this step, after the ``reused``
+    positions a cached prefix holds: at most ``size``, ended where a replay's sampled
+    tokens begin (the prompt's last chunk then is the one it first ran)."""
+    start = req.position + reused
+    if req.sampled_from is not None and start < req.sampled_from:
+        size = min(size, req.sampled_from - start)
+    return list(tokens[reused : reused + size])

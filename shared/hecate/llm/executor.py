@@ -31,14 +31,15 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from hecate.core.errors import HecateError
-from hecate.llm.chunks import PREFILL_CHUNK, check_context, prefill_chunk
+from hecate.llm.chunks import PREFILL_CHUNK, check_context, chunk_of, prefill_chunk
 from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.prefixes import prefix_of
 from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import TextStream, chat_prompt, eos_ids, load_tokenizer
+from hecate.llm.template import ChatTemplate, load_template
+from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLogprob
 
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
@@ -104,6 +105,7 @@ class LlmExecutor:
         #: not finished (its UTF-8 bytes span tokens); no entry for the others
         self._held: dict[str, list[int]] = {}
         self._constraints: Constraints | None = None
+        self._template: ChatTemplate | None = None
 
     def eos(self) -> frozenset[int]:
         """The ids that end a generation, as the model's file names them."""
@@ -130,6 +132,7 @@ class LlmExecutor:
             ends = any(s.stage.first or s.stage.last for s in self._ranges.values())
         if ends:  # the first stage encodes prompts, the last decodes tokens: load it now too
             self.tokenizer()
+            self.template()
 
     def _stage(self, layer_start: int, layer_end: int) -> Stage:
         if self.engine == "onnx":
@@ -228,32 +231,26 @@ class LlmExecutor:
         if sessions.stage.first:
             tokens = step.tokens
             if tokens is None:
-                if self._tokenizer is None:
+                if self._tokenizer is None or self._template is None:
                     return None  # not loaded yet: loading is no work for the event loop
                 # Tokenizing is cheap (a 64 KB prompt in milliseconds) and cached for the
                 # step itself: a batch then knows a short prompt is a few rows, and takes
                 # several new prompts at once instead of one per batch.
                 tokens = self._prompt_ids(step)
-            return len(self._chunk_of(step, tokens, hidden))
+            return len(chunk_of(step, tokens, self.chunk(hidden)))
         return len(step.activation) // (4 * hidden)
-
-    def _chunk_of(
-        self, req: StepInput, tokens: Sequence[int], hidden: int, reused: int = 0
-    ) -> list[int]:
-        """The tokens the first stage runs of ``tokens`` this step, after the ``reused``
-        positions a cached prefix holds: a chunk, ended where a replay's sampled tokens
-        begin (the prompt's last chunk then is the one it first ran)."""
-        size = self.chunk(hidden)
-        start = req.position + reused
-        if req.sampled_from is not None and start < req.sampled_from:
-            size = min(size, req.sampled_from - start)
-        return list(tokens[reused : reused + size])
 
     def _prompt_ids(self, req: StepInput) -> list[int]:
         text = req.prompt
         if req.messages:
-            text = chat_prompt(list(req.messages))
+            text = self.template().render(req.messages)
         return list(self._encode(text))
+
+    def template(self) -> ChatTemplate:
+        """The model's own chat template (the GGUF's), loaded when first needed."""
+        if self._template is None:
+            self._template = load_template(self._gguf())
+        return self._template
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 (one executor per node, for its life)
     def _encode(self, text: str) -> tuple[int, ...]:
@@ -387,7 +384,7 @@ class LlmExecutor:
             # the last position to compute (its output is the next token's).
             reused = sessions.longest_prefix(req.cache_scope or "", prefix["keys"], len(tokens) - 1)
         sampled = req.sampled_from is not None and req.position + reused >= req.sampled_from
-        chunk = self._chunk_of(req, tokens, config.hidden, reused)
+        chunk = chunk_of(req, tokens, self.chunk(config.hidden), reused)
         step = Step(
             req.session, req.position, tokens=chunk, one_by_one=sampled, reuse=reused, **prefix
         )

@@ -1,0 +1,78 @@
+"""A GGUF's own chat template, rendered as transformers renders it: SmolLM2's gives the
+prompt the engine was always given, other families' templates render in the sandbox, and
+a template's refusal is a bad_request naming it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hecate.llm.template import ChatTemplate, load_template
+from hecate.llm.tokenizer import chat_prompt
+from hecate.model.executor import ExecutorError
+
+ROLES = st.sampled_from(["system", "user", "assistant"])
+TEXT = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
+
+# Llama 3's template, as its GGUFs carry it (shortened to the part that renders turns).
+LLAMA3 = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' "
+    "+ message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}"
+)
+STRICT = (
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}"
+    "{{ message['content'] }}{% endfor %}"
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> ChatTemplate:
+    from hecate.llm.store import pull
+
+    return load_template(pull("smollm2-135m", progress=lambda _line: None))
+
+
+@pytest.mark.usefixtures("prepared_model")
+@given(st.lists(st.tuples(ROLES, TEXT), min_size=1, max_size=5))
+def test_smollm2s_own_template_renders_the_prompt_the_engine_always_had(
+    smollm2: ChatTemplate, messages: list[tuple[str, str]]
+) -> None:
+    assert smollm2.own
+    assert smollm2.render(messages) == chat_prompt(messages)
+
+
+def test_a_template_that_writes_bos_leaves_it_to_a_tokenizer_that_adds_it() -> None:
+    template = ChatTemplate(LLAMA3, bos="<|begin_of_text|>", adds_bos=True)
+    text = template.render([("user", " Hi ")])
+    assert text == (
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    kept = ChatTemplate(LLAMA3, bos="<|begin_of_text|>", adds_bos=False)
+    assert kept.render([("user", "Hi")]).startswith("<|begin_of_text|>")
+
+
+def test_a_template_refusing_the_messages_is_a_bad_request_saying_why() -> None:
+    with pytest.raises(ExecutorError) as refused:
+        ChatTemplate(STRICT).render([("assistant", "first")])
+    assert refused.value.code == "bad_request"
+    assert "roles must alternate" in refused.value.message
+
+
+def test_a_template_cannot_reach_outside_its_sandbox() -> None:
+    sneaky = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(ExecutorError) as refused:
+        ChatTemplate(sneaky).render([("user", "x")])
+    assert refused.value.code == "bad_request"
+
+
+def test_a_file_without_a_template_gets_chatml_with_no_default_system() -> None:
+    template = ChatTemplate(None)
+    assert not template.own
+    chatml = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert template.render([("user", "Hi")]) == chatml
