@@ -129,8 +129,9 @@ async def _chat(base: str, user: int, turns: int, max_tokens: int, wait_s: float
                         parts.append(delta)
                     if chunk.usage is not None:
                         prompt = chunk.usage.prompt_tokens
-            except openai.APIError as exc:
-                error = type(exc).__name__
+            except openai.APIError as exc:  # an error status, or an error event in the stream
+                status = getattr(exc, "status_code", None)
+                error = f"{type(exc).__name__} {status or ''}: {exc}"[:300]
             text = "".join(parts)
             ttft = None if first is None else first - sent
             out.append(Turn(ttft, prompt, text, error))
@@ -202,6 +203,7 @@ def arm_figures(arm: Arm, stages: int = 3) -> dict[str, Any]:
         "prefill_tokens_computed": prompt - reused,
         "tokens_from_cache": reused,
         "errors": sum(bool(turn.error) or turn.ttft_s is None for u in arm.turns for turn in u),
+        "error_examples": sorted({turn.error for u in arm.turns for turn in u if turn.error})[:5],
         "wall_s": round(arm.wall_s, 1),
     }
 

@@ -197,6 +197,7 @@ def render(info: dict[str, Any]) -> str:
     ]
     heard: dict[str, NodeState] = {}  # what telemetry says
     usable: dict[str, NodeState] = {}  # what a router may send to
+    unblocked: dict[str, NodeState] = {}  # and as its last resort (circuits aside)
     lines.append(
         f"{'node':<14}{'alive':<7}{'latency ms':>11}{'load':>7}{'in flight':>10}"
         f"{'seen s ago':>12}  circuit"
@@ -205,9 +206,8 @@ def render(info: dict[str, Any]) -> str:
         t = tel.nodes.get(n.node_id) if tel else None
         alive = bool(t and t.alive)
         heard[n.node_id] = NodeState(alive=alive, last_seen=t.last_seen if t else None)
-        usable[n.node_id] = NodeState(
-            alive=alive and not (t and t.draining) and n.node_id not in blocked
-        )
+        unblocked[n.node_id] = NodeState(alive=alive and not (t and t.draining))
+        usable[n.node_id] = NodeState(alive=unblocked[n.node_id].alive and n.node_id not in blocked)
         age = now - t.last_seen if t and t.last_seen else math.inf
         lat = f"{t.latency_ms:.2f}" if t and t.latency_ms is not None else "-"
         load = f"{t.load:.2f}" if t and t.load is not None else "-"
@@ -235,10 +235,16 @@ def render(info: dict[str, Any]) -> str:
     total = len(plan.pipelines)
     health = "failed" if live == 0 else "healthy" if servable == total else "degraded"
     reasons = "; ".join(f"{cause} {', '.join(nodes)}" for cause, nodes in why.items())
+    # Nothing servable, but copies only circuits block: the routers' last resort serves
+    # through the open circuits (hecate.core.chooser, rule 5) rather than refuse.
+    through = not servable and any(
+        SwarmState(plan, unblocked).pipeline_alive(p) for p in plan.pipelines
+    )
+    last = "; routers serve through the open circuits" if through else ""
     lines.append(
         f"swarm: {health} ({servable}/{total} pipelines servable"
         f"{': ' + reasons if reasons else ''}; {intact}/{total} intact, "
-        f"{live}/{len(plan.nodes)} nodes alive)"
+        f"{live}/{len(plan.nodes)} nodes alive{last})"
     )
     for r in info["routers"]:
         data = next(

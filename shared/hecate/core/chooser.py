@@ -21,9 +21,17 @@ them into a core :class:`SwarmState` and :class:`Router`, and decides:
 3. **No intact pipeline**: the best rescue of a broken one, in the failover tiers' order
    (a per-layer splice, else the reserve model when allowed; a splice beats a degraded
    answer, then the cheaper, then the pipeline id). When none is found and only this
-   router's suspicion stands in the way, the same decision on what telemetry alone says
-   (an intact pipeline, else the best rescue): suspicion steers traffic away from a
-   node, it never refuses a model telemetry calls servable, whole or spliced.
+   router's suspicion stands in the way, the same decision on what telemetry and the
+   circuits say (an intact pipeline, else the best rescue): suspicion steers traffic
+   away from a node, it never refuses a model telemetry calls servable, whole or spliced.
+5. **Only open circuits in the way**: when the circuits block every route of a model
+   that telemetry calls alive, the same decision on what telemetry alone says. Circuits
+   that open on every copy at once measure the whole swarm's overload (stage timeouts
+   while every node queues), not a sick node: refusing everything for a cooldown would
+   turn load into an outage. As Envoy's outlier detection never ejects past its
+   ``max_ejection_percent`` and routes to every host past its panic threshold, a circuit
+   steers traffic away from a node while another way exists, and never refuses the last
+   one. A node that is really sick answers errors there, which are answered as errors.
 4. **A request in flight** whose node failed is rescued by the failover tiers (replica,
    splice, reserve, unrecoverable) on the folded state: the lost node and every node
    unusable now are avoided.
@@ -74,8 +82,10 @@ class Chooser:
         self.penalty = penalty
         self.suspects: dict[str, float] = {}  # node -> when this router saw it fail
         self.router: Router | None = None
-        # What telemetry and the circuits alone say, when a suspicion is in force.
+        # What telemetry and the circuits alone say, when a suspicion is in force; and
+        # what telemetry alone says, when a circuit is open (the last resort, rule 5).
         self.unsuspected: SwarmState | None = None
+        self.panic: SwarmState | None = None
         self._inputs: tuple[SwarmPlan, Mapping[str, NodeState], frozenset[str], Mapping[str, float]]
         # The best rescue of each model, per snapshot (the folded and the unsuspected).
         self._rescues: list[tuple[SwarmState, dict[str, Recovered | None]]] = []
@@ -148,6 +158,8 @@ class Chooser:
             nodes[node_id] = _down(state) if node_id in self.suspects and state.alive else state
         snapshot = SwarmState(plan, nodes)
         self.unsuspected = SwarmState(plan, plain) if self.suspects else None
+        alone = {p.node_id: seen.get(p.node_id) or NodeState() for p in plan.nodes}
+        self.panic = SwarmState(plan, alone) if blocked else None
         if self.router is None:
             self.router = Router(
                 snapshot,
@@ -179,25 +191,26 @@ class Chooser:
         assert self.router is not None, "observe() a plan first"
         try:
             route = self.router.route(model_id, request, full, now=now)
-        except NoHealthyPipeline:
+        except NoHealthyPipeline as exc:
             rescue = self._best_rescue(self.state, model_id, request)
             if rescue is not None:
                 return rescue.route, rescue.degraded
-            if self.unsuspected is None:
-                raise
+            refused = exc
         else:
             trial = self.router.explore(model_id, route, request, full, now=now)
             return (route if trial is None else trial), False
-        # Only suspicion stands in the way: decide as if there were none.
-        try:
-            return route_request(
-                model_id, request, self.unsuspected, self.weights, self.penalty
-            ), False
-        except NoHealthyPipeline:
-            rescue = self._best_rescue(self.unsuspected, model_id, request)
-            if rescue is None:
-                raise
-            return rescue.route, rescue.degraded
+        # Only suspicion stands in the way: decide as if there were none; only open
+        # circuits: as if they were closed.
+        for fallback in (self.unsuspected, self.panic):
+            if fallback is None:
+                continue
+            try:
+                return route_request(model_id, request, fallback, self.weights, self.penalty), False
+            except NoHealthyPipeline:
+                rescue = self._best_rescue(fallback, model_id, request)
+                if rescue is not None:
+                    return rescue.route, rescue.degraded
+        raise refused
 
     def saturated(self, model_id: str, full: Collection[str]) -> bool:
         """Every intact pipeline of ``model_id`` is in ``full`` (and there is one): a
@@ -208,8 +221,13 @@ class Chooser:
     def rescue(
         self, route: Route, lost_node: str, request: RoutingRequest = DEFAULT_REQUEST
     ) -> Recovered | Unrecoverable:
-        """The failover of a request in flight on ``route`` after ``lost_node`` failed it."""
-        return self._rescue(self.state, route, lost_node, request)
+        """The failover of a request in flight on ``route`` after ``lost_node`` failed it
+        (through open circuits only when nothing else is left, as rule 5 says)."""
+        result = self._rescue(self.state, route, lost_node, request)
+        if isinstance(result, Unrecoverable) and self.panic is not None:
+            alone = self._rescue(self.panic, route, lost_node, request)
+            return alone if isinstance(alone, Recovered) else result
+        return result
 
     def _rescue(
         self, state: SwarmState, route: Route, lost_node: str, request: RoutingRequest
@@ -231,7 +249,7 @@ class Chooser:
         immutable, so the folded one and the unsuspected one each have their own)."""
         cache = next((c for s, c in self._rescues if s is state), None)
         if cache is None:
-            current = (self.state, self.unsuspected)
+            current = (self.state, self.unsuspected, self.panic)
             cache = {}
             self._rescues = [
                 *((s, c) for s, c in self._rescues if any(s is k for k in current)),

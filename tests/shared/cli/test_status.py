@@ -65,11 +65,12 @@ def test_every_node_heard_and_every_circuit_closed_is_healthy() -> None:
 
 
 def test_open_circuits_on_every_first_stage_make_no_pipeline_servable() -> None:
-    # The issue's outage: every node alive, every pipeline intact, every request refused.
+    # Every node alive, every pipeline intact, every circuit of a first stage open: the
+    # routers' last resort serves through them, and the status says so.
     text = render(info(circuits={"alpha-0": opened(), "alpha-1": opened()}))
     assert headline(text) == (
         "swarm: degraded (0/2 pipelines servable: circuits open on alpha-0, alpha-1; "
-        "2/2 intact, 4/4 nodes alive)"
+        "2/2 intact, 4/4 nodes alive; routers serve through the open circuits)"
     )
     assert "  m-r0            blocked   alpha-0[0:2] -> beta-0[2:4]" in text
     assert any(line.startswith("alpha-0") and line.endswith("OPEN") for line in text.splitlines())

@@ -94,18 +94,26 @@ def test_a_chosen_route_avoids_every_unusable_node_and_degrades_only_as_a_last_r
     options = DEGRADE if degrade else FailoverOptions()
     c = chooser(dead=dead, suspected=suspected, open_circuits=open_, leased=leased, options=options)
     ok = {n for n in NODES if usable(n, dead, open_, leased)}
+    alive = {n for n in NODES if n not in dead}
     try:
         route, degraded = c.choose("m", REQ)
     except NoHealthyPipeline:
         # No copy, splice or reserve around the suspected nodes, and none either when
-        # they are trusted again.
+        # they are trusted again, nor through the open circuits.
         assert not every_stage_held(ok - suspected)
         assert not (degrade and "r" in ok - suspected)
         assert not intact(ok)
         assert not every_stage_held(ok)
         assert not (degrade and "r" in ok)
+        assert not every_stage_held(alive)
+        assert not (degrade and "r" in alive)
         return
-    assert set(route.node_ids) <= ok  # never dead, never an open circuit without its lease
+    assert set(route.node_ids) <= alive  # never a dead node
+    if not set(route.node_ids) <= ok:
+        # Through an open circuit only when nothing else is left (rule 5).
+        assert not every_stage_held(ok)
+        assert not (degrade and "r" in ok)
+        return
     if set(route.node_ids) & suspected:
         # Suspicion only steers: a suspected node is used when nothing avoids them all,
         # and then as without suspicion: a planned copy, else a splice, else the reserve.
@@ -156,8 +164,12 @@ def test_a_rescue_never_reuses_the_lost_node_nor_an_unusable_one(
         return
     assert isinstance(result, Recovered)
     assert lost not in result.route.node_ids
-    assert all(c.usable(n) for n in result.route.node_ids)
     ok = {n for n in NODES if c.usable(n)} - {lost}
+    if not all(c.usable(n) for n in result.route.node_ids):
+        # Through an open circuit only when nothing else is left (rule 5).
+        assert all(n not in dead for n in result.route.node_ids)
+        assert not every_stage_held(ok)
+        return
     if result.kind == "degraded":
         assert degrade
         assert result.route.model_id == "mini"
@@ -184,11 +196,28 @@ def test_load_makes_a_request_wait_never_splice_or_degrade(
 
 
 def test_a_probe_lease_opens_an_open_circuit_to_this_router_alone() -> None:
-    open_ = frozenset({"a0", "b0", "c0"})
-    with pytest.raises(NoHealthyPipeline):
-        chooser(open_circuits=open_, options=FailoverOptions()).choose("m", REQ)
+    open_ = frozenset({"a0", "b0"})
+    route, _ = chooser(open_circuits=open_, options=FailoverOptions()).choose("m", REQ)
+    assert route.pipeline_id == "m-r2"
     route, _ = chooser(open_circuits=open_, leased=frozenset({"b0"})).choose("m", REQ)
-    assert route.pipeline_id == "m-r1"
+    assert route.pipeline_id in ("m-r1", "m-r2")
+
+
+def test_circuits_open_on_every_copy_never_refuse_a_model_telemetry_calls_alive() -> None:
+    # Every first stage's circuit opened at once: the swarm was overloaded (every node
+    # queueing past its stage deadline), not three nodes sick. Refusing every request
+    # for the cooldown would turn load into an outage.
+    open_ = frozenset({"a0", "b0", "c0"})
+    route, degraded = chooser(open_circuits=open_, options=FailoverOptions()).choose("m", REQ)
+    assert route.model_id == "m"
+    assert not degraded
+    # A splice around the open circuits still comes first.
+    c = chooser(open_circuits=frozenset({"a0", "b1", "c2"}), options=FailoverOptions())
+    route, _ = c.choose("m", REQ)
+    assert not set(route.node_ids) & {"a0", "b1", "c2"}
+    # And telemetry still has the last word: a dead node is never used.
+    with pytest.raises(NoHealthyPipeline):
+        chooser(dead=frozenset({"a0", "b0", "c0"}), options=FailoverOptions()).choose("m", REQ)
 
 
 def test_a_suspicion_lapses_with_time_or_when_telemetry_hears_from_the_node() -> None:
