@@ -213,7 +213,7 @@ def parse(kind: Kind, body: bytes) -> Prepared:
         if shape is not None:
             raise bad("response_format cannot be used with tools", param="response_format")
         shape = tooling.shape
-    messages, prompt = _input(req, tooling)
+    messages, prompt = _input(req)
     stop = _stop(req.stop)
     return Prepared(
         kind=kind,
@@ -227,6 +227,7 @@ def parse(kind: Kind, body: bytes) -> Prepared:
             seed=req.seed,
             stop=list(stop),
             output_format=shape,
+            tools=tooling.declared if tooling is not None else "",
             logprobs=(
                 logprobs_asked(req.logprobs, req.top_logprobs)
                 if isinstance(req, ChatBody)
@@ -251,9 +252,7 @@ def _param_of(message: str) -> str | None:
     return path or None
 
 
-def _input(
-    req: ChatBody | CompletionBody, tooling: Tooling | None = None
-) -> tuple[list[ChatMessage] | None, str]:
+def _input(req: ChatBody | CompletionBody) -> tuple[list[ChatMessage] | None, str]:
     """Chat messages go to the swarm as ``messages`` (a chat model renders them with its
     template) and also rendered as plain text in ``prompt``, for a model that reads only
     a prompt (the toy model, an upstream completion endpoint)."""
@@ -271,11 +270,6 @@ def _input(
     out: list[ChatMessage] = []
     for i, m in enumerate(req.messages):
         out.append(_message(m, i))
-    if tooling is not None:  # the tools, told as the system's first words
-        if out and out[0].role == "system":
-            out[0] = ChatMessage(role="system", content=f"{out[0].content}\n\n{tooling.system}")
-        else:
-            out.insert(0, ChatMessage(role="system", content=tooling.system))
     if len(out) > 256:
         raise bad("messages: at most 256 messages", param="messages")
     prompt = "".join(f"{m.role}: {m.content}\n" for m in out) + "assistant:"

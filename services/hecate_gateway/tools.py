@@ -2,14 +2,16 @@
 Pure: request fields in, the swarm's shape and the rendered conversation out; the
 answer's text in, OpenAI's ``tool_calls`` out.
 
-The tools are given to the model as Qwen2's and Hermes' chat formats give them (SmolLM2's
-own template has no tools): a system block listing each function's JSON signature
-within ``<tools></tools>``, a call written as ``<tool_call>\\n{"name": ..., "arguments":
-{...}}\\n</tool_call>``, and a tool's answer given back as ``<tool_response>`` in a user
-turn. The call is never left to the model's goodwill: the stage that samples holds the
-answer to a grammar whose calls are JSON valid against the declared functions (one
-schema per function: its name as a constant, its parameters as the arguments), so a
-call always names a declared function with arguments its schema accepts.
+The declared functions go to the first stage, which gives them to the model as its own
+chat template does where the template takes tools, else as Qwen2's and Hermes' chat
+formats give them (SmolLM2's template has none): a system block listing each function's
+JSON signature within ``<tools></tools>`` (:mod:`hecate.llm.template`). A call is written
+as ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, and a tool's answer
+given back as ``<tool_response>`` in a user turn. The call is never left to the model's
+goodwill: the stage that samples holds the answer to a grammar whose calls are JSON
+valid against the declared functions (one schema per function: its name as a constant,
+its parameters as the arguments), so a call always names a declared function with
+arguments its schema accepts.
 
 ``tool_choice``: ``none`` gives the model no tools (a plain answer); ``auto`` (the
 default with tools) lets it answer in text or with one call; ``required`` and a named
@@ -84,10 +86,11 @@ class ToolCall(msgspec.Struct, kw_only=True):
 
 @dataclass(frozen=True)
 class Tooling:
-    """What the tools of a request make of it: the system block to add, the shape the
-    answer is held to, and how to read the answer (None: no tools in play)."""
+    """What the tools of a request make of it: the declared functions for the model (JSON,
+    as OpenAI's ``tools`` array), the shape the answer is held to, and how to read the
+    answer (None: no tools in play)."""
 
-    system: str
+    declared: str
     shape: OutputFormat
     mode: Mode
 
@@ -137,7 +140,7 @@ def parse_tools(tools: list[Tool] | None, choice: Choice | None) -> Tooling | No
             "text: /[^<](.|\\n)*/\n"
         )
         shape = OutputFormat(type="lark", grammar=grammar)
-    return Tooling(system=_system(tools), shape=shape, mode=mode)
+    return Tooling(declared=_declared(tools), shape=shape, mode=mode)
 
 
 def _call_schema(f: Function) -> dict[str, Any]:
@@ -152,17 +155,10 @@ def _call_schema(f: Function) -> dict[str, Any]:
     }
 
 
-def _system(tools: list[Tool]) -> str:
-    signatures = "\n".join(
-        json.dumps({"type": "function", "function": msgspec.to_builtins(t.function)}) for t in tools
-    )
-    return (
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n"
-        f"<tools>\n{signatures}\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments "
-        "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+def _declared(tools: list[Tool]) -> str:
+    """OpenAI's ``tools`` array as JSON, for the first stage to give the model."""
+    return json.dumps(
+        [{"type": "function", "function": msgspec.to_builtins(t.function)} for t in tools]
     )
 
 

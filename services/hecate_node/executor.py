@@ -295,6 +295,7 @@ def _step_input(req: StepStage) -> StepInput:
         cache_scope=req.cache_scope,
         prompt_tokens=req.prompt_tokens,
         reused=req.reused,
+        tools=req.tools,
     )
 
 

@@ -84,6 +84,7 @@ def stage_request(
             prompt=request.prompt if first else "",
             tokens=gen.step_tokens if first else None,
             messages=request.messages if first else None,
+            tools=request.tools if first else "",
             activation=activation,
             decode_tokens=decode,
             temperature=request.temperature,

@@ -243,7 +243,7 @@ class LlmExecutor:
     def _prompt_ids(self, req: StepInput) -> list[int]:
         text = req.prompt
         if req.messages:
-            text = self.template().render(req.messages)
+            text = self.template().render(req.messages, req.tools)
         return list(self._encode(text))
 
     def template(self) -> ChatTemplate:

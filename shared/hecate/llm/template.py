@@ -4,6 +4,13 @@ from the file's author: it may read what it is given and nothing else), blocks t
 ``tojson`` and ``raise_exception`` at hand, ``bos_token`` and ``eos_token`` given, the
 assistant's turn opened at the end (``add_generation_prompt``).
 
+Tools (OpenAI's ``tools`` array) go to a template that takes them (one that reads
+``tools``, as Qwen2.5's, Llama 3.1's and Hermes' do) as its ``tools``; to any other, as
+a system block in Hermes' form (:func:`tools_block`, what Qwen2 and Hermes were tuned
+on), after the system message's own words or as the first message. The calls the model
+writes are held to the ``<tool_call>`` form by the grammar the gateway asks for, which is
+the form those templates teach.
+
 A file without a template is rendered as ChatML (SmolLM2's and Qwen2's, what most small
 chat models were tuned on) with no default system message. Where the tokenizer adds BOS
 itself (``add_bos_token``), a BOS the template writes first is left out, so that the
@@ -54,15 +61,36 @@ class ChatTemplate:
         self.bos, self.eos, self.adds_bos = bos, eos, adds_bos
         self._template = env.from_string(self.source)
 
-    def render(self, messages: Sequence[tuple[str, str]]) -> str:
-        """The prompt for ``messages`` ((role, content) pairs), ending where the
-        assistant's answer begins. Raises :class:`ExecutorError` (``bad_request``)."""
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the template reads a ``tools`` list."""
+        return self.own and "tools" in self.source
+
+    def render(self, messages: Sequence[tuple[str, str]], tools: str = "") -> str:
+        """The prompt for ``messages`` ((role, content) pairs) and ``tools`` (OpenAI's
+        array, JSON; empty: none), ending where the assistant's answer begins. Raises
+        :class:`ExecutorError` (``bad_request``)."""
+        turns = [{"role": role, "content": content} for role, content in messages]
+        given: dict[str, Any] = {}
+        if tools:
+            try:
+                declared = json.loads(tools)
+            except json.JSONDecodeError as exc:
+                raise ExecutorError("bad_request", f"tools: not JSON ({exc})") from None
+            if self.takes_tools:
+                given["tools"] = declared
+            elif turns and turns[0]["role"] == "system":
+                turns[0] = {"role": "system", "content": f"{turns[0]['content']}\n\n"
+                            f"{tools_block(declared)}"}  # fmt: skip
+            else:
+                turns.insert(0, {"role": "system", "content": tools_block(declared)})
         try:
             text = self._template.render(
-                messages=[{"role": role, "content": content} for role, content in messages],
+                messages=turns,
                 add_generation_prompt=True,
                 bos_token=self.bos,
                 eos_token=self.eos,
+                **given,
             )
         except TemplateError as exc:
             raise ExecutorError(
@@ -71,6 +99,20 @@ class ChatTemplate:
         if self.adds_bos and self.bos and text.startswith(self.bos):
             text = text[len(self.bos) :]
         return text
+
+
+def tools_block(tools: list[dict[str, Any]]) -> str:
+    """The tools as Qwen2's and Hermes' chat formats tell them: each function's JSON
+    signature within ``<tools></tools>``, and the form of a call."""
+    signatures = "\n".join(json.dumps(t) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{signatures}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments "
+        "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
 
 
 def template_fields(path: Path) -> dict[str, Any]:

@@ -231,6 +231,7 @@ class StepInput(msgspec.Struct, frozen=True, kw_only=True):
     cache_scope: str | None = None
     prompt_tokens: list[int] | None = None
     reused: int = 0
+    tools: str = ""  # the first stage: the functions the model may call (JSON)
 
 
 class StepOutput(msgspec.Struct, frozen=True, kw_only=True):

@@ -76,6 +76,10 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     # Each generated token's log-probability (the model's own distribution, at
     # temperature 1) with this many of the most likely tokens beside it; None: none.
     logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    # The functions the model may call, as OpenAI's ``tools`` array in JSON: the first
+    # stage gives them to the model as its chat template does, or as a system block in
+    # Hermes' form where the template takes none (hecate.llm.template).
+    tools: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
 
 
 # Marks a streamed token on a request's reply subject (``InferRequest.stream``).

@@ -109,6 +109,8 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # the same from its own, or answers ``prefix_lost``.
     cache_scope: str | None = None
     reused: Annotated[int, msgspec.Meta(ge=0)] = 0
+    # The first stage: the functions the model may call (InferRequest.tools).
+    tools: str = ""
     # On a replay: positions from this one on hold tokens the generation sampled. Each
     # stage runs them one position at a time, as they ran when they were sampled, and
     # the first stage ends a chunk there: the rescue route computes exactly what the

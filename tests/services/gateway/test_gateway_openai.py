@@ -623,16 +623,18 @@ WEATHER = {
 CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 
 
-def test_tools_are_told_in_the_system_turn_and_the_choice_sets_the_answers_shape() -> None:
+def test_tools_go_to_the_first_stage_and_the_choice_sets_the_answers_shape() -> None:
     auto = parse("chat", chat(tools=[WEATHER, CLOCK]))
     assert auto.tooling is not None
     assert auto.tooling.mode == "auto"
     assert auto.request.output_format is not None
     assert auto.request.output_format.type == "lark"
-    system = auto.request.messages[0]  # type: ignore[index]
-    assert system.role == "system"
-    assert '"name": "get_weather"' in system.content
-    assert "<tool_call>" in system.content
+    # The tools as declared, for the model's own template (or the Hermes block) to tell.
+    assert [t["function"]["name"] for t in json.loads(auto.request.tools)] == [
+        "get_weather",
+        "get_time",
+    ]
+    assert [m.role for m in auto.request.messages or []] == ["user"]  # nothing added here
     required = parse("chat", chat(tools=[WEATHER, CLOCK], tool_choice="required"))
     assert required.request.output_format is not None
     assert required.request.output_format.type == "json_schema"
@@ -677,10 +679,10 @@ def test_a_conversation_with_calls_and_their_answers_is_given_back_as_the_model_
     )
     said = [m.content for m in p.request.messages or []]
     assert (
-        said[2]
+        said[1]
         == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     )
-    assert said[3] == "<tool_response>\n-3 C\n</tool_response>"
+    assert said[2] == "<tool_response>\n-3 C\n</tool_response>"
 
 
 def test_an_answer_that_is_a_call_comes_back_as_tool_calls() -> None:

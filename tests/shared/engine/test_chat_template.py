@@ -4,11 +4,13 @@ a template's refusal is a bad_request naming it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.llm.template import ChatTemplate, load_template
+from hecate.llm.template import ChatTemplate, load_template, tools_block
 from hecate.llm.tokenizer import chat_prompt
 from hecate.model.executor import ExecutorError
 
@@ -76,3 +78,48 @@ def test_a_file_without_a_template_gets_chatml_with_no_default_system() -> None:
     assert not template.own
     chatml = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert template.render([("user", "Hi")]) == chatml
+
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+# Qwen2.5's way with tools, shortened: its own system block from the ``tools`` it is given.
+TAKES_TOOLS = (
+    "{% if tools %}{{ '<|im_start|>system\\n# Tools\\n' }}{% for tool in tools %}"
+    "{{ tool | tojson }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_template_that_takes_tools_is_given_them() -> None:
+    template = ChatTemplate(TAKES_TOOLS)
+    assert template.takes_tools
+    text = template.render([("user", "Weather in Oslo?")], json.dumps(WEATHER))
+    assert text.startswith('<|im_start|>system\n# Tools\n{"type": "function"')
+    assert '"name": "get_weather"' in text
+    assert "<tools>" not in text  # its own words, not the Hermes block
+
+
+@pytest.mark.usefixtures("prepared_model")
+def test_a_template_without_tools_gets_the_hermes_block_in_its_system_message(
+    smollm2: ChatTemplate,
+) -> None:
+    assert not smollm2.takes_tools
+    block = tools_block(WEATHER)
+    tools = json.dumps(WEATHER)
+    merged = smollm2.render([("system", "Be brief."), ("user", "Weather?")], tools)
+    assert merged == chat_prompt([("system", f"Be brief.\n\n{block}"), ("user", "Weather?")])
+    first = smollm2.render([("user", "Weather?")], tools)
+    assert first == chat_prompt([("system", block), ("user", "Weather?")])
+    with pytest.raises(ExecutorError) as refused:
+        smollm2.render([("user", "x")], "[not json")
+    assert refused.value.code == "bad_request"
