@@ -379,10 +379,11 @@ class LlmExecutor:
         check_context(config, req, len(tokens))
         prefix = prefix_of(req.cache_scope, req.prompt_tokens or prompt_tokens)
         reused = 0
-        if req.position == 0 and prefix["keys"] and req.session not in sessions.caches:
+        scope = prefix["scope"]
+        if req.position == 0 and scope is not None and req.session not in sessions.caches:
             # A new session: start from the longest prefix kept here, leaving at least
             # the last position to compute (its output is the next token's).
-            reused = sessions.longest_prefix(req.cache_scope or "", prefix["keys"], len(tokens) - 1)
+            reused = sessions.prefixes.longest(scope, prefix["keys"], len(tokens) - 1)
         sampled = req.sampled_from is not None and req.position + reused >= req.sampled_from
         chunk = chunk_of(req, tokens, self.chunk(config.hidden), reused)
         step = Step(

@@ -69,21 +69,14 @@ def _keys(scope: str, prompt: tuple[int, ...]) -> tuple[bytes, ...]:
 @dataclass(eq=False)
 class Kept:
     """A cache whose first positions are named by ``keys`` (block ``j``: ``keys[j]``),
-    within ``scope``; ``live`` while its session still steps."""
+    within ``scope``; ``named``: how many of those keys still name it (a later cache of
+    the same prompt takes them); ``live`` while its session still steps."""
 
     cache: Any
     scope: str
     keys: list[bytes] = field(default_factory=list)
+    named: int = 0
     live: bool = True
-
-
-@dataclass(frozen=True)
-class Found:
-    """A prefix found: ``length`` positions of ``cache``, named by ``key``."""
-
-    cache: Any
-    length: int
-    key: bytes
 
 
 class Prefixes:
@@ -94,6 +87,7 @@ class Prefixes:
         self.max_kept = max_kept
         self._by_key: dict[bytes, Kept] = {}
         self._of: OrderedDict[int, Kept] = OrderedDict()  # by id(cache), least recent first
+        self._changed = False  # since the last overflow: a cache kept alone, or unnamed
         self.hits = 0
         self.misses = 0
         self.reused_positions = 0
@@ -121,71 +115,69 @@ class Prefixes:
         """What the caches kept alone hold."""
         return sum(k.cache.nbytes() for k in self._of.values() if not k.live)
 
-    def holds(self, cache: Any) -> bool:
-        return id(cache) in self._of
-
-    def longest(self, scope: str, keys: Sequence[bytes], limit: int) -> Found | None:
-        """The longest prefix of the prompt whose ``keys`` are given, in ``scope``, of
-        at most ``limit`` positions (none found counts as a miss)."""
+    def longest(self, scope: str, keys: Sequence[bytes], limit: int) -> int:
+        """How many positions of the prompt whose ``keys`` are given the longest prefix
+        kept in ``scope`` holds, at most ``limit`` (0: none, counted as a miss)."""
         for j in range(min(len(keys), limit // self.block) - 1, -1, -1):
-            found = self.find(scope, keys[j], (j + 1) * self.block)
-            if found is not None:
-                return found
+            if self.find(scope, keys[j]) is not None:
+                return (j + 1) * self.block
         self.misses += 1
-        return None
+        return 0
 
     def took(self, length: int) -> None:
         """A new session started from ``length`` cached positions (a hit)."""
         self.hits += 1
         self.reused_positions += length
 
-    def find(self, scope: str, key: bytes, length: int) -> Found | None:
-        """The cache ``key`` names in ``scope`` (a key names a cache holding at least the
-        ``length`` positions it stands for: caches never shrink), if kept."""
+    def find(self, scope: str, key: bytes) -> Any | None:
+        """The cache ``key`` names in ``scope``, if kept (it holds at least the positions
+        the key stands for: caches never shrink)."""
         kept = self._by_key.get(key)
         if kept is None or kept.scope != scope:
             return None
         self._of.move_to_end(id(kept.cache))
-        return Found(kept.cache, length, key)
+        return kept.cache
 
     def name(self, scope: str, keys: Sequence[bytes], cache: Any, length: int) -> None:
         """``cache`` holds its prompt's first ``length`` positions: the whole blocks among
         them are known by their ``keys`` from now on (a key already naming another cache
         moves to this one, the more recent)."""
         whole = min(len(keys), length // self.block)
-        if whole == 0:
-            return
         kept = self._of.get(id(cache))
+        if whole == 0 or (kept is not None and (kept.scope != scope or whole <= len(kept.keys))):
+            return  # nothing new (a cache serves one scope for its life)
         if kept is None:
             kept = self._of[id(cache)] = Kept(cache, scope)
-        elif kept.scope != scope:
-            return  # a cache serves one scope for its life
         self._of.move_to_end(id(cache))
         for key in keys[len(kept.keys) : whole]:
-            self._by_key[key] = kept  # a cache a key named before keeps its other keys
-        if whole > len(kept.keys):
-            kept.keys = list(keys[:whole])
+            before = self._by_key.get(key)
+            if before is not None:
+                before.named -= 1
+                self._changed = self._changed or (before.named == 0 and not before.live)
+            self._by_key[key] = kept
+            kept.named += 1
+        kept.keys = list(keys[:whole])
 
     def ended(self, cache: Any) -> bool:
         """``cache``'s session ended: True when the store keeps the cache (its owner now,
         which frees it when it lets it go), False when the caller should free it."""
         kept = self._of.get(id(cache))
-        if kept is None or not any(self._by_key.get(k) is kept for k in kept.keys):
+        if kept is None or kept.named == 0:
             self._of.pop(id(cache), None)
             return False
         kept.live = False
+        self._changed = True
         return True
 
     def overflow(self) -> list[Any]:
         """Caches to free now: those kept alone past ``max_kept`` and those no key names
-        any more, least recently used first."""
-        out: list[Any] = []
-        for ident, kept in list(self._of.items()):
-            if not kept.live and not any(self._by_key.get(k) is kept for k in kept.keys):
-                out.append(self._forget(ident))
+        any more, least recently used first (none to look for when nothing changed)."""
+        if not self._changed:
+            return []
+        self._changed = False
+        out = [self._forget(i) for i, k in list(self._of.items()) if not k.live and not k.named]
         alone = [ident for ident, kept in self._of.items() if not kept.live]
-        for ident in alone[: max(0, len(alone) - self.max_kept)]:
-            out.append(self._forget(ident))
+        out += [self._forget(ident) for ident in alone[: max(0, len(alone) - self.max_kept)]]
         return out
 
     def give_up_one(self, but: Any = None) -> Any | None:

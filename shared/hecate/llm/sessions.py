@@ -234,25 +234,19 @@ class Sessions:
         (the caller then runs the prompt whole)."""
         block = self.prefixes.block
         j = step.reuse // block - 1
-        found = None
+        source = None
         if step.scope is not None and step.reuse % block == 0 and 0 <= j < len(step.keys):
-            found = self.prefixes.find(step.scope, step.keys[j], step.reuse)
-        if found is None:
+            source = self.prefixes.find(step.scope, step.keys[j])
+        if source is None:
             raise ExecutorError(
                 "prefix_lost",
                 f"this stage keeps no cached prefix of {step.reuse} positions for session "
                 f"{step.session!r}: run its prompt whole",
             )
-        cache = self._new_cache(keep, source=found.cache)
-        self.stage.copy_prefix(found.cache, cache, step.reuse)
+        cache = self._new_cache(keep, source=source)
+        self.stage.copy_prefix(source, cache, step.reuse)
         self.prefixes.took(step.reuse)
         return cache
-
-    def longest_prefix(self, scope: str, keys: tuple[bytes, ...], limit: int) -> int:
-        """How many positions of a new session's prompt (its ``keys`` in ``scope``) a
-        cached prefix here holds, at most ``limit``: 0 when none."""
-        found = self.prefixes.longest(scope, keys, limit)
-        return 0 if found is None else found.length
 
     def _input(self, step: Step) -> Array:
         if step.tokens is not None:
@@ -315,7 +309,8 @@ class Sessions:
 
     def _evict(self, now: float, keep: Collection[str] = ()) -> None:
         """Drop idle caches, then the least recently used past ``max_bytes``; never one
-        of ``keep`` (the sessions about to step: evicting one would only make it replay)."""
+        of ``keep`` (the sessions about to step: evicting one would only make it replay).
+        The round it starts ends with the store's overflow freed."""
         for key in [k for k, (_, seen) in self.caches.items() if now - seen > self.idle_s]:
             if key not in keep:
                 self._drop(key)
@@ -331,8 +326,6 @@ class Sessions:
                 break
             total -= self.caches[key][0].nbytes()  # oldest first: least recently used
             self._drop(key, lost=True)  # not kept: its bytes are what must go
-        for cache in self.prefixes.overflow():
-            self.stage.free(cache)
 
 
 def sample(

@@ -52,14 +52,12 @@ def test_a_prefix_is_found_in_its_scope_only_and_at_most_the_limit() -> None:
     keys = block_keys("alice", tokens, block=4)
     cache = Cache(12)
     store.name("alice", keys, cache, 12)
-    found = store.longest("alice", keys, limit=11)
-    assert found is not None
-    assert found.length == 8
-    assert found.cache is cache
-    assert store.longest("bob", block_keys("bob", tokens, block=4), limit=11) is None
+    assert store.longest("alice", keys, limit=11) == 8  # not all 12: one must be computed
+    assert store.find("alice", keys[1]) is cache
+    assert store.longest("bob", block_keys("bob", tokens, block=4), limit=11) == 0
     # Bob holding Alice's keys (he cannot make them) still finds nothing: scope checked.
-    assert store.longest("bob", keys, limit=11) is None
-    assert store.longest("alice", keys, limit=3) is None  # not one whole block
+    assert store.longest("bob", keys, limit=11) == 0
+    assert store.longest("alice", keys, limit=3) == 0  # not one whole block
 
 
 def test_an_ended_session_is_kept_for_its_prefix_until_past_the_bound() -> None:
@@ -69,11 +67,25 @@ def test_an_ended_session_is_kept_for_its_prefix_until_past_the_bound() -> None:
         store.name("t", block_keys("t", [i] * 8, block=4), cache, 8)
         assert store.ended(cache)  # kept, not to be freed
     assert store.overflow() == [caches[0]]  # the least recently used goes
-    assert store.longest("t", block_keys("t", [0] * 8, block=4), limit=8) is None
-    assert store.longest("t", block_keys("t", [1] * 8, block=4), limit=8) is not None
+    assert store.longest("t", block_keys("t", [0] * 8, block=4), limit=8) == 0
+    assert store.longest("t", block_keys("t", [1] * 8, block=4), limit=8) == 8
     assert store.give_up_one(but=caches[1]) is caches[2]
     plain = Cache(3)  # named by no key: its caller frees it
     assert not store.ended(plain)
+
+
+def test_an_ended_cache_whose_keys_a_newer_one_took_is_let_go() -> None:
+    store = Prefixes(block=4)
+    keys = block_keys("t", list(range(8)), block=4)
+    old, new = Cache(8), Cache(8)
+    store.name("t", keys, old, 8)
+    assert store.ended(old)  # kept: its keys name it
+    assert store.overflow() == []
+    store.name("t", keys, new, 8)  # the same prompt again: the keys move to the newer
+    assert store.find("t", keys[1]) is new
+    assert store.overflow() == [old]  # named by nothing now: freed
+    assert not store.ended(Cache(8))
+    assert store.ended(new)
 
 
 def test_a_lost_session_is_forgotten() -> None:
@@ -82,7 +94,7 @@ def test_a_lost_session_is_forgotten() -> None:
     keys = block_keys("t", list(range(8)), block=4)
     store.name("t", keys, cache, 8)
     store.drop(cache)
-    assert store.longest("t", keys, limit=8) is None
+    assert store.longest("t", keys, limit=8) == 0
     assert len(store) == 0
 
 
