@@ -76,6 +76,7 @@ class Flight:
     machine: Lifecycle
     ident: Ident | None  # (tenant, client request_id), for idempotent retries
     joined: list[int] = field(default_factory=list)  # calls of retries that reached us
+    prints: list[tuple[bytes, float]] = field(default_factory=list)  # its prompt's prefixes
 
 
 class RouterDesk:
@@ -238,9 +239,9 @@ class RouterDesk:
         if ident is not None and self.cancels and ident in self.cancels:
             self.counters["cancelled"] += 1
             return self._reject(a, "cancelled", "the caller cancelled the request", out)
-        cached: dict[str, int] = {}
-        if self.options.prefix_cache and self.view.keeps_sessions(a.model_id):
-            cached = self.affinity.cached(fingerprints(request))
+        keeps = self.options.prefix_cache and self.view.keeps_sessions(a.model_id)
+        prints = fingerprints(request) if keeps else []  # once a flight: kept for its end
+        cached = self.affinity.cached(prints) if prints else {}
         try:
             route, degraded, probes = self.view.choose(
                 a.model_id,
@@ -274,7 +275,7 @@ class RouterDesk:
         )
         if ident is not None:
             self.book.started(ident, a.call)
-        self.flights[a.call] = Flight(machine, ident)
+        self.flights[a.call] = Flight(machine, ident, prints=prints)
         return self.feed_flight(a.call, flow.Start(now), out)
 
     def _refuse_busy(
@@ -391,8 +392,8 @@ class RouterDesk:
         if self.view.router is not None:
             self.view.router.end(m.route)
         read = m.gen.prompt_tokens
-        if reply.ok and read and self.options.prefix_cache and not m.degraded:
-            self.affinity.served(fingerprints(m.request), m.route.pipeline_id, len(read))
+        if reply.ok and read and flight.prints and not m.degraded:
+            self.affinity.served(flight.prints, m.route.pipeline_id, len(read))
         self.line.ended(m.route.pipeline_id, m.model_id, now - m.started)
         if flight.ident is not None:
             self.book.finished(flight.ident, (body, headers))
