@@ -241,10 +241,13 @@ class LlmExecutor:
         return len(step.activation) // (4 * hidden)
 
     def _prompt_ids(self, req: StepInput) -> list[int]:
-        text = req.prompt
-        if req.messages:
-            text = self.template().render(req.messages, req.tools)
+        text = self._render(req.messages, req.tools) if req.messages else req.prompt
         return list(self._encode(text))
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (one executor per node, for its life)
+    def _render(self, messages: tuple[tuple[str, str], ...], tools: str) -> str:
+        """A chat's prompt, rendered once though a step asks twice (rows, then tokens)."""
+        return self.template().render(messages, tools)
 
     def template(self) -> ChatTemplate:
         """The model's own chat template (the GGUF's), loaded when first needed."""
