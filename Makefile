@@ -93,6 +93,10 @@ bench: $(BENCH_STAMP)
 		|| echo gateway >> $(BENCH_FAILED)
 	$(BIN)/hecate bench llm --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo llm >> $(BENCH_FAILED)
+	$(BIN)/hecate bench engine --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo engine >> $(BENCH_FAILED)
+	$(BIN)/hecate bench long --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo long >> $(BENCH_FAILED)
 	$(BIN)/hecate bench tokens --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo tokens >> $(BENCH_FAILED)
 	$(BIN)/hecate bench ring --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \

@@ -550,6 +550,52 @@ SCALE = {
 }
 
 
+ENGINE: dict[str, Any] = {
+    "rounds": 3,
+    "steps": 24,
+    "batch": 16,
+    "threads": 2,
+    "numpy_b1_ms": 28.5,
+    "numpy_b1_tokens_per_s": 35.1,
+    "numpy_b16_ms": 79.0,
+    "numpy_b16_tokens_per_s": 202.5,
+    "onnx_b1_ms": 9.8,
+    "onnx_b1_tokens_per_s": 102.0,
+    "onnx_b16_ms": 38.3,
+    "onnx_b16_tokens_per_s": 417.5,
+    "speedup_b1": 2.91,
+    "speedup_b1_range": [2.8, 3.0],
+    "speedup_b16": 2.06,
+    "speedup_b16_range": [2.0, 2.1],
+    "onnx_tokens_per_s_by_round": {"1": [101.0, 102.0, 99.0], "16": [410.0, 417.5, 420.0]},
+    "onnx_batch_over_single_by_round": [4.06, 4.09, 4.24],
+    "texts": {"numpy": " Paris.", "onnx": " Paris!", "llama_cpp": " Paris!"},
+    "first_difference": 5,
+    "llama_cpp": "llama-cpp-python 0.3.36, 2 threads",
+    "llama_cpp_b1_ms": 10.41,
+    "llama_cpp_b1_tokens_per_s": 96.1,
+    "engine_over_llama_cpp_b1": 1.06,
+    "engine_over_llama_cpp_b1_range": [0.98, 1.1],
+    "engine_over_llama_cpp_by_round": [1.062, 0.98, 1.1],
+    "first_difference_llama_cpp": None,
+    "memory": {
+        "whole_0_30": {"built_mib": 302, "sessions_mib": 333},
+        "third_10_20": {"built_mib": 82, "sessions_mib": 91},
+        "third_over_whole": 0.27,
+    },
+}
+
+LONG: dict[str, Any] = {
+    "rounds": 2,
+    "tokens": 8,
+    "prompt_tokens": 3989,
+    "stages": [[0, 10], [10, 20], [20, 30]],
+    "ttft_s": {"smollm2": [4.1, 4.3], "smollm2-numpy": [21.0, 22.5]},
+    "numpy_over_engine_by_round": [5.122, 5.233],
+    "engine_text_ok": True,
+}
+
+
 def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     """Every suite's saved result (``llm=False``: the model suite never ran)."""
     out = {
@@ -563,6 +609,8 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     }
     if llm:
         out["llm"] = envelope("llm", LLM)
+        out["engine"] = envelope("engine", ENGINE)
+        out["long"] = envelope("long", LONG)
         out["tokens"] = envelope("tokens", TOKENS)
         out["ring"] = envelope("ring", RING)
         out["constrain"] = envelope("constrain", CONSTRAIN)

@@ -31,6 +31,8 @@ def add_parser(sub: Any) -> None:
             "breaker",
             "gateway",
             "llm",
+            "engine",
+            "long",
             "tokens",
             "ring",
             "constrain",
@@ -43,7 +45,10 @@ def add_parser(sub: Any) -> None:
         "and offered load; herd: retry policies against a rate limit; breaker: OPEN "
         "propagation; gateway: what the HTTP gateway adds over a direct NATS request "
         "(toy model; SmolLM2 streaming when pulled); llm: SmolLM2 generation, single "
-        "process and across stages; tokens: where a token's time goes across 3 stages at 1 "
+        "process and across stages; engine: the nodes' engine in one process at 1 and 16 "
+        "sessions beside the numpy model and llama.cpp, and the memory a third of the "
+        "model holds; long: a 3,989-token prompt's first token through 3 stages, the "
+        "engine against the numpy model; tokens: where a token's time goes across 3 stages at 1 "
         "and 16 users, from every process's spans; ring: 3 stages in processes passing each "
         "step over pipes, no bus, against one process: what this machine's cores allow; "
         "constrain: an answer held to a JSON Schema, its mask per step and tokens/s; "
@@ -187,6 +192,22 @@ def _run_suite(args: argparse.Namespace) -> object:
             rounds=args.rounds or (1 if args.quick else 3),
             concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
             only_concurrency=args.only_concurrency,
+        )
+    if args.suite in ("engine", "long"):
+        from hecate.llm.store import present as on_disk
+        from hecate_dev.bench.llm_single import MODEL as ENGINE_MODEL
+
+        if args.if_present and not on_disk(ENGINE_MODEL):
+            return {"skipped": f"{ENGINE_MODEL} is not pulled (hecate model pull {ENGINE_MODEL})"}
+        if args.suite == "long":
+            from hecate_dev.bench.long_prefill import run as run_long
+
+            return run_long(rounds=args.rounds or (1 if args.quick else 2))
+        from hecate_dev.bench.engine import run_suite as run_engine
+
+        return run_engine(
+            rounds=args.rounds or (1 if args.quick else 5),
+            steps=args.tokens or (8 if args.quick else 24),
         )
     if args.suite in ("tokens", "ring", "constrain"):
         from hecate_dev.bench.constrain import run as run_constrain

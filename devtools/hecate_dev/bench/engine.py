@@ -123,6 +123,15 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
         ratios = [n / o for n, o in zip(times[("numpy", b)], times[("onnx", b)], strict=True)]
         result[f"speedup_b{b}"] = round(statistics.median(ratios), 2)
         result[f"speedup_b{b}_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
+    # Per round, for verdicts on their spread: the engine's tokens/s at each batch, and
+    # the batch's tokens/s over the same round's single session.
+    result["onnx_tokens_per_s_by_round"] = {
+        str(b): [round(b / t, 1) for t in times[("onnx", b)]] for b in (1, batch)
+    }
+    result["onnx_batch_over_single_by_round"] = [
+        round(batch * t1 / tb, 3)
+        for t1, tb in zip(times[("onnx", 1)], times[("onnx", batch)], strict=True)
+    ]
     np_one, ort_one = answers["numpy"][0], answers["onnx"][0]
     result["texts"] = {"numpy": tok.decode(np_one), "onnx": tok.decode(ort_one)}
     result["first_difference"] = _first_difference(np_one, ort_one)
@@ -136,6 +145,7 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
     over = [lt / o for lt, o in zip(llama_times, times[("onnx", 1)], strict=True)]
     result["engine_over_llama_cpp_b1"] = round(statistics.median(over), 2)
     result["engine_over_llama_cpp_b1_range"] = [round(min(over), 2), round(max(over), 2)]
+    result["engine_over_llama_cpp_by_round"] = [round(x, 3) for x in over]
     result["texts"]["llama_cpp"] = tok.decode(llama_tokens)
     result["first_difference_llama_cpp"] = _first_difference(llama_tokens, ort_one)
     return result
@@ -179,6 +189,14 @@ def memory(path: Path) -> dict[str, Any]:
         out[f"{label}_{a}_{b}"] = json.loads(done.stdout.strip().splitlines()[-1])
     whole, part = (v["sessions_mib"] for v in out.values())
     out["third_over_whole"] = round(part / whole, 2)
+    return out
+
+
+def run_suite(*, rounds: int, steps: int, batch: int = 16) -> dict[str, Any]:
+    """``hecate bench engine``: :func:`run` on every core, then :func:`memory`."""
+    path = pull("smollm2-135m", progress=lambda _line: None)
+    out = run(path, rounds=rounds, steps=steps, batch=batch, threads=os.cpu_count() or 1)
+    out["memory"] = memory(path)
     return out
 
 

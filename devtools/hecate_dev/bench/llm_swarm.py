@@ -142,6 +142,7 @@ def standing(
     node_url: Callable[[str, str], str] | None = None,
     otlp: str | None = None,
     executor: str = "smollm2",
+    router_args: tuple[str, ...] = (),
 ) -> Iterator[Standing]:
     """A nats-server, telemetry, a router and one SmolLM2 node process per stage, the
     plan written to KV, serving the model when the block starts; every process and the
@@ -150,7 +151,8 @@ def standing(
     instead of the server's (a fault proxy's, to put the node at the far end of a slow
     link). ``otlp``: an OTLP/HTTP endpoint every process exports its spans to (none
     otherwise, whatever the environment says: spans cost time). ``executor``: the nodes'
-    (``smollm2-numpy``: the float32 reference)."""
+    (``smollm2-numpy``: the float32 reference). ``router_args``: flags added to the
+    router's command."""
     env = node_env(dict(os.environ, HECATE_LOG_LEVEL="WARNING"), threads=blas_threads)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     if otlp is not None:
@@ -182,7 +184,7 @@ def standing(
             run("telemetry", "telemetry", "--id", "telemetry")
             vouched = ("--tenant-from", "bus") if bus else ()
             router = ("--id", "bench", "--stage-timeout-ms", "5000", "--dispatch", dispatch)
-            run("router", "router", *router, *vouched)
+            run("router", "router", *router, *vouched, *router_args)
             for node in node_ids:
                 layers = ("--capacity-layers", "30", "--executor", executor)
                 url = node_url(node, server.url) if node_url else server.url

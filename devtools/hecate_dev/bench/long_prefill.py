@@ -1,28 +1,30 @@
 """A long prompt's first token through 3 chained stages: the engine's nodes against the
 numpy model's, interleaved.
 
-``python -m hecate_dev.bench.long_prefill`` stands the 3-stage swarm of ``hecate bench
-llm`` (:func:`hecate_dev.bench.llm_swarm.standing`, one engine thread a node) once with
-``--executor smollm2`` nodes and once with ``smollm2-numpy`` ones, ``--rounds`` times in
-turn. Each time, it sends the 3,989-token prompt of the long-prompt golden file once to
-warm every range and path, then once timed. It prints each round's time to the first
-token and the medians, and checks that the engine's text is the single-process engine's
-greedy text (the numpy model's text is its own).
-"""
+``hecate bench long`` (or ``python -m hecate_dev.bench.long_prefill``) stands the
+3-stage swarm of ``hecate bench llm`` (:func:`hecate_dev.bench.llm_swarm.standing`, one
+engine thread a node) once with ``--executor smollm2`` nodes and once with
+``smollm2-numpy`` ones, ``--rounds`` times, which goes first alternating. Each time, it
+sends the 3,989-token prompt of the long-prompt golden file once to warm every range and
+path, then once timed, the router told not to reuse cached prefixes (the timed send would
+otherwise compute nothing). It returns each round's time to the first token, and whether the
+engine's text is the single-process engine's greedy text (the numpy model's text is its
+own)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
 
 from hecate.bus.streamed import request_streamed
+from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
 from hecate.wire.messages import InferReply, InferRequest
 from hecate_dev.bench.llm_single import MODEL
@@ -56,35 +58,46 @@ async def first_token(url: str, prompt: str) -> tuple[float, str]:
     return first[0] - began, reply.output or ""
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args(argv)
+def run(*, rounds: int) -> dict[str, Any]:
+    """``hecate bench long``: each round, the engine's 3-stage swarm and the numpy
+    model's in turn (which goes first alternating), the long prompt's first token on
+    each after one warm-up send."""
     from hecate.llm.reference import greedy_text
     from hecate.llm.store import pull
 
     prompt = json.loads(GOLDEN.read_text())["prompts"][-1]["text"]
+    path = pull(MODEL, progress=lambda _line: None)
     ttft: dict[str, list[float]] = {e: [] for e in EXECUTORS}
     texts: dict[str, str] = {}
-    for _ in range(args.rounds):
-        for executor in EXECUTORS:
-            with standing(STAGES, dispatch="chain", executor=executor) as swarm:
+    for i in range(rounds):
+        for executor in EXECUTORS if i % 2 == 0 else EXECUTORS[::-1]:
+            # Without the nodes' prefix cache: the timed send would find the warm-up's
+            # prompt cached and compute none of it.
+            with standing(
+                STAGES, dispatch="chain", executor=executor, router_args=("--no-prefix-cache",)
+            ) as swarm:
                 asyncio.run(first_token(swarm.url, prompt))  # warm
                 seconds, texts[executor] = asyncio.run(first_token(swarm.url, prompt))
-            ttft[executor].append(round(seconds, 2))
-    want = greedy_text(pull(MODEL, progress=lambda _line: None), prompt, TOKENS)
-    medians = {e: statistics.median(v) for e, v in ttft.items()}
-    print(
-        json.dumps(
-            {
-                "ttft_s": ttft,
-                "median_s": medians,
-                "numpy_over_engine": round(medians["smollm2-numpy"] / medians["smollm2"], 2),
-                "engine_text_ok": texts["smollm2"] == want,
-            },
-            indent=1,
-        )
-    )
+            ttft[executor].append(round(seconds, 3))
+    want = greedy_text(path, prompt, TOKENS)
+    return {
+        "rounds": rounds,
+        "tokens": TOKENS,
+        "prompt_tokens": len(load_tokenizer(path).encode(prompt).ids),
+        "stages": [[a, b] for _name, a, b in STAGES[0]],
+        "ttft_s": ttft,
+        "numpy_over_engine_by_round": [
+            round(n / e, 3) for n, e in zip(ttft["smollm2-numpy"], ttft["smollm2"], strict=True)
+        ],
+        "engine_text_ok": texts["smollm2"] == want,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    print(json.dumps(run(rounds=args.rounds), indent=1))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from hecate_dev.bench.report.bus import section_bus
 from hecate_dev.bench.report.chaos import TIMELINES, section_chaos
 from hecate_dev.bench.report.constrain import section_constrain
 from hecate_dev.bench.report.core import section_core
+from hecate_dev.bench.report.engine import section_engine, section_long
 from hecate_dev.bench.report.gateway import section_gateway
 from hecate_dev.bench.report.herd import section_herd
 from hecate_dev.bench.report.llm import section_llm
@@ -73,6 +74,18 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "SmolLM2-135M: one process and across the swarm",
         "hecate bench llm",
         section_llm,
+    ),
+    (
+        "engine",
+        "The engine in one process: 1 and 16 sessions, and what a node holds",
+        "hecate bench engine",
+        section_engine,
+    ),
+    (
+        "long",
+        "A long prompt through 3 stages: the engine against the numpy model",
+        "hecate bench long",
+        section_long,
     ),
     (
         "tokens",

@@ -1,0 +1,165 @@
+"""The engine's sections: one process at 1 and 16 sessions beside the numpy model and
+llama.cpp, with what a third of the model holds (``hecate bench engine``,
+:mod:`hecate_dev.bench.engine`); and a long prompt through 3 stages, the engine against
+the numpy model (``hecate bench long``, :mod:`hecate_dev.bench.long_prefill`)."""
+
+# Prose for people: its dashes and multiplication signs are meant.
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+import statistics
+
+from hecate_dev.bench.interval import median_interval
+from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, skipped, table
+from hecate_dev.bench.report.paired import judged
+
+BATCH_TOKENS = 200.0  # aggregate tokens/s of one process at 16 sessions, at least
+BATCH_OVER_ONE = 3.5  # 16 sessions over the same round's single session, at least
+LLAMA_CPP = 1.0  # the engine's decode step over llama.cpp's, at least (as tokens/s)
+THIRD_OF_MEMORY = 0.45  # a third of the blocks over the whole model, at most
+
+
+def section_engine(env: Doc, img: str) -> tuple[str, list[Target]]:
+    del img  # no picture
+    r = env["report"]
+    title = "## The engine in one process: 1 and 16 sessions, and what a node holds\n\n"
+    if (absent := skipped(env, title)) is not None:
+        return absent, []
+    b = r["batch"]
+    by_round = r["onnx_tokens_per_s_by_round"]
+    rows = [
+        [
+            "the engine (ONNX Runtime, the GGUF's blocks)",
+            f"{num(r['onnx_b1_ms'], 2)} / {num(r['onnx_b1_tokens_per_s'])}",
+            f"{num(r[f'onnx_b{b}_ms'], 2)} / {num(r[f'onnx_b{b}_tokens_per_s'])}",
+        ],
+        [
+            "the numpy model (float32, the reference)",
+            f"{num(r['numpy_b1_ms'], 2)} / {num(r['numpy_b1_tokens_per_s'])}",
+            f"{num(r[f'numpy_b{b}_ms'], 2)} / {num(r[f'numpy_b{b}_tokens_per_s'])}",
+        ],
+    ]
+    targets = []
+    interval = median_interval(by_round[str(b)])
+    targets.append(
+        Target(
+            f"one process, {b} sessions: ≥ {num(BATCH_TOKENS, 0)} tokens/s aggregate",
+            f"{num(statistics.median(by_round[str(b)]))} tokens/s (median of "
+            f"{len(by_round[str(b)])}; {num(interval.low)}–{num(interval.high)} holds it at "
+            f"{interval.confidence:.0%})",
+            interval.verdict_at_least(BATCH_TOKENS),
+        )
+    )
+    over, figure = judged(r["onnx_batch_over_single_by_round"], BATCH_OVER_ONE)
+    what = f"one process, {b} sessions ≥ {BATCH_OVER_ONE}× its 1 session's tokens/s"
+    targets.append(Target(what, figure, over))
+    if "llama_cpp_b1_ms" in r:
+        rows.append(
+            [r["llama_cpp"], f"{num(r['llama_cpp_b1_ms'], 2)} / "
+             f"{num(r['llama_cpp_b1_tokens_per_s'])}", "not run"]
+        )  # fmt: skip
+        met, figure = judged(r["engine_over_llama_cpp_by_round"], LLAMA_CPP)
+        targets.append(
+            Target(f"one decode step alone ≥ {LLAMA_CPP}× llama.cpp's (engine bench)", figure, met)
+        )
+        reference = f"{r['llama_cpp']} on the same GGUF and prompt (greedy decoding, timed alike). "
+    else:
+        reference = f"llama.cpp not measured: {r['llama_cpp']}. "
+    mem = r["memory"]
+    (whole_key, whole), (third_key, third) = ((k, v) for k, v in mem.items() if isinstance(v, dict))
+    share = mem["third_over_whole"]
+    targets.append(
+        Target(
+            f"memory: a node holding 10 of 30 blocks ≤ {THIRD_OF_MEMORY}× one holding all 30",
+            f"{num(share, 2)}× ({third['sessions_mib']} MiB against {whole['sessions_mib']})",
+            share <= THIRD_OF_MEMORY,
+        )
+    )
+    first = r["first_difference"]
+    parted = "never within the steps timed" if first is None else f"at step {first}"
+    text = (
+        f"{title}{provenance(env)}\n"
+        "Decode steps of the whole model (30 blocks and the head), each session past its "
+        f"prompt, greedy, {r['steps']} steps a run, on {r['threads']} threads (ONNX "
+        "Runtime's spinning between runs, as a process alone runs it); numpy, the engine, "
+        f"then llama.cpp round after round, {r['rounds']} rounds, half a second's pause "
+        f"before each run. {reference}Figures are medians over the rounds (ms a step / "
+        "tokens/s, all sessions together).\n\n"
+        + table(["", "1 session", f"{b} sessions"], rows)
+        + "\n\nPer round, the engine: "
+        f"{', '.join(num(x) for x in by_round['1'])} tokens/s for one session, "
+        f"{', '.join(num(x) for x in by_round[str(b)])} for {b}; {b} over 1: "
+        f"{', '.join(num(x, 2) for x in r['onnx_batch_over_single_by_round'])}. The engine "
+        f"over numpy: {num(r['speedup_b1'], 2)}× at one session, "
+        f"{num(r[f'speedup_b{b}'], 2)}× at {b}. Batching changed no session's tokens "
+        "(checked: a session's tokens in the batch are its tokens alone). The engine's "
+        f"text parts from numpy's {parted} (int8 activations against float32: near-ties "
+        "may flip)"
+        + (
+            ""
+            if "first_difference_llama_cpp" not in r
+            else (
+                "; from llama.cpp's "
+                + (
+                    "never"
+                    if r["first_difference_llama_cpp"] is None
+                    else f"at step {r['first_difference_llama_cpp']}"
+                )
+            )
+        )
+        + ".\n\nWhat a node holds (resident memory above the process's own, each range "
+        "built in a fresh process, then 16 sessions of 30 positions run on it): the "
+        f"whole model ({whole_key.split('_', 1)[1].replace('_', '–')}) {whole['built_mib']} "
+        f"MiB built, {whole['sessions_mib']} with the sessions; its middle third "
+        f"({third_key.split('_', 1)[1].replace('_', '–')}) {third['built_mib']} and "
+        f"{third['sessions_mib']}: {num(share, 2)}× the whole.\n"
+    )
+    return text, targets
+
+
+def section_long(env: Doc, img: str) -> tuple[str, list[Target]]:
+    del img  # no picture
+    r = env["report"]
+    title = "## A long prompt through 3 stages: the engine against the numpy model\n\n"
+    if (absent := skipped(env, title)) is not None:
+        return absent, []
+    ttft = r["ttft_s"]
+    rows = [
+        ["the engine (`--executor smollm2`)", ", ".join(num(x, 2) for x in ttft["smollm2"])],
+        [
+            "the numpy model (`--executor smollm2-numpy`)",
+            ", ".join(num(x, 2) for x in ttft["smollm2-numpy"]),
+        ],
+    ]
+    met, figure = judged(r["numpy_over_engine_by_round"], 1.0)
+    ok = r["engine_text_ok"]
+    stages = ", ".join(f"[{a}, {b})" for a, b in r["stages"])
+    text = (
+        f"{title}{provenance(env)}\n"
+        f"A {num(r['prompt_tokens'], 0)}-token prompt (the long-prompt golden file's "
+        f"last) to 3 chained stages ({stages}), one engine thread a node as `hecate up` "
+        "runs them, on the swarm of the SmolLM2 section, once with the engine's nodes and "
+        "once with the numpy model's, which goes first alternating round by round; each "
+        "swarm takes the prompt once to warm up, then once timed. Time to the first "
+        "streamed token, per round (s):\n\n"
+        + table(["nodes", "TTFT per round (s)"], rows)
+        + "\n\nThe numpy model's time over the engine's, per round: "
+        f"{', '.join(num(x, 2) for x in r['numpy_over_engine_by_round'])}. The engine's "
+        f"{r['tokens']} tokens are the single-process engine's greedy text: "
+        + ("yes." if ok else "NO.")
+        + "\n"
+    )
+    return text, [
+        Target(
+            "a long prompt through 3 stages: prefill faster than the numpy model's "
+            "(its time ÷ the engine's ≥ 1)",
+            figure,
+            met,
+        ),
+        Target(
+            "a long prompt through 3 stages gives the single-process text",
+            "equal" if ok else "differs",
+            ok,
+        ),
+    ]
