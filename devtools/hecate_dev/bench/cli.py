@@ -109,7 +109,7 @@ def add_parser(sub: Any) -> None:
         "--rounds",
         type=positive_int,
         default=None,
-        help="llm, wan: interleaved rounds (default 3; --quick 1)",
+        help="llm: interleaved rounds (default 5; --quick 1); wan: (default 3; --quick 1)",
     )
     bench.add_argument(
         "--tokens",
@@ -189,7 +189,7 @@ def _run_suite(args: argparse.Namespace) -> object:
 
         return run_llm_bench(
             tokens=args.tokens or (16 if args.quick else 48),
-            rounds=args.rounds or (1 if args.quick else 3),
+            rounds=args.rounds or (1 if args.quick else 5),
             concurrency=args.concurrency or ((1, 2) if args.quick else DEFAULT_LEVELS),
             only_concurrency=args.only_concurrency,
         )
