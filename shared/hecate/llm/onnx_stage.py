@@ -5,7 +5,8 @@ The numpy model (:mod:`hecate.llm.llama`) dequantises every weight to float32 an
 runs them with ``MatMulNBits`` (:mod:`hecate.llm.quant` says how each type maps, exactly).
 One graph holds the range: RMSNorm fused with the residual add
 (``SkipSimplifiedLayerNormalization``), the fused QKV product, ``GroupQueryAttention``
-with RoPE on adjacent pairs (as llama.cpp and the numpy model rotate), the gated MLP,
+with RoPE on adjacent pairs (as llama.cpp and the numpy model rotate), the gated MLP
+(gate and up one product),
 and on the last stage the final norm and the head on each row's last position.
 
 KV cache: one buffer per layer, ``[slots, kv_heads, capacity, head_dim]``, mapped in

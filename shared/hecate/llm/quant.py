@@ -1,4 +1,6 @@
-"""GGUF weight blocks as ONNX Runtime's ``MatMulNBits`` takes them, exactly.
+"""GGUF weight blocks as ONNX Runtime's ``MatMulNBits`` takes them, exactly (the
+weights a :class:`Packed` stands for are the file's; :mod:`hecate.llm.onnx_graph` says
+where a product rounds beyond the int8 activations).
 
 ``MatMulNBits`` (``com.microsoft``) multiplies by a matrix of ``N`` rows of ``K`` packed
 integers, in blocks of ``block`` along ``K``, each block with a float scale and an
@@ -9,9 +11,13 @@ greedy text within a few tokens):
 
 - ``Q4_0``: ``w = d · (q - 8)``, ``q`` 0..15: 4 bits, the default zero point.
 - ``Q8_0``: ``w = d · q``, ``q`` -128..127: 8 bits, stored ``q + 128``.
-- ``Q4_1``: ``w = d · q + m``, ``q`` 0..15, which is ``d · (q - 8) + (m + 8d)``: 4 bits at
-  the default zero point, plus an offset per block, ``x · offset`` summed block by block
-  (``blocksum(x) @ offset``, a ``[K/32, N]`` product: tiny).
+- ``Q4_1``: ``w = d · q + m``, ``q`` 0..15, which is ``d · (q - z) + (m + z·d)`` for any
+  ``z``: 4 bits at an integer zero point per block, ``z`` the nearest to ``-m/d`` in 0..15,
+  plus what is left, ``r = m + z·d`` (at most half a step, ``|r| ≤ d/2``, where ``-m/d``
+  lies in 0..15, as it does when a block's weights straddle 0), times ``x`` summed block
+  by block (``blocksum(x) @ r``, a ``[K/32, N]`` product: tiny). The graph multiplies by
+  ``r`` in 8 bits (:mod:`hecate.llm.onnx_graph` says why and what it costs). ``Q4_K``'s
+  sub-blocks, ``w = s·q - mn``, go the same way.
 
 A GGUF row is one output (``N``) of ``K`` inputs, already in the order ``MatMulNBits``
 wants; only the nibbles move (GGUF keeps elements ``j`` and ``j + 16`` of a block in one
@@ -49,9 +55,11 @@ class Packed:
     scales: F32  # [N · K/block]
     offset: F32 | None = None  # [K/block, N]: added as blocksum(x) @ offset (Q4_1)
     dense: F32 | None = None
+    zeros: U8 | None = None  # [N, K/block] integer zero points (4 bits); None: the middle
 
     def nbytes(self) -> int:
         extra = 0 if self.offset is None else self.offset.nbytes
+        extra += 0 if self.zeros is None else self.zeros.size // 2
         if self.dense is not None:
             return int(self.dense.nbytes)
         return int(self.data.nbytes + self.scales.nbytes + extra)
@@ -123,8 +131,8 @@ def pack(
     if kind == GGMLQuantizationType.Q4_1:
         b = _blocks(raw8, n, 4 + BLOCK // 2)
         d, m = _scale(b, 0), _scale(b, 2)
-        offset = np.ascontiguousarray((m + 8.0 * d).T, dtype=np.float32)  # [K/32, N]
-        return Packed(n, k, 4, BLOCK, _nibbles(b[:, :, 4:]), d.reshape(-1), offset)
+        zeros, rest = _integer_zeros(d, m)
+        return Packed(n, k, 4, BLOCK, _nibbles(b[:, :, 4:]), d.reshape(-1), rest, None, zeros)
     if kind in K_QUANTS:
         if k % QK_K:
             raise UnsupportedWeights(f"{name}: {k} inputs are not whole blocks of {QK_K}")
@@ -133,6 +141,16 @@ def pack(
         f"{name}: weight type {kind.name} is not supported (supported: "
         f"{', '.join(q.name for q in SUPPORTED)})"
     )
+
+
+def _integer_zeros(d: F32, m: F32) -> tuple[U8, F32]:
+    """For blocks ``w = d·q + m`` ([N, blocks] each): the integer zero point ``z`` in
+    0..15 nearest ``-m/d``, and what is left, ``m + z·d`` as [blocks, N] (exact in
+    float32: ``d`` and ``m`` are float16, ``z`` 4 bits)."""
+    ratio = np.divide(-m, d, out=np.full_like(d, 8.0), where=d != 0)
+    zeros = np.clip(np.rint(ratio), 0, 15).astype(np.uint8)
+    rest = m + zeros.astype(np.float32) * d
+    return zeros, np.ascontiguousarray(rest.T, dtype=np.float32)
 
 
 # k-quants: super-blocks of 256 weights whose sub-blocks (32 weights, 16 for Q6_K) carry
@@ -176,8 +194,9 @@ def _q4_k(blocks: U8, n: int, k: int) -> Packed:
     q: U8 = ((qs.reshape(nb, 4, 1, 32) >> _SHIFT4) & 0x0F).astype(np.uint8)
     rows, scales = _by_rows(q.reshape(nb, 8, 32), s, n, k, BLOCK)
     packed = (rows[..., 0::2] | (rows[..., 1::2] << 4)).astype(np.uint8)
-    offset = (8.0 * s - mn).reshape(n, k // BLOCK).T  # w = s(q - 8) + (8s - mn)
-    return Packed(n, k, 4, BLOCK, packed, scales, np.ascontiguousarray(offset, np.float32))
+    # w = s·q - mn: as Q4_1's, with m = -mn
+    zeros, rest = _integer_zeros(s.reshape(n, k // BLOCK), -mn.reshape(n, k // BLOCK))
+    return Packed(n, k, 4, BLOCK, packed, scales, rest, None, zeros)
 
 
 def _q5_k(blocks: U8, n: int, k: int) -> Packed:
@@ -224,7 +243,8 @@ def unpack(p: Packed) -> F32:
         q = p.data.astype(np.float32) - 128.0
     else:
         low, high = p.data & 0x0F, p.data >> 4
-        q = np.stack([low, high], axis=-1).reshape(p.n, blocks, p.block).astype(np.float32) - 8.0
+        q = np.stack([low, high], axis=-1).reshape(p.n, blocks, p.block).astype(np.float32)
+        q -= 8.0 if p.zeros is None else p.zeros.reshape(p.n, blocks, 1).astype(np.float32)
     w = q * p.scales.reshape(p.n, blocks, 1)
     if p.offset is not None:
         w = w + p.offset.T.reshape(p.n, blocks, 1)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper
 
-from hecate.llm.quant import UnsupportedWeights, pack, unpack
+from hecate.llm.onnx_graph import MS, Graph
+from hecate.llm.quant import Packed, UnsupportedWeights, pack, unpack
 from hecate_dev.synthetic_gguf import LAYOUT, random_blocks
 
 
@@ -61,3 +66,47 @@ def test_every_supported_type_round_trips(kind: Q) -> None:
     raw = blocks(kind, n, k, seed=7)
     want = dequantize(raw, kind).reshape(n, k).T
     assert_same(unpack(pack("t", kind, raw, n, k)), want)
+
+
+def run_linear(packed: Packed, x: np.ndarray) -> np.ndarray:
+    """``x`` [rows, K] through the graph's product of ``packed``, in ONNX Runtime."""
+    g = Graph()
+    y = g.linear("x", packed, "w")
+    graph = helper.make_graph(
+        g.nodes,
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None, packed.k])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)],
+        g.inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
+    )
+    model.ir_version = 10
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    out: np.ndarray = session.run(None, {"x": x[None]})[0][0]
+    return out
+
+
+@pytest.mark.parametrize("kind", [Q.Q4_1, Q.Q4_K], ids=lambda q: q.name)
+def test_a_residual_in_eight_bits_moves_a_product_by_a_few_parts_in_a_thousand(kind: Q) -> None:
+    """What integer zero points leave of a block's minimum goes through the int8 kernel
+    (``onnx_graph._eight_bits``): the product differs from the one with that residual in
+    float64 by no more than its 8-bit rounding and the input sums' allows."""
+    n, k = 64, 4 * LAYOUT[kind][0]
+    raw = blocks(kind, n, k, seed=3)
+    packed = pack("t", kind, raw, n, k)
+    assert packed.offset is not None
+    assert packed.zeros is not None
+    x = np.random.default_rng(4).standard_normal((3, k)).astype(np.float32)
+    main = run_linear(dataclasses.replace(packed, offset=None), x)
+    sums = x.reshape(3, -1, packed.block).sum(-1).astype(np.float64)
+    residual = packed.offset.astype(np.float64)  # [K/32, N]
+    want = main + sums @ residual
+    got = run_linear(packed, x)
+    a, r = np.abs(sums), np.abs(residual)
+    # each residual off by half a step of its column's 8 bits; each sum by its row's
+    bound = a.sum(1, keepdims=True) * r.max(0) / 254 + a.max(1, keepdims=True) * r.sum(0) / 254
+    bound *= 2  # the int8 kernel's own rounding besides
+    assert np.all(np.abs(got - want) <= bound + 1e-6)
+    assert not np.array_equal(got, main)  # the residual was there to add
