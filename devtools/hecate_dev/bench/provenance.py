@@ -48,10 +48,28 @@ def cpu_model() -> str:
     return platform.processor() or "unknown processor"
 
 
+def vector_units() -> str:
+    """The widest vector instructions the processor offers (what the engine's and
+    llama.cpp's kernels run on: the same model name covers AVX2-only and AVX-512
+    generations), from /proc/cpuinfo's flags; empty where unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    if "avx512f" in flags:
+        return "AVX-512 with VNNI" if "avx512_vnni" in flags else "AVX-512"
+    return "AVX2" if "avx2" in flags else ""
+
+
 def machine() -> str:
-    """One line: architecture, processor, cores, OS and Python."""
+    """One line: architecture, processor and its vector units, cores, OS and Python."""
+    units = vector_units()
     return (
-        f"{platform.machine()} {cpu_model()}, {os.cpu_count()} cores, "
+        f"{platform.machine()} {cpu_model()}{f' ({units})' if units else ''}, "
+        f"{os.cpu_count()} cores, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
     )
 
