@@ -206,7 +206,7 @@ def _run_suite(args: argparse.Namespace) -> object:
         from hecate_dev.bench.engine import run_suite as run_engine
 
         return run_engine(
-            rounds=args.rounds or (1 if args.quick else 5),
+            rounds=args.rounds or (1 if args.quick else 11),
             steps=args.tokens or (8 if args.quick else 24),
         )
     if args.suite in ("tokens", "ring", "constrain"):
