@@ -255,8 +255,9 @@ Against the issue's targets:
   ({stages_figure}; {above} of {len(rounds)} rounds at or above it{
         "; a round produced the wrong text" if wrong_stages else ""
     }). What the gap
-  is made of: the bus and the router take a small share of a token (measured once with
-  timestamps in each stage); each stage pays a wake-up after idling while the others
+  is made of: the bus, the router and the nodes' own work take about a quarter of one
+  user's token (the section "Where a token's time goes" splits it along every process's
+  spans); each stage pays a wake-up after idling while the others
   compute (the pause column above{
         f": on one thread, {num(steps_node.after_pause_ms, 2)} ms after a pause against "
         f"{num(steps_node.busy_ms, 2)} ms back to back"
