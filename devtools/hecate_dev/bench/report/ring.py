@@ -6,6 +6,8 @@ the most that stages sharing this machine's cores can reach."""
 
 from __future__ import annotations
 
+import statistics
+
 from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, skipped, table
 from hecate_dev.bench.report.paired import judged
 
@@ -71,10 +73,29 @@ def section_ring(env: Doc, img: str) -> tuple[str, list[Target]]:
         + "\n\nWhat it says: three stages sharing two cores compute one after another for "
         "one user, so their best is one process's compute plus what handing a step over "
         "costs, and the bus, the router and the nodes' service shells only add to what "
-        "this ring pays. Stages that spin within their runs come nearest at one user, "
-        "and lose the most when the stages compute at once (their spinning threads take "
-        "the cores the others compute on), which is why `hecate up` gives each node one "
-        "thread. Stages on machines of their own would not share cores; this machine "
-        "cannot show that.\n"
+        f"this ring pays. Stages that spin within their runs {_spinning(over, many)}, "
+        "which is why `hecate up` gives each node one thread. Stages on machines of their "
+        "own would not share cores; this machine cannot show that.\n"
     )
     return text, targets
+
+
+def _spinning(over: dict[str, list[float]], many: dict[str, list[float]]) -> str:
+    """What spinning within runs did against one thread, from this run's medians."""
+    spin, one = "2 threads, spin in runs", "1 thread"
+    if spin not in over or one not in over:
+        return "were not measured"
+    a, b = statistics.median(over[spin]), statistics.median(over[one])
+    at_one = (
+        f"come nearer at one user (median {num(a, 3)} against {num(b, 3)})"
+        if a > b
+        else f"come no nearer at one user in this run (median {num(a, 3)} against {num(b, 3)})"
+    )
+    if spin not in many or one not in many:
+        return at_one
+    x, y = statistics.median(many[spin]), statistics.median(many[one])
+    figures = f"{num(x, 1)} tokens/s against {num(y, 1)}"
+    if x < y:
+        why = "their spinning threads take the cores the others compute on"
+        return f"{at_one}, and lose when the stages compute at once ({figures}: {why})"
+    return f"{at_one}, and do not lose when the stages compute at once ({figures})"
