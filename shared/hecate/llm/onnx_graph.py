@@ -203,7 +203,8 @@ class Graph:
             return self.op("MatMul", [x, self.const(f"{stem}.w", w.dense)])[0]
         inputs = [x, self.const(f"{stem}.q", w.data), self.const(f"{stem}.s", w.scales)]
         if w.zeros is not None:
-            inputs.append(self.const(f"{stem}.z", _nibble_pairs(w.zeros)))
+            zeros = _nibble_pairs(w.zeros) if w.bits == 4 else w.zeros.reshape(-1)
+            inputs.append(self.const(f"{stem}.z", zeros))
         out = self.nbits(inputs, w.k, w.n, w.bits, w.block)
         if w.offset is None:
             return out
@@ -211,7 +212,7 @@ class Graph:
         blocks = self.op("Reshape", [x, shape])[0]
         axes = self.const(f"{stem}.axes", np.array([-1], np.int64))
         sums = self.op("ReduceSum", [blocks, axes], keepdims=0)[0]
-        if w.zeros is None or not _within_half_a_step(w):  # in float32, exactly
+        if w.zeros is None or not _within_half_a_step(w):  # in float32
             shift = self.op("MatMul", [sums, self.const(f"{stem}.m", w.offset)])[0]
         else:
             q, scales = _eight_bits(w.offset)
@@ -232,7 +233,7 @@ class Graph:
         )[0]
 
 
-#: The blocks of what integer zero points leave of a Q4_1 or Q4_K offset, multiplied in
+#: The blocks of what integer zero points leave of a Q4_1, Q4_K or Q5_K offset, multiplied in
 #: 8 bits (:func:`_eight_bits`).
 RESIDUAL_BLOCK = 32
 

@@ -17,7 +17,8 @@ greedy text within a few tokens):
   lies in 0..15, as it does when a block's weights straddle 0), times ``x`` summed block
   by block (``blocksum(x) @ r``, a ``[K/32, N]`` product: tiny). The graph multiplies by
   ``r`` in 8 bits (:mod:`hecate.llm.onnx_graph` says why and what it costs). ``Q4_K``'s
-  sub-blocks, ``w = s·q - mn``, go the same way.
+  sub-blocks, ``w = s·q - mn``, go the same way, and ``Q5_K``'s in 8 bits (``q`` 0..31
+  as stored, ``z`` 0..255).
 
 A GGUF row is one output (``N``) of ``K`` inputs, already in the order ``MatMulNBits``
 wants; only the nibbles move (GGUF keeps elements ``j`` and ``j + 16`` of a block in one
@@ -55,7 +56,7 @@ class Packed:
     scales: F32  # [N · K/block]
     offset: F32 | None = None  # [K/block, N]: added as blocksum(x) @ offset (Q4_1)
     dense: F32 | None = None
-    zeros: U8 | None = None  # [N, K/block] integer zero points (4 bits); None: the middle
+    zeros: U8 | None = None  # [N, K/block] integer zero points; None: the middle
 
     def nbytes(self) -> int:
         extra = 0 if self.offset is None else self.offset.nbytes
@@ -143,12 +144,13 @@ def pack(
     )
 
 
-def _integer_zeros(d: F32, m: F32) -> tuple[U8, F32]:
+def _integer_zeros(d: F32, m: F32, top: int = 15) -> tuple[U8, F32]:
     """For blocks ``w = d·q + m`` ([N, blocks] each): the integer zero point ``z`` in
-    0..15 nearest ``-m/d``, and what is left, ``m + z·d`` as [blocks, N] (exact in
-    float32: ``d`` and ``m`` are float16, ``z`` 4 bits)."""
-    ratio = np.divide(-m, d, out=np.full_like(d, 8.0), where=d != 0)
-    zeros = np.clip(np.rint(ratio), 0, 15).astype(np.uint8)
+    ``0..top`` nearest ``-m/d``, and what is left, ``m + z·d`` as [blocks, N] (exact in
+    float32 for Q4_1, whose ``d`` and ``m`` are float16 and ``z`` 4 bits; a k-quant's
+    sub-block scales carry 6 bits more, and may round in the last bit)."""
+    ratio = np.divide(-m, d, out=np.full_like(d, (top + 1) // 2), where=d != 0)
+    zeros = np.clip(np.rint(ratio), 0, top).astype(np.uint8)
     rest = m + zeros.astype(np.float32) * d
     return zeros, np.ascontiguousarray(rest.T, dtype=np.float32)
 
@@ -207,11 +209,10 @@ def _q5_k(blocks: U8, n: int, k: int) -> Packed:
     high = (qh.reshape(nb, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 0x01
     q: U8 = (low.reshape(nb, 8, 32) | (high << 4)).astype(np.uint8)  # 0..31
     rows, scales = _by_rows(q, s, n, k, BLOCK)
-    # 8 bits at the default zero point 128: stored q + 112 reads q - 16, so that
-    # w = s(q - 16) + (16s - mn).
-    offset = (16.0 * s - mn).reshape(n, k // BLOCK).T
-    stored = (rows.astype(np.int16) + 112).astype(np.uint8)
-    return Packed(n, k, 8, BLOCK, stored, scales, np.ascontiguousarray(offset, np.float32))
+    # 8 bits as stored (0..31), at an integer zero point per sub-block, as Q4_K's:
+    # w = s·q - mn = s(q - z) + (s·z - mn).
+    zeros, left = _integer_zeros(s.reshape(n, k // BLOCK), -mn.reshape(n, k // BLOCK), 255)
+    return Packed(n, k, 8, BLOCK, np.ascontiguousarray(rows), scales, left, None, zeros)
 
 
 def _q6_k(blocks: U8, n: int, k: int) -> Packed:
@@ -240,7 +241,8 @@ def unpack(p: Packed) -> F32:
         return p.dense
     blocks = p.k // p.block
     if p.bits == 8:
-        q = p.data.astype(np.float32) - 128.0
+        q = p.data.astype(np.float32).reshape(p.n, blocks, p.block)
+        q -= 128.0 if p.zeros is None else p.zeros.reshape(p.n, blocks, 1).astype(np.float32)
     else:
         low, high = p.data & 0x0F, p.data >> 4
         q = np.stack([low, high], axis=-1).reshape(p.n, blocks, p.block).astype(np.float32)
