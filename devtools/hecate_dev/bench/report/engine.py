@@ -103,7 +103,7 @@ def section_engine(env: Doc, img: str) -> tuple[str, list[Target]]:
             else (
                 "; from llama.cpp's "
                 + (
-                    "never"
+                    "never within the steps timed"
                     if r["first_difference_llama_cpp"] is None
                     else f"at step {r['first_difference_llama_cpp']}"
                 )
