@@ -202,7 +202,7 @@ def _run_suite(args: argparse.Namespace) -> object:
         if args.suite == "long":
             from hecate_dev.bench.long_prefill import run as run_long
 
-            return run_long(rounds=args.rounds or (1 if args.quick else 2))
+            return run_long(rounds=args.rounds or (1 if args.quick else 3))
         from hecate_dev.bench.engine import run_suite as run_engine
 
         return run_engine(
