@@ -15,7 +15,8 @@ greedy text within a few tokens):
   ``z``: 4 bits at an integer zero point per block, ``z`` the nearest to ``-m/d`` in 0..15,
   plus what is left, ``r = m + z·d`` (at most half a step, ``|r| ≤ d/2``, where ``-m/d``
   lies in 0..15, as it does when a block's weights straddle 0), times ``x`` summed block
-  by block (``blocksum(x) @ r``, a ``[K/32, N]`` product: tiny). The graph multiplies by
+  by block (``blocksum(x) @ r``, a ``[K/32, N]`` product: few multiplications, but a
+  product of its own for every matrix). The graph multiplies by
   ``r`` in 8 bits (:mod:`hecate.llm.onnx_graph` says why and what it costs). ``Q4_K``'s
   sub-blocks, ``w = s·q - mn``, go the same way, and ``Q5_K``'s in 8 bits (``q`` 0..31
   as stored, ``z`` 0..255).
