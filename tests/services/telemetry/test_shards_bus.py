@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import nats
+import pytest
 from nats.aio.client import Client
 
 from hecate.bus import kv as kvs
@@ -22,6 +23,10 @@ from hecate.wire.messages import TelemetrySnapshot
 from tests.services.telemetry.test_liveness_bus import Beats, Events
 from tests.support.swarm import Processes
 from tests.support.waits import endpoint_data, listening, stats, until
+
+# Judged by the wall clock (a silent node called down in time), as test_liveness_bus.py:
+# run alone, after the parallel tests.
+pytestmark = pytest.mark.serial
 
 SHARDS = 3
 NODES = [f"n{i}" for i in range(24)]
