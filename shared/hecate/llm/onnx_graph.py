@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig
-from hecate.llm.quant import F32, U8, Packed, pack
+from hecate.llm.quant import F32, U8, Packed, pack, pairs
 
 #: int8 activations in MatMulNBits, as llama.cpp quantises its activations to Q8: the
 #: fast path on CPUs (without it a 4-bit product is 20 times slower).
@@ -253,8 +253,7 @@ def _nibble_pairs(zeros: U8) -> U8:
     block's low, each row padded to whole bytes."""
     if zeros.shape[1] % 2:
         zeros = np.concatenate([zeros, np.zeros((zeros.shape[0], 1), np.uint8)], axis=1)
-    pairs: U8 = (zeros[:, 0::2] | (zeros[:, 1::2] << 4)).astype(np.uint8)
-    return pairs.reshape(-1)
+    return pairs(zeros).reshape(-1)
 
 
 def _eight_bits(rest: F32) -> tuple[U8, F32]:

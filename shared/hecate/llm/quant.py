@@ -59,13 +59,6 @@ class Packed:
     dense: F32 | None = None
     zeros: U8 | None = None  # [N, K/block] integer zero points; None: the middle
 
-    def nbytes(self) -> int:
-        extra = 0 if self.offset is None else self.offset.nbytes
-        extra += 0 if self.zeros is None else self.zeros.size // 2
-        if self.dense is not None:
-            return int(self.dense.nbytes)
-        return int(self.data.nbytes + self.scales.nbytes + extra)
-
 
 def _blocks(raw: U8, n: int, block_bytes: int) -> U8:
     return np.ascontiguousarray(raw).reshape(n, -1, block_bytes)
@@ -80,8 +73,13 @@ def _scale(blocks: U8, at: int) -> F32:
 def _nibbles(qs: U8) -> U8:
     """GGUF's 16 bytes of a 4-bit block (elements j and j+16 in byte j) repacked as
     MatMulNBits wants them (elements 2i and 2i+1 in byte i, the even one low)."""
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # the 32 values in order
-    packed: U8 = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+    return pairs(np.concatenate([qs & 0x0F, qs >> 4], axis=-1))  # the 32 values in order
+
+
+def pairs(values: U8) -> U8:
+    """4-bit values two to a byte along the last axis (even length), the even one in
+    the low nibble, as ``MatMulNBits`` takes its weights and its zero points."""
+    packed: U8 = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
     return packed
 
 
@@ -196,7 +194,7 @@ def _q4_k(blocks: U8, n: int, k: int) -> Packed:
     nb = blocks.shape[0]
     q: U8 = ((qs.reshape(nb, 4, 1, 32) >> _SHIFT4) & 0x0F).astype(np.uint8)
     rows, scales = _by_rows(q.reshape(nb, 8, 32), s, n, k, BLOCK)
-    packed = (rows[..., 0::2] | (rows[..., 1::2] << 4)).astype(np.uint8)
+    packed = pairs(rows)
     # w = s·q - mn: as Q4_1's, with m = -mn
     zeros, rest = _integer_zeros(s.reshape(n, k // BLOCK), -mn.reshape(n, k // BLOCK))
     return Packed(n, k, 4, BLOCK, packed, scales, rest, None, zeros)
