@@ -194,11 +194,8 @@ def _run_suite(args: argparse.Namespace) -> object:
             only_concurrency=args.only_concurrency,
         )
     if args.suite in ("engine", "long"):
-        from hecate.llm.store import present as on_disk
-        from hecate_dev.bench.llm_single import MODEL as ENGINE_MODEL
-
-        if args.if_present and not on_disk(ENGINE_MODEL):
-            return {"skipped": f"{ENGINE_MODEL} is not pulled (hecate model pull {ENGINE_MODEL})"}
+        if (absent := _not_pulled(args)) is not None:
+            return absent
         if args.suite == "long":
             from hecate_dev.bench.long_prefill import run as run_long
 
@@ -308,12 +305,20 @@ def _levels(text: str) -> tuple[int, ...]:
 def _on_the_model(args: Any, run: Callable[..., Any], rounds: int) -> Any:
     """A suite on SmolLM2 (``tokens`` and ``rounds`` from the flags, fewer with
     ``--quick``), or its skip when ``--if-present`` and the model is not pulled."""
+    if (absent := _not_pulled(args)) is not None:
+        return absent
+    return run(
+        tokens=args.tokens or (16 if args.quick else 48),
+        rounds=args.rounds or (1 if args.quick else rounds),
+    )
+
+
+def _not_pulled(args: Any) -> dict[str, str] | None:
+    """The skip a suite on SmolLM2 saves with ``--if-present`` when the model is not
+    pulled; None when it is (or when the suite should pull it)."""
     from hecate.llm.store import present
     from hecate_dev.bench.llm_single import MODEL
 
     if args.if_present and not present(MODEL):
         return {"skipped": f"{MODEL} is not pulled (hecate model pull {MODEL})"}
-    return run(
-        tokens=args.tokens or (16 if args.quick else 48),
-        rounds=args.rounds or (1 if args.quick else rounds),
-    )
+    return None

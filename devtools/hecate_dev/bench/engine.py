@@ -5,9 +5,9 @@ Decode steps of the whole model (30 blocks and the head) at batch 1 and 16, each
 past its prompt, in interleaved rounds (each round: numpy's and ONNX Runtime's batches,
 numpy's single session, then the engine's single session and llama.cpp's on the same
 GGUF and thread count when llama-cpp-python is installed, side by side and which goes
-first alternating), so that a slower minute of the machine costs all alike. Prints the median time
-per step, tokens per second, and the ratios of the engine over numpy and over llama.cpp
-per round with their spread.
+first alternating), so that a slower minute of the machine costs all alike. Prints the
+median time per step, tokens per second, and the ratios of the engine over numpy and
+over llama.cpp per round with their spread.
 
 ``--memory``: what a node holding a range takes, in a fresh process per range (the whole
 model, and a third of it): resident memory above the process's own before the stage is
@@ -95,34 +95,28 @@ def run(path: Path, *, rounds: int, steps: int, batch: int, threads: int) -> dic
     except ImportError as exc:  # the dev tools' bench extra: pip install './devtools[bench]'
         reference, skipped = None, f"llama-cpp-python not installed: {exc}"
     times: dict[tuple[str, int], list[float]] = {(e, b): [] for e in engines for b in (1, batch)}
-    answers: dict[str, tuple[list[int], list[list[int]]]] = {}
+    singles: dict[str, list[int]] = {}
+    batches: dict[str, list[list[int]]] = {}
     llama_times: list[float] = []
     llama_tokens: list[int] = []
     for i in range(rounds):
         # The batches first; then the engine's single session and llama.cpp's side by
         # side, which goes first alternating: the machine's speed drifts within seconds.
-        singles: dict[str, list[int]] = {}
         for name, runner in engines.items():
             time.sleep(SETTLE_S)
-            several, tb = runner(many, steps)
+            batches[name], tb = runner(many, steps)
             times[(name, batch)].append(tb)
-            answers[name] = ([], several)
-        time.sleep(SETTLE_S)
-        single, t1 = engines["numpy"](prompts[:1], steps)
-        times[("numpy", 1)].append(t1)
-        singles["numpy"] = single[0]
-        pair = ["onnx", "llama.cpp"] if i % 2 == 0 else ["llama.cpp", "onnx"]
-        for name in pair:
+        order = ["numpy", "onnx", "llama.cpp"] if i % 2 == 0 else ["numpy", "llama.cpp", "onnx"]
+        for name in order:
             time.sleep(SETTLE_S)
-            if name == "onnx":
-                single, t1 = engines["onnx"](prompts[:1], steps)
-                times[("onnx", 1)].append(t1)
-                singles["onnx"] = single[0]
+            if name in engines:
+                single, t1 = engines[name](prompts[:1], steps)
+                times[(name, 1)].append(t1)
+                singles[name] = single[0]
             elif reference is not None:
                 llama_tokens, t = reference.greedy(prompts[0], steps)
                 llama_times.append(t)
-        for name, got in singles.items():
-            answers[name] = (got, answers[name][1])
+    answers = {name: (singles[name], batches[name]) for name in engines}
     result: dict[str, Any] = {"rounds": rounds, "steps": steps, "batch": batch, "threads": threads}
     for name, (one, several) in answers.items():
         for prompt, got in zip(many, several, strict=True):

@@ -8,9 +8,6 @@ the numpy model (``hecate bench long``, :mod:`hecate_dev.bench.long_prefill`).""
 
 from __future__ import annotations
 
-import statistics
-
-from hecate_dev.bench.interval import median_interval
 from hecate_dev.bench.report.markdown import Doc, Target, num, provenance, skipped, table
 from hecate_dev.bench.report.paired import judged
 
@@ -40,17 +37,9 @@ def section_engine(env: Doc, img: str) -> tuple[str, list[Target]]:
             f"{num(r[f'numpy_b{b}_ms'], 2)} / {num(r[f'numpy_b{b}_tokens_per_s'])}",
         ],
     ]
-    targets = []
-    interval = median_interval(by_round[str(b)])
-    targets.append(
-        Target(
-            f"one process, {b} sessions: ≥ {num(BATCH_TOKENS, 0)} tokens/s aggregate",
-            f"{num(statistics.median(by_round[str(b)]))} tokens/s (median of "
-            f"{len(by_round[str(b)])}; {num(interval.low)}–{num(interval.high)} holds it at "
-            f"{interval.confidence:.0%})",
-            interval.verdict_at_least(BATCH_TOKENS),
-        )
-    )
+    many, figure = judged(by_round[str(b)], BATCH_TOKENS, unit=" tokens/s", digits=1)
+    aggregate = f"one process, {b} sessions: ≥ {num(BATCH_TOKENS, 0)} tokens/s aggregate"
+    targets = [Target(aggregate, figure, many)]
     over, figure = judged(r["onnx_batch_over_single_by_round"], BATCH_OVER_ONE)
     what = f"one process, {b} sessions ≥ {BATCH_OVER_ONE}× its 1 session's tokens/s"
     targets.append(Target(what, figure, over))
@@ -76,8 +65,11 @@ def section_engine(env: Doc, img: str) -> tuple[str, list[Target]]:
             share <= THIRD_OF_MEMORY,
         )
     )
-    first = r["first_difference"]
-    parted = "never within the steps timed" if first is None else f"at step {first}"
+    from_llama_cpp = (
+        f"; from llama.cpp's {_parts(r['first_difference_llama_cpp'])}"
+        if "first_difference_llama_cpp" in r
+        else ""
+    )
     text = (
         f"{title}{provenance(env)}\n"
         "Decode steps of the whole model (30 blocks and the head), each session past its "
@@ -95,21 +87,9 @@ def section_engine(env: Doc, img: str) -> tuple[str, list[Target]]:
         f"over numpy: {num(r['speedup_b1'], 2)}× at one session, "
         f"{num(r[f'speedup_b{b}'], 2)}× at {b}. Batching changed no session's tokens "
         "(checked: a session's tokens in the batch are its tokens alone). The engine's "
-        f"text parts from numpy's {parted} (int8 activations against float32: near-ties "
-        "may flip)"
-        + (
-            ""
-            if "first_difference_llama_cpp" not in r
-            else (
-                "; from llama.cpp's "
-                + (
-                    "never within the steps timed"
-                    if r["first_difference_llama_cpp"] is None
-                    else f"at step {r['first_difference_llama_cpp']}"
-                )
-            )
-        )
-        + ".\n\nWhat a node holds (resident memory above the process's own, each range "
+        f"text parts from numpy's {_parts(r['first_difference'])} (int8 activations "
+        f"against float32: near-ties may flip){from_llama_cpp}"
+        ".\n\nWhat a node holds (resident memory above the process's own, each range "
         "built in a fresh process, then 16 sessions of 30 positions run on it): the "
         f"whole model ({whole_key.split('_', 1)[1].replace('_', '–')}) {whole['built_mib']} "
         f"MiB built, {whole['sessions_mib']} with the sessions; its middle third "
@@ -117,6 +97,11 @@ def section_engine(env: Doc, img: str) -> tuple[str, list[Target]]:
         f"{third['sessions_mib']}: {num(share, 2)}× the whole.\n"
     )
     return text, targets
+
+
+def _parts(step: int | None) -> str:
+    """Where two greedy texts part: at a step, or never within those timed."""
+    return "never within the steps timed" if step is None else f"at step {step}"
 
 
 def section_long(env: Doc, img: str) -> tuple[str, list[Target]]:

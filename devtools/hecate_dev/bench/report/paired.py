@@ -26,14 +26,18 @@ def median_ratio(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def judged(ratios: list[float], target: float) -> tuple[Met, str]:
-    """Paired ratios against ``target`` (at least): met or not only when their median's
-    interval lies on one side of it (:mod:`hecate_dev.bench.interval`), else
-    undecided; and the figure: the median and its interval."""
+def judged(
+    ratios: list[float], target: float, *, unit: str = "×", digits: int = 3
+) -> tuple[Met, str]:
+    """Paired ratios (or per-round figures in ``unit``) against ``target`` (at least):
+    met or not only when their median's interval lies on one side of it
+    (:mod:`hecate_dev.bench.interval`), else undecided; and the figure: the median and
+    its interval."""
     interval = median_interval(ratios)
     figure = (
-        f"{num(median_ratio(ratios), 3)}× (median of {len(ratios)}; "
-        f"{num(interval.low, 3)}–{num(interval.high, 3)} holds it at "
+        f"{num(round(statistics.median(ratios), digits), digits)}{unit} (median of "
+        f"{len(ratios)}; "
+        f"{num(interval.low, digits)}–{num(interval.high, digits)} holds it at "
         f"{interval.confidence:.0%})"
     )
     return interval.verdict_at_least(target), figure
