@@ -7,6 +7,14 @@ status only to a subscription *of the connection that published*, so a forward's
 subject is this node's relay (``<node inbox>.<router subject>``): what comes back on
 it, an error reply or no-responders, goes on to the router's subject for that stage
 (the latter as the explicit error ``no_responders``).
+
+A long sequence's chunks are in flight on several stages at once: the router lets the
+first stage run ahead (``StepStage.run_ahead``), and it runs every chunk of what it was
+sent itself, one a batch, forwarding each as soon as it is run (:func:`ahead`), so the
+stages after compute one chunk while it runs the next. Each chunk that others follow is
+marked ``more``, and so is the last stage's reply to it: the router hears every chunk,
+in order, on the one send (NATS keeps one publisher's order to a subscriber), and a
+stage that fails one answers for the send as before.
 """
 
 from __future__ import annotations
@@ -22,6 +30,28 @@ from hecate.bus.logs import event
 from hecate.bus.service import NO_RESPONDERS, Service, ServiceError, encode
 from hecate.wire import subjects
 from hecate.wire.stages import ActivationReply, LayersStage, StageReply, StageRequest, StepStage
+
+
+def ahead(req: StageRequest, reply: StageReply) -> StepStage | None:
+    """The first stage running ahead (``StepStage.run_ahead``): the step for the chunk
+    after the one ``reply`` answers, or None once ``req``'s sequence is all run. The
+    rest starts at the next position, the prompt as the tokens it was read as."""
+    if not (isinstance(req, StepStage) and req.run_ahead and req.chain and req.layer_start == 0):
+        return None
+    if not isinstance(reply, ActivationReply) or not reply.positions:
+        return None
+    fed = req.tokens if req.tokens is not None else reply.prompt_tokens
+    if fed is None or reply.positions >= len(fed):
+        return None
+    return msgspec.structs.replace(
+        req,
+        position=req.position + reply.positions,
+        tokens=fed[reply.positions :],
+        prompt="",
+        messages=None,
+        tools="",
+        prompt_tokens=reply.prompt_tokens or req.prompt_tokens,
+    )
 
 
 def next_stage(req: StageRequest, reply: StageReply) -> StageRequest:
@@ -46,6 +76,7 @@ def next_stage(req: StageRequest, reply: StageReply) -> StageRequest:
             prompt="",
             tokens=None,
             messages=None,
+            run_ahead=False,  # the first stage's alone: the others run what they are sent
         )
     if isinstance(req, LayersStage):
         return msgspec.structs.replace(

@@ -209,7 +209,7 @@ class StepRunner(_Base):
         if req.session in self.released:
             raise _released(req.session)
         out = await self.compute.step(_step_input(req), delay_ns)
-        return _step_reply(out, out.prompt_tokens or req.prompt_tokens)
+        return _step_reply(out, out.prompt_tokens or req.prompt_tokens, more=req.more)
 
     def _batched(self, spent_ns: int, batch: list[Waiting]) -> None:
         # An injected slowdown counts once per batch, as a slower machine would take
@@ -299,7 +299,7 @@ def _step_input(req: StepStage) -> StepInput:
     )
 
 
-def _step_reply(out: StepOutput, prompt_tokens: list[int] | None) -> StageReply:
+def _step_reply(out: StepOutput, prompt_tokens: list[int] | None, *, more: bool) -> StageReply:
     if out.token is None:  # a stage with stages after it
         return ActivationReply(
             activation=out.activation,
@@ -314,4 +314,5 @@ def _step_reply(out: StepOutput, prompt_tokens: list[int] | None) -> StageReply:
         positions=out.positions,
         prompt_tokens=prompt_tokens,
         logprob=out.logprob,
+        more=more,
     )

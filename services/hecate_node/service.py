@@ -42,7 +42,7 @@ from hecate.wire.errors import as_code
 from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, NodeJoin, NodeLeave, SessionRelease
 from hecate.wire.stages import StageReply, StageRequest
 from hecate_node.batching import MAX_BATCH
-from hecate_node.chain import Chain
+from hecate_node.chain import Chain, ahead
 from hecate_node.config import NodeConfig
 from hecate_node.executor import runner_for
 from hecate_node.holdings import Holdings
@@ -192,6 +192,20 @@ class Node:
         if self.draining:
             raise ServiceError("draining", f"node {self.profile.node_id} is draining")
         await self._check_hosted(req)
+        reply = await self._run(req)
+        while (after := ahead(req, reply)) is not None:
+            # A long sequence's first stage runs ahead: this chunk goes down the chain
+            # now, and the stages after compute it while this one runs the next.
+            await self.chain.pass_on(msgspec.structs.replace(req, more=True), reply)
+            req = after
+            with self.service.tracer.start_as_current_span(
+                "node chunk ahead", attributes={"hecate.position": after.position}
+            ):
+                reply = await self._run(req)
+        return await self.chain.pass_on(req, reply)
+
+    async def _run(self, req: StageRequest) -> StageReply:
+        """``req`` run on the executor, timed."""
         meter, runner = self.meter, self.runner
         meter.in_flight += 1  # from its arrival to its answer, queued or computing
         started = time.perf_counter_ns()
@@ -209,7 +223,7 @@ class Node:
                 meter.stage(spent, ok)
         if runner.per_stage:
             reply = msgspec.structs.replace(reply, compute_ms=spent / 1e6)
-        return await self.chain.pass_on(req, reply)
+        return reply
 
     async def _check_hosted(self, req: StageRequest) -> None:
         held = self.holdings

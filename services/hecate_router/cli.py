@@ -40,6 +40,13 @@ FLAGS = (
         "cached for the same tenant, and requests are routed towards where theirs is",
     ),
     Flag(
+        "run_ahead",
+        "with --dispatch chain, a long prompt's first stage runs its chunks one after "
+        "another and forwards each as it is run, so that several stages compute at "
+        "once (off: the router sends each chunk once the one before has left the last "
+        "stage, as nodes before this option need)",
+    ),
+    Flag(
         "enforce_quotas",
         "admit each request through the shared tenant quota desk (breaker service)",
     ),

@@ -55,6 +55,8 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Generations start from a prompt prefix their pipeline's nodes keep cached for the
     # same tenant (hecate.llm.prefixes), and are routed towards where it is.
     prefix_cache: bool = FLOW.prefix_cache
+    # A chain's first stage runs a long sequence's chunks ahead (hecate_node.chain).
+    run_ahead: bool = FLOW.run_ahead
 
     def __post_init__(self) -> None:
         if not self.instance_id:
@@ -97,4 +99,5 @@ class RouterConfig(msgspec.Struct, frozen=True, kw_only=True):
             reconnect_grace_s=self.reconnect_grace_s,
             route_wait_s=self.route_wait_s,
             prefix_cache=self.prefix_cache,
+            run_ahead=self.run_ahead,
         )

@@ -83,6 +83,10 @@ class FlowOptions:
     # A generation's stages may start it from a prefix of its prompt they keep cached
     # for its tenant (the scope is the tenant the bus vouched for).
     prefix_cache: bool = True
+    # Down a chain, a long sequence's first stage runs its chunks one after another and
+    # forwards each as it is run, so several stages compute at once; each chunk's reply
+    # comes back on the one send (hecate_node.chain).
+    run_ahead: bool = True
 
 
 # -- failures -----------------------------------------------------------------------------

@@ -11,7 +11,8 @@ it does not hold raises.
 current: each send is numbered, and an outcome naming any other number (a late reply,
 a failure of a send already replaced by a resend or a rescue) is ignored and counted.
 So whatever order replies, deadlines and node-down news arrive in, each send is acted
-on once and the request is answered once.
+on once and the request is answered once (a chain's first stage running a long prompt
+ahead answers once a chunk, in order, each reply but the last marked ``more``).
 
 What a failed dispatch does (resend, reroute, wait for a route, or answer) is
 :mod:`hecate_router.losses`.
@@ -190,16 +191,15 @@ class Lifecycle:
         if kind != "steps" and (what := unsupported(self.request)) is not None:
             self._error("bad_request", f"{route.model_id} cannot {what}", out)
             return
-        layers, reuses = self.routes.layers(route.model_id), self.options.prefix_cache
-        d = Dispatch(route, i, chained, layers, self.routes.epoch, reuses)
+        o, layers = self.options, self.routes.layers(route.model_id)
+        d = Dispatch(route, i, chained, layers, self.routes.epoch, o.prefix_cache, o.run_ahead)
         act = self.acts.get(route.stages[i].layer_start, b"")
         request = stage_request(kind, d, self.request, self.request_id, act, self.session, self.gen)
         out.append(Send(self.send, i, route.stages[i].node_id, request, chained))
 
     def _replied(self, ev: flow.StageReplied, out: list[Action]) -> None:
         at, reply, stages = ev.stage, ev.reply, self.route.stages
-        self.stage = at
-        self.send = 0
+        self.stage, self.send = at, 0
         self.excused_since = None  # the link carried an answer: any excuse starts afresh
         node_id = stages[at].node_id
         if isinstance(reply, ErrorReply):
@@ -222,7 +222,7 @@ class Lifecycle:
             self.stage += 1
             return self._dispatch(ev.now, out)
         if isinstance(reply, TokenReply):
-            return self._generated(reply, ev.now, out)
+            return self._generated(reply, ev.send, ev.now, out)
         if not self.gen.started and self.attempts == 1 and not self.resent:  # one pass
             out.append(Sample(self.route.pipeline_id, ev.now - self.started, ev.now))
         output = ""
@@ -230,13 +230,17 @@ class Lifecycle:
             output, self.completion_count = reply.output, reply.completion_count
         return self._answer(True, output, None, out)
 
-    def _generated(self, reply: TokenReply, now: float, out: list[Action]) -> None:
+    def _generated(self, reply: TokenReply, send: int, now: float, out: list[Action]) -> None:
         """The last stage sampled a token: stream it, then the next step or the end."""
         step = self.gen.step(reply, self.request.max_tokens, self.request.stop)
         if step.positions == 1 and self.attempts == 1 and not self.resent:  # a decode step
             out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
         if step.kind == "chunk":
             self.counters["prefill_chunks"] += 1
+            if reply.more:  # the first stage runs the rest ahead: their replies follow
+                self.send, self.stage, self.acts = send, 0, {0: b""}
+                self.deadline = now + self.options.stage_timeout_s * len(self.route.stages)
+                return self._to(S.SENT)
         if step.streamed is not None and self.request.stream:
             out.append(Stream(step.streamed.message(self.request_id)))
         if step.kind == "done":
@@ -247,10 +251,6 @@ class Lifecycle:
     def _report(self, report: Report, out: list[Action]) -> None:
         self.probes.discard(report.node_id)  # a probe we carried is delivered with it
         out.append(report)
-
-    def _give_back(self, probes: set[str]) -> None:
-        if probes:
-            self.routes.give_back(probes)
 
     # -- answers ----------------------------------------------------------------------
 
@@ -269,7 +269,7 @@ class Lifecycle:
     ) -> None:
         self._to(S.DONE)
         self.send = 0
-        self._give_back(self.probes)
+        self.routes.give_back(self.probes)
         self.probes = set()
         if ok:
             self.counters["answered"] += 1

@@ -217,7 +217,7 @@ def _move(lc: Lifecycle, rescue: Recovered, now: float, out: list[Action]) -> No
     # The rescue route spends any probe lease held for a target on it, as a first
     # route does; a probe for a target it leaves out is given back.
     kept = {t for t in lc.probes if t in rescue.route.node_ids}
-    lc._give_back(lc.probes - kept)
+    lc.routes.give_back(lc.probes - kept)
     lc.probes = kept | lc.routes.take(rescue.route)
     # A fresh session per attempt: caches a dead route left half-built are never mixed.
     if lc.routes.keeps_sessions(old.model_id):

@@ -29,6 +29,7 @@ class Dispatch:
     model_layers: int
     epoch: int
     reuses: bool = False  # a generation's stages may use and keep cached prompt prefixes
+    run_ahead: bool = False  # a chain's first stage may run a long sequence's chunks ahead
 
 
 def unsupported(request: InferRequest) -> str | None:
@@ -97,6 +98,7 @@ def stage_request(
             output_format=request.output_format if samples else None,
             sampled=list(gen.generated) if samples and request.output_format else None,
             logprobs=request.logprobs if samples else None,
+            run_ahead=d.run_ahead and first and d.chained > 0,
         )
     if kind == "whole":
         return WholeStage(

@@ -590,8 +590,9 @@ LONG: dict[str, Any] = {
     "tokens": 8,
     "prompt_tokens": 3989,
     "stages": [[0, 10], [10, 20], [20, 30]],
-    "ttft_s": {"smollm2": [4.1, 4.3], "smollm2-numpy": [21.0, 22.5]},
+    "ttft_s": {"ahead": [4.1, 4.3], "one_chunk": [6.2, 6.0], "numpy": [21.0, 22.5]},
     "numpy_over_engine_by_round": [5.122, 5.233],
+    "one_chunk_over_ahead_by_round": [1.512, 1.395],
     "engine_text_ok": True,
 }
 

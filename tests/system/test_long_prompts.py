@@ -1,20 +1,26 @@
-"""Long prompts routed hop by hop answer exactly the single-process text.
+"""Long prompts answer exactly the single-process text, hop by hop and down a chain.
 
 test_long_prompt.py checks chained routes against llama.cpp (and ``prompt_too_long``);
-here every chunk's activation goes back to the router and on to the next stage, and the
-answer must be the greedy text of our own model in one process, token for token: a
-chunk's rows, batched or not, must add up to the state a one-process run builds."""
+here the answer must be the greedy text of our own model in one process, token for
+token: a chunk's rows, batched or not, must add up to the state a one-process run
+builds. Hop by hop every chunk's activation goes back to the router and on to the next
+stage; down a chain the first stage runs the chunks ahead, several stages computing at
+once."""
 
 from __future__ import annotations
 
 import functools
+import math
+from collections import Counter
 from pathlib import Path
 
 import msgspec
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from hecate.bus.settle import settled
+from hecate.llm.chunks import PREFILL_CHUNK
 from hecate.llm.reference import greedy_text
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
@@ -51,21 +57,38 @@ def reference(text: str) -> tuple[int, str]:
     return len(load_tokenizer(path).encode(text).ids), greedy_text(path, text, TOKENS)
 
 
-async def test_a_long_prompt_hop_by_hop_answers_the_single_process_text(
-    processes: Processes, client: Client, tmp_path: Path
+async def seen(sent: Counter[str], msg: Msg) -> None:
+    sent[msg.subject] += 1
+
+
+@pytest.mark.parametrize("dispatch", ["hop", "chain"])
+async def test_a_long_prompt_answers_the_single_process_text_and_its_chunks_go_as_they_should(
+    processes: Processes, client: Client, tmp_path: Path, dispatch: str
 ) -> None:
-    start(processes, tmp_path, ["a", "b", "c"], pipelines=1, dispatch="hop")
+    start(processes, tmp_path, ["a", "b", "c"], pipelines=1, dispatch=dispatch)
     await ready(client)
     failovers = await client.subscribe("hecate.events.failover")
     for length in LENGTHS:
         text = prompt(length)
         tokens, expected = reference(text)
         assert abs(tokens - length) < 0.02 * length
+        sent: Counter[str] = Counter()  # what each node was sent, seen on the bus
+        runs = await client.subscribe(subjects.node_run("*"), cb=functools.partial(seen, sent))
         request = InferRequest(prompt=text, max_tokens=TOKENS)
         msg = await client.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=300)
         reply = msgspec.json.decode(msg.data, type=InferReply)
         assert reply.ok, (length, reply.error)
         assert reply.output == expected, length
         assert reply.attempts == 1
+        await settled(client)
+        await runs.unsubscribe()
+        assert reply.route is not None
+        first, second = (subjects.node_run(s.node_id) for s in reply.route.stages[:2])
+        chunks, decode_steps = math.ceil(tokens / PREFILL_CHUNK), TOKENS - 1
+        # Every stage runs the prompt chunk by chunk. Hop by hop the router sends each
+        # chunk to each stage; down a chain the first stage is sent the prompt once and
+        # runs its chunks ahead, forwarding each as soon as it is run.
+        assert sent[second] == chunks + decode_steps
+        assert sent[first] == (1 if dispatch == "chain" else chunks) + decode_steps
     await settled(client)
     assert failovers.pending_msgs == 0

@@ -1,15 +1,15 @@
-"""A long prompt's first token through 3 chained stages: the engine's nodes against the
-numpy model's, interleaved.
+"""A long prompt's first token through 3 chained stages: the engine's nodes with the
+first stage running the prompt's chunks ahead, the same nodes one chunk a send, and the
+numpy model's nodes one chunk a send (as the swarm ran before either), interleaved.
 
 ``hecate bench long`` (or ``python -m hecate_dev.bench.long_prefill``) stands the
 3-stage swarm of ``hecate bench llm`` (:func:`hecate_dev.bench.llm_swarm.standing`, one
-engine thread a node) once with ``--executor smollm2`` nodes and once with
-``smollm2-numpy`` ones, ``--rounds`` times, which goes first alternating. Each time, it
-sends the 3,989-token prompt of the long-prompt golden file once to warm every range and
-path, then once timed, the router told not to reuse cached prefixes (the timed send would
-otherwise compute nothing). It returns each round's time to the first token, and whether the
-engine's text is the single-process engine's greedy text (the numpy model's text is its
-own)."""
+engine thread a node) once for each arm, ``--rounds`` times, the order rotated from round
+to round. Each time, it sends the 3,989-token prompt of the long-prompt golden file once
+to warm every range and path, then once timed, the router told not to reuse cached
+prefixes (the timed send would otherwise compute nothing). It returns each round's time
+to the first token, and whether the engine's texts are the single-process engine's
+greedy text (the numpy model's text is its own)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,12 @@ GOLDEN = (
     Path(__file__).resolve().parents[3]
     / "tests/shared/engine/golden/smollm2-135m-long-prompts.json"
 )
-EXECUTORS = ("smollm2", "smollm2-numpy")
+#: Each arm's nodes and what its router is told besides ``--no-prefix-cache``.
+ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ahead": ("smollm2", ()),
+    "one_chunk": ("smollm2", ("--no-run-ahead",)),
+    "numpy": ("smollm2-numpy", ("--no-run-ahead",)),
+}
 TOKENS = 8
 
 
@@ -59,37 +64,41 @@ async def first_token(url: str, prompt: str) -> tuple[float, str]:
 
 
 def run(*, rounds: int) -> dict[str, Any]:
-    """``hecate bench long``: each round, the engine's 3-stage swarm and the numpy
-    model's in turn (which goes first alternating), the long prompt's first token on
-    each after one warm-up send."""
+    """``hecate bench long``: each round, every arm's 3-stage swarm in turn (the order
+    rotated round by round), the long prompt's first token on each after one warm-up
+    send."""
     from hecate.llm.reference import greedy_text
     from hecate.llm.store import pull
 
     prompt = json.loads(GOLDEN.read_text())["prompts"][-1]["text"]
     path = pull(MODEL, progress=lambda _line: None)
-    ttft: dict[str, list[float]] = {e: [] for e in EXECUTORS}
+    names = list(ARMS)
+    ttft: dict[str, list[float]] = {a: [] for a in names}
     texts: dict[str, str] = {}
     for i in range(rounds):
-        for executor in EXECUTORS if i % 2 == 0 else EXECUTORS[::-1]:
+        for arm in names[i % len(names) :] + names[: i % len(names)]:
+            executor, extra = ARMS[arm]
             # Without the nodes' prefix cache: the timed send would find the warm-up's
             # prompt cached and compute none of it.
-            with standing(
-                STAGES, dispatch="chain", executor=executor, router_args=("--no-prefix-cache",)
-            ) as swarm:
+            args = ("--no-prefix-cache", *extra)
+            with standing(STAGES, dispatch="chain", executor=executor, router_args=args) as swarm:
                 asyncio.run(first_token(swarm.url, prompt))  # warm
-                seconds, texts[executor] = asyncio.run(first_token(swarm.url, prompt))
-            ttft[executor].append(round(seconds, 3))
+                seconds, texts[arm] = asyncio.run(first_token(swarm.url, prompt))
+            ttft[arm].append(round(seconds, 3))
     want = greedy_text(path, prompt, TOKENS)
+
+    def over(slow: str, fast: str) -> list[float]:
+        return [round(a / b, 3) for a, b in zip(ttft[slow], ttft[fast], strict=True)]
+
     return {
         "rounds": rounds,
         "tokens": TOKENS,
         "prompt_tokens": len(load_tokenizer(path).encode(prompt).ids),
         "stages": [[a, b] for _name, a, b in STAGES[0]],
         "ttft_s": ttft,
-        "numpy_over_engine_by_round": [
-            round(n / e, 3) for n, e in zip(ttft["smollm2-numpy"], ttft["smollm2"], strict=True)
-        ],
-        "engine_text_ok": texts["smollm2"] == want,
+        "numpy_over_engine_by_round": over("numpy", "ahead"),
+        "one_chunk_over_ahead_by_round": over("one_chunk", "ahead"),
+        "engine_text_ok": texts["ahead"] == want and texts["one_chunk"] == want,
     }
 
 

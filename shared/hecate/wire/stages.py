@@ -124,6 +124,13 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # For the stage that samples: the sampled token's log-probability, with this many
     # of the step's most likely tokens; None: none.
     logprobs: int | None = None
+    # Down a chain, a long sequence's chunks in flight on several stages at once. The
+    # router sets ``run_ahead`` on the first stage's step: it runs every chunk of
+    # ``tokens`` itself, one a batch, forwarding each as soon as it is run (the next
+    # computes while the stages after run this one). ``more`` marks a forwarded chunk
+    # that others follow; the last stage's reply to it says so too (TokenReply.more).
+    run_ahead: bool = False
+    more: bool = False
 
 
 class WholeStage(StageHeader, frozen=True, kw_only=True, tag="whole"):
@@ -174,6 +181,9 @@ class TokenReply(_Answer, frozen=True, kw_only=True, tag="token"):
     positions: int | None = None
     prompt_tokens: list[int] | None = None
     logprob: TokenLogprob | None = None  # asked for (StepStage.logprobs)
+    # A chunk of a sequence the first stage runs ahead (StepStage.run_ahead) with more
+    # chunks behind it: their replies follow, on the same send, in order.
+    more: bool = False
 
 
 class OutputReply(_Answer, frozen=True, kw_only=True, tag="output"):

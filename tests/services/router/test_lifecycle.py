@@ -199,7 +199,9 @@ class Run:
         assert not (done_before and out), "a finished request acts on nothing"
         if isinstance(event, StageReplied | StageFailed) and (out or before != after):
             assert event.send not in self.acted, "each send is acted on once"
-            self.acted.add(event.send)
+            # (but for the chunks a chain's first stage runs ahead: each says more follow)
+            if not (isinstance(event, StageReplied) and getattr(event.reply, "more", False)):
+                self.acted.add(event.send)
         for i, a in enumerate(out):
             if isinstance(a, Send):
                 assert i == len(out) - 1, "a send is the last thing a step does"
@@ -697,3 +699,54 @@ def test_a_stage_that_lost_the_prefix_starts_the_step_over_whole_blaming_nobody(
     [a] = run.answers()
     assert a.reply.ok
     assert run.m.counters["prefix_lost"] == 1
+
+
+# -- a long prompt's chunks, run ahead down a chain --------------------------------------
+
+
+def test_a_chain_s_first_stage_runs_a_long_prompt_ahead_and_each_chunk_answers_on_one_send() -> (
+    None
+):
+    run = started(Swarm(generative=True), chain=True, max_tokens=2)
+    sent = run.last
+    assert isinstance(sent.request, StepStage)
+    assert sent.request.run_ahead  # the first stage of a chain may run the chunks ahead
+    last = sent.stage + sent.chained
+    prompt = list(range(100, 110))  # ten positions, run as 4 + 4 + 2
+    timeout = run.m.options.stage_timeout_s
+    for at, (ran, more) in enumerate([(4, True), (4, True)], start=1):
+        now = at * 2 * timeout  # each chunk a while after the one before
+        chunk = TokenReply(token=1, positions=ran, prompt_tokens=prompt, more=more)
+        out = run.feed(StageReplied(sent.send, last, chunk, now))
+        assert not any(isinstance(a, Send | Stream) for a in out)  # nothing sent
+        assert (run.m.state, run.m.send, run.m.stage) == (State.SENT, sent.send, 0)
+        assert not run.m.due(now + timeout * 3 - 0.01)  # the deadline runs from this chunk
+    assert run.m.gen.position == 8
+    final = TokenReply(token=42, text="t0 ", positions=2, prompt_tokens=prompt)
+    out = run.feed(StageReplied(sent.send, last, final, 5 * timeout))
+    assert [a.token.token for a in out if isinstance(a, Stream)] == [42]  # only the real token
+    step = run.last.request
+    assert run.last.send != sent.send
+    assert isinstance(step, StepStage)
+    assert (step.tokens, step.position) == ([42], 10)
+    assert run.m.counters["prefill_chunks"] == 2
+
+
+def test_chunks_go_one_send_each_when_the_router_may_not_run_them_ahead() -> None:
+    # Hop by hop the router itself sends every stage; down a chain it is an option
+    # (nodes that do not run ahead answer one chunk a send).
+    hop = started(Swarm(generative=True), chain=False)
+    assert isinstance(hop.last.request, StepStage)
+    assert not hop.last.request.run_ahead
+    m = machine(Swarm(generative=True), chain=True)
+    m.options = FlowOptions(chain=True, run_ahead=False)
+    run = Run(m)
+    run.feed(Start(0.0))
+    sent = run.last
+    assert isinstance(sent.request, StepStage)
+    assert not sent.request.run_ahead
+    chunk = TokenReply(token=1, positions=4, prompt_tokens=list(range(10)))
+    out = run.feed(StageReplied(sent.send, sent.stage + sent.chained, chunk, 0.1))
+    [again] = [a for a in out if isinstance(a, Send)]
+    assert isinstance(again.request, StepStage)
+    assert (again.request.position, again.request.tokens) == (4, list(range(4, 10)))

@@ -83,7 +83,7 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
     ),
     (
         "long",
-        "A long prompt through 3 stages: the engine against the numpy model",
+        "A long prompt through 3 stages: chunks run ahead, one a send, and numpy",
         "hecate bench long",
         section_long,
     ),
