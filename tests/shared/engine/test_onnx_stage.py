@@ -172,6 +172,31 @@ def test_a_position_run_alone_is_computed_as_it_is_beside_others() -> None:
     assert stage.pads_alone in (True, False)  # as this machine's kernels measured
 
 
+def test_sessions_spread_over_the_slots_move_together_and_compute_the_same() -> None:
+    """A batch whose sessions have held slots between them (cached prefixes, another
+    group's sessions) moves next to each other, once, and computes bit for bit what the
+    same sessions next to each other from the start do, this step and the next."""
+    path = model_path("smollm2-135m")
+    rng = np.random.default_rng(11)
+    history = rng.standard_normal((5, 576), dtype=np.float32)
+    steps = [rng.standard_normal((3, 1, 576), dtype=np.float32) for _ in range(2)]
+    outs: dict[str, list[list[np.ndarray]]] = {}
+    for layout in ("together", "spread"):
+        stage = OnnxStage(path, 10, 20, threads=1, slots=8, capacity=64)
+        slots = [stage.new_cache() for _ in range(5 if layout == "spread" else 3)]
+        for slot in slots:
+            stage.forward_batch([history], [slot])
+        batch = slots[::2] if layout == "spread" else slots  # spread: 0, 2 and 4
+        others = [(s.index, s.length) for s in slots if s not in batch]
+        outs[layout] = [stage.forward_batch(list(x), batch) for x in steps]
+        indices = sorted(s.index for s in batch)
+        assert indices[-1] - indices[0] == 2  # next to each other
+        assert [(s.index, s.length) for s in slots if s not in batch] == others  # untouched
+        assert all(s.length == 7 for s in batch)
+    for got, want in zip(outs["spread"], outs["together"], strict=True):
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
 def resident_bytes(array: np.ndarray) -> int:
     """How many bytes of ``array``'s pages the kernel backs (``mincore``)."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
