@@ -53,7 +53,7 @@ def test_the_levels_rounds_and_tokens_reach_the_suite(
     main(["bench", "llm", "--quick"])
     assert seen["concurrency"] == (1, 2)
     main(["bench", "llm"])
-    assert (seen["concurrency"], seen["rounds"], seen["tokens"]) == ((1, 2, 4, 8, 16, 32), 5, 48)
+    assert (seen["concurrency"], seen["rounds"], seen["tokens"]) == ((1, 2, 4, 8, 16, 32), 8, 48)
 
 
 def test_a_bad_list_of_levels_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
