@@ -9,8 +9,10 @@ once."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -25,8 +27,9 @@ from hecate.llm.reference import greedy_text
 from hecate.llm.store import pull
 from hecate.llm.tokenizer import load_tokenizer
 from hecate.wire import subjects
-from hecate.wire.messages import InferReply, InferRequest
+from hecate.wire.messages import FailoverEvent, InferReply, InferRequest
 from tests.support.swarm import Processes
+from tests.support.waits import endpoint_data, stats, until
 from tests.system.test_swarm_generation import MODEL, ready, start
 
 # SmolLM2, pulled and prepared once per run (tests/conftest.py).
@@ -92,3 +95,57 @@ async def test_a_long_prompt_answers_the_single_process_text_and_its_chunks_go_a
         assert sent[first] == (1 if dispatch == "chain" else chunks) + decode_steps
     await settled(client)
     assert failovers.pending_msgs == 0
+
+
+async def test_a_middle_stage_killed_while_the_first_runs_ahead_is_replayed_and_unchanged(
+    processes: Processes, client: Client, tmp_path: Path
+) -> None:
+    """Down a chain, the middle stage is killed once it has been sent two of a long
+    prompt's chunks run ahead (each marked ``more``), while the prompt's chunks are
+    still in flight: the generation is replayed on the replica and answers the
+    single-process text, and every surviving node, the lost route's first stage too,
+    drops the prompt's sessions."""
+    nodes = ["a", "b", "c", "d", "e", "f"]
+    start(processes, tmp_path, nodes, pipelines=2, dispatch="chain")
+    await ready(client)
+    text = prompt(LENGTHS[0])
+    _tokens, expected = reference(text)
+    middle: list[str] = []  # the middle stage's node, once per chunk it is sent
+
+    async def on_stage(msg: Msg) -> None:
+        stage = msgspec.msgpack.decode(msg.data)
+        if stage["layer_start"] == 10 and stage.get("more"):
+            middle.append(msg.subject.split(".")[2])
+
+    events: list[FailoverEvent] = []
+
+    async def on_failover(msg: Msg) -> None:
+        events.append(msgspec.json.decode(msg.data, type=FailoverEvent))
+
+    await client.subscribe(subjects.node_run("*"), cb=on_stage)
+    await client.subscribe(subjects.EVENT_FAILOVER, cb=on_failover)
+    await settled(client)
+    request = InferRequest(prompt=text, max_tokens=TOKENS)
+    task = asyncio.create_task(
+        client.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=300)
+    )
+    while len(middle) < 2 and not task.done():
+        await asyncio.sleep(0.002)  # polling what the bus has carried so far
+    assert len(middle) >= 2, "the prompt ran before two chunks reached the middle stage"
+    victim = middle[0]
+    processes.kill(f"node-{victim}", signal.SIGKILL)
+    reply = msgspec.json.decode((await task).data, type=InferReply)
+    assert reply.ok, reply.error
+    assert reply.output == expected
+    assert reply.route is not None
+    assert victim not in [s.node_id for s in reply.route.stages]
+    assert any(e.lost_node == victim and e.kind == "replica" for e in events), events
+    held: dict[str, object] = {}
+
+    async def released() -> bool:
+        for n in (n for n in nodes if n != victim):
+            data = endpoint_data(await stats(client, "node", n), "run")
+            held[n] = data and data["sessions"]
+        return all(v == 0 for v in held.values())
+
+    await until(released, "every surviving node dropped the prompt's sessions", last=held)
