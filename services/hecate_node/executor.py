@@ -92,6 +92,10 @@ class Runner(Protocol):
         """What the executor's cached prompt prefixes did (empty: it keeps none)."""
         ...
 
+    def engine(self) -> dict[str, int]:
+        """What the executor's engine computed (empty: it says nothing)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -116,6 +120,9 @@ class _Base:
         return 0
 
     def prefixes(self) -> dict[str, int]:
+        return {}
+
+    def engine(self) -> dict[str, int]:
         return {}
 
     def close(self) -> None:
@@ -240,6 +247,10 @@ class StepRunner(_Base):
 
     def prefixes(self) -> dict[str, int]:
         counts = getattr(self.executor, "prefix_counts", None)
+        return counts() if callable(counts) else {}
+
+    def engine(self) -> dict[str, int]:
+        counts = getattr(self.executor, "engine_counts", None)
         return counts() if callable(counts) else {}
 
     def close(self) -> None:

@@ -261,6 +261,7 @@ class Node:
             "largest_batch": meter.largest_batch,
             "sessions": self.runner.sessions(),
             "prefixes": self.runner.prefixes(),
+            "engine": self.runner.engine(),
             "bad_plans": self.holdings.bad_plans,
         }
 

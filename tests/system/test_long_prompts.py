@@ -95,6 +95,12 @@ async def test_a_long_prompt_answers_the_single_process_text_and_its_chunks_go_a
         assert sent[first] == (1 if dispatch == "chain" else chunks) + decode_steps
     await settled(client)
     assert failovers.pending_msgs == 0
+    for n in ("a", "b", "c"):  # what each node's engine computed, in its STATS
+        data = endpoint_data(await stats(client, "node", n), "run")
+        assert data is not None
+        engine = data["engine"]
+        assert engine["runs"] > 0
+        assert engine["rows_computed"] >= engine["rows"] > 0
 
 
 async def test_a_middle_stage_killed_while_the_first_runs_ahead_is_replayed_and_unchanged(

@@ -23,7 +23,7 @@ import functools
 import os
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -61,13 +61,6 @@ def engine_threads(env: Mapping[str, str] = os.environ) -> int | None:
 
 Engine = Literal["numpy", "onnx"]
 ENGINES: tuple[str, ...] = get_args(Engine)
-
-
-def rows_of(step: Step, config_hidden: int) -> int:
-    """The positions ``step`` runs: its tokens, or its activation's rows."""
-    if step.tokens is not None:
-        return len(step.tokens)
-    return len(step.hidden) // (4 * config_hidden)
 
 
 class LlmExecutor:
@@ -203,13 +196,13 @@ class LlmExecutor:
         return sum(len(s.caches) for s in list(self._ranges.values()))
 
     def prefix_counts(self) -> dict[str, int]:
-        """Over the ranges held here, :meth:`Prefixes.counts
-        <hecate.llm.prefixes.Prefixes.counts>` summed. Read from any thread: a figure
-        for STATS, not a decision."""
-        out: Counter[str] = Counter()
-        for sessions in list(self._ranges.values()):
-            out.update(sessions.prefixes.counts())
-        return dict(out)
+        """:meth:`Prefixes.counts <hecate.llm.prefixes.Prefixes.counts>` summed over the
+        ranges held (STATS figures, read from any thread; as :meth:`engine_counts`)."""
+        return _summed(s.prefixes.counts() for s in list(self._ranges.values()))
+
+    def engine_counts(self) -> dict[str, int]:
+        """``OnnxStage.counts`` summed over the ranges held (none from the numpy model)."""
+        return _summed(getattr(s.stage, "counts", {}) for s in list(self._ranges.values()))
 
     def limit_payload(self, max_payload: int) -> None:
         """The largest message the bus carries: first-stage chunks are sized to fit it."""
@@ -305,7 +298,7 @@ class LlmExecutor:
                     )
                 continue
             logits = stage.logits_of([out for _, out, _ in done])
-            ran = {i: rows_of(step, config_hidden=stage.config.hidden) for i, step, _ in items}
+            ran = {i: step.rows(stage.config.hidden) for i, step, _ in items}
             for row, (i, _, prompt_tokens) in enumerate(done):
                 req = reqs[i]
                 try:
@@ -398,3 +391,10 @@ class LlmExecutor:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self._gguf())
         return self._tokenizer
+
+
+def _summed(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for c in counts:
+        out.update(c)
+    return dict(out)

@@ -176,8 +176,12 @@ class OnnxStage:
         self._held: list[Slot | None] = [None] * (slots + 1)
         self._bytes_per_position = 2 * self.blocks * kv * d * 4
         self._bindings: dict[tuple[int, int], ort.IOBinding] = {}  # by span, LRU last
+        #: For STATS: the runs, the sessions' rows they were asked, the rows their spans
+        #: computed (padding rows included) and the sessions moved to pack a batch.
+        self.counts: dict[str, int] = {"runs": 0, "rows": 0, "rows_computed": 0, "moves": 0}
         #: Whether a row run alone takes a padding row beside it (:meth:`_beside`).
         self.pads_alone: bool = self._one_row_differs()
+        self.counts = dict.fromkeys(self.counts, 0)  # serving's, not the probe's
         trim_heap()
 
     @property
@@ -334,6 +338,7 @@ class OnnxStage:
             release(pool, old)
         self._held[index], self._held[old] = slot, None
         slot.index = index
+        self.counts["moves"] += 1
 
     def _run(self, xs: list[Array], caches: list[Slot]) -> list[Array]:
         c = self.config
@@ -351,6 +356,10 @@ class OnnxStage:
         if (hi - lo) * rows == 1 and self.pads_alone:
             lo, hi = self._beside(lo)
         x = np.zeros((hi - lo, rows, c.hidden), np.float32)
+        counts = self.counts
+        counts["runs"] += 1
+        counts["rows"] += len(caches) * rows
+        counts["rows_computed"] += (hi - lo) * rows
         for cache, row in zip(caches, xs, strict=True):
             x[cache.index - lo] = row
         lengths = np.asarray(

@@ -98,6 +98,10 @@ class Step:
     keys: tuple[bytes, ...] = ()
     reuse: int = 0
 
+    def rows(self, width: int) -> int:
+        """The positions this step runs: its tokens, or its hidden rows of ``width``."""
+        return len(self.tokens) if self.tokens is not None else len(self.hidden) // (4 * width)
+
     def positions(self, width: int) -> list[Step]:
         """This step as one step a position (``width``: the hidden rows' width)."""
         start = self.position + self.reuse

@@ -193,6 +193,9 @@ def test_sessions_spread_over_the_slots_move_together_and_compute_the_same() -> 
         assert indices[-1] - indices[0] == 2  # next to each other
         assert [(s.index, s.length) for s in slots if s not in batch] == others  # untouched
         assert all(s.length == 7 for s in batch)
+        moved = 2 if layout == "spread" else 0  # 0 and 2 into the window 4, 5, 6
+        assert stage.counts["moves"] == moved
+        assert stage.counts["rows_computed"] - stage.counts["rows"] == 0  # no padding row
     for got, want in zip(outs["spread"], outs["together"], strict=True):
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
 
