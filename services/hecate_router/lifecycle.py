@@ -237,9 +237,9 @@ class Lifecycle:
             out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
         if step.kind == "chunk":
             self.counters["prefill_chunks"] += 1
-            if reply.more:  # the first stage runs the rest ahead: their replies follow
+            if reply.more:  # run ahead, the rest follows: the send waits anew from here
                 self.send, self.stage, self.acts = send, 0, {0: b""}
-                self.deadline = now + self.options.stage_timeout_s * len(self.route.stages)
+                self.deadline, self.sent_at = self.deadline + now - self.sent_at, now
                 return self._to(S.SENT)
         if step.streamed is not None and self.request.stream:
             out.append(Stream(step.streamed.message(self.request_id)))

@@ -110,7 +110,7 @@ class Step:
         row = 4 * width
         return [
             Step(self.session, start + k, hidden=self.hidden[k * row : (k + 1) * row])
-            for k in range(len(self.hidden) // row)
+            for k in range(self.rows(width))
         ]
 
 
