@@ -99,6 +99,7 @@ FailureKind = Literal[
     "unreadable",  # the node's reply did not decode
     "publish_failed",  # the stage never left the router (disconnected)
     "too_large",  # the stage outgrew the bus's max_payload: nobody failed
+    "unsendable",  # the stage could not be encoded (the request's own data): nobody failed
 ]
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections import Counter
+from time import monotonic as now
 
 import msgspec
 from nats.errors import MaxPayloadError
@@ -49,46 +51,66 @@ class Publisher:
         self.inbox = ""  # the router's reply inbox, once connected
 
     async def carry_out(self, acts: list[d.Action]) -> list[d.Event]:
-        """Publish what ``acts`` say; the events it brings back (a publish failed)."""
+        """Publish what ``acts`` say; the events it brings back (a publish failed).
+
+        Never raises: an act that cannot be carried out (one request's data that will
+        not encode, a bug) is logged and counted, and a stage that never left fails
+        its own request; the other acts, and the loop that fed them, go on."""
         back: list[d.Event] = []
         for act in acts:
-            match act:
-                case d.Dispatch():
-                    failed = await self._dispatch(act)
-                    if failed is not None:
-                        back.append(failed)
-                case d.Streamed(call, token):
-                    # On the caller's own reply path (nowhere else), from the connection
-                    # the answer leaves by, so the tokens arrive before it.
-                    req = self.calls.get(call)
-                    if req is not None and req.reply:
-                        body = _json.encode(token)
-                        await self.service.nc.publish(req.reply, body, headers=STREAM_TOKEN_HEADERS)
-                case d.Respond():
-                    await self._respond(act)
-                case d.Report(node_id, ok, code, retry_after_s):
-                    await self.breakers.report(
-                        node_id, ok=ok, code=code, retry_after_s=retry_after_s
-                    )
-                case d.Release(route, session):
-                    await self._release(route, session)
-                case d.FailedOver(flight, f):
-                    await self._failed_over(flight, f)
-                case d.AskQuota(call, ask):
-                    reply = f"{self.inbox}.q{call}"
-                    if not await self._publish(subjects.QUOTA_ACQUIRE, _json.encode(ask), reply):
-                        back.append(d.QuotaAnswered(call, None, time.monotonic()))
-                case d.AskOwner(claim, ask):
-                    # Unsent: nobody hears the claim, so it runs here when its time is up.
-                    reply = f"{self.inbox}.r{claim}"
-                    await self._publish(subjects.ROUTER_RETRIES, _json.encode(ask), reply)
-                case d.Forget(call):
-                    req = self.calls.pop(call, None)
-                    if req is not None:
-                        req.span.end()
-                case d.OwnRetry():
-                    pass  # the claim's endpoint answers it
+            try:
+                failed = await self._carry_out(act)
+            except Exception as exc:
+                self.counters["acts_failed"] += 1
+                event(
+                    self.service.log,
+                    "act failed",
+                    logging.ERROR,
+                    act=type(act).__name__,
+                    error=repr(exc),
+                    exception="".join(traceback.format_exception(exc)),
+                )
+                if isinstance(act, d.Dispatch):
+                    why = Failure("unsendable", f"the stage could not be sent: {exc!r}")
+                    failed = d.StageHeard(act.flight, act.send.send, act.send.stage, why, now())
+            if failed is not None:
+                back.append(failed)
         return back
+
+    async def _carry_out(self, act: d.Action) -> d.Event | None:
+        match act:
+            case d.Dispatch():
+                return await self._dispatch(act)
+            case d.Streamed(call, token):
+                # On the caller's own reply path (nowhere else), from the connection
+                # the answer leaves by, so the tokens arrive before it.
+                req = self.calls.get(call)
+                if req is not None and req.reply:
+                    body = _json.encode(token)
+                    await self.service.nc.publish(req.reply, body, headers=STREAM_TOKEN_HEADERS)
+            case d.Respond():
+                await self._respond(act)
+            case d.Report(node_id, ok, code, retry_after_s):
+                await self.breakers.report(node_id, ok=ok, code=code, retry_after_s=retry_after_s)
+            case d.Release(route, session):
+                await self._release(route, session)
+            case d.FailedOver(flight, f):
+                await self._failed_over(flight, f)
+            case d.AskQuota(call, ask):
+                reply = f"{self.inbox}.q{call}"
+                if not await self._publish(subjects.QUOTA_ACQUIRE, _json.encode(ask), reply):
+                    return d.QuotaAnswered(call, None, now())
+            case d.AskOwner(claim, ask):
+                # Unsent: nobody hears the claim, so it runs here when its time is up.
+                reply = f"{self.inbox}.r{claim}"
+                await self._publish(subjects.ROUTER_RETRIES, _json.encode(ask), reply)
+            case d.Forget(call):
+                req = self.calls.pop(call, None)
+                if req is not None:
+                    req.span.end()
+            case d.OwnRetry():
+                pass  # the claim's endpoint answers it
+        return None
 
     async def _publish(self, subject: str, body: bytes, reply: str) -> bool:
         try:
@@ -117,8 +139,14 @@ class Publisher:
                 },
             )
             headers = tracing.inject({}, in_span(span))
-        body = _msgpack.encode(request)
         failure: Failure | None = None
+        try:
+            # Every number was bounded at the request's decode; a stage that still will
+            # not encode is that request's to fail, not the router's.
+            body = _msgpack.encode(request)
+        except (OverflowError, TypeError, ValueError) as exc:
+            why = f"stage {s.stage} of the route cannot be encoded: {exc}"
+            return d.StageHeard(flight, s.send, s.stage, Failure("unsendable", why), now())
         try:
             await self.service.nc.publish(
                 subjects.node_run(s.node_id), body, reply=f"{base}-{s.stage}", headers=headers
@@ -134,7 +162,7 @@ class Publisher:
             failure = Failure("publish_failed", f"publish failed: {exc!r}")
         if failure is None:
             return None
-        return d.StageHeard(flight, s.send, s.stage, failure, time.monotonic())
+        return d.StageHeard(flight, s.send, s.stage, failure, now())
 
     async def _respond(self, act: d.Respond) -> None:
         reply, err = act.reply, act.reply.error if act.reply is not None else None

@@ -48,13 +48,16 @@ def triage(
     excused_since: float | None = None,
 ) -> ResendSoon | GiveUp | None:
     """Before any rescue: a failure that no other route would cure (the request's own
-    size), one the router's own isolation explains (``isolated``: why, from
-    :func:`hecate_router.hearing.isolated`; excused until ``opts.isolation_limit_s``
-    after ``excused_since``, the flight's first excused failure), or one the bus's own
+    size, or data no stage message can carry), one the router's own isolation explains
+    (``isolated``: why, from :func:`hecate_router.hearing.isolated`; excused until
+    ``opts.isolation_limit_s`` after ``excused_since``, the flight's first excused
+    failure), or one the bus's own
     recovery explains (``window``, at most ``opts.reconnect_grace_s``, says whether
     ``node_id`` may only not be back yet). ``None``: look for a rescue."""
     if why.kind == "too_large":
         return GiveUp("payload_too_large", why.reason)
+    if why.kind == "unsendable":
+        return GiveUp("bad_request", why.reason)
     if isolated and (excused_since is None or now - excused_since < opts.isolation_limit_s):
         return ResendSoon(now + opts.resend_delay_s, isolated)
     # In a chain only when its first stage was missing: later ones already ran.

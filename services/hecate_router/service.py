@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import secrets
 import time
+import traceback
 from collections import Counter
 from collections.abc import Mapping
 
@@ -284,15 +285,29 @@ class RouterService:
                 await self.feed(d.TelemetryHeard(part, now, wall))
 
     async def _sweep(self) -> None:
-        """Stage deadlines, held quota waits, the line, probe leases due."""
+        """Stage deadlines, held quota waits, the line, probe leases due.
+
+        Every flight's deadline rides this loop, so a round that raises (a bug met
+        by one request's data) is logged and counted, and the next round goes on:
+        ending it would end every request in flight."""
         while True:
             await asyncio.sleep(SWEEP_S)
-            self.view.expire_suspicions()
-            self.view.catch_up(time.monotonic())
-            for target in self.breakers.due(time.time()):
-                self.service.spawn(self._lease(target))
-            await self.feed(d.Tick(time.monotonic()))
-            self.breakers.redeliver(self.service.spawn)
+            try:
+                self.view.expire_suspicions()
+                self.view.catch_up(time.monotonic())
+                for target in self.breakers.due(time.time()):
+                    self.service.spawn(self._lease(target))
+                await self.feed(d.Tick(time.monotonic()))
+                self.breakers.redeliver(self.service.spawn)
+            except Exception as exc:
+                self.desk.counters["sweep_failed"] += 1
+                event(
+                    self.log,
+                    "sweep round failed",
+                    logging.ERROR,
+                    error=repr(exc),
+                    exception="".join(traceback.format_exception(exc)),
+                )
 
     async def _lease(self, target: str) -> None:
         if await self.breakers.try_lease(target):

@@ -92,6 +92,8 @@ def decode(app: App) -> App:
             req.body = ep.decoder.decode(req.data)
         except msgspec.DecodeError as exc:
             raise ServiceError("bad_request", f"{ep.name}: {exc}") from None
+        except RecursionError:  # msgspec's own bound on nesting, about 1,000 deep
+            raise ServiceError("bad_request", f"{ep.name}: nested too deep") from None
         await app(req)
 
     return layer

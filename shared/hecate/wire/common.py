@@ -20,6 +20,15 @@ MAX_PROMPT_CHARS = 64 * 1024
 MAX_TOKENS = 4096
 # The longest a caller may ask to be held for its quota slot (InferRequest.max_wait_ms).
 MAX_WAIT_MS = 600_000
+# A sampling seed: any integer OpenAI's API takes (int64), so any msgpack can carry; a
+# larger one is refused where it is decoded, not where a router encodes it again.
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+# Sampling temperature and nucleus mass, as far as the wire goes (callers narrower).
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=10)]
+TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
+# Each streamed token is checked against every stop string: their length bounds that work.
+MAX_STOP_CHARS = 1024
+StopString = Annotated[str, msgspec.Meta(max_length=MAX_STOP_CHARS)]
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

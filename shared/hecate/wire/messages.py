@@ -22,6 +22,7 @@ from hecate.resilience.breaker import BreakerSnapshot
 # tagged unions), which live in modules of their own.
 from hecate.wire.common import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS
 from hecate.wire.common import MAX_SCHEMA_CHARS as MAX_SCHEMA_CHARS
+from hecate.wire.common import MAX_STOP_CHARS as MAX_STOP_CHARS
 from hecate.wire.common import MAX_TOKENS as MAX_TOKENS
 from hecate.wire.common import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from hecate.wire.common import MAX_WAIT_MS as MAX_WAIT_MS
@@ -30,6 +31,7 @@ from hecate.wire.common import ChatMessage as ChatMessage
 from hecate.wire.common import ErrorBody as ErrorBody
 from hecate.wire.common import ErrorReply as ErrorReply
 from hecate.wire.common import OutputFormat as OutputFormat
+from hecate.wire.common import Seed, StopString, Temperature, TopP
 from hecate.wire.common import TokenLogprob as TokenLogprob
 from hecate.wire.stages import ActivationReply as ActivationReply
 from hecate.wire.stages import LayersStage as LayersStage
@@ -39,6 +41,7 @@ from hecate.wire.stages import StageRequest as StageRequest
 from hecate.wire.stages import StepStage as StepStage
 from hecate.wire.stages import TokenReply as TokenReply
 from hecate.wire.stages import WholeStage as WholeStage
+from hecate.wire.tools import tools_problem
 
 
 # -- clients <-> routers (JSON) --------------------------------------------------------
@@ -59,9 +62,9 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     # 2, 3, ...: a client retry of the same request_id (routers look for the original).
     attempt: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
     # Generative models: sampling (greedy at temperature 0) and whether to stream tokens.
-    temperature: Annotated[float, msgspec.Meta(ge=0, le=10)] = 0.0
-    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
-    seed: int | None = None
+    temperature: Temperature = 0.0
+    top_p: TopP = 1.0
+    seed: Seed | None = None
     # Whether the tokens come back on the request's own reply subject, each a StreamToken
     # with the header STREAM_HEADER: token, before the one InferReply (which has no such
     # header). Set by the router from the subject the request came on (a caller asks on
@@ -69,7 +72,7 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool = False
     messages: Annotated[list[ChatMessage], msgspec.Meta(max_length=256)] | None = None
     # Generation ends before any of these strings (which are not part of the output).
-    stop: Annotated[list[str], msgspec.Meta(max_length=8)] = []
+    stop: Annotated[list[StopString], msgspec.Meta(max_length=8)] = []
     # The text's required shape (any JSON object, or JSON valid against a schema),
     # enforced while each token is sampled.
     output_format: OutputFormat | None = None
@@ -80,6 +83,11 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True):
     # stage gives them to the model as its chat template does, or as a system block in
     # Hermes' form where the template takes none (hecate.llm.template).
     tools: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
+
+    def __post_init__(self) -> None:
+        # Raised here, msgspec refuses the message as it decodes it (ValidationError).
+        if (problem := tools_problem(self.tools)) is not None:
+            raise ValueError(problem)
 
 
 # Marks a streamed token on a request's reply subject (``InferRequest.stream``).

@@ -27,7 +27,17 @@ from typing import Annotated
 import msgspec
 
 from hecate.core.plan import Stage
-from hecate.wire.common import ChatMessage, OutputFormat, TokenLogprob
+from hecate.wire.common import (
+    MAX_SCHEMA_CHARS,
+    MAX_TOP_LOGPROBS,
+    ChatMessage,
+    OutputFormat,
+    Seed,
+    Temperature,
+    TokenLogprob,
+    TopP,
+)
+from hecate.wire.tools import tools_problem
 
 __all__ = [
     "ActivationReply",
@@ -94,9 +104,9 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     messages: list[ChatMessage] | None = None
     activation: bytes = b""
     decode_tokens: int | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
+    temperature: Temperature = 0.0
+    top_p: TopP = 1.0
+    seed: Seed | None = None
     # Down a chain: the first stage's tokenization of the prompt, so that the last
     # stage's reply carries it back to the router (which needs it to replay). With
     # ``cache_scope``, sent to every stage while the prompt runs: each names the
@@ -110,7 +120,7 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     cache_scope: str | None = None
     reused: Annotated[int, msgspec.Meta(ge=0)] = 0
     # The first stage: the functions the model may call (InferRequest.tools).
-    tools: str = ""
+    tools: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
     # On a replay: positions from this one on hold tokens the generation sampled. Each
     # stage runs them one position at a time, as they ran when they were sampled, and
     # the first stage ends a chunk there: the rescue route computes exactly what the
@@ -123,7 +133,7 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     sampled: list[int] | None = None
     # For the stage that samples: the sampled token's log-probability, with this many
     # of the step's most likely tokens; None: none.
-    logprobs: int | None = None
+    logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     # Down a chain, a long sequence's chunks in flight on several stages at once. The
     # router sets ``run_ahead`` on the first stage's step: it runs every chunk of
     # ``tokens`` itself, one a batch, forwarding each as soon as it is run (the next
@@ -131,6 +141,11 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # that others follow; the last stage's reply to it says so too (TokenReply.more).
     run_ahead: bool = False
     more: bool = False
+
+    def __post_init__(self) -> None:
+        # Refused at its decode, as InferRequest's: a node never renders such tools.
+        if (problem := tools_problem(self.tools)) is not None:
+            raise ValueError(problem)
 
 
 class WholeStage(StageHeader, frozen=True, kw_only=True, tag="whole"):

@@ -43,6 +43,8 @@ def test_triage_resends_only_no_responders_just_after_a_reconnect(
     got = triage(why, now, node_id="b", window=window, stage=stage, opts=opts)
     if kind == "too_large":
         assert got == GiveUp("payload_too_large", "why")  # the request's size, not a node
+    elif kind == "unsendable":
+        assert got == GiveUp("bad_request", "why")  # the request's data, not a node
     elif kind == "no_responders" and since < 3.0 and (not chain or stage == 0):
         assert got == ResendSoon(now + 0.1)
     else:
