@@ -56,10 +56,16 @@ class Compute:
         rows: Callable[[StepInput], int | None],
         prefill_rows: Callable[[], int],
         on_batch: OnBatch,
+        tokenize: Callable[[StepInput], None] | None = None,
         gather_s: float = 0.02,
     ) -> None:
         self.run = run
         self.rows = rows
+        self.tokenize = tokenize
+        # Prompts are rendered and tokenized here, one at a time, before their step
+        # waits for a batch: never on the event loop (heartbeats), never on the compute
+        # thread (a hostile template would hold every session's batch).
+        self._prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hecate-prompts")
         self.prefill_rows = prefill_rows
         self.on_batch = on_batch
         self.waiting: list[Waiting] = []
@@ -76,7 +82,10 @@ class Compute:
         a step refused on its own, or whatever failed its whole batch."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop())
-        future: asyncio.Future[StepOutput] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self.tokenize is not None:
+            await loop.run_in_executor(self._prompts, self.tokenize, req)
+        future: asyncio.Future[StepOutput] = loop.create_future()
         waiting = Waiting(req, future, delay_ns, joined_ns=time.monotonic_ns())
         self.waiting.append(waiting)
         self._wake.set()
@@ -192,3 +201,4 @@ class Compute:
         if self._task is not None:
             self._task.cancel()
         self._thread.shutdown(wait=False, cancel_futures=True)
+        self._prompts.shutdown(wait=False, cancel_futures=True)

@@ -205,6 +205,7 @@ class StepRunner(_Base):
             rows=executor.rows,
             prefill_rows=lambda: int(executor.prefill_chunk),
             on_batch=self._batched,
+            tokenize=executor.tokenize,
         )
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:

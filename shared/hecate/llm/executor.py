@@ -19,7 +19,6 @@ context with the tokens it asks for is refused up front (``prompt_too_long``).
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from collections import Counter
@@ -36,11 +35,12 @@ from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.prefixes import prefix_of
+from hecate.llm.prompts import Prompts
 from hecate.llm.sessions import Sessions, Stage, Step, sample
 from hecate.llm.store import pull
 from hecate.llm.template import ChatTemplate, load_template
 from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
-from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLogprob
+from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLogprob, own_fault
 
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
@@ -99,6 +99,8 @@ class LlmExecutor:
         self._held: dict[str, list[int]] = {}
         self._constraints: Constraints | None = None
         self._template: ChatTemplate | None = None
+        #: the prompts tokenized lately: a step asks twice (rows, then its tokens)
+        self._prompts = Prompts(self.template, self.tokenizer)
 
     def eos(self) -> frozenset[int]:
         """The ids that end a generation, as the model's file names them."""
@@ -222,35 +224,24 @@ class LlmExecutor:
             return None
         hidden = sessions.stage.config.hidden
         if sessions.stage.first:
-            tokens = step.tokens
+            # Only a prompt tokenized already (:meth:`tokenize`, before the step waits
+            # for a batch): a template or a long prompt is never worked on here, on the
+            # event loop the node's heartbeats share.
+            tokens = step.tokens if step.tokens is not None else self._prompts.known(step)
             if tokens is None:
-                if self._tokenizer is None or self._template is None:
-                    return None  # not loaded yet: loading is no work for the event loop
-                # Tokenizing is cheap (a 64 KB prompt in milliseconds) and cached for the
-                # step itself: a batch then knows a short prompt is a few rows, and takes
-                # several new prompts at once instead of one per batch.
-                tokens = self._prompt_ids(step)
+                return None
             return len(chunk_of(step, tokens, self.chunk(hidden)))
         return len(step.activation) // (4 * hidden)
 
-    def _prompt_ids(self, req: StepInput) -> list[int]:
-        text = self._render(req.messages, req.tools) if req.messages else req.prompt
-        return list(self._encode(text))
-
-    @functools.lru_cache(maxsize=64)  # noqa: B019 (one executor per node, for its life)
-    def _render(self, messages: tuple[tuple[str, str], ...], tools: str) -> str:
-        """A chat's prompt, rendered once though a step asks twice (rows, then tokens)."""
-        return self.template().render(messages, tools)
+    def tokenize(self, step: StepInput) -> None:
+        """A first step's prompt tokens, worked out ahead (:meth:`Prompts.ahead`)."""
+        self._prompts.ahead(step)
 
     def template(self) -> ChatTemplate:
         """The model's own chat template (the GGUF's), loaded when first needed."""
         if self._template is None:
             self._template = load_template(self._gguf())
         return self._template
-
-    @functools.lru_cache(maxsize=64)  # noqa: B019 (one executor per node, for its life)
-    def _encode(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer().encode(text).ids)
 
     def step(self, req: StepInput) -> StepOutput:
         """One generation step. Raises :class:`ExecutorError`."""
@@ -264,8 +255,9 @@ class LlmExecutor:
         steps of that range, one head matmul for the ones that end on the last stage.
         Each step is checked on its own before (range, prompt, context, session
         position), and answered on its own: one refused step (``bad_request``,
-        ``prompt_too_long``, ``session_lost``, ...) fails only itself. Anything else
-        raised (out of memory) fails the batch."""
+        ``prompt_too_long``, ``session_lost``, ...) fails only itself, and so does an
+        exception raised in its own part (its prompt, its sampling: :func:`own_fault`).
+        Anything raised computing the batch together (out of memory) fails the batch."""
         results: list[StepOutput | ExecutorError | None] = [None] * len(reqs)
         groups: dict[int, tuple[Sessions, list[tuple[int, Step, list[int] | None]]]] = {}
         for i, req in enumerate(reqs):
@@ -274,6 +266,9 @@ class LlmExecutor:
                 step, prompt_tokens = self._step_of(sessions, req)
             except ExecutorError as exc:
                 results[i] = exc
+                continue
+            except Exception as exc:  # this request's data met a fault: its error alone
+                results[i] = own_fault(req, "prepare", exc)
                 continue
             groups.setdefault(id(sessions), (sessions, []))[1].append((i, step, prompt_tokens))
         for sessions, items in groups.values():
@@ -303,12 +298,16 @@ class LlmExecutor:
                 req = reqs[i]
                 try:
                     token, logprob = self._sample(req, logits[row])
+                    text = self._text(req, token)
                 except ConstraintError as exc:
                     results[i] = ExecutorError("bad_request", f"output format: {exc}")
                     continue
+                except Exception as exc:  # as above: the batch's others are answered
+                    results[i] = own_fault(req, "sample", exc)
+                    continue
                 results[i] = StepOutput(
                     token=token,
-                    text=self._text(req, token),
+                    text=text,
                     eos=token in self.eos(),
                     prompt_tokens=prompt_tokens,
                     positions=reused[i] + ran[i],
@@ -369,7 +368,7 @@ class LlmExecutor:
         prompt_tokens = None
         tokens = req.tokens
         if tokens is None:
-            tokens = prompt_tokens = self._prompt_ids(req)
+            tokens = prompt_tokens = self._prompts.ids(req)
         if not tokens:
             raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
         check_context(config, req, len(tokens))

@@ -340,15 +340,23 @@ def sample(
     seed: int | None = None,
     step: int = 0,
 ) -> int:
-    """Greedy at temperature 0; otherwise nucleus sampling, reproducible per (seed, step)."""
+    """Greedy at temperature 0; otherwise nucleus sampling, reproducible per (seed, step).
+
+    Any temperature above 0 samples, however small (a subnormal one too: the top token
+    is shifted to 0 before the division, so the rest go to -inf, never to inf - inf),
+    and any integer seeds it (a negative one by its 64-bit two's complement, as a C
+    sampler reads an int64 seed)."""
     if temperature <= 0:
         return int(np.argmax(logits))
-    z = logits.astype(np.float64) / temperature
-    z -= z.max()
-    p = np.exp(z)
-    p /= p.sum()
+    x = logits.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        p = np.exp((x - x.max()) / temperature)
+    total = p.sum()
+    if not np.isfinite(total) or total <= 0:  # logits with no finite top: nothing to draw
+        return int(np.argmax(logits))
+    p /= total
     order = np.argsort(-p)
     keep = order[: int(np.searchsorted(np.cumsum(p[order]), top_p) + 1)]
-    rng = np.random.default_rng(None if seed is None else [seed, step])
+    rng = np.random.default_rng(None if seed is None else [seed % 2**64, step])
     q = p[keep] / p[keep].sum()
     return int(keep[rng.choice(len(keep), p=q)])

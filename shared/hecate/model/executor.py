@@ -33,6 +33,7 @@ that imports it back. This module imports nothing of hecate but the error codes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Annotated, Literal, Protocol, runtime_checkable
 
@@ -41,6 +42,8 @@ import msgspec
 from hecate.core.errors import ErrorCode
 from hecate.core.kinds import KINDS as KINDS
 from hecate.core.kinds import ExecutorKind as ExecutorKind
+
+_log = logging.getLogger("hecate.model")
 
 #: Upper bound on a model's depth; a range ending past it is rejected as ``bad_range``.
 MAX_LAYERS = 4096
@@ -249,11 +252,24 @@ class StepOutput(msgspec.Struct, frozen=True, kw_only=True):
     reused: int = 0  # positions taken from a cached prefix (counted in ``positions``)
 
 
+def own_fault(req: StepInput, part: str, exc: Exception) -> ExecutorError:
+    """An exception raised in one request's own part of a batched step: that request's
+    error (``bad_request``: no other route would compute it better, so the router
+    neither fails it over nor blames the node), logged here in full for the operator,
+    since it may as well be a fault in HECATE that this request's data met."""
+    why = f"step failed: {part} of session {req.session}"
+    _log.log(logging.ERROR, why, exc_info=(type(exc), exc, exc.__traceback__))
+    return ExecutorError(
+        "bad_request", f"this request's {part} failed: {type(exc).__name__}: {exc}"
+    )
+
+
 @runtime_checkable
 class StepExecutor(Protocol):
     """Runs generation steps in batches, keeping a KV cache per session. Every method
     but ``rows``, ``session_count`` and ``limit_payload`` is called on the node's one
-    compute thread (or a worker thread, for ``prepare``), never on its event loop."""
+    compute thread (or a worker thread, for ``prepare`` and ``tokenize``), never on its
+    event loop."""
 
     name: str
     kind: Literal["steps"]
@@ -267,6 +283,12 @@ class StepExecutor(Protocol):
 
     def rows(self, step: StepInput) -> int | None:
         """Positions ``step`` would run, when known without loading or tokenizing."""
+        ...
+
+    def tokenize(self, step: StepInput) -> None:
+        """Work out a first step's prompt tokens ahead (on a worker thread, before the
+        step waits for a batch), so that ``rows`` knows them; raises
+        :class:`ExecutorError` for a prompt refused (its template failed or overran)."""
         ...
 
     def prepare(self, ranges: list[tuple[int, int]]) -> None:

@@ -292,6 +292,9 @@ class ByteTokenizer:
     def encode(self, text: str) -> ByteTokenizer.Encoding:
         return ByteTokenizer.Encoding([b % CONFIG.vocab for b in text.encode()])
 
+    def encode_batch(self, texts: list[str]) -> list[ByteTokenizer.Encoding]:
+        return [self.encode(t) for t in texts]
+
     def decode(self, ids: list[int]) -> str:
         return "".join(chr(32 + i) for i in ids)
 
