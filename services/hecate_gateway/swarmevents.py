@@ -9,13 +9,20 @@ from collections.abc import Callable
 import msgspec
 
 from hecate.wire import subjects
-from hecate.wire.messages import BreakerChanged, FailoverEvent, NodeEvent, PlanChanged
+from hecate.wire.messages import (
+    BreakerChanged,
+    FailoverEvent,
+    NodeEvent,
+    PlanChanged,
+    ServiceRestarted,
+)
 from hecate_gateway.swarmfeed import Feed, Tally
 
 _failover = msgspec.json.Decoder(FailoverEvent)
 _plan_changed = msgspec.json.Decoder(PlanChanged)
 _node_event = msgspec.json.Decoder(NodeEvent)
 _breaker_changed = msgspec.json.Decoder(BreakerChanged)
+_restarted = msgspec.json.Decoder(ServiceRestarted)
 
 EVENT_SUBJECTS = (
     subjects.EVENT_FAILOVER,
@@ -23,6 +30,7 @@ EVENT_SUBJECTS = (
     subjects.EVENT_NODE_DOWN,
     subjects.EVENT_NODE_UP,
     subjects.EVENT_BREAKER,
+    subjects.EVENT_RESTARTED,
 )
 
 
@@ -69,10 +77,22 @@ def breaker(feed: Feed, tally: Tally, data: bytes) -> None:
     )
 
 
+def restarted(feed: Feed, _tally: Tally, data: bytes) -> None:
+    e = _restarted.decode(data)
+    feed.add(
+        "service",
+        "restarted",
+        f"{e.label} exited ({e.exit_code}) and was started again after {e.delay_s:g} s "
+        f"(restart {e.restarts})",
+        e.at,
+    )
+
+
 EVENTS: dict[str, Callable[[Feed, Tally, bytes], None]] = {
     subjects.EVENT_FAILOVER: failover,
     subjects.EVENT_PLAN: plan_changed,
     subjects.EVENT_NODE_DOWN: node,
     subjects.EVENT_NODE_UP: node,
     subjects.EVENT_BREAKER: breaker,
+    subjects.EVENT_RESTARTED: restarted,
 }

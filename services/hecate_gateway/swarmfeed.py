@@ -13,7 +13,7 @@ import msgspec
 
 from hecate_gateway.swarmreport import Circuit
 
-FeedKind = Literal["failover", "plan", "node", "breaker"]
+FeedKind = Literal["failover", "plan", "node", "breaker", "service"]
 
 
 class FeedEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,9 +30,14 @@ import json
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from nats.aio.client import Client
+
+from hecate.bus.connection import connect
 from hecate.bus.secure import SecureBus, prepare
 from hecate.bus.server import NatsServer
 from hecate.cli.flags import pipelines
@@ -40,6 +45,8 @@ from hecate.core.errors import HecateError
 from hecate.executors import generative_model
 from hecate.sim.topology import parse_topology
 from hecate.wire import subjects
+from hecate.wire.messages import ServiceRestarted
+from hecate.wire.permissions import OPERATOR
 from hecate_launcher import (
     GATEWAY_KEYS,
     GATEWAY_URL,
@@ -51,6 +58,7 @@ from hecate_launcher import (
     plan_commands,
     spawn,
 )
+from hecate_launcher.keeping import keep
 from hecate_launcher.natsconfig import add_tenant_option, tenants
 
 GATEWAY_KEY = "gateway.key"  # the local swarm's own key, readable by its owner only
@@ -133,6 +141,7 @@ class Startup:
     url: str = ""
     key_path: Path | None = None
     gateway_url: str = ""
+    kept: list[str] = dataclasses.field(default_factory=list)  # started again if they exit
 
 
 async def start(args: argparse.Namespace, run: Startup) -> None:
@@ -188,6 +197,7 @@ async def start(args: argparse.Namespace, run: Startup) -> None:
         # Under --secure each service logs in as its role, each node as itself.
         creds = bus.service_credentials(spec.argv).to_env() if bus else {}
         run.supervisor.start(dataclasses.replace(spec, env=creds))
+        run.kept.append(spec.label)
         await asyncio.sleep(0)  # a signal between two starts is seen before the next
     if run.key_path is not None:
         run.step = "waiting for the gateway to listen"
@@ -235,11 +245,12 @@ async def up(args: argparse.Namespace) -> int:
         interrupted = bool(received)
         if not interrupted:
             _banner(args, run)
-            if args.for_seconds:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), args.for_seconds)
-            else:
-                await stop.wait()
+            async with keeping(run):
+                if args.for_seconds:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), args.for_seconds)
+                else:
+                    await stop.wait()
     finally:
         if not interrupted:
             print("hecate up: stopping", flush=True)
@@ -259,6 +270,37 @@ async def up(args: argparse.Namespace) -> int:
         )
         return EXIT_CODES.get(first, 128 + first)
     return 0
+
+
+@contextlib.asynccontextmanager
+async def keeping(run: Startup) -> AsyncIterator[None]:
+    """While the swarm serves, a service that exits is started again (:mod:`.keeping`),
+    each restart said here and published, as the operator, for the swarm page."""
+    creds = run.bus.credentials(OPERATOR) if run.bus is not None else None
+    nc: Client | None = None
+    try:
+        nc = await connect(run.url, "hecate-up", timeout=5, credentials=creds)
+    except Exception as exc:  # restarts go on, said here only
+        print(f"hecate up: restarts will not be published: {exc!r}", flush=True)
+
+    async def tell(restarted: ServiceRestarted) -> None:
+        if nc is None:
+            raise RuntimeError("not connected to the bus")
+        await nc.publish(subjects.EVENT_RESTARTED, msgspec.json.encode(restarted))
+
+    def say(line: str) -> None:
+        print(f"hecate up: {line}", flush=True)
+
+    task = asyncio.create_task(keep(run.supervisor, run.kept, tell=tell, say=say))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
 
 
 def _banner(args: argparse.Namespace, run: Startup) -> None:

@@ -88,6 +88,19 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
         for node_id, *_ in SWARM_NODES:
             assert node_id in status.stdout
         assert "router router-1: snapshot fresh" in status.stdout
+        assert "restarted:" not in status.stdout
+        # A service that dies is started again, and hecate status says so.
+        os.kill(child_of(up.pid, "router", "router-1"), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "restarted: hecate-router router-1, 1 time" not in status.stdout:
+            assert time.monotonic() < deadline, status.stdout
+            time.sleep(0.5)
+            status = run(
+                "status",
+                "--nats",
+                url_file.read_text().strip(),
+                env=up_credentials(state, "operator") if secure else None,
+            )
         # The gateway it started answers over HTTP with the key it made (on the secure
         # bus too, as its own NATS user), and refuses a caller without one.
         key = (state / "gateway.key").read_text().strip()
@@ -138,7 +151,26 @@ def test_hecate_up_serves_and_stops_cleanly_on_ctrl_c(tmp_path: Path, secure: bo
         "secure bus (TLS, one user per role and per node, one account per tenant)" in out
     ) == secure
     assert re.search(r"node gpu \| stopped", out), "nodes drain and say so"
+    assert "hecate up: router-1 exited (-9); starting it again in 1 s (restart 1)" in out
+    assert "could not publish" not in out
+    assert "will not be published" not in out
     assert not url_file.exists()
+    if secure:  # the restart was published as the operator, who may
+        log = (state / "nats" / "nats.log").read_text(errors="replace")
+        assert "Violation" not in log, [ln for ln in log.splitlines() if "Violation" in ln]
+
+
+def child_of(parent: int, *words: str) -> int:
+    """The pid of ``parent``'s child whose command line holds each of ``words``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == parent and all(w in argv for w in words):
+            return int(stat.parent.name)
+    raise AssertionError(f"no child of {parent} runs {words}")
 
 
 def test_hecate_up_whose_gateway_cannot_listen_stops_and_says_why(tmp_path: Path) -> None:

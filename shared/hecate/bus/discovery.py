@@ -6,6 +6,7 @@ one request at a time and stop without draining.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,15 @@ from hecate.bus.endpoint import EndpointStats
 
 VERSION = "0.1.0"
 VERBS = ("PING", "INFO", "STATS")
+# Set by a launcher on a service it started again after it exited (``hecate up``): how
+# many times, which every $SRV answer's metadata then says (``hecate status`` lists it).
+RESTARTS_ENV = "HECATE_RESTARTS"
+
+
+def restarted(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``{"restarts": n}`` for a process its launcher started again; else nothing."""
+    n = env.get(RESTARTS_ENV, "").strip()
+    return {"restarts": n} if n.isdigit() and int(n) > 0 else {}
 
 
 def subjects(name: str, instance_id: str) -> Iterator[tuple[str, str]]:

@@ -98,7 +98,7 @@ class Service:
         self.tracer = tracing.tracer(tracer_provider, f"hecate.{kind}")
         self.tracing = tracing.enabled(tracer_provider)
         self.max_payload = max_payload
-        self.metadata = metadata or {}
+        self.metadata = {**(metadata or {}), **discovery.restarted()}
         self.started = datetime.now(UTC).isoformat()
         self.endpoints: list[EndpointStats] = []
         self.inbound: Client | None = None

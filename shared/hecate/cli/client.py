@@ -118,20 +118,35 @@ async def gather(url: str) -> dict[str, Any]:
             # it bring every node's liveness up to date.
             tel = await telemetry.read(bucket, nc=nc, listen_s=0.25)
             out["telemetry"] = msgspec.json.encode(tel) if tel is not None else None
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        await nc.publish(f"$SRV.STATS.{subjects.SERVICE_NAMES['router']}", b"", reply=inbox)
-        deadline = time.monotonic() + 0.3
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                msg = await sub.next_msg(timeout=left)
-            except Exception:
-                break
-            if msg.data:  # not the server's no-responders status: no router runs
-                out["routers"].append(json.loads(msg.data))
+        out["routers"] = await _answers(nc, f"$SRV.STATS.{subjects.SERVICE_NAMES['router']}")
+        # Every service's PING: its metadata says whether its launcher restarted it.
+        out["restarted"] = {
+            f"{doc.get('name')} {doc.get('id')}": int(doc["metadata"]["restarts"])
+            for doc in await _answers(nc, "$SRV.PING")
+            if str((doc.get("metadata") or {}).get("restarts", "")).isdigit()
+        }
         return out
     finally:
         await nc.close()
+
+
+async def _answers(nc: Client, subject: str, listen_s: float = 0.3) -> list[dict[str, Any]]:
+    """The JSON answers to ``subject`` heard within ``listen_s``."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(subject, b"", reply=inbox)
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + listen_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            msg = await sub.next_msg(timeout=left)
+        except Exception:
+            break
+        if msg.data:  # not the server's no-responders status: nobody answers
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(msg.data))
+    await sub.unsubscribe()
+    return out
 
 
 _breaker = msgspec.json.Decoder(BreakerSnapshot)
@@ -254,6 +269,8 @@ def render(info: dict[str, Any]) -> str:
             f"router {r.get('id')}: snapshot {data.get('snapshot')}, epoch "
             f"{data.get('plan_epoch')}, counters {data.get('counters')}"
         )
+    for service, n in sorted(info.get("restarted", {}).items()):
+        lines.append(f"restarted: {service}, {n} time{'s' if n != 1 else ''} since launch")
     return "\n".join(lines)
 
 

@@ -48,7 +48,8 @@ ROLES: Final[Mapping[Role, str]] = {
     "telemetry": "Heartbeats in, liveness events and the telemetry snapshot out.",
     "breaker": "Outcome reports in, one circuit breaker per target in KV, change events out.",
     "observer": "Any dashboard or log sink following the events (`hecate.events.>`).",
-    "operator": "Chaos tooling (`hecate chaos`) that makes nodes sick on purpose.",
+    "operator": "Chaos tooling (`hecate chaos`) that makes nodes sick on purpose, and a "
+    "launcher (`hecate up`) that starts a service again when it exits.",
 }
 
 
@@ -394,6 +395,12 @@ NODE_UP = Message(
     "Telemetry heard from a node that was unknown or down.",
     narrow={"state": {"const": "up"}},
 )
+SERVICE_RESTARTED = Message(
+    "ServiceRestarted",
+    m.ServiceRestarted,
+    JSON,
+    "A launcher started a service again after it exited (its exit code, the pause).",
+)
 PLAN = Message(
     "Plan",
     m.PlanValue,
@@ -622,6 +629,13 @@ EVENT_NODE_DOWN = Channel(
 EVENT_NODE_UP = Channel(
     "eventNodeUp", subjects.EVENT_NODE_UP, "Node up events", _EVENTS, (NODE_UP,)
 )
+EVENT_RESTARTED = Channel(
+    "eventRestarted",
+    subjects.EVENT_RESTARTED,
+    "Service restart events",
+    _EVENTS,
+    (SERVICE_RESTARTED,),
+)
 EVENT_BREAKER_CHANNEL = Channel(
     "eventBreaker",
     subjects.EVENT_BREAKER,
@@ -781,6 +795,7 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     EVENT_PLAN,
     EVENT_NODE_DOWN,
     EVENT_NODE_UP,
+    EVENT_RESTARTED,
     KV_PLAN,
     KV_ASSIGNMENT,
     KV_TELEMETRY,
@@ -983,6 +998,20 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "Take a node it took out for silence back into the plan, as a joiner.",
     ),
     Operation("observer.receiveNodeUp", "observer", "receive", EVENT_NODE_UP, "Follow recoveries."),
+    Operation(
+        "operator.sendRestarted",
+        "operator",
+        "send",
+        EVENT_RESTARTED,
+        "Announce a service started again after it exited.",
+    ),
+    Operation(
+        "observer.receiveRestarted",
+        "observer",
+        "receive",
+        EVENT_RESTARTED,
+        "Follow the services a launcher restarts.",
+    ),
     Operation(
         "breaker.receiveNodeUp",
         "breaker",

@@ -5,7 +5,8 @@ with defaults and a default never changes meaning; unknown fields are ignored on
 (forward compatible). Client-facing messages, events and KV values are JSON (readable
 with standard NATS tooling); stage traffic between routers and nodes is msgpack (it
 carries raw activations) and lives in :mod:`hecate.wire.stages`; the shapes both use
-(errors, chat messages) in :mod:`hecate.wire.common`. Everything is importable from here.
+(errors, chat messages) in :mod:`hecate.wire.common`; the events in
+:mod:`hecate.wire.events`. Everything is importable from here.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from hecate.wire.common import ErrorReply as ErrorReply
 from hecate.wire.common import OutputFormat as OutputFormat
 from hecate.wire.common import Seed, StopString, Temperature, TopP
 from hecate.wire.common import TokenLogprob as TokenLogprob
+from hecate.wire.events import BreakerChanged as BreakerChanged
+from hecate.wire.events import Failover as Failover
+from hecate.wire.events import FailoverEvent as FailoverEvent
+from hecate.wire.events import NodeEvent as NodeEvent
+from hecate.wire.events import PlanChanged as PlanChanged
+from hecate.wire.events import ServiceRestarted as ServiceRestarted
 from hecate.wire.stages import ActivationReply as ActivationReply
 from hecate.wire.stages import LayersStage as LayersStage
 from hecate.wire.stages import OutputReply as OutputReply
@@ -251,47 +258,6 @@ PlanValue = SwarmPlan
 BreakerValue = BreakerSnapshot
 
 
-# -- events (JSON) ---------------------------------------------------------------------
-class Failover(msgspec.Struct, frozen=True, kw_only=True):
-    """``lost_node`` failed this request, and how it was rescued: what a router's
-    request lifecycle decides (an action) and, with who and when, what it publishes."""
-
-    request_id: str
-    model_id: str
-    lost_node: str
-    kind: Literal["replica", "splice", "degraded", "unrecoverable", "unaffected"]
-    old_route: Route
-    new_route: Route | None
-    attempt: int
-    reason: str
-
-
-class FailoverEvent(Failover, frozen=True, kw_only=True):
-    """A :class:`Failover` on ``hecate.events.failover``, stamped by the router that
-    decided it (its id, its wall clock)."""
-
-    router_id: str
-    at: float
-
-
-class PlanChanged(msgspec.Struct, frozen=True, kw_only=True):
-    """The planner published the plan of ``epoch`` and wrote every node's assignment
-    that it changed. ``changed`` names those nodes (``None``: too many to name, each node
-    reads its own); ``previous`` is the epoch before it, so that a node that missed a
-    notice knows to read its assignment. The planner says it again now and then
-    (``previous`` = ``epoch``, nothing ``changed``): a notice is fire-and-forget."""
-
-    epoch: int
-    strategy: str
-    planner_id: str
-    pipelines: int
-    reason: str
-    at: float
-    previous: int = 0
-    nodes: int = 0  # in the plan: what each node paces its heartbeats by
-    changed: tuple[str, ...] | None = None
-
-
 class Held(msgspec.Struct, frozen=True, kw_only=True):
     """One range a node is given: layers ``[layer_start, layer_end)`` of ``model_id``,
     a model its ``executor`` computes."""
@@ -381,18 +347,3 @@ class ProbeGrant(msgspec.Struct, frozen=True, kw_only=True):
     target: str
     granted: bool
     state: Literal["closed", "open", "half_open"] = "closed"
-
-
-class BreakerChanged(msgspec.Struct, frozen=True, kw_only=True):
-    target: str
-    state: Literal["closed", "open", "half_open"]
-    open_until: float
-    reason: str
-    at: float
-
-
-class NodeEvent(msgspec.Struct, frozen=True, kw_only=True):
-    node_id: str
-    state: Literal["down", "up"]
-    reason: str
-    at: float

@@ -179,6 +179,7 @@ EVENT_PLAN = "hecate.events.plan"
 EVENT_NODE_DOWN = "hecate.events.node.down"
 EVENT_NODE_UP = "hecate.events.node.up"
 EVENT_BREAKER = "hecate.events.breaker"
+EVENT_RESTARTED = "hecate.events.restarted"  # a launcher started a service again
 EVENTS_ALL = "hecate.events.>"
 
 # -- KV buckets (one owner each: the planner writes the plan, telemetry the snapshot) ---
