@@ -26,6 +26,8 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
             page_auth=args.page_auth,
             max_page_streams=args.max_page_streams,
             url_file=args.url_file,
+            max_connections=args.max_connections,
+            header_timeout_s=args.header_timeout_s,
         )
     except ValueError as exc:
         print(f"hecate gateway: {exc}", file=sys.stderr)
@@ -104,6 +106,20 @@ def add_parsers(sub: Any) -> None:
         metavar="PATH",
         help="write the URL it listens on to PATH once listening (port 0's choice "
         "included), and remove it on stopping",
+    )
+    gw.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="connections (or requests in progress) at once; a request beyond is "
+        "answered 503 (default 1000)",
+    )
+    gw.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        help="how long a request's headers may take to arrive whole; a connection "
+        "slower than that is closed (default 10)",
     )
     gw.set_defaults(run=_cmd_gateway)
 

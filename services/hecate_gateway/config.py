@@ -35,6 +35,13 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # A file the gateway writes its URL into once it listens (and removes when it
     # stops), for whoever started it on port 0: "" writes none.
     url_file: str = ""
+    # Connections (or requests in progress) at once; a request beyond is answered 503.
+    # Each holds a socket, a file descriptor and buffers: within common fd limits.
+    max_connections: int = 1000
+    # How long a request's headers may take to arrive whole, from their first byte (a
+    # new connection's opening): a connection that sends half a header is closed then,
+    # rather than held for good.
+    header_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -51,6 +58,13 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if not self.max_page_streams >= 1:
             raise ValueError(f"max_page_streams: must be at least 1, got {self.max_page_streams}")
+        if not self.max_connections >= 1:
+            raise ValueError(f"max_connections: must be at least 1, got {self.max_connections}")
+        if not self.header_timeout_s > 0:
+            raise ValueError(
+                f"header_timeout_s: must be a positive number of seconds, "
+                f"got {self.header_timeout_s}"
+            )
         # uvicorn takes whole seconds; less than one would give no grace at all.
         if not self.grace_s >= 1:
             raise ValueError(f"grace_s: must be at least 1 second, got {self.grace_s}")

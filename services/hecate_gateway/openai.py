@@ -13,6 +13,15 @@ Fields OpenAI has and the swarm cannot honour are accepted only at their "off" v
 OpenAI does not have, is a 400 naming it in ``param``: a client never gets silence
 where it asked for something.
 
+Numbers are held to OpenAI's documented ranges before anything else reads them, each
+refusal a 400 naming the field: ``seed`` an int64, ``temperature`` 0-2, ``top_p`` 0-1
+(0 excluded: the sampler needs some mass), ``n`` 1-128, ``presence_penalty`` and
+``frequency_penalty`` -2-2, ``max_tokens`` 1-:data:`~hecate.wire.messages.MAX_TOKENS`,
+``top_logprobs`` 0-20. ``stop`` is at most :data:`MAX_STOPS` strings of at most
+:data:`~hecate.wire.messages.MAX_STOP_CHARS` characters each: every streamed token is
+checked against each of them. A body that is not JSON (nested past what a decoder
+recurses through, say) is a 400 like any other.
+
 Two choices that differ from OpenAI's, because the swarm's defaults are better kept:
 an omitted ``temperature`` is greedy (0, the swarm's default; OpenAI's is 1), and an
 omitted ``max_tokens`` is :data:`DEFAULT_MAX_TOKENS` for chat (OpenAI's is "until the
@@ -31,17 +40,25 @@ import msgspec
 
 from hecate.wire.messages import (
     MAX_PROMPT_CHARS,
-    MAX_TOKENS,
     ChatMessage,
     InferRequest,
 )
 from hecate.wire.subjects import SLUG
+from hecate_gateway import numbers
 from hecate_gateway.apierrors import ApiError, Kind, bad, swarm_error, unauthorized
 from hecate_gateway.asks import (
     ResponseFormat,
     completion_logprobs,
     logprobs_asked,
     output_format,
+)
+from hecate_gateway.numbers import (
+    COMPLETION_MAX_TOKENS,
+    DEFAULT_MAX_TOKENS,
+    MAX_SEED,
+    MAX_STOPS,
+    MIN_SEED,
+    RANGES,
 )
 from hecate_gateway.tools import (
     Choice,
@@ -53,14 +70,13 @@ from hecate_gateway.tools import (
     render_response,
 )
 
-DEFAULT_MAX_TOKENS = 256  # chat without max_tokens
-COMPLETION_MAX_TOKENS = 16  # OpenAI's own default for /v1/completions
-MAX_STOPS = 4  # as OpenAI
-
 __all__ = [
     "COMPLETION_MAX_TOKENS",
     "DEFAULT_MAX_TOKENS",
+    "MAX_SEED",
     "MAX_STOPS",
+    "MIN_SEED",
+    "RANGES",
     "TOLERATED",
     "ApiError",
     "ChatBody",
@@ -182,6 +198,15 @@ def parse(kind: Kind, body: bytes) -> Prepared:
     """Decode and check a ``/v1/chat/completions`` or ``/v1/completions`` body.
     Raises :class:`ApiError` (400, or 404 for a model id no swarm could serve)."""
     try:
+        return _parse(kind, body)
+    except RecursionError:
+        # Nesting deep enough to exhaust the interpreter's stack, wherever it was walked
+        # (the decoder, a schema's encoder, the grammar library): the body's fault.
+        raise bad("The JSON body of your request is nested too deeply.") from None
+
+
+def _parse(kind: Kind, body: bytes) -> Prepared:
+    try:
         raw = msgspec.json.decode(body)
     except msgspec.DecodeError:
         raise bad("We could not parse the JSON body of your request.") from None
@@ -190,6 +215,9 @@ def parse(kind: Kind, body: bytes) -> Prepared:
     for name in raw:
         if name not in _FIELDS[kind]:
             raise bad(f"Unrecognized request argument supplied: {name}", param=str(name))
+    for name, (low, high, integer) in RANGES.items():
+        if name in raw:
+            numbers.in_range(name, raw[name], low, high, integer)
     for name, allowed in TOLERATED.items():
         if name in raw and not allowed(raw[name]):
             raise bad(f"{name}={raw[name]!r} is not supported by this server", param=name)
@@ -214,17 +242,17 @@ def parse(kind: Kind, body: bytes) -> Prepared:
             raise bad("response_format cannot be used with tools", param="response_format")
         shape = tooling.shape
     messages, prompt = _input(req)
-    stop = _stop(req.stop)
-    return Prepared(
-        kind=kind,
-        model=req.model,
-        request=InferRequest(
+    stop = numbers.stops(req.stop)
+    try:
+        request = InferRequest(
             prompt=prompt,
             messages=messages,
-            max_tokens=_max_tokens(req, kind),
-            temperature=_range("temperature", req.temperature, 0.0, 0.0, 2.0),
-            top_p=_top_p(req.top_p),
-            seed=req.seed,
+            max_tokens=numbers.max_tokens(
+                kind, req.max_tokens, getattr(req, "max_completion_tokens", None)
+            ),
+            temperature=numbers.number("temperature", req.temperature, 0.0, 0.0, 2.0),
+            top_p=numbers.top_p(req.top_p),
+            seed=numbers.seed(req.seed),
             stop=list(stop),
             output_format=shape,
             tools=tooling.declared if tooling is not None else "",
@@ -233,7 +261,16 @@ def parse(kind: Kind, body: bytes) -> Prepared:
                 if isinstance(req, ChatBody)
                 else completion_logprobs(req.logprobs)
             ),
-        ),
+        )
+    except ValueError as exc:
+        # The wire's own checks of a field ("tools: ..."): every one this gateway knows
+        # of is made above with a better message; one added to the wire since is still
+        # the request's fault, not the server's.
+        raise bad(f"Invalid request: {exc}", param=_wire_param(str(exc))) from None
+    return Prepared(
+        kind=kind,
+        model=req.model,
+        request=request,
         stream=bool(req.stream),
         include_usage=bool(req.stream and req.stream_options and req.stream_options.include_usage),
         stop=stop,
@@ -250,6 +287,13 @@ def _param_of(message: str) -> str | None:
     if missing:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
     return path or None
+
+
+def _wire_param(message: str) -> str | None:
+    """The field a wire check names first (``tools: nested 40 deep``), if it is one a
+    client sends under the same name."""
+    name = message.partition(":")[0]
+    return name if name in _FIELDS["chat"] | _FIELDS["completion"] else None
 
 
 def _input(req: ChatBody | CompletionBody) -> tuple[list[ChatMessage] | None, str]:
@@ -315,36 +359,3 @@ def _too_long(param: str) -> ApiError:
         param=param,
         code="context_length_exceeded",
     )
-
-
-def _stop(stop: str | list[str] | None) -> tuple[str, ...]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    if len(stops) > MAX_STOPS:
-        raise bad(f"stop: at most {MAX_STOPS} sequences", param="stop")
-    return tuple(s for s in stops if s)
-
-
-def _max_tokens(req: ChatBody | CompletionBody, kind: Kind) -> int:
-    name, value = "max_tokens", req.max_tokens
-    if isinstance(req, ChatBody) and req.max_completion_tokens is not None:
-        name, value = "max_completion_tokens", req.max_completion_tokens
-    if value is None:
-        return DEFAULT_MAX_TOKENS if kind == "chat" else COMPLETION_MAX_TOKENS
-    if not 1 <= value <= MAX_TOKENS:
-        raise bad(f"{name} must be between 1 and {MAX_TOKENS}, got {value}", param=name)
-    return value
-
-
-def _range(name: str, value: float | None, default: float, low: float, high: float) -> float:
-    if value is None:
-        return default
-    if not low <= value <= high:
-        raise bad(f"{name} must be between {low:g} and {high:g}, got {value}", param=name)
-    return float(value)
-
-
-def _top_p(value: float | None) -> float:
-    top_p = _range("top_p", value, 1.0, 0.0, 1.0)
-    if top_p == 0.0:
-        raise bad("top_p must be greater than 0", param="top_p")
-    return top_p

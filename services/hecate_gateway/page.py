@@ -22,11 +22,13 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from hecate_gateway.swarm import SwarmWatch
 
@@ -69,16 +71,12 @@ def routes(
             headers={"Cache-Control": "no-store"},
         )
 
-    async def counted() -> AsyncGenerator[bytes, None]:
+    def release() -> None:
         nonlocal open_streams
-        open_streams += 1
-        try:
-            async for chunk in stream(watch):
-                yield chunk
-        finally:
-            open_streams -= 1
+        open_streams -= 1
 
     async def events(request: Request) -> Response:
+        nonlocal open_streams
         if (refused := guard(request)) is not None:
             return refused
         if open_streams >= max_streams:
@@ -98,8 +96,12 @@ def routes(
                 {"Retry-After": str(STREAMS_FULL_RETRY_S)},
                 media_type="application/json",
             )
-        return StreamingResponse(
-            counted(),
+        # Counted here, with the check and no await between: a stream counted once its
+        # body began would let a burst of requests all pass the check before any began.
+        open_streams += 1
+        return _Counted(
+            stream(watch),
+            release,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -109,6 +111,29 @@ def routes(
         Route("/v1/swarm", state, methods=["GET"], name="swarm_state"),
         Route("/v1/swarm/events", events, methods=["GET"], name="swarm_events"),
     ]
+
+
+class _Counted(StreamingResponse):
+    """A stream that gives its place back however it ends: finished, failed, or its
+    client gone before its body began (when its generator never runs, nor its
+    ``finally``)."""
+
+    def __init__(
+        self,
+        content: AsyncGenerator[bytes, None],
+        release: Callable[[], None],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(content, **kwargs)
+        self._release: Callable[[], None] | None = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            release, self._release = self._release, None
+            if release is not None:
+                release()
 
 
 def sse(kind: str, data: object) -> bytes:

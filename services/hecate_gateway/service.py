@@ -17,6 +17,8 @@ from pathlib import Path
 import uvicorn
 from nats.aio.client import Client
 from opentelemetry.trace import TracerProvider
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hecate.bus.logs import event
 from hecate.bus.service import connect
@@ -69,17 +71,7 @@ class GatewayService:
                 max_page_streams=self.config.max_page_streams,
             )
         )
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=self.config.host,
-                port=self.config.port,
-                log_config=None,
-                lifespan="on",
-                access_log=False,
-                timeout_graceful_shutdown=int(self.config.grace_s),
-            )
-        )
+        server = uvicorn.Server(server_config(app, self.config))
         sock = listen(
             self.config.host, self.config.port
         )  # bound here: port 0's choice is known at once
@@ -126,6 +118,74 @@ class GatewayService:
             except Exception:
                 self.log.exception("swarm watch failed; following again in 1 s")
             await asyncio.sleep(1.0)
+
+
+def server_config(app: ASGIApp, config: GatewayConfig) -> uvicorn.Config:
+    """How uvicorn serves the gateway: bounded in connections and in how long a request's
+    headers may take (:class:`HeaderDeadline`)."""
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_config=None,
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=int(config.grace_s),
+        limit_concurrency=config.max_connections,
+        http=header_deadline(config.header_timeout_s),
+    )
+
+
+class HeaderDeadline(HttpToolsProtocol):
+    """uvicorn's HTTP protocol (httptools), closing a connection whose request's headers
+    are not whole within :attr:`header_timeout_s` of their first byte, or of the
+    connection's opening for its first request. uvicorn times a connection out only
+    when it idles between requests: one that sent half a header was held for good, and
+    with it a place under ``limit_concurrency``. The deadline does not move with each
+    byte, so a header sent a byte at a time is no slower to close."""
+
+    header_timeout_s: float = 10.0
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._header_timer is None:  # a next request on a kept-alive connection
+            self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def header_deadline(seconds: float) -> type[HeaderDeadline]:
+    """:class:`HeaderDeadline` with its timeout: uvicorn makes each connection's
+    protocol from a class, with no say in its arguments."""
+
+    class Bound(HeaderDeadline):
+        header_timeout_s = seconds
+
+    return Bound
 
 
 def write_url(path: Path, url: str) -> None:

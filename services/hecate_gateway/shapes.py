@@ -242,6 +242,48 @@ class Frames:
         return b"data: " + error_body(error) + b"\n\n"
 
 
+class StopTail:
+    """How much of a text's end could begin the stop string ``stop``: the longest suffix
+    that is a proper prefix of it, followed as the text grows (Knuth-Morris-Pratt). A
+    piece costs work in its own length, and never more than the stop string's: trying
+    each prefix of each stop string at each token costs the square of their length, on
+    the event loop, every token. ``steps`` counts the characters and fall-backs walked."""
+
+    def __init__(self, stop: str) -> None:
+        self.stop = stop
+        self.state = 0  # the longest suffix that is a prefix of stop (stop itself, at most)
+        self.steps = 0
+        # border[i]: the longest proper prefix of stop[: i + 1] that is also its suffix.
+        self.border = [0] * len(stop)
+        k = 0
+        for i in range(1, len(stop)):
+            while k and stop[i] != stop[k]:
+                k = self.border[k - 1]
+            if stop[i] == stop[k]:
+                k += 1
+            self.border[i] = k
+
+    def feed(self, piece: str) -> int:
+        """The held-back length once ``piece`` is added to the text."""
+        stop, border, m = self.stop, self.border, len(self.stop)
+        if not m:
+            return 0
+        q = self.state
+        if len(piece) >= m:  # nothing before the last m characters can begin a match
+            q, piece = 0, piece[-m:]
+        steps = 0
+        for c in piece:
+            while q and (q == m or stop[q] != c):
+                q = border[q - 1]
+                steps += 1
+            if stop[q] == c:
+                q += 1
+        self.state = q
+        self.steps += steps + len(piece)
+        # A whole stop string at the end: only a shorter start of the next one can wait.
+        return q if q < m else border[m - 1]
+
+
 class StreamText:
     """Streams a generation's text without ever sending what the final answer drops.
 
@@ -254,20 +296,13 @@ class StreamText:
         self.stop = stop
         self.text = ""
         self.sent = 0
-
-    def _held(self) -> int:
-        held = 0
-        for s in self.stop:
-            for k in range(min(len(s) - 1, len(self.text)), held, -1):
-                if self.text.endswith(s[:k]):
-                    held = k
-                    break
-        return held
+        self.tails = [StopTail(s) for s in stop if s]
 
     def add(self, piece: str) -> str:
         """What may be sent now that ``piece`` came."""
         self.text += piece
-        end = len(self.text) - self._held()
+        held = max((tail.feed(piece) for tail in self.tails), default=0)
+        end = len(self.text) - held
         out = self.text[self.sent : end] if end > self.sent else ""
         self.sent = max(self.sent, end)
         return out
@@ -279,4 +314,7 @@ class StreamText:
             return ""
         rest = output[self.sent :]
         self.text, self.sent = output, len(output)
+        for tail in self.tails:
+            tail.state = 0
+            tail.feed(output)
         return rest

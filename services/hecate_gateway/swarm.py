@@ -32,6 +32,8 @@ The state as JSON (``GET /v1/swarm``, and the ``state`` events of ``/v1/swarm/ev
                   "min_live_replicas": 2,
                   "servable": true, "via_reserve": null}, ...],
       "counters": {"failovers": {"replica": 4}, "breaker_trips": 0},
+      "plan_heard": 1767000000.0,    # the planner's last notice, repeats included
+                                     # (null: none heard yet)
       "feed_rev": 17,
       "feed": [{"id": 9, "rev": 17, "at": 1767000000.0,
                 "kind": "failover" | "plan" | "node" | "breaker",
@@ -42,8 +44,9 @@ The state as JSON (``GET /v1/swarm``, and the ``state`` events of ``/v1/swarm/ev
     }
 
 A ``feed`` line keeps its ``id`` when a like event folds into it (``count`` grows) and
-gets a new ``rev``; ``/v1/swarm/events`` sends ``state`` without ``feed`` after the
-first, and each new or changed line as a ``feed`` event.
+gets a new ``rev``; the planner's repeat of its last notice adds no line, it only moves
+``plan_heard``. ``/v1/swarm/events`` sends ``state`` without ``feed`` after the first,
+and each new or changed line as a ``feed`` event.
 """
 
 from __future__ import annotations
@@ -160,6 +163,7 @@ class SwarmWatch:
             "failovers": dict(self.tally.failovers),
             "breaker_trips": self.tally.breaker_trips,
         }
+        doc["plan_heard"] = self.tally.plan_heard
         doc["feed_rev"] = self.feed.rev
         if feed:
             doc["feed"] = [msgspec.to_builtins(e) for e in self.feed.newest_first()]

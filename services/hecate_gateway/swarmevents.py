@@ -48,8 +48,15 @@ def failover(feed: Feed, tally: Tally, data: bytes) -> None:
     )
 
 
-def plan_changed(feed: Feed, _tally: Tally, data: bytes) -> None:
+def plan_changed(feed: Feed, tally: Tally, data: bytes) -> None:
     e = _plan_changed.decode(data)
+    heard = tally.plan_heard
+    tally.plan_heard = e.at if heard is None else max(heard, e.at)
+    if e.previous == e.epoch and e.changed == ():
+        # The planner saying its notice again (every few seconds, for nodes that missed
+        # it): news to nobody reading the feed, where it would push real events out of
+        # view within a minute. It only marks the planner as heard.
+        return
     feed.add(
         "plan",
         e.strategy,

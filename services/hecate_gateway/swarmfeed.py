@@ -91,11 +91,13 @@ class Tally:
     """Counts of what the events said, for Prometheus counters: failovers by kind and
     circuit trips (closed -> open; a failed probe re-opening a half-open circuit is not
     a trip). A circuit first heard of as open counts as a trip: it opened from closed
-    or from a probe, and the first is far more common."""
+    or from a probe, and the first is far more common. And when the planner last spoke
+    (``plan_heard``, its clock): a notice repeated adds no feed line, only this."""
 
     def __init__(self) -> None:
         self.failovers: Counter[str] = Counter()
         self.breaker_trips = 0
+        self.plan_heard: float | None = None
         self._circuits: dict[str, Circuit] = {}
 
     def failover(self, kind: str) -> None:

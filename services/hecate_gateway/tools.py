@@ -13,6 +13,12 @@ valid against the declared functions (one schema per function: its name as a con
 its parameters as the arguments), so a call always names a declared function with
 arguments its schema accepts.
 
+The tools are checked up front as ``response_format`` is: at most :data:`MAX_TOOLS`
+functions named as OpenAI names them, their JSON within what a request carries
+(:data:`~hecate.wire.messages.MAX_SCHEMA_CHARS`), and each function's call schema one
+the grammar library can follow; any other is a 400 with ``param: "tools"`` naming the
+function, before any stage computes a token of the prompt.
+
 ``tool_choice``: ``none`` gives the model no tools (a plain answer); ``auto`` (the
 default with tools) lets it answer in text or with one call; ``required`` and a named
 function make the answer one call (of that function). One call a turn: with
@@ -29,10 +35,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from hecate.wire.messages import OutputFormat
-from hecate_gateway.apierrors import bad
+from hecate.llm.constrain import refusal
+from hecate.wire.messages import MAX_SCHEMA_CHARS, OutputFormat
+from hecate_gateway.apierrors import ApiError, bad
 
 __all__ = [
+    "MAX_TOOLS",
     "CallStream",
     "Choice",
     "Mode",
@@ -45,6 +53,8 @@ __all__ = [
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"
 Mode = Literal["auto", "required"]
+MAX_TOOLS = 128  # as OpenAI
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a function's name, as OpenAI allows it
 
 
 class Function(msgspec.Struct, kw_only=True):
@@ -101,13 +111,26 @@ def parse_tools(tools: list[Tool] | None, choice: Choice | None) -> Tooling | No
         if choice not in (None, "none", "auto"):
             raise bad("tool_choice requires tools", param="tool_choice")
         return None
+    if len(tools) > MAX_TOOLS:
+        raise bad(f"tools: at most {MAX_TOOLS} functions, got {len(tools)}", param="tools")
     names: list[str] = []
     for i, tool in enumerate(tools):
         if tool.type != "function":
             raise bad(f"tools[{i}].type: {tool.type!r} is not 'function'", f"tools[{i}].type")
+        if not _NAME.fullmatch(tool.function.name):
+            raise bad(
+                f"tools[{i}].function.name: {tool.function.name[:80]!r} is not 1 to 64 "
+                "letters, digits, underscores or dashes",
+                param=f"tools[{i}].function.name",
+            )
         if tool.function.name in names:
             raise bad(f"tools[{i}]: {tool.function.name!r} is declared twice", f"tools[{i}]")
         names.append(tool.function.name)
+    declared = _declared(tools)
+    if len(declared) > MAX_SCHEMA_CHARS:
+        raise _too_big(f"take {len(declared)} characters as JSON")
+    for i, tool in enumerate(tools):
+        _check_function(i, tool.function)
     if choice == "none":
         return None
     chosen = tools
@@ -140,7 +163,35 @@ def parse_tools(tools: list[Tool] | None, choice: Choice | None) -> Tooling | No
             "text: /[^<](.|\\n)*/\n"
         )
         shape = OutputFormat(type="lark", grammar=grammar)
-    return Tooling(declared=_declared(tools), shape=shape, mode=mode)
+    held = len(shape.schema or shape.grammar)
+    if held > MAX_SCHEMA_CHARS:
+        raise _too_big(f"make a grammar of {held} characters for the calls")
+    if (why := refusal(shape)) is not None:
+        # Each function's schema was followed on its own: what is left is the library's
+        # own limits on them together, said without the grammar the client never wrote.
+        raise bad(f"tools: the functions cannot be followed together: {why[:300]}", "tools")
+    return Tooling(declared=declared, shape=shape, mode=mode)
+
+
+def _too_big(what: str) -> ApiError:
+    return bad(
+        f"tools: the functions {what}, more than the {MAX_SCHEMA_CHARS} a request may carry",
+        param="tools",
+    )
+
+
+def _check_function(i: int, f: Function) -> None:
+    """A function whose calls the grammar library can follow (its parameters as a call's
+    arguments), as ``response_format``'s schema is checked: else a 400 naming it, not a
+    failure on the stage that samples once the whole prompt was computed."""
+    schema = json.dumps(_call_schema(f))
+    why = refusal(OutputFormat(type="json_schema", schema=schema))
+    if why is not None:
+        raise bad(
+            f"tools[{i}].function.parameters of {f.name!r} is not a JSON Schema this "
+            f"server can hold calls to: {why[:300]}",
+            param="tools",
+        )
 
 
 def _call_schema(f: Function) -> dict[str, Any]:
@@ -156,9 +207,18 @@ def _call_schema(f: Function) -> dict[str, Any]:
 
 
 def _declared(tools: list[Tool]) -> str:
-    """OpenAI's ``tools`` array as JSON, for the first stage to give the model."""
+    """OpenAI's ``tools`` array as JSON, for the first stage to give the model: fields
+    the client left out (or null) left out, as the wire's tools have no nulls."""
     return json.dumps(
-        [{"type": "function", "function": msgspec.to_builtins(t.function)} for t in tools]
+        [
+            {
+                "type": "function",
+                "function": {
+                    k: v for k, v in msgspec.to_builtins(t.function).items() if v is not None
+                },
+            }
+            for t in tools
+        ]
     )
 
 

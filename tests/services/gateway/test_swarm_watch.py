@@ -20,6 +20,7 @@ from hecate.wire.messages import (
     NodeEvent,
     NodeTelemetry,
     PlanChanged,
+    ServiceRestarted,
     TelemetrySnapshot,
 )
 from hecate_gateway import page
@@ -112,19 +113,69 @@ def test_events_fill_the_feed_and_the_tallies() -> None:
         epoch=5, strategy="greedy", planner_id="p", pipelines=2, reason="node left", at=106.0
     )
     assert watch.take(subjects.EVENT_PLAN, enc(changed))
+    again = ServiceRestarted(label="router-1", exit_code=-9, restarts=1, delay_s=1.0, at=107.0)
+    assert watch.take(subjects.EVENT_RESTARTED, enc(again))
     assert not watch.take("hecate.events.something-new", b"{}")
     assert not watch.take(subjects.EVENT_FAILOVER, b"nonsense")
 
     feed = watch.snapshot()["feed"]
     assert [(e["kind"], e["tag"], e["count"]) for e in feed] == [
+        ("service", "restarted", 1),
         ("plan", "greedy", 1),
         ("breaker", "open", 1),
         ("node", "down", 1),
         ("failover", "replica", 3),
     ]
-    assert feed[1]["text"] == "circuit of b tripped open for 59 s (5 failures)"
-    assert feed[3]["text"] == "m lost b: m-r0 -> m-r1 (no responders)"
+    assert feed[0]["text"] == "router-1 exited (-9) and was started again after 1 s (restart 1)"
+    assert feed[2]["text"] == "circuit of b tripped open for 59 s (5 failures)"
+    assert feed[4]["text"] == "m lost b: m-r0 -> m-r1 (no responders)"
     assert watch.snapshot()["counters"] == {"failovers": {"replica": 3}, "breaker_trips": 1}
+
+
+def test_the_planners_reminders_mark_it_heard_and_add_no_feed_line() -> None:
+    """The planner says its last notice again every few seconds (``previous`` = ``epoch``,
+    nothing changed); in the feed, a minute of them pushed every real event out of view.
+    A reminder only moves ``plan_heard``; a real change, before and after, is a line."""
+    watch = watching()
+    notice = PlanChanged(
+        epoch=1, strategy="greedy", planner_id="p", pipelines=2, reason="members", at=50.0,
+        previous=0, changed=("a", "b"),
+    )  # fmt: skip
+    assert watch.take(subjects.EVENT_PLAN, enc(notice))
+    down = NodeEvent(node_id="b", state="down", reason="silent", at=51.0)
+    assert watch.take(subjects.EVENT_NODE_DOWN, enc(down))
+    rev = watch.snapshot()["feed_rev"]
+    for i in range(24):  # two minutes of them
+        reminder = msgspec.structs.replace(
+            notice, previous=1, changed=(), reason="reminder", at=55.0 + 5 * i
+        )
+        version = watch.version
+        assert watch.take(subjects.EVENT_PLAN, enc(reminder))
+        assert watch.version > version  # the page's state says it
+    doc = watch.snapshot()
+    assert [(e["kind"], e["text"]) for e in doc["feed"]] == [
+        ("node", "b down (silent)"),
+        ("plan", "plan epoch 1: 2 pipelines (members)"),
+    ]
+    assert (doc["feed_rev"], watch.feed_since(rev)) == (rev, [])
+    assert doc["plan_heard"] == 55.0 + 5 * 23
+    # Before any plan, the planner says who it heard (epoch = previous too): no line.
+    early = watching()
+    members = PlanChanged(
+        epoch=0, strategy="greedy", planner_id="p", pipelines=0, reason="members", at=9.0,
+        previous=0, changed=(),
+    )  # fmt: skip
+    assert early.take(subjects.EVENT_PLAN, enc(members))
+    assert (early.snapshot()["feed"], early.snapshot()["plan_heard"]) == ([], 9.0)
+    # An older notice heard late does not set the mark back.
+    late = msgspec.structs.replace(reminder, at=1.0)
+    assert watch.take(subjects.EVENT_PLAN, enc(late))
+    assert watch.snapshot()["plan_heard"] == 55.0 + 5 * 23
+    # The next real change is a line again.
+    nxt = msgspec.structs.replace(notice, epoch=2, previous=1, reason="node left", at=200.0)
+    assert watch.take(subjects.EVENT_PLAN, enc(nxt))
+    assert watch.snapshot()["feed"][0]["text"] == "plan epoch 2: 2 pipelines (node left)"
+    assert watch.snapshot()["plan_heard"] == 200.0
 
 
 def test_the_swarm_gauges_and_event_counters_on_a_registry() -> None:
