@@ -26,6 +26,11 @@ FLAGS = (
         "a member telemetry calls down leaves the plan once it has been down this long",
         unit="ms",
     ),
+    Flag(
+        "profile_pace_s",
+        "a member's changed profile is planned at most once in this long (the latest wins)",
+        unit="ms",
+    ),
 )
 
 

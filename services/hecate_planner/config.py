@@ -21,12 +21,16 @@ class PlannerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # node frozen for a moment, or a link that blinks, costs no reshuffle, and the
     # routers' own failover (replica, splice, reserve) covers the wait.
     retire_after_s: float = 5.0
+    # A member's changed profile (its capacity, latency, executor) is planned at most
+    # once in this long; changes between wait their turn, the latest winning.
+    profile_pace_s: float = 30.0
 
     def __post_init__(self) -> None:
         named(self.instance_id, "instance_id")
         positive(self.settle_s, "settle_s")
         positive(self.remind_s, "remind_s")
         positive(self.retire_after_s, "retire_after_s")
+        positive(self.profile_pace_s, "profile_pace_s")
 
 
 def swarm_from_topology(data: bytes, pipelines: int | Literal["auto"] = 2) -> SwarmConfig:

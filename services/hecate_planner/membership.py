@@ -26,10 +26,22 @@ __all__ = ["Membership"]
 
 
 class Membership:
-    def __init__(self, config: SwarmConfig, planner: Planner, log: logging.Logger) -> None:
+    def __init__(
+        self,
+        config: SwarmConfig,
+        planner: Planner,
+        log: logging.Logger,
+        profile_pace_s: float = 30.0,
+    ) -> None:
         self.config = config
         self.planner = planner
         self.log = log
+        # A member's changed profile is planned at most once in this long; later ones
+        # wait for the next turn, the latest winning (:meth:`changes_due`): a node that
+        # re-joined with a new profile again and again re-planned the swarm each time.
+        self.profile_pace_s = profile_pace_s
+        self._changed_at: dict[str, float] = {}  # when each member's profile last changed
+        self.pending: dict[str, NodeProfile] = {}  # changes waiting for their turn
         self.members: dict[str, NodeProfile] = {}
         self.gone: set[str] = set()  # heard leaving (until they join again)
         # Members telemetry called down, and when (monotonic): each leaves the plan once
@@ -56,11 +68,26 @@ class Membership:
         was_down = self.silent.pop(node_id, None) is not None
         self._why_down.pop(node_id, None)
         self._held.pop(node_id, None)
-        if self.members.get(node_id) == profile:
+        known = self.members.get(node_id)
+        if known == profile:
             # A re-join (roll-call, or a restart before it left the plan): nothing new.
+            self.pending.pop(node_id, None)
             if was_down and self.swarm is not None and self._in_plan(node_id):
                 self.swarm.mark_alive(node_id)
             return False
+        if (
+            known is not None
+            and now - self._changed_at.get(node_id, -math.inf) < self.profile_pace_s
+        ):
+            if node_id not in self.pending:
+                event(self.log, "profile change held", logging.WARNING, node_id=node_id)
+            self.pending[node_id] = profile
+            if was_down and self.swarm is not None and self._in_plan(node_id):
+                self.swarm.mark_alive(node_id)
+            return False
+        self.pending.pop(node_id, None)
+        if known is not None:  # a first join is no change: a restart's new profile is not held
+            self._changed_at[node_id] = now
         self.members[node_id] = profile
         self.last_join = now
         if self.swarm is not None:
@@ -76,7 +103,21 @@ class Membership:
             )
         return True
 
+    def changes_due(self, now: float) -> bool:
+        """The held profile changes whose turn has come, planned; whether the plan
+        changed."""
+        due = [
+            p
+            for n, p in self.pending.items()
+            if now - self._changed_at.get(n, -math.inf) >= self.profile_pace_s
+        ]
+        changed = False
+        for profile in due:
+            changed |= self.admit(profile, now, "node changed its profile")
+        return changed
+
     def leave(self, node_id: str) -> bool:
+        self.pending.pop(node_id, None)
         self.gone.add(node_id)
         self.silent.pop(node_id, None)
         return self.retire(node_id, "node left")

@@ -79,7 +79,7 @@ class PlannerService:
             tracer_provider=tracer_provider,
             metadata={"strategy": planner.name},
         )
-        self.view = Membership(config.swarm, planner, log)
+        self.view = Membership(config.swarm, planner, log, config.profile_pace_s)
         self.revision = 0  # of the stored plan this planner last read or wrote
         self.stored: SwarmPlan | None = None  # the plan at that revision
         self._start_revision = 0
@@ -156,11 +156,13 @@ class PlannerService:
             self._changed.set()
 
     async def _retirements(self) -> None:
-        """Members down ``retire_after_s`` leave the plan (:meth:`Membership.retire_due`)."""
+        """Members down ``retire_after_s`` leave the plan (:meth:`Membership.retire_due`);
+        profile changes held for their turn are planned (:meth:`Membership.changes_due`)."""
         wait = self.settings.retire_after_s
         while True:
             await asyncio.sleep(min(0.25, wait / 4))
-            if self.view.retire_due(time.monotonic(), wait):
+            now = time.monotonic()
+            if self.view.retire_due(now, wait) | self.view.changes_due(now):
                 self._changed.set()
 
     async def _planning(self) -> None:

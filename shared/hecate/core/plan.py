@@ -27,9 +27,11 @@ class NodeProfile(msgspec.Struct, frozen=True, kw_only=True):
     and the executor it computes them with (``hecate node --executor``)."""
 
     node_id: Slug
-    capacity_layers: Annotated[int, msgspec.Meta(ge=0)]
-    latency_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    score: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    # Bounded as they are decoded: a join is a node's own word, and the planner sums
+    # these over the swarm.
+    capacity_layers: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+    latency_ms: Annotated[float, msgspec.Meta(ge=0, le=3_600_000)] = 0.0
+    score: Annotated[float, msgspec.Meta(gt=0, le=1_000_000)] = 1.0
     executor: Slug = "toy"
     kind: ExecutorKind = "layers"  # what that executor declares (its node fills it in)
 

@@ -100,3 +100,30 @@ def test_resuming_another_planners_plan_applies_what_this_one_heard() -> None:
     planned = {n.node_id for n in mine.swarm.plan.nodes}
     assert "n4" not in planned
     assert "n5" in planned
+
+
+def test_profile_changes_are_planned_at_most_once_a_pace_the_latest_winning() -> None:
+    view = _formed(4)
+    view.profile_pace_s = 30.0
+    assert view.admit(_node(1, layers=12), now=1.0)  # the first change: planned at once
+    epochs = 1
+    for i in range(40):  # a node re-joining with a new profile, again and again
+        epochs += view.admit(_node(1, layers=7 + i % 5), now=2.0 + i * 0.1)
+        epochs += view.changes_due(now=2.0 + i * 0.1)
+    assert epochs == 1
+    assert view.members["n1"].capacity_layers == 12  # still the planned one
+    assert view.pending["n1"].capacity_layers == 7 + 39 % 5  # the latest held
+    assert not view.changes_due(now=30.9)
+    assert view.changes_due(now=31.0)
+    assert view.members["n1"].capacity_layers == 7 + 39 % 5
+    assert not view.pending
+
+
+def test_a_held_change_undone_by_a_rejoin_with_the_planned_profile_is_dropped() -> None:
+    view = _formed(4)
+    view.profile_pace_s = 30.0
+    assert view.admit(_node(1, layers=12), now=1.0)
+    assert not view.admit(_node(1, layers=8), now=2.0)
+    assert not view.admit(_node(1, layers=12), now=3.0)  # back to what the plan has
+    assert not view.pending
+    assert not view.changes_due(now=100.0)
