@@ -53,47 +53,72 @@ def _cmd_list(_args: argparse.Namespace) -> int:
     return 0
 
 
+#: what runs the model, by ``--reference``, as the summary line names it
+ENGINES = {False: ("onnx", "the engine"), True: ("numpy", "the float32 numpy reference")}
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
-    """Greedy generation in this process (the reference the swarm is compared with)."""
+    """Greedy generation in this process, on the engine the nodes run (ONNX Runtime on
+    the file's own quantised blocks), or with ``--reference`` on the float32 numpy model
+    (its weights dequantised: several times slower, several times the file's memory).
+    The text is :func:`hecate.llm.reference.greedy_text`'s, streamed: the prompt in the
+    chunks a first stage runs it in, then a step a token, up to the end of the turn."""
     import numpy as np
 
-    from hecate.llm.gguf_model import load_stage
-    from hecate.llm.llama import LlamaStage
+    from hecate.core.errors import HecateError
+    from hecate.llm.chunks import PREFILL_CHUNK
+    from hecate.llm.reference import whole_model
     from hecate.llm.store import pull
-    from hecate.llm.tokenizer import TextStream, load_tokenizer
+    from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 
     path = pull(args.name, progress=lambda line: print(line, file=sys.stderr))
-    stage = LlamaStage(load_stage(path, 0, load_stage_layers(path)))
+    engine, what = ENGINES[bool(args.reference)]
     tokenizer = load_tokenizer(path)
-    text = TextStream(tokenizer)
     ids = tokenizer.encode(args.prompt).ids
+    if not ids:
+        raise HecateError("the prompt is empty: nothing to continue")
+    # This process has the machine to itself: every core, its threads spinning between
+    # steps (the engine's fastest alone, as `hecate bench llm` runs it).
+    stage = whole_model(path, engine, threads=None, spin=True)
+    context = stage.config.context
+    if len(ids) + args.max_tokens > context:
+        raise HecateError(
+            f"a prompt of {len(ids)} tokens and --max-tokens {args.max_tokens} exceed "
+            f"{args.name}'s context of {context} positions"
+        )
+    ends = eos_ids(path)
+    text = TextStream(tokenizer)
+    chunk = PREFILL_CHUNK
     cache = stage.new_cache()
     started = time.perf_counter()
-    hidden = stage.forward(stage.embed(ids), cache)
-    first = time.perf_counter() - started
-    out: list[int] = []
+    for start in range(0, len(ids) - chunk, chunk):  # every chunk but the last
+        stage.forward_batch([stage.embed(ids[start : start + chunk])], [cache])
+    x = stage.embed(ids[(len(ids) - 1) // chunk * chunk :])
+    first: float | None = None
+    steps = 0
     for _ in range(args.max_tokens):
-        token = int(np.argmax(stage.logits(hidden)))
-        out.append(token)
+        token = int(np.argmax(stage.logits_of(stage.forward_batch([x], [cache]))[0]))
+        steps += 1
+        first = time.perf_counter() - started if first is None else first
+        if token in ends:
+            break
         sys.stdout.write(text.push(token))
         sys.stdout.flush()
-        hidden = stage.forward(stage.embed([token]), cache)
+        x = stage.embed([token])
     elapsed = time.perf_counter() - started
+    stage.free(cache)
+    rate = (steps - 1) / max(elapsed - first, 1e-9) if first is not None and steps > 1 else 0.0
     print(
-        f"\n-- first token {first * 1000:.0f} ms, {len(out) / max(elapsed - first, 1e-9):.1f} "
-        "tokens/s (single process, greedy)",
+        f"\n-- first token {(first or 0.0) * 1000:.0f} ms, {rate:.1f} tokens/s (single "
+        f"process, greedy, on {what})",
         file=sys.stderr,
     )
     return 0
 
 
-def load_stage_layers(path: Any) -> int:
-    from hecate.llm.gguf_model import model_config
-
-    return model_config(path).layers
-
-
 def add_parser(sub: Any) -> None:
+    from hecate.cli.main import positive_int
+
     model: argparse.ArgumentParser = sub.add_parser("model", help="the real model's files")
     verbs = model.add_subparsers(dest="verb", required=True, metavar="VERB")
     pull = verbs.add_parser(
@@ -115,8 +140,16 @@ def add_parser(sub: Any) -> None:
     add.set_defaults(run=_cmd_add)
     listing = verbs.add_parser("list", help="the models a node can run")
     listing.set_defaults(run=_cmd_list)
-    gen = verbs.add_parser("generate", help="greedy generation in this process")
+    gen = verbs.add_parser(
+        "generate", help="greedy generation in this process, on the nodes' engine"
+    )
     gen.add_argument("name")
     gen.add_argument("prompt")
-    gen.add_argument("--max-tokens", type=int, default=16)
+    gen.add_argument("--max-tokens", type=positive_int, default=16)
+    gen.add_argument(
+        "--reference",
+        action="store_true",
+        help="run the float32 numpy reference model instead of the engine (slower, "
+        "several times the memory; what the engine is checked against)",
+    )
     gen.set_defaults(run=_cmd_generate)

@@ -18,6 +18,7 @@ The layout (GGUF v2 and v3, little-endian)::
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from collections.abc import Iterator, Mapping
@@ -32,6 +33,14 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
+#: the largest ``general.alignment`` obeyed (llama.cpp's writers use 32; this is a
+#: megabyte): one larger is a damaged header, refused rather than followed
+MAX_ALIGNMENT = 1 << 20
+#: arrays of arrays nested deeper than this are refused: the format allows nesting, the
+#: metadata a model needs has none, and a deep nest would exhaust the reader's stack
+MAX_NESTING = 8
+#: a tensor's dimensions at most (ggml's GGML_MAX_DIMS, which llama.cpp enforces too)
+MAX_DIMS = 4
 
 #: metadata value types: scalar struct formats (``STRING`` 8 and ``ARRAY`` 9 apart)
 SCALARS: dict[int, str] = {
@@ -67,16 +76,31 @@ class Tensor:
 
 
 class _Strings:
-    """A string array not decoded yet: where it starts and how many strings it holds."""
+    """A string array not decoded yet: where it starts and how many strings it holds
+    (their lengths were checked against the file when the header was read)."""
 
-    def __init__(self, buf: memoryview, start: int, count: int) -> None:
+    def __init__(self, path: Path, key: str, buf: memoryview, start: int, count: int) -> None:
+        self.path, self.key = path, key
         self.buf, self.start, self.count = buf, start, count
 
     def decode(self) -> list[str]:
+        """Every string, or :class:`BadGGUF` naming the first that is not UTF-8.
+
+        Not decoded with ``errors="replace"``, though llama.cpp keeps a token's raw bytes
+        and never decodes them: every vocabulary this engine rebuilds is text (byte-level
+        BPE spells bytes as printable characters, SentencePiece as ``<0x41>``), so a token
+        that is not UTF-8 is a damaged file, and replacing its bytes would give two
+        tokens the same text, and one of them no id."""
         out, at = [], self.start
-        for _ in range(self.count):
+        for i in range(self.count):
             (n,) = struct.unpack_from("<Q", self.buf, at)
-            out.append(bytes(self.buf[at + 8 : at + 8 + n]).decode("utf-8"))
+            try:
+                out.append(bytes(self.buf[at + 8 : at + 8 + n]).decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise BadGGUF(
+                    f"{self.path}: item {i} of {self.key!r} is not UTF-8 ({e.reason} at "
+                    f"byte {e.start})"
+                ) from None
             at += 8 + n
         return out
 
@@ -128,15 +152,23 @@ class GGUFFile:
         self.version = version
         at = 24
         values: dict[str, Any] = {}
-        for _ in range(n_kv):
+        for _ in range(n_kv):  # each takes bytes: a count past them stops at the end
             key, at = self._string(at)
+            if key in values:
+                raise BadGGUF(f"{self.path}: metadata {key!r} given twice")
             (kind,) = struct.unpack_from("<I", buf, at)
             values[key], at = self._value(kind, at + 4, key)
         self.metadata = Metadata(values)
         infos = []
+        names: set[str] = set()
         for _ in range(n_tensors):
             name, at = self._string(at)
+            if name in names:
+                raise BadGGUF(f"{self.path}: tensor {name!r} given twice")
+            names.add(name)
             (dims,) = struct.unpack_from("<I", buf, at)
+            if dims > MAX_DIMS:
+                raise BadGGUF(f"{self.path}: tensor {name!r} has {dims} dimensions (at most 4)")
             shape = struct.unpack_from(f"<{dims}Q", buf, at + 4)
             kind, offset = struct.unpack_from("<IQ", buf, at + 4 + 8 * dims)
             at += 4 + 8 * dims + 12
@@ -146,11 +178,27 @@ class GGUFFile:
                 )
             except ValueError as e:
                 raise BadGGUF(f"{self.path}: tensor {name!r} has unknown type {kind}") from e
-        alignment = int(values.get("general.alignment", DEFAULT_ALIGNMENT))
+        alignment = self._alignment(values.get("general.alignment", DEFAULT_ALIGNMENT))
         start = -(-at // alignment) * alignment
         self.tensors: dict[str, Tensor] = {}
         for name, shape, kind, offset in infos:
             self.tensors[name] = self._tensor(name, shape, kind, start + offset)
+
+    def _alignment(self, value: Any) -> int:
+        """``general.alignment``: a whole power of two, as llama.cpp requires, and not
+        beyond :data:`MAX_ALIGNMENT`."""
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value <= 0
+            or value & (value - 1)
+            or value > MAX_ALIGNMENT
+        ):
+            raise BadGGUF(
+                f"{self.path}: general.alignment {value!r} is not a power of two from 1 to "
+                f"{MAX_ALIGNMENT}"
+            )
+        return value
 
     def _string(self, at: int) -> tuple[str, int]:
         (n,) = struct.unpack_from("<Q", self._buf, at)
@@ -159,7 +207,7 @@ class GGUFFile:
             raise struct.error(f"a string of {n} bytes at {at} runs past the end")
         return bytes(self._buf[at + 8 : end]).decode("utf-8"), end
 
-    def _value(self, kind: int, at: int, key: str) -> tuple[Any, int]:
+    def _value(self, kind: int, at: int, key: str, depth: int = 0) -> tuple[Any, int]:
         if kind in SCALARS:
             fmt = "<" + SCALARS[kind]
             return struct.unpack_from(fmt, self._buf, at)[0], at + struct.calcsize(fmt)
@@ -167,30 +215,42 @@ class GGUFFile:
             return self._string(at)
         if kind != ARRAY:
             raise BadGGUF(f"{self.path}: metadata {key!r} has unknown type {kind}")
+        if depth >= MAX_NESTING:
+            raise BadGGUF(f"{self.path}: metadata {key!r} nests arrays deeper than {MAX_NESTING}")
         item, count = struct.unpack_from("<IQ", self._buf, at)
+        if item not in SCALARS and item not in (STRING, ARRAY):
+            raise BadGGUF(f"{self.path}: metadata {key!r} is an array of unknown type {item}")
         at += 12
+        left = len(self._buf) - at
         if item in SCALARS:
             dtype = np.dtype(SCALARS[item]).newbyteorder("<")
             end = at + count * dtype.itemsize
             if end > len(self._buf):
                 raise struct.error(f"array {key!r} runs past the end")
             return np.frombuffer(self._buf, dtype, count, at), end
+        # Every item takes bytes (a string 8 at least, an array 12): a count the rest of
+        # the file cannot hold is refused here, before a loop of that many turns.
+        smallest = 8 if item == STRING else 12
+        if count * smallest > left:
+            raise struct.error(f"array {key!r} of {count} items runs past the end")
         if item == STRING:
-            strings = _Strings(self._buf, at, count)
+            strings = _Strings(self.path, key, self._buf, at, count)
             for _ in range(count):  # only the lengths, to find the end
                 (n,) = struct.unpack_from("<Q", self._buf, at)
                 at += 8 + n
+                if at > len(self._buf):
+                    raise struct.error(f"a string of array {key!r} runs past the end")
             return strings, at
         items = []
         for _ in range(count):  # arrays of arrays: rare, read as they are
-            value, at = self._value(item, at, key)
+            value, at = self._value(item, at, key, depth + 1)
             items.append(value)
         return items, at
 
     def _tensor(
         self, name: str, shape: tuple[int, ...], kind: GGMLQuantizationType, at: int
     ) -> Tensor:
-        count = int(np.prod(shape))
+        count = math.prod(shape)  # Python's integers: a crafted shape cannot overflow them
         dims = tuple(reversed(shape))
         if kind in PLAIN:
             dtype = np.dtype(PLAIN[kind])
@@ -200,8 +260,10 @@ class GGUFFile:
             if kind not in GGML_QUANT_SIZES:
                 raise BadGGUF(f"{self.path}: tensor {name!r} of type {kind.name}: no block size")
             block, block_bytes = GGML_QUANT_SIZES[kind]
-            if shape[0] % block:
-                raise BadGGUF(f"{self.path}: tensor {name!r}: {shape[0]} not in {block}s")
+            if not shape or shape[0] % block:
+                raise BadGGUF(
+                    f"{self.path}: tensor {name!r}: {shape[0] if shape else 0} not in {block}s"
+                )
             dtype = np.dtype(np.uint8)
             nbytes = count // block * block_bytes
             view_shape = (*dims[:-1], shape[0] // block * block_bytes)

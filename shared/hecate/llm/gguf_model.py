@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,45 +105,129 @@ class StageWeights:
     head: Matrix | None = None  # [vocab, hidden]: last stage (the embedding when tied)
 
 
+#: bounds of what a header may say, beyond which it is damaged or crafted, each far past
+#: any real model (Llama 3.1 405B: 126 blocks, 128 heads, an embedding of 16,384 and a
+#: feed-forward of 53,248; vocabularies reach 256,000 tokens, contexts 10M positions)
+LIMITS = {
+    "block_count": 4096,
+    "attention.head_count": 1 << 12,
+    "attention.head_count_kv": 1 << 12,
+    "attention.key_length": 1 << 12,
+    "attention.value_length": 1 << 12,
+    "embedding_length": 1 << 17,
+    "feed_forward_length": 1 << 20,
+    "context_length": 1 << 24,
+    "vocab_size": 1 << 22,
+}
+
+#: a block's tensors, each ``(name, inputs, outputs)`` as words of :func:`check_shapes`'s
+#: sizes (a norm has no outputs: a vector of its inputs)
+BLOCK_TENSORS = (
+    ("attn_norm", "hidden", None),
+    ("attn_q", "hidden", "q"),
+    ("attn_k", "hidden", "kv"),
+    ("attn_v", "hidden", "kv"),
+    ("attn_output", "q", "hidden"),
+    ("ffn_norm", "hidden", None),
+    ("ffn_gate", "hidden", "ffn"),
+    ("ffn_up", "hidden", "ffn"),
+    ("ffn_down", "ffn", "hidden"),
+)
+_BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+def _whole(file: GGUFFile, key: str, value: Any, limit: int) -> int:
+    """``value`` of metadata ``key`` as a count: a whole number from 1 to ``limit``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+        raise BadGGUF(f"{file.path}: {key} {value!r} is not a whole number from 1 to {limit:,}")
+    return value
+
+
+def _positive(file: GGUFFile, key: str, value: Any) -> float:
+    """``value`` of metadata ``key`` as a finite number above zero."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
+        raise BadGGUF(f"{file.path}: {key} {value!r} is not a finite number above zero")
+    return float(value)
+
+
 def read_config(file: GGUFFile) -> LlamaConfig:
+    """The hyper-parameters, each checked to be a number a model can have (counts whole
+    and positive, within :data:`LIMITS`, heads sharing their KV heads evenly, and as many
+    blocks as the file has ``blk.N`` tensors for), so that no later division, loop or
+    allocation meets an impossible one. Tensors' shapes: :func:`check_shapes`."""
     arch = file.field("general.architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise UnsupportedModel(
             f"{file.path}: architecture {arch!r} is not supported "
             f"(supported: {', '.join(ARCHITECTURES)})"
         )
     meta = file.metadata
 
-    def field(key: str) -> Any:
-        return file.field(f"{arch}.{key}")
+    def count(key: str, default: int | None = None) -> int:
+        full = f"{arch}.{key}"
+        value = meta.get(full, default) if default is not None else file.field(full)
+        return _whole(file, full, value, LIMITS[key])
 
-    heads = int(field("attention.head_count"))
-    hidden = int(field("embedding_length"))
-    head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
-    if int(meta.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+    def number(key: str, default: float | None = None) -> float:
+        full = f"{arch}.{key}"
+        value = meta.get(full, default) if default is not None else file.field(full)
+        return _positive(file, full, value)
+
+    heads = count("attention.head_count")
+    hidden = count("embedding_length")
+    if f"{arch}.attention.key_length" not in meta and hidden % heads:
+        raise BadGGUF(
+            f"{file.path}: {arch}.embedding_length {hidden} is not a whole number of "
+            f"{arch}.attention.head_count {heads} heads"
+        )
+    head_dim = count("attention.key_length", hidden // heads)
+    if head_dim % 2:
+        raise BadGGUF(f"{file.path}: heads of {head_dim} dimensions (RoPE rotates pairs)")
+    if count("attention.value_length", head_dim) != head_dim:
         raise UnsupportedModel(f"{file.path}: keys and values of different widths")
+    kv_heads = count("attention.head_count_kv", heads)
+    if heads % kv_heads:
+        raise BadGGUF(
+            f"{file.path}: {heads} heads do not share {kv_heads} KV heads evenly "
+            f"({arch}.attention.head_count_kv)"
+        )
     scaling = str(meta.get(f"{arch}.rope.scaling.type", "none"))
-    factor = float(meta.get(f"{arch}.rope.scaling.factor", 1.0))
+    factor = number("rope.scaling.factor", 1.0)
     if scaling not in ("none", "linear") and factor != 1.0:
         raise UnsupportedModel(
             f"{file.path}: RoPE scaling {scaling!r} is not supported (supported: linear, "
             "and Llama 3's per-frequency factors)"
         )
     freqs = file.tensors.get("rope_freqs.weight")
+    if freqs is not None and freqs.shape != (head_dim // 2,):
+        raise BadGGUF(
+            f"{file.path}: rope_freqs.weight is {list(freqs.shape)}, heads of {head_dim} "
+            f"dimensions need [{head_dim // 2}]"
+        )
     embd = file.tensors.get("token_embd.weight")
     if embd is None:
         raise BadGGUF(f"{file.path}: no token_embd.weight")
+    if len(embd.shape) != 2:
+        raise BadGGUF(f"{file.path}: token_embd.weight is {list(embd.shape)}, not a matrix")
+    layers = count("block_count")
+    blocks = {int(m.group(1)) for name in file.tensors if (m := _BLOCK.match(name))}
+    if blocks != set(range(layers)):
+        held = f"blocks {min(blocks)} to {max(blocks)}" if blocks else "no blocks"
+        raise BadGGUF(
+            f"{file.path}: {arch}.block_count {layers}, but its tensors are of {held} "
+            f"({len(blocks)} in all)"
+        )
     return LlamaConfig(
-        layers=int(field("block_count")),
+        layers=layers,
         hidden=hidden,
         heads=heads,
-        kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)),
+        kv_heads=kv_heads,
         head_dim=head_dim,
-        ffn=int(field("feed_forward_length")),
-        eps=float(field("attention.layer_norm_rms_epsilon")),
-        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10_000.0)),
-        vocab=int(meta.get(f"{arch}.vocab_size", embd.shape[1])),
-        context=int(field("context_length")),
+        ffn=count("feed_forward_length"),
+        eps=number("attention.layer_norm_rms_epsilon"),
+        rope_base=number("rope.freq_base", 10_000.0),
+        vocab=count("vocab_size", embd.shape[1]),
+        context=count("context_length"),
         arch=arch,
         rope_interleaved=ARCHITECTURES[arch],
         rope_scale=1.0 / factor if scaling == "linear" else 1.0,
@@ -149,6 +235,48 @@ def read_config(file: GGUFFile) -> LlamaConfig:
         qkv_bias="blk.0.attn_q.bias" in file.tensors,
         tied_head="output.weight" not in file.tensors,
     )
+
+
+def check_shapes(file: GGUFFile, config: LlamaConfig) -> None:
+    """Every tensor the model runs is in ``file`` with the shape ``config`` (its header)
+    implies, else :class:`BadGGUF` naming the first that is not: the embedding (and the
+    output head when not tied), the final norm, and each block's norms, attention (with
+    qwen2's biases) and feed-forward. Run when a model is added: a header that disagrees
+    with its weights would otherwise fail in a node, mid-graph."""
+    c = config
+    size = {
+        "hidden": c.hidden,
+        "q": c.heads * c.head_dim,
+        "kv": c.kv_heads * c.head_dim,
+        "ffn": c.ffn,
+        "vocab": c.vocab,
+    }
+    why = (
+        f"{c.arch}.embedding_length {c.hidden}, head_count {c.heads}, head_count_kv "
+        f"{c.kv_heads}, heads of {c.head_dim}, feed_forward_length {c.ffn}, vocabulary "
+        f"{c.vocab}"
+    )
+
+    def check(name: str, inputs: str, outputs: str | None) -> None:
+        want = (size[inputs],) if outputs is None else (size[inputs], size[outputs])
+        t = file.tensors.get(name)
+        if t is None:
+            raise BadGGUF(f"{file.path}: no {name} (a model of {c.layers} blocks needs it)")
+        if t.shape != want:
+            raise BadGGUF(
+                f"{file.path}: {name} is {list(t.shape)}, the metadata implies {list(want)} ({why})"
+            )
+
+    check("token_embd.weight", "hidden", "vocab")
+    if not c.tied_head:
+        check("output.weight", "hidden", "vocab")
+    check("output_norm.weight", "hidden", None)
+    for i in range(c.layers):
+        for name, inputs, outputs in BLOCK_TENSORS:
+            check(f"blk.{i}.{name}.weight", inputs, outputs)
+        if c.qkv_bias:
+            for name, outputs in (("attn_q", "q"), ("attn_k", "kv"), ("attn_v", "kv")):
+                check(f"blk.{i}.{name}.bias", outputs, None)
 
 
 def _matrix(tensor: Tensor) -> Matrix:

@@ -116,12 +116,13 @@ def _source(name: str) -> ModelSource:
 
 
 def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Registered:
-    """Check ``path`` whole (architecture, every tensor's type, the tokenizer) and
-    register it as ``name``; raises :class:`ModelStoreError` saying what is wrong."""
+    """Check ``path`` whole (architecture, hyper-parameters, every tensor's type and
+    shape, the tokenizer) and register it as ``name``; raises :class:`ModelStoreError`
+    saying in one line what is wrong."""
     from hecate.llm.gguf_file import BadGGUF, GGUFFile
-    from hecate.llm.gguf_model import read_config
+    from hecate.llm.gguf_model import check_shapes, read_config
     from hecate.llm.quant import UnsupportedWeights, check_types
-    from hecate.llm.tokenizer import TokenizerError, load_tokenizer
+    from hecate.llm.tokenizer import TokenizerError, check_tokenizer, load_tokenizer
 
     if not re.match(NAME_PATTERN, name):
         raise ModelStoreError(
@@ -137,10 +138,20 @@ def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Regis
         file = GGUFFile(path)
         config = read_config(file)
         check_types(file)
+        check_shapes(file, config)
         progress(f"{name}: {config.arch}, {config.layers} layers; building its tokenizer")
         load_tokenizer(path)
+        check_tokenizer(file, config.vocab)
     except (BadGGUF, UnsupportedWeights, TokenizerError) as e:
-        raise ModelStoreError(str(e)) from None
+        raise ModelStoreError(_one_line(str(e))) from None
+    except OSError:
+        raise  # the file unreadable, the cache unwritable: the command says so as such
+    except Exception as e:
+        # What the checks above did not foresee in a damaged file is still a refusal of
+        # that file, said in one line, not a traceback.
+        raise ModelStoreError(
+            _one_line(f"{path}: cannot be read as a model ({type(e).__name__}: {e})")
+        ) from None
     progress(f"{name}: checksumming {path}")
     stat = path.stat()
     entry = Registered(
@@ -154,6 +165,10 @@ def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Regis
     partial.replace(registry_path())  # atomic: a reader never sees half a registry
     progress(f"{name}: registered ({entry.sha256[:12]}...)")
     return entry
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.splitlines())
 
 
 def _registered_file(name: str, entry: Registered) -> Path:

@@ -9,7 +9,9 @@ their own expressions (digits in threes, or one by one). Special tokens (``<|im_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import (
@@ -67,6 +69,14 @@ class TokenizerError(HecateError):
     code = "unsupported_tokenizer"
 
 
+#: the special tokens the engine reads (the prompt's BOS, the ends of a generation,
+#: SentencePiece's unknown token), by their key's middle: each must be a token of the
+#: vocabulary. Others a file may name (padding, mask, fill-in-the-middle...) the engine
+#: never reads, and llama.cpp only warns about one out of range: real files carry a
+#: padding id one past their vocabulary, and they load.
+SPECIAL = ("bos", "eos", "eot", "unknown")
+
+
 def load_tokenizer(path: Path) -> Tokenizer:
     """From the prepared folder when it is there (instant), else built from the GGUF."""
     from hecate.llm.gguf_model import Prepared
@@ -74,61 +84,142 @@ def load_tokenizer(path: Path) -> Tokenizer:
     return Tokenizer.from_str(Prepared(path).text("tokenizer.json", lambda: _build(path).to_str()))
 
 
+def vocabulary(file: GGUFFile) -> list[str]:
+    """The token texts (``tokenizer.ggml.tokens``), every one decoded now: one that is not
+    text is :class:`~hecate.llm.gguf_file.BadGGUF` naming it."""
+    tokens = file.field("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        raise TokenizerError(f"{file.path}: tokenizer.ggml.tokens is not a list of strings")
+    return tokens
+
+
+def special_ids(file: GGUFFile, count: int) -> dict[str, int]:
+    """The ids of :data:`SPECIAL` tokens the file names, by name (``bos``...), each
+    checked to be one of the ``count`` tokens of its vocabulary."""
+    out = {}
+    for name in SPECIAL:
+        key = f"tokenizer.ggml.{name}_token_id"
+        value = file.metadata.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+            raise TokenizerError(
+                f"{file.path}: {key} {value!r} is not a token of its vocabulary of {count}"
+            )
+        out[name] = value
+    return out
+
+
+def check_tokenizer(file: GGUFFile, vocab: int) -> None:
+    """What a model's tokenizer must be beyond buildable (:func:`load_tokenizer`, which
+    may come from the prepared folder): its texts, its special ids within it, and as many
+    tokens as the model's embedding has rows (``vocab``), as llama.cpp requires (a token
+    without a row cannot be embedded, a row without a token cannot be decoded)."""
+    tokens = vocabulary(file)
+    special_ids(file, len(tokens))
+    if len(tokens) != vocab:
+        raise TokenizerError(
+            f"{file.path}: {len(tokens)} tokens, but its embedding has {vocab} rows"
+        )
+
+
+def _numbers(file: GGUFFile, key: str, count: int, kinds: str) -> list[Any]:
+    """Metadata ``key``: an array of ``count`` numbers of numpy kinds ``kinds``."""
+    value = file.field(key)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds or len(value) != count:
+        raise TokenizerError(f"{file.path}: {key} is not an array of {count} numbers")
+    return list(value.tolist())
+
+
+def _flag(file: GGUFFile, key: str, default: bool) -> bool:
+    value = file.metadata.get(key, default)
+    if not isinstance(value, bool | int):
+        raise TokenizerError(f"{file.path}: {key} {value!r} is not true or false")
+    return bool(value)
+
+
+def _library(path: Path, build: Callable[[], Tokenizer]) -> Tokenizer:
+    """``build()``, the tokenizers library's refusal of what it was given (a merge of
+    tokens not in the vocabulary...) as a :class:`TokenizerError`: the library raises
+    bare ``Exception`` for it."""
+    try:
+        return build()
+    except Exception as e:
+        raise TokenizerError(f"{path}: its tokenizer cannot be built ({e})") from None
+
+
 def _build(path: Path) -> Tokenizer:
     file = GGUFFile(path)
     kind = file.metadata.get("tokenizer.ggml.model")
-    if kind == "gpt2":
-        tok = _byte_level_bpe(file)
-    elif kind == "llama":
-        tok = _sentencepiece(file)
+    make: Callable[[GGUFFile, list[str], dict[str, int]], Tokenizer]
+    if isinstance(kind, str) and kind == "gpt2":
+        make = _byte_level_bpe
+    elif isinstance(kind, str) and kind == "llama":
+        make = _sentencepiece
     else:
         raise TokenizerError(
             f"{path}: tokenizer {kind!r} is not supported (supported: 'gpt2', byte-level "
             "BPE; 'llama', SentencePiece BPE)"
         )
-    tokens: list[str] = file.field("tokenizer.ggml.tokens")
-    types = [int(t) for t in np.asarray(file.field("tokenizer.ggml.token_type"))]
-    tok.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
-    bos = file.metadata.get("tokenizer.ggml.bos_token_id")
-    if file.metadata.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))]
-        )
-    return tok
+    tokens = vocabulary(file)
+    types = _numbers(file, "tokenizer.ggml.token_type", len(tokens), "iu")
+    specials = special_ids(file, len(tokens))
+    bos = specials.get("bos")
+    add_bos = _flag(file, "tokenizer.ggml.add_bos_token", False)
+    tok = make(file, tokens, specials)
+
+    def finish() -> Tokenizer:
+        tok.add_special_tokens([t for t, k in zip(tokens, types, strict=True) if k == CONTROL])
+        if add_bos and bos is not None:
+            tok.post_processor = processors.TemplateProcessing(
+                single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
+            )
+        return tok
+
+    return _library(path, finish)
 
 
-def _byte_level_bpe(file: GGUFFile) -> Tokenizer:
+def _byte_level_bpe(file: GGUFFile, tokens: list[str], specials: dict[str, int]) -> Tokenizer:
+    del specials  # byte-level BPE has no unknown token; BOS is added by the caller
     pre = str(file.metadata.get("tokenizer.ggml.pre", "default"))
     if pre not in PRE_TOKENIZERS:
         raise TokenizerError(
             f"{file.path}: pre-tokenizer {pre!r} is not supported (supported: "
             f"{', '.join(PRE_TOKENIZERS)})"
         )
-    tokens: list[str] = file.field("tokenizer.ggml.tokens")
     merges: list[tuple[str, str]] = []
-    for m in file.field("tokenizer.ggml.merges"):
+    raw = file.field("tokenizer.ggml.merges")
+    if not isinstance(raw, list):
+        raise TokenizerError(f"{file.path}: tokenizer.ggml.merges is not a list of strings")
+    for i, m in enumerate(raw):
+        if not isinstance(m, str) or " " not in m:
+            raise TokenizerError(
+                f"{file.path}: merge {i} ({m!r}) is not two tokens apart by a space"
+            )
         left, right = m.split(" ", 1)
         merges.append((left, right))
-    tok = Tokenizer(
-        models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
-    )
-    tok.pre_tokenizer = PRE_TOKENIZERS[pre]()
-    tok.decoder = decoders.ByteLevel()
-    return tok
+    vocab = {t: i for i, t in enumerate(tokens)}
+
+    def build() -> Tokenizer:
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+        tok.pre_tokenizer = PRE_TOKENIZERS[pre]()
+        tok.decoder = decoders.ByteLevel()
+        return tok
+
+    return _library(file.path, build)
 
 
 SPACE = "\u2581"  # SentencePiece's visible space
 
 
-def _sentencepiece(file: GGUFFile) -> Tokenizer:
+def _sentencepiece(file: GGUFFile, tokens: list[str], specials: dict[str, int]) -> Tokenizer:
     """Llama 2's, Mistral's and TinyLlama's tokenizer: SentencePiece BPE, which merges
     the adjacent pair whose union scores highest until none is in the vocabulary, and
     spells what is left as byte tokens (``<0x41>``). As a BPE model: every split of a
     piece into two pieces is a merge, ranked by the union's score. Spaces are U+2581,
     with one in front of the text where the file says so (``add_space_prefix``). Each
     token decodes with its own spaces (no prefix stripped): a stream joins them."""
-    tokens: list[str] = file.field("tokenizer.ggml.tokens")
-    scores = [float(x) for x in np.asarray(file.field("tokenizer.ggml.scores"))]
+    scores = [float(x) for x in _numbers(file, "tokenizer.ggml.scores", len(tokens), "iuf")]
     ids = {t: i for i, t in enumerate(tokens)}
     ranked: list[tuple[float, int, int, str, str]] = []
     for piece, i in ids.items():
@@ -137,20 +228,25 @@ def _sentencepiece(file: GGUFFile) -> Tokenizer:
             if left in ids and right in ids:
                 ranked.append((-scores[i], ids[left], ids[right], left, right))
     merges = [(left, right) for *_, left, right in sorted(ranked)]
-    unk = int(file.metadata.get("tokenizer.ggml.unknown_token_id", 0))
-    tok = Tokenizer(
-        models.BPE(
-            vocab=ids, merges=merges, unk_token=tokens[unk], fuse_unk=True, byte_fallback=True
+    unk = specials.get("unknown", 0)
+    space_prefix = _flag(file, "tokenizer.ggml.add_space_prefix", True)
+
+    def build() -> Tokenizer:
+        tok = Tokenizer(
+            models.BPE(
+                vocab=ids, merges=merges, unk_token=tokens[unk], fuse_unk=True, byte_fallback=True
+            )
         )
-    )
-    steps: list[normalizers.Normalizer] = [normalizers.Replace(" ", SPACE)]
-    if file.metadata.get("tokenizer.ggml.add_space_prefix", True):
-        steps.insert(0, normalizers.Prepend(SPACE))
-    tok.normalizer = normalizers.Sequence(steps)
-    tok.decoder = decoders.Sequence(
-        [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
-    )
-    return tok
+        steps: list[normalizers.Normalizer] = [normalizers.Replace(" ", SPACE)]
+        if space_prefix:
+            steps.insert(0, normalizers.Prepend(SPACE))
+        tok.normalizer = normalizers.Sequence(steps)
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+        )
+        return tok
+
+    return _library(file.path, build)
 
 
 #: the most tokens one character can span (UTF-8 has at most 4 bytes a character)
