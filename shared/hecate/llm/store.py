@@ -117,12 +117,15 @@ def _source(name: str) -> ModelSource:
 
 def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Registered:
     """Check ``path`` whole (architecture, hyper-parameters, every tensor's type and
-    shape, the tokenizer) and register it as ``name``; raises :class:`ModelStoreError`
+    shape, the tokenizer, the chat template rendered on a sample chat within its budget)
+    and register it as ``name``; raises :class:`ModelStoreError`
     saying in one line what is wrong."""
     from hecate.llm.gguf_file import BadGGUF, GGUFFile
     from hecate.llm.gguf_model import check_shapes, read_config
     from hecate.llm.quant import UnsupportedWeights, check_types
+    from hecate.llm.template import template_fields, vet
     from hecate.llm.tokenizer import TokenizerError, check_tokenizer, load_tokenizer
+    from hecate.model.executor import ExecutorError
 
     if not re.match(NAME_PATTERN, name):
         raise ModelStoreError(
@@ -142,8 +145,13 @@ def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Regis
         progress(f"{name}: {config.arch}, {config.layers} layers; building its tokenizer")
         load_tokenizer(path)
         check_tokenizer(file, config.vocab)
+        source = template_fields(path)["source"]
+        if source is not None:  # one that cannot render a chat would fail every chat
+            vet(source, name=f"{path}'s chat template")
     except (BadGGUF, UnsupportedWeights, TokenizerError) as e:
         raise ModelStoreError(_one_line(str(e))) from None
+    except ExecutorError as e:
+        raise ModelStoreError(e.message) from None
     except OSError:
         raise  # the file unreadable, the cache unwritable: the command says so as such
     except Exception as e:

@@ -9,57 +9,115 @@ Tools (OpenAI's ``tools`` array) go to a template that takes them (one that read
 a system block in Hermes' form (:func:`tools_block`, what Qwen2 and Hermes were tuned
 on), after the system message's own words or as the first message. The calls the model
 writes are held to the ``<tool_call>`` form by the grammar the gateway asks for, which is
-the form those templates teach.
+the form those templates teach. Tools that are not an array of function objects, or
+nest deeper than :data:`MAX_TOOLS_DEPTH`, are a ``bad_request`` naming ``tools``.
 
 A file without a template is rendered as ChatML (SmolLM2's and Qwen2's, what most small
 chat models were tuned on) with no default system message. Where the tokenizer adds BOS
 itself (``add_bos_token``), a BOS the template writes first is left out, so that the
 prompt does not start with two. A template that refuses the messages (many raise on
 roles out of turn) is a ``bad_request`` naming its reason.
+
+The sandbox bounds what a template may reach, not what it may spend, and a render runs
+on a node serving others: each render is held to a budget. :data:`MAX_STEPS` loop
+iterations and calls in all (nested loops multiply); no value built, and no output,
+longer than :data:`MAX_CHARS` or :data:`CHARS_PER_INPUT` times the messages and tools;
+:data:`WORK_PER_CHAR` times that built in all; :data:`RENDER_SECONDS` of wall clock. The
+budget is counted where the template's code meets the environment: calls, filters,
+arithmetic, each loop's iterable, each list, tuple, dict and ``~`` it builds, each
+output; where an operation's result could outgrow its operands by an amount its
+arguments choose (``'x' * n``, ``center(n)``, ``replace``, ``join``, formats), its size is
+bounded before it is made. A render past its budget, or one that recurses or runs out
+of memory, is a ``bad_request`` naming the limit. Real templates render in milliseconds
+and write about their messages' size, far inside. :func:`vet` renders a template on a
+sample conversation, to refuse a model whose template cannot render before it is added.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from hecate.llm.render_budget import (
+    BUDGET,
+    CHARS_PER_INPUT,
+    MAX_CHARS,
+    MAX_INT_BITS,
+    MAX_STEPS,
+    RENDER_SECONDS,
+    WORK_PER_CHAR,
+    Budget,
+    Overrun,
+)
+from hecate.llm.sandbox import Meter, Refused, environment
 from hecate.model.executor import ExecutorError
+
+__all__ = [
+    "CHARS_PER_INPUT",
+    "CHATML",
+    "MAX_CHARS",
+    "MAX_INT_BITS",
+    "MAX_SOURCE_CHARS",
+    "MAX_STEPS",
+    "MAX_TOOLS_DEPTH",
+    "RENDER_SECONDS",
+    "WORK_PER_CHAR",
+    "ChatTemplate",
+    "load_template",
+    "read_tools",
+    "template_fields",
+    "tools_block",
+    "vet",
+]
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+#: The longest template accepted (real ones are a few to tens of KB): compiling is
+#: not bounded by the render's budget.
+MAX_SOURCE_CHARS = 1 << 20
+#: Brackets deep ``tools`` may nest, counting the array itself; json and Jinja's tojson
+#: recurse per level and fail near 1,000.
+MAX_TOOLS_DEPTH = 64
 
 
-def _refuse(message: str) -> NoReturn:
-    raise TemplateError(message)
-
-
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+def _line(text: str, most: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else f"{text[: most - 3]}..."
 
 
 class ChatTemplate:
     def __init__(
-        self, source: str | None, *, bos: str = "", eos: str = "", adds_bos: bool = False
+        self,
+        source: str | None,
+        *,
+        bos: str = "",
+        eos: str = "",
+        adds_bos: bool = False,
+        name: str = "the model's chat template",
     ) -> None:
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _refuse
-        env.globals["strftime_now"] = time.strftime  # Llama 3's templates date the prompt
+        """Raises :class:`ExecutorError` (``bad_request``) if ``source`` does not compile."""
         self.source = source or CHATML
         self.own = source is not None
         self.bos, self.eos, self.adds_bos = bos, eos, adds_bos
-        self._template = env.from_string(self.source)
+        self.name = name
+        env = environment()
+        try:
+            if len(self.source) > MAX_SOURCE_CHARS:
+                raise ValueError(f"{len(self.source):,} characters, over {MAX_SOURCE_CHARS:,}")
+            tree = Meter().visit(env.parse(self.source))
+            tree.set_environment(env)
+            self._template = env.from_string(tree)
+        except Exception as exc:  # a syntax error, or nesting past the parser's recursion
+            raise ExecutorError(
+                "bad_request", _line(f"{name} does not compile: {type(exc).__name__}: {exc}")
+            ) from None
 
     @property
     def takes_tools(self) -> bool:
@@ -70,13 +128,19 @@ class ChatTemplate:
         """The prompt for ``messages`` ((role, content) pairs) and ``tools`` (OpenAI's
         array, JSON; empty: none), ending where the assistant's answer begins. Raises
         :class:`ExecutorError` (``bad_request``)."""
+        try:
+            return self._attempt(messages, tools, add_generation_prompt=True)
+        except Exception as exc:  # the template's code: anything it raises is its refusal
+            raise self._failure(exc) from None
+
+    def _attempt(
+        self, messages: Sequence[tuple[str, str]], tools: str, *, add_generation_prompt: bool
+    ) -> str:
+        """The render, its template's own exceptions raised as they are."""
         turns = [{"role": role, "content": content} for role, content in messages]
         given: dict[str, Any] = {}
         if tools:
-            try:
-                declared = json.loads(tools)
-            except json.JSONDecodeError as exc:
-                raise ExecutorError("bad_request", f"tools: not JSON ({exc})") from None
+            declared = read_tools(tools)
             if self.takes_tools:
                 given["tools"] = declared
             elif turns and turns[0]["role"] == "system":
@@ -84,21 +148,97 @@ class ChatTemplate:
                             f"{tools_block(declared)}"}  # fmt: skip
             else:
                 turns.insert(0, {"role": "system", "content": tools_block(declared)})
+        size = len(tools) + sum(len(t["role"]) + len(t["content"]) for t in turns)
+        token = BUDGET.set(Budget(size))
         try:
             text = self._template.render(
                 messages=turns,
-                add_generation_prompt=True,
+                add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos,
                 eos_token=self.eos,
                 **given,
             )
-        except TemplateError as exc:
-            raise ExecutorError(
-                "bad_request", f"the model's chat template refused the messages: {exc}"
-            ) from None
+        finally:
+            BUDGET.reset(token)
         if self.adds_bos and self.bos and text.startswith(self.bos):
             text = text[len(self.bos) :]
         return text
+
+    def _failure(self, exc: Exception) -> ExecutorError:
+        """``exc``, raised rendering, as the ``bad_request`` it is: one line naming the
+        template and its reason, or the limit it ran past."""
+        if isinstance(exc, ExecutorError):  # the tools, refused before the render
+            return exc
+        if isinstance(exc, Overrun):
+            reason = f"ran past its budget: {exc}"
+        elif isinstance(exc, RecursionError):
+            reason = "ran past its budget: recursion too deep"
+        elif isinstance(exc, MemoryError):
+            reason = "ran past its budget: out of memory"
+        elif isinstance(exc, TemplateError):
+            reason = f"refused the messages: {exc}"
+        else:
+            reason = f"failed: {type(exc).__name__}: {exc}"
+        return ExecutorError("bad_request", _line(f"{self.name} {reason}"))
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an object"
+
+
+def _deeper_than(value: object, most: int) -> bool:
+    """Whether ``value`` nests more than ``most`` arrays and objects deep (without
+    recursion: the walk's own depth is not the interpreter's)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, list | dict):
+            continue
+        children = item.values() if isinstance(item, dict) else item
+        if depth > most:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def read_tools(text: str) -> list[dict[str, Any]]:
+    """OpenAI's ``tools`` array from its JSON: each an object of type ``function`` with a
+    ``function`` object that has a string ``name``, nested at most
+    :data:`MAX_TOOLS_DEPTH` deep. Raises :class:`ExecutorError` (``bad_request``) naming
+    ``tools`` otherwise."""
+    try:
+        declared = json.loads(text)
+    except RecursionError:
+        raise ExecutorError("bad_request", f"tools: nested over {MAX_TOOLS_DEPTH} deep") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer past int's digit limit
+        raise ExecutorError("bad_request", _line(f"tools: not JSON ({exc})")) from None
+    if not isinstance(declared, list):
+        raise ExecutorError(
+            "bad_request", f"tools: {_kind(declared)}, not an array of function objects"
+        )
+    if _deeper_than(declared, MAX_TOOLS_DEPTH):
+        raise ExecutorError("bad_request", f"tools: nested over {MAX_TOOLS_DEPTH} deep")
+    for i, tool in enumerate(declared):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not (
+            isinstance(tool, dict)
+            and tool.get("type") == "function"
+            and isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+            and function["name"]
+        ):
+            raise ExecutorError(
+                "bad_request",
+                f'tools[{i}]: not a function object (type "function", and a function with a name)',
+            )
+    return declared
 
 
 def tools_block(tools: list[dict[str, Any]]) -> str:
@@ -113,6 +253,51 @@ def tools_block(tools: list[dict[str, Any]]) -> str:
         "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
     )
+
+
+_SAMPLE = (
+    ("system", "You are a helpful assistant."),
+    ("user", "What is the weather in Oslo?"),
+    ("assistant", "Let me look that up."),
+    ("user", "Thank you."),
+)
+_SAMPLE_TOOLS = json.dumps(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The weather in a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+)
+
+
+def vet(source: str, *, name: str = "the chat template") -> None:
+    """Refuse a chat template that does not compile, or that fails or runs past its
+    budget on a sample conversation (a system, a user, an assistant and a user message),
+    rendered with the assistant's turn opened and without, and with a tool where it
+    reads ``tools``: :class:`ExecutorError` (``bad_request``), one line naming ``name``
+    and what failed. Some real templates refuse a system message (Gemma's, Mistral's
+    first ones): one that refuses it with ``raise_exception`` is tried without it."""
+    template = ChatTemplate(source, name=name)
+    runs = [(True, ""), (False, "")] + ([(True, _SAMPLE_TOOLS)] if template.takes_tools else [])
+    for prompt, tools in runs:
+        try:
+            template._attempt(_SAMPLE, tools, add_generation_prompt=prompt)
+        except Refused:
+            try:
+                template._attempt(_SAMPLE[1:], tools, add_generation_prompt=prompt)
+            except Exception as exc:
+                raise template._failure(exc) from None
+        except Exception as exc:
+            raise template._failure(exc) from None
 
 
 def template_fields(path: Path) -> dict[str, Any]:

@@ -422,7 +422,40 @@ def _hostile(base: Path, folder: Path) -> dict[str, Path]:
         "width": rewrite(base, folder / "w.gguf", {"llama.embedding_length": scalar(U32, 7)}),
         "utf8": rewrite(base, folder / "u.gguf", {"tokenizer.ggml.tokens": strings(tokens)}),
         "bos": rewrite(base, folder / "s.gguf", {"tokenizer.ggml.bos_token_id": scalar(U32, 400)}),
+        "template": rewrite(base, folder / "t.gguf", {"tokenizer.chat_template": string(LOOPS)}),
     }
+
+
+#: A chat template whose loops multiply past any budget (each range alone is short).
+LOOPS = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
+
+
+@pytest.mark.parametrize(
+    ("template", "says"),
+    [
+        (LOOPS, "over 1,000,000 steps"),
+        ("{{ 'x' * 300000000 }}", "over 1,048,576"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion too deep"),
+        ("{{ raise_exception('no system messages') }}", "no system messages"),
+        ("{% for m in messages %}", "does not compile"),
+    ],
+    ids=["loops", "huge", "recursion", "raises", "broken"],
+)
+def test_a_chat_template_that_cannot_render_a_chat_is_refused(
+    base: Path, tmp_path: Path, models: Path, template: str, says: str
+) -> None:
+    del models
+    path = rewrite(base, tmp_path / "t.gguf", {"tokenizer.chat_template": string(template)})
+    refused(path, f"t.gguf's chat template .*{says}")
+
+
+def test_a_chat_template_that_renders_a_chat_is_added(
+    base: Path, tmp_path: Path, models: Path
+) -> None:
+    del models
+    chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% endfor %}"
+    path = rewrite(base, tmp_path / "t.gguf", {"tokenizer.chat_template": string(chatml)})
+    assert add("m", path, progress=lambda _line: None).path == str(path)
 
 
 def test_hecate_model_add_says_each_refusal_in_one_line(
