@@ -6,12 +6,13 @@ What a client may send: ``model``, ``messages`` (chat) or ``prompt`` (completion
 ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``,
 ``stop``, ``user``, ``stream``, ``stream_options``; ``response_format`` (chat: ``text``,
 ``json_object``, or ``json_schema`` with its schema, enforced while the answer is
-sampled; a schema the grammar library cannot follow is a 400 naming it) and
-``logprobs`` (chat: with ``top_logprobs``; completions: the number of likely tokens).
-Fields OpenAI has and the swarm cannot honour are accepted only at their "off" value
-(``n: 1``, ``tools: []``, ``presence_penalty: 0``, ...); any other value, and any field
-OpenAI does not have, is a 400 naming it in ``param``: a client never gets silence
-where it asked for something.
+sampled; a schema the grammar library cannot follow is a 400 naming it),
+``logprobs`` (chat: with ``top_logprobs``; completions: the number of likely tokens),
+and, in chat, ``tools``, ``tool_choice`` and ``parallel_tool_calls``
+(:mod:`hecate_gateway.tools`). Fields OpenAI has and the swarm cannot honour are
+accepted only at their "off" value (``n: 1``, ``logit_bias: {}``,
+``presence_penalty: 0``, ...); any other value, and any field OpenAI does not have, is a
+400 naming it in ``param``: a client never gets silence where it asked for something.
 
 Numbers are held to OpenAI's documented ranges before anything else reads them, each
 refusal a 400 naming the field: ``seed`` an int64, ``temperature`` 0-2, ``top_p`` 0-1

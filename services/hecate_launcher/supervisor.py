@@ -8,7 +8,7 @@ session of its own (a Ctrl-C at the terminal reaches the supervisor, which stops
 services in order, not every process at once), and stopped with SIGTERM first (services
 drain on it), SIGKILL only after a grace period. A signal goes to the process's whole group,
 its own children with it. Every child stops when the supervisor dies, even by SIGKILL
-(:mod:`.orphans`).
+(:mod:`hecate.cli.orphans`).
 """
 
 from __future__ import annotations

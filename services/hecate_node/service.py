@@ -3,7 +3,7 @@
 Listens: ``hecate.node.<id>.run`` (a stage: ``LayersStage``, ``StepStage`` or
 ``WholeStage``, msgpack), ``hecate.node.roll-call``, ``hecate.node.<id>.release`` (a
 router done with a session), and with ``accept_faults`` ``hecate.node.<id>.fault``;
-a chained stage's forward and the relay of its failures: :mod:`.node_chain`.
+a chained stage's forward and the relay of its failures: :mod:`.chain`.
 Computes: through one path (:meth:`Node.execute`) and one timer, whatever its
 executor's kind (:mod:`hecate_node.executor`): a generative model's steps in
 batches on one compute thread (:mod:`hecate_node.compute`), so that the event loop
@@ -13,7 +13,7 @@ each run once on adoption (a timed warm-up pass; :mod:`hecate_node.holdings`).
 Publishes, on subjects naming its own id (on a locked-down bus its user may use no
 other): ``hecate.node.<id>.join`` on start and on roll-call, a heartbeat every interval
 (stage latency as measured: none before the node has run anything, then its warm-up
-passes refined by real stages; busy fraction, in-flight; :mod:`.node_meter`; whether it
+passes refined by real stages; busy fraction, in-flight; :mod:`.meter`; whether it
 is loading ranges, with one beat more as a load starts, flushed, and one as it ends: a
 loader holding the interpreter, as SmolLM2's tokenizer build does, holds the beats too,
 and telemetry gives a node that said it is loading a load's allowance, not its pace's),

@@ -71,9 +71,9 @@ class FlowOptions:
     reconnect_grace_s: float = 3.0  # after the bus comes back, "no responders" may mean "not yet"
     resend_delay_s: float = 0.1
     # A stage timeout while the router heard nothing for deaf_after_s (ten telemetry
-    # snapshots, half a stage timeout) is its own link's (routing/hearing.py), excused
-    # for at most isolation_limit_s per flight: a held link's reset and the move to
-    # another server, with room.
+    # snapshots, half a stage timeout) is its own link's (hearing.py), excused for at
+    # most isolation_limit_s per flight: a held link's reset and the move to another
+    # server, with room.
     deaf_after_s: float = 1.0
     isolation_limit_s: float = 4.0
     # No route left after a node went silent: how long a request in flight waits for

@@ -25,7 +25,7 @@ So a node is never given less than ``floor`` unless it answered or was declared 
 never more than ``cap``, and one that died with the server is blamed once the others
 are back plus the margin, not at the cap. Evidence from before the latest reconnect is
 dropped: it may be of a server since gone. ``floor`` covers the bus clients' retry
-period (hecate.bus.connect retries every 0.25 s) and the heartbeat's way through
+period (hecate.bus.connection.connect retries every 0.25 s) and the heartbeat's way through
 telemetry. Pure: times are the caller's monotonic clock; no I/O.
 """
 

@@ -5,7 +5,7 @@ A client retries with the same ``(tenant, request_id)``; a retry must never run 
 request twice. On the replica that has it, a retry joins the running request or gets
 the remembered answer again. A retry (``attempt > 1``) that lands on another replica
 is *claimed* first: that replica asks every router, and runs it only if no owner
-answers within ``claim_s``. The router shell (services/retries.py) does the asking.
+answers within ``claim_s``. The router shell (retries.py) does the asking.
 
 The newest answers are remembered, within ``remember`` of them and ``remember_bytes``
 (bodies and headers): a 4,096-token reply is some 16 KB of text, so the count alone

@@ -3,8 +3,9 @@ chooser that makes them.
 
 Holds the latest plan (the router follows its KV key; the revision is the epoch), the
 latest telemetry snapshot and the shared circuit breakers (:class:`BreakerView`), and
-feeds them, with this router's own suspicions, to a :class:`~hecate_router.Chooser` on every change,
-and the time each step of a request took as the router timed it, as it lands.
+feeds them, with this router's own suspicions, to a
+:class:`~hecate.core.chooser.Chooser` on every change, and the time each step of a
+request took as the router timed it, as it lands.
 Every decision (usable nodes, the route of a new request, the rescue of one in flight,
 whether admission must wait) is the chooser's; choosing here is only passing it the
 clock. Carrying the request out is the router service's job.

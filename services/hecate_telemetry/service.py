@@ -4,9 +4,9 @@ Listens: its heartbeat intake partitions, ``hecate.telemetry.intake.<p>.*`` (Hea
 the server maps each node's ``hecate.telemetry.heartbeat.<id>`` to one partition by a
 hash of the id; a replica takes the partitions ``p % shards == shard``, all of them when
 it is alone), and ``hecate.node.*.leave``, each taken only when the node its subject
-names is the node its body names (:mod:`.vouching`: a node cannot fake another's
-liveness or its leaving). Several replicas thus share the heartbeats of a large swarm,
-each judging its own nodes; a node's beats always reach the same one.
+names is the node its body names (:mod:`hecate.bus.vouching`: a node cannot fake
+another's liveness or its leaving). Several replicas thus share the heartbeats of a
+large swarm, each judging its own nodes; a node's beats always reach the same one.
 Holds: per node, the core's :class:`NodeState` (EWMA of latency, load, score) and its
 heartbeat history in a :class:`FailureDetector` (monotonic clock).
 Decides: a node is down when the detector suspects it: when its silence is unlikely

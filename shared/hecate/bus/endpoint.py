@@ -2,7 +2,7 @@
 
 A handler either returns its reply (``handler(body, headers)``), or, when the endpoint
 is *deferred*, gets the :class:`Request` handle and may answer through it later, after
-it has returned (the way nats.py's ``micro`` hands a handler its request). A request is
+it has returned (the way nats-py's ``micro`` hands a handler its request). A request is
 answered at most once; the span and the processing time close when it is answered, or
 when the handler returns if nobody is waiting for an answer. The layers that build a
 request and carry it to the handler are in :mod:`hecate.bus.layers`.

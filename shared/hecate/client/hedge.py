@@ -20,9 +20,9 @@ The rule, all of it:
   the call's overall timeout is not changed by hedging.
 
 Routers treat a request that waited in a frozen router's socket like a retry (they ask
-the other replicas before running it, see services/retries.py); their stall threshold
-is below ``FLOOR_S``, so a request old enough to have been hedged is old enough to be
-asked about.
+the other replicas before running it, see services/hecate_router/retries.py); their
+stall threshold is below ``FLOOR_S``, so a request old enough to have been hedged is old
+enough to be asked about.
 """
 
 from __future__ import annotations
