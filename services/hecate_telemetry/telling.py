@@ -193,12 +193,23 @@ class Teller:
     def snapshot(
         self, wall: float, entry: Callable[[str], NodeTelemetry], everyone: Collection[str]
     ) -> TelemetrySnapshot:
-        """The whole state, as of the latest delta (numbered as it)."""
+        """The whole state, as of the latest delta (numbered as it): each node as its
+        followers were last told it (its ``last_seen`` the latest), not as it is now. A
+        follower that adopts it then holds what one in step holds, so the deltas after
+        it, which send a figure only once it moves past the tolerance of what was told,
+        keep both within the tolerance of the truth: a snapshot of the truth itself left
+        an adopter there, and a later move back toward what was told never reached it."""
         return TelemetrySnapshot(
             written_at=wall,
-            nodes={i: entry(i) for i in sorted(everyone)},
+            nodes={i: self._as_told(i, entry(i)) for i in sorted(everyone)},
             seq=self.seq,
             shard=self.shard,
             shards=self.shards,
             epoch=self.epoch,
         )
+
+    def _as_told(self, node_id: str, now: NodeTelemetry) -> NodeTelemetry:
+        told = self.told.get(node_id)
+        if told is None:
+            return now
+        return msgspec.structs.replace(told, last_seen=now.last_seen)

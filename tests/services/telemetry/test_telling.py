@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hecate.bus.telemetry import Shards
@@ -151,6 +151,15 @@ EVENTS = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(EVENTS, st.integers(0, 4))
+# A snapshot written with a's latency at 123 while its followers were last told 120: an
+# adopter held 123, and 108 (within the tolerance of 120) was never sent.
+@example(
+    [("a", False, 1.0, 0, False, 1.0)] * 12
+    + [("a", False, 1.0, 0, False, 1.844736468490824)]
+    + [("a", False, 120.0, 0, False, 1.0), ("a", False, 123.0, 0, False, 2.0)]
+    + [("a", False, 108.0, 0, True, 1.0)],
+    0,
+)
 def test_a_follower_missing_deltas_has_every_nodes_liveness_at_the_next_one(
     events: list[tuple[str, bool, float, int, bool, float]], flips_cap: int
 ) -> None:
