@@ -8,7 +8,9 @@ that took them all is still there."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,10 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
+from hecate.bus.settle import settled
 from hecate.llm.store import pull
 from hecate.wire import subjects
-from hecate.wire.messages import InferReply
+from hecate.wire.messages import ErrorReply, Heartbeat, InferReply, StepStage
 from tests.support.swarm import Processes, start_planner
 from tests.support.waits import router_status, until
 
@@ -26,6 +29,9 @@ pytestmark = pytest.mark.usefixtures("prepared_model")
 
 MODEL = "smollm2-135m"
 _reply = msgspec.json.Decoder(InferReply)
+_beat = msgspec.json.Decoder(Heartbeat)
+_stage = msgspec.msgpack.Encoder()
+_error = msgspec.msgpack.Decoder(ErrorReply)
 
 
 def start(processes: Processes, tmp_path: Path) -> None:
@@ -95,3 +101,64 @@ async def test_hostile_requests_are_answered_alone_and_hurt_no_one(
     assert counters.get("sweep_failed", 0) == 0
     assert status["admission"]["in_flight"] == {}, status  # nothing held by a refusal
     assert "step failed" not in processes.log("node-a")
+
+
+async def test_a_burst_of_long_prompts_never_silences_a_node(
+    processes: Processes, client: Client, tmp_path: Path
+) -> None:
+    """Forty distinct prompts of 60,000 digits sent to a node at once, every one past
+    the context: each is tokenized off the node's event loop and refused as too long,
+    and its heartbeats keep their pace. (Tokenized on the loop, as the batching asked
+    each waiting step its rows, they held it 80 ms each, one after another: seconds
+    without a beat, and telemetry called the node down.)"""
+    start(processes, tmp_path)
+
+    async def serving() -> bool:
+        try:
+            return (await ask(client, {"prompt": "Hi", "max_tokens": 1})).ok
+        except Exception:
+            return False
+
+    await until(serving, "the model served", timeout=120)
+    status = await router_status(client, "router-1")
+    assert status is not None
+    beats: list[Heartbeat] = []
+    downs: list[bytes] = []
+
+    async def on_beat(msg: Any) -> None:
+        beats.append(_beat.decode(msg.data))
+
+    async def on_down(msg: Any) -> None:
+        downs.append(msg.data)
+
+    await client.subscribe(subjects.intake("*", "a"), cb=on_beat)
+    await client.subscribe(subjects.EVENT_NODE_DOWN, cb=on_down)
+    await settled(client)
+    rng = random.Random(7)
+
+    async def step(i: int) -> bytes:
+        stage = StepStage(
+            request_id=f"long-{i}",
+            model_id=MODEL,
+            layer_start=0,
+            layer_end=30,
+            model_layers=30,
+            epoch=int(status["plan_epoch"]),
+            session=f"long-{i}",
+            prompt="".join(rng.choices("0123456789", k=60_000)),
+            decode_tokens=1,
+        )
+        msg = await client.request(subjects.node_run("a"), _stage.encode(stage), timeout=60)
+        return msg.data
+
+    answers = [_error.decode(a) for a in await asyncio.gather(*(step(i) for i in range(40)))]
+    assert {a.error.code for a in answers} == {"prompt_too_long"}, answers[0]
+    innocent = await ask(client, {"prompt": "The capital of France is"})
+    assert innocent.ok, innocent.error
+    assert downs == [], downs
+    assert len(beats) >= 2
+    pace = beats[-1].interval_ms / 1000
+    late = [b.sent_at - a.sent_at for a, b in itertools.pairwise(beats)]
+    # Three paces: the node's own loop may be busy a moment (a batch's results, a
+    # beat's own send); a prompt's tokenizing on it took one pace per prompt.
+    assert max(late) < 3 * pace, late
