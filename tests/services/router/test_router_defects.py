@@ -45,11 +45,11 @@ from hecate.wire.messages import (
     RetryClaim,
     RetryOwner,
 )
-from hecate.wire.stages import OutputReply, StageReply
+from hecate.wire.stages import OutputReply, StageReply, StepStage
 from hecate_planner.planstore import publish_by_hand
 from hecate_router.breakers import BreakerView
-from hecate_router.desk_flow import StageHeard
-from hecate_router.flow import Failure, FailureKind
+from hecate_router.desk_flow import Dispatch, StageHeard
+from hecate_router.flow import Failure, FailureKind, Send
 from hecate_router.service import RouterConfig, RouterService
 from tests.support.swarm import Processes
 from tests.support.waits import until
@@ -432,3 +432,51 @@ async def test_retries_of_a_running_request_wait_for_it_up_to_a_cap_and_the_rest
         late = await client.subscribe(client.new_inbox())  # its answer is remembered
         await again(client, late.subject, 15)
         assert _reply.decode((await late.next_msg(timeout=5)).data).output == "done"
+
+
+# -- one request's data fails that request alone ------------------------------------------
+
+
+async def test_a_stage_that_will_not_encode_fails_its_request_alone_and_the_router_goes_on(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """A stage message no encoder can carry (a number past msgpack's range, which the
+    wire's bounds now refuse at the request's decode): the dispatch comes back as the
+    request's own failure, answered bad_request, never failed over nor blamed on the
+    node, and the router serves the next request."""
+    async with router_on(nats_server, client, ["a", "t"]) as router:
+        caller = await client.subscribe(client.new_inbox())
+        nodes = await client.subscribe("hecate.node.*.run")
+        await ask(client, caller.subject, "unsendable")
+        await nodes.next_msg(timeout=5)
+        [(flight, machine)] = [(k, f.machine) for k, f in router.desk.flights.items()]
+        step = StepStage(
+            request_id="r",
+            model_id="m",
+            layer_start=0,
+            layer_end=4,
+            model_layers=4,
+            session="s",
+            seed=2**64,  # built past the decoder's bound, as only a bug could
+        )
+        send = Send(send=machine.send, stage=0, node_id="a", request=step, chained=0)
+        back = await router.publisher.carry_out([Dispatch(flight, 1, send)])
+        [heard] = back
+        assert isinstance(heard, StageHeard)
+        assert isinstance(heard.outcome, Failure)
+        assert heard.outcome.kind == "unsendable"
+        await router.feed(heard)
+        refused = _reply.decode((await caller.next_msg(timeout=5)).data)
+        assert not refused.ok
+        assert refused.error is not None
+        assert refused.error.code == "bad_request"
+        assert "cannot be encoded" in refused.error.message
+        assert router.desk.counters["failovers"] == 0
+        assert router.view.router is not None
+        assert router.view.router.in_flight() == 0
+
+        await ask(client, caller.subject, "next")
+        stage = await nodes.next_msg(timeout=5)
+        await answer(client, stage, DONE)
+        after = _reply.decode((await caller.next_msg(timeout=5)).data)
+        assert after.ok, after.error
