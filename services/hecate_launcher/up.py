@@ -3,7 +3,8 @@
 Starts an embedded nats-server with JetStream (data under ``--state``), unless
 ``--nats URL`` names one, then each service as its own process, each started with the
 very ``hecate <service> ...`` command an operator would type (``ps`` shows which is
-which; any one can be killed or restarted by hand). Logs stream with a service prefix.
+which). One that exits, killed by hand or failed, is started again after a pause
+(:mod:`hecate_launcher.keeping`). Logs stream with a service prefix.
 Ctrl-C stops everything: services drain first, the server goes last. Ctrl-C (or SIGTERM)
 while it is still starting, model pull included, stops whatever has started so far and
 exits 130 (143); and since every child dies with its supervisor (:mod:`hecate_launcher`),
