@@ -126,6 +126,8 @@ class Completion(Response):
         m.prompt_tokens.labels(model=model).inc(answer.prompt_tokens)
         if reply.degraded:
             m.degraded.labels(model=model).inc()
+        if reply.prefix is not None:
+            m.prefix_routed.labels(model=model, outcome=reply.prefix).inc()
 
     def _ok_headers(self, reply: InferReply, content_type: bytes) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", content_type), (b"x-request-id", self.request_id.encode())]

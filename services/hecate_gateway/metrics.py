@@ -71,6 +71,13 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.prefix_routed = Counter(
+            "hecate_gateway_prefix_routed",
+            "Answered turns by where the router sent them as to a prefix it knew kept: "
+            "toward a pipeline keeping some, none known, or elsewhere (full, or costlier)",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.rate_limited = Counter(
             "hecate_gateway_rate_limited",
             "429 answers (a tenant's quota or a busy swarm)",

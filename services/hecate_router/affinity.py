@@ -20,10 +20,18 @@ requests spread.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Sequence
+from typing import Literal
 
 from hecate.wire.messages import InferRequest
+
+#: Where a prompt went, as to the prefix it was known to have kept: toward a pipeline
+#: keeping some of it, nowhere known to keep any, or elsewhere.
+Outcome = Literal["toward", "none", "elsewhere"]
+#: Why elsewhere: the pipelines keeping it were at their admission limit, or cost more
+#: (load, latency, health) than the saving made up for.
+Elsewhere = Literal["full", "cost"]
 
 #: Characters per block of a plain prompt's fingerprint.
 CHARS = 256
@@ -88,3 +96,27 @@ class PrefixIndex:
                 where.discard(pid)
                 if not where:
                     del self._where[key]
+
+
+def outcome(
+    cached: dict[str, int], chosen: str, full: Collection[str]
+) -> tuple[Outcome, Elsewhere | None]:
+    """Where a prompt keeping ``cached`` (tokens per pipeline) went, routed to
+    ``chosen`` with the pipelines ``full`` at their limit, and why if elsewhere."""
+    if not cached:
+        return "none", None
+    if chosen in cached:
+        return "toward", None
+    return "elsewhere", "full" if all(pid in full for pid in cached) else "cost"
+
+
+def routed(
+    counters: Counter[str], cached: dict[str, int], chosen: str, full: Collection[str]
+) -> Outcome:
+    """:func:`outcome`, counted (``prefix_toward``, ``prefix_none``, ``prefix_elsewhere``
+    and, of those, ``prefix_elsewhere_full`` or ``prefix_elsewhere_cost``)."""
+    went, why = outcome(cached, chosen, full)
+    counters[f"prefix_{went}"] += 1
+    if why is not None:
+        counters[f"prefix_elsewhere_{why}"] += 1
+    return went

@@ -28,16 +28,11 @@ import msgspec
 from hecate.core import RoutingError, RoutingRequest
 from hecate.core.errors import ErrorCode, Saturated
 from hecate.wire.errors import as_code, error_headers
-from hecate.wire.messages import (
-    Failover,
-    InferRequest,
-    QuotaRequest,
-    RetryClaim,
-)
+from hecate.wire.messages import Failover, InferRequest, QuotaRequest, RetryClaim
 from hecate_router import desk_flow as d
 from hecate_router import flow, retries
 from hecate_router.admission import AdmissionDesk, is_line_ticket
-from hecate_router.affinity import PrefixIndex, fingerprints
+from hecate_router.affinity import Outcome, PrefixIndex, fingerprints, routed
 from hecate_router.config import RouterConfig
 from hecate_router.hearing import Hearing
 from hecate_router.lifecycle import Lifecycle
@@ -77,6 +72,7 @@ class Flight:
     ident: Ident | None  # (tenant, client request_id), for idempotent retries
     joined: list[int] = field(default_factory=list)  # calls of retries that reached us
     prints: list[tuple[bytes, float]] = field(default_factory=list)  # its prompt's prefixes
+    prefix: Outcome | None = None  # where it went as to the prefix kept (affinity.outcome)
 
 
 class RouterDesk:
@@ -258,6 +254,9 @@ class RouterDesk:
         router = self.view.router
         assert router is not None  # choose raised no_plan otherwise
         router.begin(route)
+        went = (
+            routed(self.counters, cached, route.pipeline_id, self.line.full()) if prints else None
+        )
         self.line.began(route.pipeline_id, a.model_id)
         machine = Lifecycle(
             request=request,
@@ -275,7 +274,7 @@ class RouterDesk:
         )
         if ident is not None:
             self.book.started(ident, a.call)
-        self.flights[a.call] = Flight(machine, ident, prints=prints)
+        self.flights[a.call] = Flight(machine, ident, prints=prints, prefix=went)
         return self.feed_flight(a.call, flow.Start(now), out)
 
     def _refuse_busy(
@@ -386,6 +385,7 @@ class RouterDesk:
         answer is remembered for retries, and its place may go to the line."""
         del self.flights[key]
         m, reply, err = flight.machine, a.reply, a.reply.error
+        reply = msgspec.structs.replace(reply, prefix=flight.prefix) if flight.prefix else reply
         body = _json.encode(reply)
         headers = error_headers(as_code(err.code), err.message, err.retry_after_s) if err else None
         out.append(d.Respond((key, *flight.joined), reply, body, headers, to=a.also))

@@ -434,7 +434,7 @@ def test_an_infer_reply_encodes_every_key_including_null_error() -> None:
         b'{"ok":true,"output":"hello","route":null,"degraded":false,"attempts":1,'
         b'"error":null,"request_id":"r-1","model_id":"toy","retry_after_s":null,'
         b'"quota_ticket":null,"prompt_tokens":null,"completion_tokens":null,'
-        b'"finish_reason":null,"logprobs":null}'
+        b'"finish_reason":null,"logprobs":null,"prefix":null}'
     )
 
 

@@ -143,3 +143,38 @@ async def test_hanging_up_mid_stream_tells_the_swarm_to_stop(
         return status is not None and status["counters"].get("cancelled", 0) >= 1
 
     await until(router_stopped, "the router stopped the generation")
+
+
+OUTCOMES = ("none", "toward", "elsewhere")
+
+
+async def test_a_chats_next_turn_is_counted_routed_toward_its_kept_prefix(
+    gateway: tuple[str, str],
+) -> None:
+    """The gateway's metrics say where the router sent each turn as to a prefix it knew
+    kept: a chat's first turn to none known, its next toward the pipeline keeping it."""
+
+    async def outcomes() -> dict[str, float]:
+        async with httpx.AsyncClient(base_url=gateway[1]) as http:
+            metrics = (await http.get("/metrics")).text
+        name = "hecate_gateway_prefix_routed_total"
+        return {o: counted(metrics, f'{name}{{model="{MODEL}",outcome="{o}"}}') for o in OUTCOMES}
+
+    before = await outcomes()
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "You keep the catalogue of a small library. " * 8},
+        {"role": "user", "content": "Where is Moby Dick kept?"},
+    ]
+    api = client(gateway)
+    first = await api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content or ""},
+        {"role": "user", "content": "And Emma?"},
+    ]
+    await api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
+    after = await outcomes()
+    assert {o: after[o] - before[o] for o in OUTCOMES} == {
+        "none": 1,
+        "toward": 1,
+        "elsewhere": 0,
+    }

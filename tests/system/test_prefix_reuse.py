@@ -65,6 +65,8 @@ async def test_a_tenants_next_turn_reuses_its_prefix_on_every_stage_and_nobody_e
     for n in ("b", "c"):
         assert after[n]["reused_positions"] - before[n]["reused_positions"] == reused
     assert warm.output == cold.output  # bit-equal numbers: the same greedy text
+    # Each answer says where its router sent it as to a prefix kept.
+    assert (cold.prefix, first.prefix, warm.prefix) == ("none", "none", "toward")
     assert warm.prompt_tokens == cold.prompt_tokens
     # Bob again, the very same messages Alice cached: none of hers is his.
     again = await ask(client, turn("carol", "Where is Moby Dick?", "And Emma?"))

@@ -129,6 +129,10 @@ class InferReply(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: Literal["stop", "length"] | None = None
     # Asked for (InferRequest.logprobs): each generated token's, in order.
     logprobs: list[TokenLogprob] | None = None
+    # A prompt whose prefix the router knew kept somewhere: sent toward a pipeline
+    # keeping some of it, to none known to (``none``), or ``elsewhere`` (those keeping
+    # it were full, or cost more than the saving made up for). None: no prefix reuse.
+    prefix: Literal["toward", "none", "elsewhere"] | None = None
 
 
 class InferCancel(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,6 +4,8 @@ and no further: load still spreads, and another tenant's prompts are never match
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,7 +13,7 @@ from hecate.core import Router, RoutingRequest
 from hecate.core.cost import inflight_cost, token_cost
 from hecate.wire.common import ChatMessage
 from hecate.wire.messages import InferRequest
-from hecate_router.affinity import CHARS, PrefixIndex, fingerprints
+from hecate_router.affinity import CHARS, PrefixIndex, fingerprints, outcome, routed
 from tests.support.builders import measured, pipeline, plan
 
 SYSTEM = ChatMessage(role="system", content="You answer questions about the catalogue. " * 20)
@@ -76,4 +78,20 @@ def test_a_full_pipeline_is_passed_over_whatever_it_keeps() -> None:
     assert (
         router.route("m", RoutingRequest(cached={"m-r1": 10_000}), full={"m-r1"}).pipeline_id
         == "m-r0"
+    )
+
+
+def test_where_a_prompt_went_as_to_its_kept_prefix_is_said_and_counted() -> None:
+    kept = {"m-r0": 500}
+    assert outcome({}, "m-r0", ()) == ("none", None)
+    assert outcome(kept, "m-r0", ()) == ("toward", None)
+    assert outcome(kept, "m-r1", {"m-r0"}) == ("elsewhere", "full")
+    assert outcome(kept, "m-r1", ()) == ("elsewhere", "cost")
+    # Elsewhere for being full only when every pipeline keeping it was.
+    assert outcome({**kept, "m-r2": 300}, "m-r1", {"m-r0"}) == ("elsewhere", "cost")
+    counters: Counter[str] = Counter()
+    for cached, chosen, full in [({}, "a", ()), (kept, "m-r0", ()), (kept, "m-r1", {"m-r0"})]:
+        routed(counters, cached, chosen, full)
+    assert counters == Counter(
+        prefix_none=1, prefix_toward=1, prefix_elsewhere=1, prefix_elsewhere_full=1
     )
