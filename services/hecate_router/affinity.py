@@ -11,10 +11,15 @@ prompt's tokens). The estimate can be wrong (another router replica sent the nex
 elsewhere; a node evicted it): the cost is then off by a token term, and the node says
 ``prefix_lost`` or simply finds less, never a wrong answer.
 
-The saving is the seed's own token term (``w_p·10·tokens/1024``) for the tokens a
-pipeline need not compute, so it weighs against load and latency as the cost formula
-already does: a busy pipeline's in-flight cost soon outweighs its cached prefix, and
-requests spread.
+The saving is what the prefill a cached prefix spares would take, in the cost's own
+units: its positions at what a prompt position was measured to cost on that pipeline
+(the time to the first token of the prompts this router sent it with nothing known
+cached, per position), so that an idle pipeline keeping a chat's prefix wins over an
+idle one without it, and the load its last answer left in the nodes' figures does
+not outweigh a second of prefill. The core shares the saving over the requests the
+router has on the pipeline still (:meth:`hecate.core.router.Router.route`), so a burst
+of prompts sharing a prefix spreads. Until a rate is measured, the seed's own token
+term (``w_p·10·tokens/1024``) stands in.
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ Elsewhere = Literal["full", "cost"]
 
 #: Characters per block of a plain prompt's fingerprint.
 CHARS = 256
+#: The shortest prompt whose time to its first token measures a position's cost, and
+#: the weight each new measure gets.
+RATE_POSITIONS = 64
+RATE_WEIGHT = 0.3
 #: (fingerprint, pipeline) pairs remembered, least recently served first out.
 REMEMBER = 65_536
 
@@ -62,12 +71,32 @@ def fingerprints(request: InferRequest) -> list[tuple[bytes, float]]:
 
 class PrefixIndex:
     """Per prefix of a tenant's prompts, the pipelines that answered it and the tokens
-    it held there."""
+    it held there; and per pipeline what a prompt position costs there (:meth:`saves`)."""
 
     def __init__(self, remember: int = REMEMBER) -> None:
         self.remember = remember
         self._at: OrderedDict[tuple[bytes, str], int] = OrderedDict()
         self._where: dict[bytes, set[str]] = {}
+        self.rates: dict[str, float] = {}  # ms per prompt position, by pipeline (EWMA)
+
+    def prefilled(self, pipeline_id: str, positions: int, seconds: float) -> None:
+        """A prompt of ``positions`` positions, none known cached, took ``seconds`` to its
+        first token on ``pipeline_id`` (its first route): what a position costs there,
+        as the caller waits for it (the bus, the queue and the compute together)."""
+        if positions < RATE_POSITIONS or seconds <= 0:
+            return  # a short prompt's time is its round trips, not its positions
+        rate = 1000 * seconds / positions
+        was = self.rates.get(pipeline_id)
+        self.rates[pipeline_id] = rate if was is None else was + RATE_WEIGHT * (rate - was)
+
+    def saves(self, cached: dict[str, int]) -> dict[str, float]:
+        """What each pipeline's cached tokens spare, in milliseconds at its measured rate
+        (a pipeline never measured: at the slowest rate measured, if any; none known,
+        none: the cost model's token term stands in)."""
+        if not self.rates:
+            return {}
+        slowest = max(self.rates.values())
+        return {pid: tokens * self.rates.get(pid, slowest) for pid, tokens in cached.items()}
 
     def __len__(self) -> int:
         return len(self._at)

@@ -3,14 +3,11 @@
 with actions. No I/O, no clock, no tasks: the router process (service.py) turns what
 it hears into events and carries the actions out; the tests drive the desk in memory.
 
-The desk owns what a router decides about: the flights (each a
-:class:`~hecate_router.lifecycle.Lifecycle`, its child), the line for room and each
-pipeline's limit (:class:`AdmissionDesk`), what it knows of its callers' retries
-(:class:`RetryBook`), each request's wait for the quota desk (:class:`QuotaWait`),
-cancels of requests not in flight yet, and the load each route carries, begun when a
-flight starts, moved with it on failover and ended when it lands, all here. The
-swarm's state (plan, telemetry, breakers, suspicions) is the :class:`SwarmView`'s; the
-desk asks it for routes and tells it what it measured.
+The desk owns the flights (each a :class:`~hecate_router.lifecycle.Lifecycle`), the
+line and each pipeline's limit (:class:`AdmissionDesk`), retries (:class:`RetryBook`),
+quota waits (:class:`QuotaWait`), early cancels, where prefixes are kept
+(:class:`PrefixIndex`) and each route's load, from a flight's start to its landing.
+The swarm's state is the :class:`SwarmView`'s: the desk asks it for routes.
 
 A request's way in, in order: its retries (:mod:`hecate_router.retries`: joined,
 answered again, or claimed from another replica first); the tenant's quota, when
@@ -238,10 +235,11 @@ class RouterDesk:
         keeps = self.options.prefix_cache and self.view.keeps_sessions(a.model_id)
         prints = fingerprints(request) if keeps else []  # once a flight: kept for its end
         cached = self.affinity.cached(prints) if prints else {}
+        saves = self.affinity.saves(cached)
         try:
             route, degraded, probes = self.view.choose(
                 a.model_id,
-                RoutingRequest(tokens=request.max_tokens, cached=cached),
+                RoutingRequest(tokens=request.max_tokens, cached=cached, saves=saves),
                 self.line.full(),
             )
         except Saturated:
@@ -391,9 +389,11 @@ class RouterDesk:
         out.append(d.Respond((key, *flight.joined), reply, body, headers, to=a.also))
         if self.view.router is not None:
             self.view.router.end(m.route)
-        read = m.gen.prompt_tokens
+        read, first = m.gen.prompt_tokens, m.gen.first_token_at
         if reply.ok and read and flight.prints and not m.degraded:
             self.affinity.served(flight.prints, m.route.pipeline_id, len(read))
+            if flight.prefix == "none" and first is not None and m.attempts == 1:
+                self.affinity.prefilled(m.route.pipeline_id, len(read), first - m.started)
         self.line.ended(m.route.pipeline_id, m.model_id, now - m.started)
         if flight.ident is not None:
             self.book.finished(flight.ident, (body, headers))

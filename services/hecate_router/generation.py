@@ -68,6 +68,7 @@ class Generation:
     # from its cache on this step (the later stages take as many from theirs).
     reuse: bool = True
     reused: int = 0
+    first_token_at: float | None = None  # when the first token was heard (the prompt ran)
 
     @property
     def started(self) -> bool:
@@ -80,7 +81,9 @@ class Generation:
         """Tokens written: the end token is not text, and not counted."""
         return len(self.generated) - self.eos
 
-    def step(self, reply: TokenReply, max_tokens: int, stop: list[str]) -> Step:
+    def step(
+        self, reply: TokenReply, max_tokens: int, stop: list[str], now: float | None = None
+    ) -> Step:
         fed = self.step_tokens if self.step_tokens else (self.prompt_tokens or [])
         steps = len(fed) if reply.positions is None else reply.positions
         self.reused = 0
@@ -91,6 +94,8 @@ class Generation:
             self.step_tokens = fed[steps:]
             return Step("chunk", steps)
         self.generated.append(reply.token)
+        if self.first_token_at is None:
+            self.first_token_at = now
         if stop and not reply.eos:
             text = "".join(self.text) + reply.text
             cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)

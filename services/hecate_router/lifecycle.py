@@ -232,7 +232,7 @@ class Lifecycle:
 
     def _generated(self, reply: TokenReply, send: int, now: float, out: list[Action]) -> None:
         """The last stage sampled a token: stream it, then the next step or the end."""
-        step = self.gen.step(reply, self.request.max_tokens, self.request.stop)
+        step = self.gen.step(reply, self.request.max_tokens, self.request.stop, now)
         if step.positions == 1 and self.attempts == 1 and not self.resent:  # a decode step
             out.append(Sample(self.route.pipeline_id, now - self.step_at, now))
         if step.kind == "chunk":

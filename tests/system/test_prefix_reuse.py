@@ -5,15 +5,29 @@ sending the very same messages is never served from the first tenant's cache."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
+import msgspec
+import nats
+import openai
 import pytest
 from nats.aio.client import Client
+from openai.types.chat import ChatCompletionMessageParam
 
+from hecate.llm.store import pull
+from hecate.wire import subjects
 from hecate.wire.common import ChatMessage
-from hecate.wire.messages import InferRequest
-from tests.support.swarm import Processes
+from hecate.wire.messages import InferReply, InferRequest
+from hecate_gateway.openai import parse
+from hecate_launcher import hecate_command
+from tests.support.swarm import Processes, infer_when_up
 from tests.support.waits import endpoint_data, stats
 from tests.system.test_swarm_generation import ask, ready, start
 
@@ -75,3 +89,82 @@ async def test_a_tenants_next_turn_reuses_its_prefix_on_every_stage_and_nobody_e
     assert again.output == cold.output
     assert final["a"]["hits"] == after["a"]["hits"]
     assert final["a"]["misses"] == after["a"]["misses"] + 1
+
+
+def test_on_make_runs_swarm_with_one_router_a_next_turn_goes_where_its_prefix_is_kept(
+    tmp_path: Path,
+) -> None:
+    """``hecate up --routers 1`` on make run's topology: eight chats through the gateway
+    (a ~450-word system prompt each), each next turn sent as soon as the previous
+    answer ends. Each next turn goes to the pipeline keeping its prefix, though its
+    nodes' load figures still carry the answer just given (before the saving was the
+    prefill it spares, 0 of 8 did), and answers what the same turn computed whole does."""
+    pull("smollm2-135m", progress=lambda _line: None)
+    state = tmp_path / "state"
+    argv = ["up", "--topology", str(EXAMPLES / "smollm2.json"), "--routers", "1"]
+    up = subprocess.Popen(
+        [*hecate_command(), *argv, "--state", str(state), "--gateway", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        ready = infer_when_up(state, MODEL, "Hi", "--max-tokens", "1", within=120, poll_s=0.5)
+        assert ready.returncode == 0, ready.stderr
+        base = (state / "gateway.url").read_text().strip()
+        api = openai.OpenAI(
+            base_url=f"{base}/v1", api_key=(state / "gateway.key").read_text().strip()
+        )
+        before = routed(base)
+        nexts = []
+        for i in range(8):
+            messages: list[ChatCompletionMessageParam] = [
+                {"role": "system", "content": f"Chat {i}. {BOOKS}"},
+                {"role": "user", "content": "Where are the rare books?"},
+            ]
+            answer = streamed(api, messages)
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "And who may borrow them?"},
+            ]
+            nexts.append((messages, streamed(api, messages)))
+        after = routed(base)
+        assert {k: after.get(k, 0) - before.get(k, 0) for k in after} == {"none": 8, "toward": 8}
+        url = (state / "nats.url").read_text().strip()
+        for i, (messages, text) in enumerate(nexts):  # another tenant's: computed whole
+            assert text == asyncio.run(whole(url, messages, f"ref-{i}")), i
+    finally:
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=90)
+    assert up.returncode == 0, out[-2000:]
+
+
+MODEL = "smollm2-135m"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BOOKS = "The library keeps its rare books on the third floor and lends them to members. " * 30
+
+
+def streamed(api: openai.OpenAI, messages: list[ChatCompletionMessageParam]) -> str:
+    stream = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def routed(base: str) -> dict[str, float]:
+    """The gateway's turns by where the router sent them as to a kept prefix."""
+    text = httpx.get(f"{base}/metrics").text
+    pattern = r'hecate_gateway_prefix_routed_total\{model="[^"]+",outcome="(\w+)"\} (\S+)'
+    return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text)}
+
+
+async def whole(url: str, messages: list[ChatCompletionMessageParam], tenant: str) -> str:
+    """The text the gateway's request for ``messages`` gets as ``tenant``'s."""
+    body = json.dumps({"model": MODEL, "messages": messages, "max_tokens": 8}).encode()
+    request = msgspec.structs.replace(parse("chat", body).request, tenant=tenant)
+    nc = await nats.connect(url)
+    try:
+        msg = await nc.request(subjects.infer(MODEL), msgspec.json.encode(request), timeout=60)
+    finally:
+        await nc.close()
+    reply = msgspec.json.decode(msg.data, type=InferReply)
+    assert reply.ok, reply.error
+    return reply.output or ""

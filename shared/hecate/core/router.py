@@ -239,9 +239,7 @@ class Router:
             raise Saturated(f"every healthy pipeline of {model_id!r} is at its admission limit")
         best_cost, best_id = picked
         if request.cached:
-            best_cost, best_id = self._with_cache(
-                model_id, request.cached, (best_cost, best_id), full, at
-            )
+            best_cost, best_id = self._with_cache(model_id, request, (best_cost, best_id), full, at)
         return Route(
             model_id=model_id,
             pipeline_id=best_id,
@@ -252,24 +250,34 @@ class Router:
     def _with_cache(
         self,
         model_id: str,
-        cached: dict[str, int],
+        request: RoutingRequest,
         picked: tuple[float, str],
         full: Collection[str],
         at: float,
     ) -> tuple[float, str]:
         """The cheapest of ``picked`` (the heap's, costed without caches) and the
-        healthy pipelines with room that keep some of the prompt cached, each less the
-        token term of what it keeps (O(those), beside the heap's pick)."""
+        healthy pipelines with room that keep some of the prompt cached, each less what
+        that saves (:meth:`_saving`; O(those), beside the heap's pick)."""
         cost, pid = picked
-        best = (cost - token_cost(cached.get(pid, 0), self.weights), pid)
-        for other, tokens in cached.items():
+        best = (cost - self._saving(pid, request), pid)
+        for other in request.cached:
             if other == pid or other in full or self._model_of.get(other) != model_id:
                 continue
             if other not in self._base:
                 continue  # not healthy in this snapshot
-            mine = self._cost_now(other, at)[0] - token_cost(tokens, self.weights)
-            best = min(best, (mine, other))
+            best = min(best, (self._cost_now(other, at)[0] - self._saving(other, request), other))
         return best
+
+    def _saving(self, pipeline_id: str, request: RoutingRequest) -> float:
+        """What ``request``'s cached prefix saves on ``pipeline_id``: the prefill it spares
+        (``RoutingRequest.saves``), whole on a pipeline this router has nothing on, and
+        less the more it has there (over the square of one more than its work on the
+        pipeline's nodes): a prefill waits behind theirs, and a burst of prompts sharing
+        a prefix spreads, the pipeline keeping it taking the first; else the token term."""
+        saves = request.saves.get(pipeline_id)
+        if saves is None:
+            return token_cost(request.cached.get(pipeline_id, 0), self.weights)
+        return saves / (1 + self._pipeline_in_flight.get(pipeline_id, 0)) ** 2
 
     def _table(self, model_id: str) -> CostTable:
         """``model_id``'s cost table in this snapshot."""

@@ -24,10 +24,14 @@ from hecate.core.state import SwarmState
 class RoutingRequest(msgspec.Struct, frozen=True, kw_only=True):
     """What the router needs to know of a request: its size in tokens, and per pipeline
     the tokens of its prompt that pipeline's nodes likely keep cached (a prefix of the
-    same tenant's earlier prompt): they are not computed there, so not costed there."""
+    same tenant's earlier prompt): they are not computed there, so not costed there.
+    ``saves``: where known, what not computing them saves there, in the cost's own
+    units (the milliseconds that pipeline was measured to take for as many prompt
+    positions); a pipeline in ``cached`` but not here saves their token term."""
 
     tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     cached: dict[str, int] = msgspec.field(default_factory=dict)
+    saves: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 class Route(msgspec.Struct, frozen=True, kw_only=True):

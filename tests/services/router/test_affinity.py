@@ -1,6 +1,9 @@
 """Prefix reuse's routing term: a prompt starting as a tenant's earlier one is costed
-lower where that one was answered, by the seed's token term of what is cached there,
-and no further: load still spreads, and another tenant's prompts are never matched."""
+lower where that one was answered, by what not computing its cached tokens saves there
+(the prefill time they would take at the pipeline's measured rate; the seed's token
+term until one is measured), shared with the router's work in flight there: an idle
+pipeline keeping it wins though the nodes' load still carries its last answer, a
+burst spreads, and another tenant's prompts are never matched."""
 
 from __future__ import annotations
 
@@ -95,3 +98,39 @@ def test_where_a_prompt_went_as_to_its_kept_prefix_is_said_and_counted() -> None
     assert counters == Counter(
         prefix_none=1, prefix_toward=1, prefix_elsewhere=1, prefix_elsewhere_full=1
     )
+
+
+def test_a_rate_is_what_a_position_took_to_the_first_token_and_prices_what_is_kept() -> None:
+    index = PrefixIndex()
+    assert index.saves({"m-r0": 500}) == {}  # nothing measured: the token term stands in
+    index.prefilled("m-r0", 500, 1.0)  # 2 ms a position
+    index.prefilled("m-r1", 10, 5.0)  # too short to say anything of positions
+    assert index.rates == {"m-r0": 2.0}
+    index.prefilled("m-r0", 500, 2.0)  # 4 ms a position: the average moves toward it
+    assert 2.0 < index.rates["m-r0"] < 4.0
+    saves = index.saves({"m-r0": 100, "m-r1": 100})
+    # A pipeline never measured is priced at the slowest rate measured.
+    assert saves == {"m-r0": 100 * index.rates["m-r0"], "m-r1": 100 * index.rates["m-r0"]}
+
+
+def test_an_idle_pipeline_keeping_the_prefix_wins_though_its_nodes_still_look_busy() -> None:
+    p = plan([pipeline(f"m-r{i}", "m", (f"a{i}", 0, 4), (f"b{i}", 4, 8)) for i in range(2)])
+    # m-r0 answered the last turn: its nodes' load figures still carry it.
+    router = Router(measured(p, {"a0": (10.0, 0.4, 1.0), "b0": (10.0, 0.4, 1.0)}))
+    kept = {"m-r0": 509}
+    assert router.route("m", RoutingRequest(cached=kept)).pipeline_id == "m-r1"  # token term
+    saves = {"m-r0": 509 * 2.0}  # a second of prefill at 2 ms a position
+    assert router.route("m", RoutingRequest(cached=kept, saves=saves)).pipeline_id == "m-r0"
+
+
+def test_a_burst_sharing_a_kept_prefix_spreads() -> None:
+    router = replicas(2)
+    kept = {"m-r0": 500}
+    saves = {"m-r0": 500 * 2.0}
+    went = []
+    for _ in range(8):
+        route = router.route("m", RoutingRequest(cached=kept, saves=saves))
+        router.begin(route)
+        went.append(route.pipeline_id)
+    assert went[:2] == ["m-r0", "m-r0"]  # the first take the prefix where it is kept
+    assert went.count("m-r1") >= 3  # the saving, shared with the work there, soon is not
