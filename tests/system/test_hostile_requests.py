@@ -48,6 +48,13 @@ def start(processes: Processes, tmp_path: Path) -> None:
     )
 
 
+async def serving(client: Client) -> bool:
+    try:
+        return (await ask(client, {"prompt": "Hi", "max_tokens": 1})).ok
+    except Exception:
+        return False
+
+
 async def ask(client: Client, body: dict[str, Any]) -> InferReply:
     data = json.dumps({"max_tokens": 3, **body}).encode()
     msg = await client.request(subjects.infer(MODEL), data, timeout=60)
@@ -58,14 +65,7 @@ async def test_hostile_requests_are_answered_alone_and_hurt_no_one(
     processes: Processes, client: Client, tmp_path: Path
 ) -> None:
     start(processes, tmp_path)
-
-    async def serving() -> bool:
-        try:
-            return (await ask(client, {"prompt": "Hi", "max_tokens": 1})).ok
-        except Exception:
-            return False
-
-    await until(serving, "the model served", timeout=120)
+    await until(lambda: serving(client), "the model served", timeout=120)
     innocent: dict[str, Any] = {
         "prompt": "",
         "messages": [{"role": "user", "content": "Capital of France?"}],
@@ -112,14 +112,7 @@ async def test_a_burst_of_long_prompts_never_silences_a_node(
     each waiting step its rows, they held it 80 ms each, one after another: seconds
     without a beat, and telemetry called the node down.)"""
     start(processes, tmp_path)
-
-    async def serving() -> bool:
-        try:
-            return (await ask(client, {"prompt": "Hi", "max_tokens": 1})).ok
-        except Exception:
-            return False
-
-    await until(serving, "the model served", timeout=120)
+    await until(lambda: serving(client), "the model served", timeout=120)
     status = await router_status(client, "router-1")
     assert status is not None
     beats: list[Heartbeat] = []

@@ -37,7 +37,6 @@ from hecate.wire.common import (
     TokenLogprob,
     TopP,
 )
-from hecate.wire.tools import tools_problem
 
 __all__ = [
     "ActivationReply",
@@ -119,7 +118,9 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # the same from its own, or answers ``prefix_lost``.
     cache_scope: str | None = None
     reused: Annotated[int, msgspec.Meta(ge=0)] = 0
-    # The first stage: the functions the model may call (InferRequest.tools).
+    # The first stage: the functions the model may call (InferRequest.tools, checked at
+    # the router's intake; the first stage's template refuses any other shape itself,
+    # so every decode step, which carries them again, is not made to walk them).
     tools: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_CHARS)] = ""
     # On a replay: positions from this one on hold tokens the generation sampled. Each
     # stage runs them one position at a time, as they ran when they were sampled, and
@@ -141,11 +142,6 @@ class StepStage(StageHeader, frozen=True, kw_only=True, tag="step"):
     # that others follow; the last stage's reply to it says so too (TokenReply.more).
     run_ahead: bool = False
     more: bool = False
-
-    def __post_init__(self) -> None:
-        # Refused at its decode, as InferRequest's: a node never renders such tools.
-        if (problem := tools_problem(self.tools)) is not None:
-            raise ValueError(problem)
 
 
 class WholeStage(StageHeader, frozen=True, kw_only=True, tag="whole"):
