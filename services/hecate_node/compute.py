@@ -150,7 +150,6 @@ class Compute:
                 self._last_s = spent / 1e9
                 for w in batch:
                     w.spent_ns = spent
-                self.on_batch(spent, batch)
                 for w, result in zip(batch, results, strict=True):
                     if w.future.done():
                         continue
@@ -158,6 +157,7 @@ class Compute:
                         w.future.set_exception(result)
                     else:
                         w.future.set_result(result)
+                self.on_batch(spent, batch)  # each step's answer set: what it ran is known
 
     def _rows(self, waiting: Waiting) -> int | None:
         try:

@@ -32,8 +32,6 @@ from hecate.model.executor import (
     LayerExecutor,
     LayerInput,
     StepExecutor,
-    StepInput,
-    StepOutput,
     WholeExecutor,
 )
 from hecate.wire.stages import (
@@ -43,10 +41,10 @@ from hecate.wire.stages import (
     StageReply,
     StageRequest,
     StepStage,
-    TokenReply,
     WholeStage,
 )
 from hecate_node.compute import Compute, Waiting
+from hecate_node.convert import step_input, step_reply
 from hecate_node.meter import StageMeter, timed
 
 Holding = tuple[str, int, int]  # (model, start, end) from the plan
@@ -216,13 +214,16 @@ class StepRunner(_Base):
             raise _mismatch(self, req)
         if req.session in self.released:
             raise _released(req.session)
-        out = await self.compute.step(_step_input(req), delay_ns)
-        return _step_reply(out, out.prompt_tokens or req.prompt_tokens, more=req.more)
+        out = await self.compute.step(step_input(req), delay_ns)
+        return step_reply(out, out.prompt_tokens or req.prompt_tokens, more=req.more)
 
     def _batched(self, spent_ns: int, batch: list[Waiting]) -> None:
         # An injected slowdown counts once per batch, as a slower machine would take
         # that much longer for each batch.
-        self.meter.batch(spent_ns + max(w.delay_ns for w in batch), len(batch))
+        ran = [(_ran(w), w.req.layer_end - w.req.layer_start) for w in batch]
+        positions = sum(r for r, _ in ran)
+        layers = max(n for r, n in ran if r) if positions else 0
+        self.meter.batch(spent_ns + max(w.delay_ns for w in batch), len(batch), positions, layers)
 
     async def prepare(self, ranges: list[tuple[int, int]]) -> None:
         await asyncio.to_thread(self.executor.prepare, ranges)
@@ -272,6 +273,15 @@ def runner_for(executor: Executor, meter: StageMeter, max_batch: int) -> Runner:
     return WholeRunner(executor)
 
 
+def _ran(w: Waiting) -> int:
+    """The positions ``w``'s step computed (none taken from a cached prefix), once answered."""
+    f = w.future
+    if not f.done() or f.cancelled() or f.exception() is not None:
+        return 0
+    out = f.result()
+    return (out.positions or 0) - out.reused
+
+
 def _released(session: str) -> ExecutorError:
     return ExecutorError("cancelled", f"session {session!r} was released by its router")
 
@@ -281,50 +291,4 @@ def _mismatch(runner: LayerRunner | StepRunner | WholeRunner, req: StageRequest)
         "bad_request",
         f"{req.model_id} was sent as a {type(req).__name__}, but this node's executor "
         f"({runner.executor.name}, kind {runner.kind!r}) does not take those",
-    )
-
-
-def _step_input(req: StepStage) -> StepInput:
-    return StepInput(
-        model_id=req.model_id,
-        layer_start=req.layer_start,
-        layer_end=req.layer_end,
-        session=req.session,
-        position=req.position,
-        step=req.step,
-        tokens=req.tokens,
-        prompt=req.prompt,
-        messages=tuple((m.role, m.content) for m in req.messages) if req.messages else None,
-        activation=req.activation,
-        decode_tokens=req.decode_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        seed=req.seed,
-        sampled_from=req.sampled_from,
-        output_format=req.output_format,
-        sampled=tuple(req.sampled or ()),
-        logprobs=req.logprobs,
-        cache_scope=req.cache_scope,
-        prompt_tokens=req.prompt_tokens,
-        reused=req.reused,
-        tools=req.tools,
-    )
-
-
-def _step_reply(out: StepOutput, prompt_tokens: list[int] | None, *, more: bool) -> StageReply:
-    if out.token is None:  # a stage with stages after it
-        return ActivationReply(
-            activation=out.activation,
-            prompt_tokens=prompt_tokens,
-            positions=out.positions,
-            reused=out.reused,
-        )
-    return TokenReply(
-        token=out.token,
-        text=out.text,
-        eos=out.eos,
-        positions=out.positions,
-        prompt_tokens=prompt_tokens,
-        logprob=out.logprob,
-        more=more,
     )

@@ -17,6 +17,9 @@ from hecate.core.telemetry import ewma
 
 #: The weight of the newest sample in the latency average.
 ALPHA = 0.3
+#: The fewest positions a batch runs for its time to measure what a position costs
+#: (fewer: its time is the batch's own overhead, not its positions').
+PREFILL_POSITIONS = 64
 
 
 def timed(run: Callable[[str, int, int], None], holding: tuple[str, int, int]) -> int:
@@ -49,6 +52,8 @@ class StageMeter:
         self.busy_ns = 0
         self.worked_at = 0.0  # clock time of the last stage really served
         self.batches = self.batched_steps = self.largest_batch = 0
+        # What a prompt position costs a layer here, in ms (prefill batches; None until one)
+        self.prefill_ms: float | None = None
 
     def stage(self, spent_ns: int, ok: bool) -> None:
         """A stage served on its own took ``spent_ns``: busy either way, a latency
@@ -57,9 +62,14 @@ class StageMeter:
         if ok:
             self._sample(spent_ns)
 
-    def batch(self, spent_ns: int, steps: int) -> None:
+    def batch(self, spent_ns: int, steps: int, positions: int = 0, layers: int = 0) -> None:
         """A batch of ``steps`` generation steps took ``spent_ns``: one sample per batch,
-        what each of its steps waited for this stage to compute it."""
+        what each of its steps waited for this stage to compute it. A batch that ran at
+        least :data:`PREFILL_POSITIONS` ``positions`` through ``layers`` layers is also a
+        sample of what a prompt position costs a layer (:attr:`prefill_ms`)."""
+        if positions >= PREFILL_POSITIONS and layers > 0:
+            per = spent_ns / 1e6 / (positions * layers)
+            self.prefill_ms = ewma(self.prefill_ms, per, ALPHA)
         self.batches += 1
         self.batched_steps += steps
         self.largest_batch = max(self.largest_batch, steps)

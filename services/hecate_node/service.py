@@ -46,6 +46,7 @@ from hecate_node.chain import Chain, ahead
 from hecate_node.config import NodeConfig
 from hecate_node.executor import runner_for
 from hecate_node.holdings import Holdings
+from hecate_node.kept import PACE_S, Teller
 from hecate_node.meter import StageMeter, slow_down
 
 # How long a load waits for the beat that announces it: a round trip on a live link.
@@ -112,6 +113,7 @@ class Node:
         )
         self.holdings.on_loading = self._announce_loading
         self.chain = Chain(self.service, log)
+        self.teller = Teller.of(self.profile.node_id, self.runner, self.meter, log, PACE_S)
         self._seq = 0
         self._beat_s = config.heartbeat_s  # the pace the last beat declared
         self._beating = False  # beats go out once the node has joined
@@ -153,6 +155,8 @@ class Node:
             self._on_release,
             traced=False,
         )
+        if self.teller is not None:  # what its first stages keep, for every router
+            await self.teller.start(svc)
         if self.config.accept_faults:
             await svc.add_endpoint("fault", subjects.node_fault(node_id), NodeFault, self._on_fault)
         await self.chain.start()  # chained routes: forwards and their failures' relay
@@ -261,6 +265,7 @@ class Node:
             "largest_batch": meter.largest_batch,
             "sessions": self.runner.sessions(),
             "prefixes": self.runner.prefixes(),
+            "kept": self.teller.status() if self.teller is not None else {},
             "engine": self.runner.engine(),
             "bad_plans": self.holdings.bad_plans,
         }

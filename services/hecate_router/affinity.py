@@ -1,15 +1,18 @@
-"""Where this router sent each tenant's prompts lately, so that a prompt starting the same
-way is costed lower on the pipelines whose nodes likely keep its prefix cached. Pure.
+"""Where each tenant's prompt prefixes are kept, so that a prompt starting the same way
+is costed lower on the pipelines whose nodes keep its prefix cached. Pure.
 
 The nodes cache prompt prefixes by token blocks (:mod:`hecate.llm.prefixes`); the router
-chooses before any node has tokenized the prompt, so it knows prompts by their text: a
-chat by its messages (``fp_k`` names the first ``k`` messages), a plain prompt by whole
-blocks of :data:`CHARS` characters, each chained within the tenant's scope as the nodes'
-keys are. A pipeline that answered a prompt is remembered for each of its prefixes with
-the tokens that prefix likely holds (its share of the prompt's characters, of the
-prompt's tokens). The estimate can be wrong (another router replica sent the next turn
-elsewhere; a node evicted it): the cost is then off by a token term, and the node says
-``prefix_lost`` or simply finds less, never a wrong answer.
+chooses before any node has tokenized the prompt, so it knows prompts by their text
+prints (:mod:`hecate.model.prints`: a chat by its messages, a plain prompt by whole
+blocks of :data:`CHARS` characters, chained within the tenant's scope). A pipeline's
+first node says which prints its stores keep, and with how many tokens
+(:mod:`hecate_router.kept`, followed by every router replica): what it says is what
+the pipeline is costed by. For a first node not followed (not yet, or it says nothing)
+the router's own guess stands in: a pipeline that answered a prompt is remembered for
+each of its prefixes with the tokens that prefix likely holds (its share of the
+prompt's characters, of the prompt's tokens). Either can be wrong for a moment (a later
+stage evicted it, a news is on its way): the node then says ``prefix_lost`` or simply
+finds less, never a wrong answer.
 
 The saving is what the prefill a cached prefix spares would take, in the cost's own
 units: its positions at what a prompt position was measured to cost on that pipeline
@@ -24,12 +27,15 @@ term (``w_p·10·tokens/1024``) stands in.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping
 from typing import Literal
 
+from hecate.model.prints import CHARS, Print, text_prints
 from hecate.wire.messages import InferRequest
+from hecate_router.kept import KeptFollower
+
+__all__ = ["CHARS", "Outcome", "PrefixIndex", "fingerprints", "kept_at", "outcome", "routed"]
 
 #: Where a prompt went, as to the prefix it was known to have kept: toward a pipeline
 #: keeping some of it, nowhere known to keep any, or elsewhere.
@@ -38,8 +44,6 @@ Outcome = Literal["toward", "none", "elsewhere"]
 #: (load, latency, health) than the saving made up for.
 Elsewhere = Literal["full", "cost"]
 
-#: Characters per block of a plain prompt's fingerprint.
-CHARS = 256
 #: The shortest prompt whose time to its first token measures a position's cost, and
 #: the weight each new measure gets.
 RATE_POSITIONS = 64
@@ -48,25 +52,11 @@ RATE_WEIGHT = 0.3
 REMEMBER = 65_536
 
 
-def fingerprints(request: InferRequest) -> list[tuple[bytes, float]]:
-    """The request's prefixes, each as its key and its share of the prompt's characters."""
-    h = hashlib.blake2b(request.tenant.encode(), digest_size=16, person=b"hecate-route")
-    seed = h.digest()
-    out: list[tuple[bytes, float]] = []
-    if request.messages:
-        parts: Sequence[str] = [f"{m.role}\0{m.content}" for m in request.messages]
-        total = sum(len(p) for p in parts)
-    else:
-        text = request.prompt
-        parts = [text[i : i + CHARS] for i in range(0, len(text) - CHARS + 1, CHARS)]
-        total = len(text)
-    total = max(total, 1)
-    seen = 0
-    for part in parts:
-        seed = hashlib.blake2b(seed + part.encode(), digest_size=16).digest()
-        seen += len(part)
-        out.append((seed, seen / total))
-    return out
+def fingerprints(request: InferRequest) -> list[Print]:
+    """The request's prefixes, each as its print and its share of the prompt's characters
+    (:func:`hecate.model.prints.text_prints`, as the first stages name them)."""
+    messages = [(m.role, m.content) for m in request.messages] if request.messages else None
+    return text_prints(request.tenant, messages, request.prompt)
 
 
 class PrefixIndex:
@@ -74,6 +64,7 @@ class PrefixIndex:
     it held there; and per pipeline what a prompt position costs there (:meth:`saves`)."""
 
     def __init__(self, remember: int = REMEMBER) -> None:
+        self.kept = KeptFollower()  # where the nodes say they keep them
         self.remember = remember
         self._at: OrderedDict[tuple[bytes, str], int] = OrderedDict()
         self._where: dict[bytes, set[str]] = {}
@@ -89,17 +80,40 @@ class PrefixIndex:
         was = self.rates.get(pipeline_id)
         self.rates[pipeline_id] = rate if was is None else was + RATE_WEIGHT * (rate - was)
 
-    def saves(self, cached: dict[str, int]) -> dict[str, float]:
-        """What each pipeline's cached tokens spare, in milliseconds at its measured rate
-        (a pipeline never measured: at the slowest rate measured, if any; none known,
-        none: the cost model's token term stands in)."""
-        if not self.rates:
-            return {}
-        slowest = max(self.rates.values())
-        return {pid: tokens * self.rates.get(pid, slowest) for pid, tokens in cached.items()}
+    def saves(
+        self, cached: dict[str, int], estimates: Mapping[str, float] | None = None
+    ) -> dict[str, float]:
+        """What each pipeline's cached tokens spare, in milliseconds at its measured rate;
+        a pipeline never measured, at its ``estimates`` (ms a position, as its nodes say
+        they compute one), else at the slowest rate measured; none of either known,
+        none: the cost model's token term stands in."""
+        estimates = estimates or {}
+        slowest = max(self.rates.values(), default=None)
+        out: dict[str, float] = {}
+        for pid, tokens in cached.items():
+            rate = self.rates.get(pid, estimates.get(pid, slowest))
+            if rate is not None:
+                out[pid] = tokens * rate
+        return out
 
     def __len__(self) -> int:
         return len(self._at)
+
+    def where(
+        self, prints: list[Print], model_id: str, firsts: Mapping[str, str], layers: int
+    ) -> tuple[dict[str, int], dict[str, float]]:
+        """Per pipeline (``firsts``: each one's first node) of a model of ``layers``
+        layers, the tokens of ``prints`` kept there (:func:`kept_at`) and what they spare
+        (:meth:`saves`; until this router has timed a pipeline, at what its first node
+        says a position costs a layer, over every layer)."""
+        cached = kept_at(prints, model_id, firsts, self.kept, self)
+        estimates = {
+            pid: per * layers
+            for pid in cached
+            if (node := firsts.get(pid)) is not None
+            and (per := self.kept.prefill_ms(node)) is not None
+        }
+        return cached, self.saves(cached, estimates)
 
     def cached(self, prints: list[tuple[bytes, float]]) -> dict[str, int]:
         """Per pipeline, the tokens of the longest of ``prints`` it answered."""
@@ -125,6 +139,29 @@ class PrefixIndex:
                 where.discard(pid)
                 if not where:
                     del self._where[key]
+
+
+def kept_at(
+    prints: list[Print],
+    model_id: str,
+    firsts: Mapping[str, str],
+    kept: KeptFollower,
+    guess: PrefixIndex,
+) -> dict[str, int]:
+    """Per pipeline (``firsts``: each one's first node), the tokens of the longest of
+    ``prints`` kept there: as its first node has said (``kept``), else, for a node not
+    followed, as this router guesses from where it sent prompts (``guess``)."""
+    if not prints:
+        return {}
+    guessed = guess.cached(prints)
+    out = {pid: tokens for pid, tokens in guessed.items() if pid not in firsts}
+    for pid, node_id in firsts.items():
+        tokens = kept.tokens(node_id, model_id, prints)
+        if tokens is None:
+            tokens = guessed.get(pid, 0)
+        if tokens:
+            out[pid] = tokens
+    return out
 
 
 def outcome(

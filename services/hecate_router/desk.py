@@ -102,7 +102,7 @@ class RouterDesk:
         self.cancels: OrderedDict[Ident, None] = OrderedDict()
         self.reconnect = ReconnectWindow()  # every flight's
         self.hearing = Hearing()  # every flight's: what came in over the link, and when
-        # Where each tenant's prompts were answered lately (prefix reuse's routing term).
+        # Where each tenant's prompt prefixes are kept, as the nodes say and as guessed.
         self.affinity = PrefixIndex()
         self.awake: float | None = None  # the last time the desk was told the time (retries.py)
         self.doubt_until = 0.0  # until then, first attempts are asked about first
@@ -127,6 +127,7 @@ class RouterDesk:
             case d.NodeDown(node_id, _, now):
                 # Telemetry's verdict: a stage delivered to it will never be answered.
                 self.reconnect.declared_down(node_id, now)
+                self.affinity.kept.forget(node_id)
                 self.hearing.heard(now)
                 for key in list(self.flights):
                     self.feed_flight(key, ev, out)
@@ -234,13 +235,14 @@ class RouterDesk:
             return self._reject(a, "cancelled", "the caller cancelled the request", out)
         keeps = self.options.prefix_cache and self.view.keeps_sessions(a.model_id)
         prints = fingerprints(request) if keeps else []  # once a flight: kept for its end
-        cached = self.affinity.cached(prints) if prints else {}
-        saves = self.affinity.saves(cached)
+        firsts, layers = self.view.firsts(a.model_id), self.view.layers(a.model_id)
+        cached, saves = self.affinity.where(prints, a.model_id, firsts, layers)
+        full = self.line.full()
         try:
             route, degraded, probes = self.view.choose(
                 a.model_id,
                 RoutingRequest(tokens=request.max_tokens, cached=cached, saves=saves),
-                self.line.full(),
+                full,
             )
         except Saturated:
             if self.line.wait(a.model_id, request.tenant, a, now, ticket=request.quota_ticket):
@@ -252,9 +254,7 @@ class RouterDesk:
         router = self.view.router
         assert router is not None  # choose raised no_plan otherwise
         router.begin(route)
-        went = (
-            routed(self.counters, cached, route.pipeline_id, self.line.full()) if prints else None
-        )
+        went = routed(self.counters, cached, route.pipeline_id, full) if prints else None
         self.line.began(route.pipeline_id, a.model_id)
         machine = Lifecycle(
             request=request,

@@ -6,9 +6,9 @@ actions become publishes. Nothing here decides.
 
 Listens: ``hecate.infer.>`` and ``hecate.stream.>`` in queue group ``hecate-routers``
 (any number of replicas), ``hecate.router.cancel`` and ``hecate.router.retries`` (every
-replica), ``hecate.events.node.down``, and its own inbox for stage, quota and
-retry-claim replies. Follows the plan, telemetry and the shared breakers into its
-:class:`SwarmView`.
+replica), ``hecate.events.node.down``, the nodes' news of the prefixes they keep
+(``hecate.node.*.kept``), and its own inbox for stage, quota and retry-claim replies.
+Follows the plan, telemetry and the shared breakers into its :class:`SwarmView`.
 
 Each request gets an integer (its call) as it arrives and is answered later through
 its deferred :class:`Request` handle, kept here under that number. Replies come back
@@ -39,6 +39,7 @@ from hecate.bus.service import NO_RESPONDERS, Request, Service
 from hecate.bus.settle import settled
 from hecate.core import SwarmPlan
 from hecate.wire import subjects
+from hecate.wire.kept import PrefixNews, PrefixState, PrefixStateAsk
 from hecate.wire.messages import (
     ErrorReply,
     InferCancel,
@@ -67,6 +68,8 @@ _stage_reply = reply_decoder()
 _error_reply = msgspec.msgpack.Decoder(ErrorReply)  # the node shell's refusals, untagged
 _quota_reply = msgspec.json.Decoder(QuotaReply)
 _plan = msgspec.json.Decoder(SwarmPlan)
+_kept_news = msgspec.msgpack.Decoder(PrefixNews)
+_kept_state = msgspec.msgpack.Decoder(PrefixState)
 _msgpack = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -130,6 +133,7 @@ class RouterService:
         await svc.add_endpoint("retries", subjects.ROUTER_RETRIES, RetryClaim, self._on_claim)
         await svc.add_endpoint("node-down", subjects.EVENT_NODE_DOWN, NodeEvent, self._on_down)
         await svc.add_endpoint("cancel", subjects.ROUTER_CANCEL, InferCancel, self._on_cancel)
+        await svc.nc.subscribe(subjects.NODE_KEPT_ALL, cb=self._on_kept)
         # Into the queue group with a plan (one already in KV comes at once): a router
         # without one can only answer no_plan, and its callers pause before retrying, so
         # a restarted replica cost them seconds. Never longer than PLAN_WAIT_S: a swarm
@@ -172,6 +176,7 @@ class RouterService:
             ),
             "probe_leases_won": self.breakers.leases_won,
             "telemetry_followed": dataclasses.asdict(self.telemetry.stats),
+            "kept_followed": self.desk.affinity.kept.status(),
         }
 
     # -- what the bus says, as events -----------------------------------------------------
@@ -271,6 +276,35 @@ class RouterService:
         async for plan, revision in kvs.follow(kv, subjects.PLAN_KEY, _plan, bad):
             if plan is not None:  # deleted: routes go on along the last plan
                 self.view.adopt_plan(plan, revision, time.time())
+                for node_id in self.desk.affinity.kept.follow(self.view.first_nodes()):
+                    self.service.spawn(self._ask_kept(node_id))
+
+    async def _on_kept(self, msg: Msg) -> None:
+        """A node's news of the prefixes its first stages keep: its own subject's node
+        only (a body naming another is ignored and counted)."""
+        kept = self.desk.affinity.kept
+        try:
+            news = _kept_news.decode(msg.data)
+        except msgspec.DecodeError:
+            kept.counters["ignored"] += 1
+            return
+        if subjects.node_of(msg.subject) != news.node_id:
+            kept.counters["ignored"] += 1
+        elif kept.heard(news):
+            self.service.spawn(self._ask_kept(news.node_id))
+
+    async def _ask_kept(self, node_id: str) -> None:
+        """Ask ``node_id`` for the whole of what it keeps, until what it says follows on
+        from the news heard meanwhile."""
+        again = True
+        while again:
+            state = None
+            with contextlib.suppress(Exception):  # none came: the node is unknown until news
+                msg = await self.service.nc.request(
+                    subjects.node_kept_whole(node_id), _msgpack.encode(PrefixStateAsk()), 2.0
+                )
+                state = _kept_state.decode(msg.data)
+            again = self.desk.affinity.kept.told(node_id, state)
 
     async def _follow_telemetry(self) -> None:
         kv = await kvs.wait_bucket(self.service.nc, subjects.TELEMETRY_BUCKET)

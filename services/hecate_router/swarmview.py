@@ -58,6 +58,7 @@ class SwarmView:
         self.log = log
         self.plan: SwarmPlan | None = None
         self._kinds: dict[str, ExecutorKind] = {}  # per model, read once per plan
+        self._firsts: dict[str, dict[str, str]] = {}  # per model, each pipeline's first node
         self.epoch = 0
         self.plan_at = 0.0
         self.telemetry: TelemetrySnapshot | None = None
@@ -113,6 +114,10 @@ class SwarmView:
         """A plan came in: its KV revision is its epoch."""
         self.plan = msgspec.structs.replace(plan, epoch=revision)
         self._kinds = {m.model_id: k for m in plan.models if (k := plan.executor_kind(m.model_id))}
+        self._firsts = {}
+        for p in plan.pipelines:
+            if p.stages:
+                self._firsts.setdefault(p.model_id, {})[p.pipeline_id] = p.stages[0].node_id
         self.epoch, self.plan_at = revision, wall
         self.rebuild()
         event(self.log, "plan adopted", epoch=revision, pipelines=len(plan.pipelines))
@@ -222,6 +227,20 @@ class SwarmView:
         if probes and self.breakers is not None:
             self.breakers.abandon(probes)
             self.rebuild()
+
+    def firsts(self, model_id: str) -> dict[str, str]:
+        """Each pipeline of ``model_id`` in the plan, and its first node (where what the
+        pipeline keeps of a prompt's prefix is known)."""
+        return self._firsts.get(model_id, {})
+
+    def first_nodes(self) -> set[str]:
+        """The first nodes of every pipeline of a model whose nodes keep sessions."""
+        return {
+            n
+            for m, firsts in self._firsts.items()
+            if self.keeps_sessions(m)
+            for n in firsts.values()
+        }
 
     def keeps_sessions(self, model_id: str) -> bool:
         """Whether ``model_id``'s nodes keep per-session state (a generative executor's

@@ -288,8 +288,14 @@ def test_routers_share_the_infer_queue_group(doc: dict[str, Any]) -> None:
     assert _resolve(doc, op["channel"]["$ref"])["address"] == subjects.infer("{model_id}")
 
 
-def test_stage_traffic_is_msgpack_and_the_rest_json(doc: dict[str, Any]) -> None:
-    stage = {subjects.node_run("{node_id}")}
+def test_stage_traffic_and_prefixes_kept_are_msgpack_and_the_rest_json(
+    doc: dict[str, Any],
+) -> None:
+    stage = {
+        subjects.node_run("{node_id}"),
+        subjects.node_kept("{node_id}"),
+        subjects.node_kept_whole("{node_id}"),
+    }
     for op in doc["operations"].values():
         channel = _resolve(doc, op["channel"]["$ref"])
         want = "application/msgpack" if channel["address"] in stage else "application/json"

@@ -30,17 +30,19 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from hecate.core.errors import HecateError
-from hecate.llm.chunks import PREFILL_CHUNK, check_context, chunk_of, prefill_chunk
+from hecate.llm.chunks import PREFILL_CHUNK, chunk_of, prefill_chunk
 from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
 from hecate.llm.gguf_model import load_stage
 from hecate.llm.llama import Array, LlamaStage
-from hecate.llm.prefixes import prefix_of
+from hecate.llm.prefix_news import Announcer
 from hecate.llm.prompts import Prompts
 from hecate.llm.sessions import Sessions, Stage, Step, sample
+from hecate.llm.steps import step_of
 from hecate.llm.store import pull
 from hecate.llm.template import ChatTemplate, load_template
 from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLogprob, own_fault
+from hecate.model.prints import ModelNews
 
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
@@ -101,6 +103,8 @@ class LlmExecutor:
         self._template: ChatTemplate | None = None
         #: the prompts tokenized lately: a step asks twice (rows, then its tokens)
         self._prompts = Prompts(self.template, self.tokenizer)
+        #: what the first stage keeps, by the prints routers name prompts with
+        self.announcer = Announcer()
 
     def eos(self) -> frozenset[int]:
         """The ids that end a generation, as the model's file names them."""
@@ -202,6 +206,18 @@ class LlmExecutor:
         ranges held (STATS figures, read from any thread; as :meth:`engine_counts`)."""
         return _summed(s.prefixes.counts() for s in list(self._ranges.values()))
 
+    def prefix_news(self) -> list[ModelNews]:
+        """What the first stages' prefix stores newly keep and dropped since the last
+        call (:meth:`Announcer.news <hecate.llm.prefix_news.Announcer.news>`): on the
+        thread that steps, as the stores change there."""
+        with self._lock:
+            stores = [s.prefixes for s in self._ranges.values() if s.stage.first]
+        return self.announcer.news(stores)
+
+    def prefix_state(self) -> list[ModelNews]:
+        """Everything the news has told and not dropped since."""
+        return self.announcer.state()
+
     def engine_counts(self) -> dict[str, int]:
         """``OnnxStage.counts`` summed over the ranges held (none from the numpy model)."""
         return _summed(getattr(s.stage, "counts", {}) for s in list(self._ranges.values()))
@@ -263,7 +279,9 @@ class LlmExecutor:
         for i, req in enumerate(reqs):
             try:
                 sessions = self._load(req.layer_start, req.layer_end)
-                step, prompt_tokens = self._step_of(sessions, req)
+                step, prompt_tokens = step_of(
+                    sessions, req, self._prompts.ids, self.chunk, self.announcer
+                )
             except ExecutorError as exc:
                 results[i] = exc
                 continue
@@ -344,47 +362,6 @@ class LlmExecutor:
             return self._sessions(layer_start, layer_end)
         except ValueError as exc:  # a range outside the model
             raise ExecutorError("bad_range", str(exc)) from None
-
-    def _step_of(self, sessions: Sessions, req: StepInput) -> tuple[Step, list[int] | None]:
-        """What ``req`` runs on ``sessions``' stage, and the prompt's token ids when
-        tokenized here. The first stage takes the next chunk of the tokens (a new
-        session's after the longest cached prefix of its prompt, with a scope); a later
-        stage the rows it is sent (after as many positions of its own cached prefix)."""
-        stage = sessions.stage
-        config = stage.config
-        if not stage.first:
-            reused = req.reused if req.position == 0 else 0
-            rows = len(req.activation) // (4 * config.hidden)
-            check_context(config, req, reused + rows)
-            sampled = req.sampled_from is not None and req.position + reused >= req.sampled_from
-            return Step(
-                req.session,
-                req.position,
-                hidden=req.activation,
-                one_by_one=sampled,
-                reuse=reused,
-                **prefix_of(req.cache_scope, req.prompt_tokens),
-            ), None
-        prompt_tokens = None
-        tokens = req.tokens
-        if tokens is None:
-            tokens = prompt_tokens = self._prompts.ids(req)
-        if not tokens:
-            raise ExecutorError("bad_request", "nothing to generate from: empty prompt")
-        check_context(config, req, len(tokens))
-        prefix = prefix_of(req.cache_scope, req.prompt_tokens or prompt_tokens)
-        reused = 0
-        scope = prefix["scope"]
-        if req.position == 0 and scope is not None and req.session not in sessions.caches:
-            # A new session: start from the longest prefix kept here, leaving at least
-            # the last position to compute (its output is the next token's).
-            reused = sessions.prefixes.longest(scope, prefix["keys"], len(tokens) - 1)
-        sampled = req.sampled_from is not None and req.position + reused >= req.sampled_from
-        chunk = chunk_of(req, tokens, self.chunk(config.hidden), reused)
-        step = Step(
-            req.session, req.position, tokens=chunk, one_by_one=sampled, reuse=reused, **prefix
-        )
-        return step, prompt_tokens
 
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:

@@ -88,6 +88,7 @@ class Prefixes:
         self._by_key: dict[bytes, Kept] = {}
         self._of: OrderedDict[int, Kept] = OrderedDict()  # by id(cache), least recent first
         self._changed = False  # since the last overflow: a cache kept alone, or unnamed
+        self.version = 0  # one more at each change of what the keys name
         self.hits = 0
         self.misses = 0
         self.reused_positions = 0
@@ -138,6 +139,12 @@ class Prefixes:
         self._of.move_to_end(id(kept.cache))
         return kept.cache
 
+    def holds(self, scope: str, key: bytes) -> bool:
+        """Whether ``key`` names a cache in ``scope`` (a look that changes nothing: not
+        a use, as :meth:`find` is)."""
+        kept = self._by_key.get(key)
+        return kept is not None and kept.scope == scope
+
     def name(self, scope: str, keys: Sequence[bytes], cache: Any, length: int) -> None:
         """``cache`` holds its prompt's first ``length`` positions: the whole blocks among
         them are known by their ``keys`` from now on (a key already naming another cache
@@ -149,6 +156,7 @@ class Prefixes:
         if kept is None:
             kept = self._of[id(cache)] = Kept(cache, scope)
         self._of.move_to_end(id(cache))
+        self.version += 1
         for key in keys[len(kept.keys) : whole]:
             before = self._by_key.get(key)
             if before is not None:
@@ -193,6 +201,7 @@ class Prefixes:
 
     def _forget(self, ident: int) -> Any:
         kept = self._of.pop(ident)
+        self.version += 1
         for key in kept.keys:
             if self._by_key.get(key) is kept:
                 del self._by_key[key]

@@ -362,6 +362,27 @@ NODE_FAULT = Message(
     "Only nodes started with `--accept-faults` listen; the reply is a FaultAck.",
 )
 FAULT_ACK = Message("FaultAck", m.FaultAck, JSON, "The node applied the fault.")
+PREFIX_NEWS = Message(
+    "PrefixNews",
+    m.PrefixNews,
+    MSGPACK,
+    "What a node's first stages newly keep (with the tokens of each) and dropped of "
+    "prompt prefixes, named by their text prints.",
+    "Numbered within the node's `boot` from 1; sent at most every 25 ms, only when "
+    "something changed. A print names a prefix of a prompt within its tenant's scope: "
+    "the first k messages of a chat, or whole blocks of 256 characters of a plain "
+    "prompt, each `blake2b(previous || text)` (16 bytes), the first chained from the "
+    "scope's own key (`hecate.model.prints`).",
+)
+PREFIX_STATE_ASK = Message(
+    "PrefixStateAsk", m.PrefixStateAsk, MSGPACK, "Ask a node for the whole of what it keeps."
+)
+PREFIX_STATE = Message(
+    "PrefixState",
+    m.PrefixState,
+    MSGPACK,
+    "The whole of what a node's first stages keep, as of its news `seq` of `boot`.",
+)
 HEARTBEAT = Message(
     "Heartbeat",
     m.Heartbeat,
@@ -582,6 +603,32 @@ FAULT = Channel(
 FAULT_REPLY_CHANNEL = Channel(
     "nodeFaultReply", None, "Fault acknowledgements", "The reply subject of a fault.", (FAULT_ACK,)
 )
+NODE_KEPT = Channel(
+    "nodeKept",
+    subjects.node_kept("{node_id}"),
+    "Prefixes a node keeps",
+    f"Fire-and-forget, msgpack; every router replica subscribes to "
+    f"`{subjects.NODE_KEPT_ALL}` and follows the nodes its plan names (bounded: at most "
+    "4,096 prints a model a node). A router that missed a news, or hears a new boot, "
+    "asks the node for the whole and plays the news heard meanwhile on it. The node id "
+    "of the subject is the sender's own; a body naming another node is ignored and "
+    "counted.",
+    (PREFIX_NEWS,),
+)
+NODE_KEPT_WHOLE = Channel(
+    "nodeKeptWhole",
+    subjects.node_kept_whole("{node_id}"),
+    "The whole of what a node keeps",
+    "Request/reply, msgpack: a router starting to follow a node, or that missed a news.",
+    (PREFIX_STATE_ASK,),
+)
+KEPT_WHOLE_REPLY_CHANNEL = Channel(
+    "nodeKeptWholeReply",
+    None,
+    "What a node keeps, whole",
+    "The reply subject of the ask.",
+    (PREFIX_STATE,),
+)
 _OWN_SUBJECT = (
     "The `node_id` of the subject is the sender's own: on a locked-down bus each node's "
     "user may publish only its own, and a body naming another node is refused "
@@ -787,6 +834,9 @@ CHANNELS: Final[tuple[Channel, ...]] = (
     STAGE_REPLY_CHANNEL,
     FAULT,
     FAULT_REPLY_CHANNEL,
+    NODE_KEPT,
+    NODE_KEPT_WHOLE,
+    KEPT_WHOLE_REPLY_CHANNEL,
     HEARTBEATS,
     JOIN,
     LEAVE,
@@ -916,6 +966,38 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "(errors, no-responders) is passed on to the router's inbox. The last stage "
         "publishes the answer itself to the router's inbox.",
         reply=STAGE_REPLY_CHANNEL,
+    ),
+    Operation(
+        "node.sendKept",
+        "node",
+        "send",
+        NODE_KEPT,
+        "Tell routers what its first stages newly keep and dropped.",
+        own="node_id",
+    ),
+    Operation(
+        "router.receiveKept",
+        "router",
+        "receive",
+        NODE_KEPT,
+        "Follow where prompt prefixes are kept, to route a prompt where its prefix is.",
+    ),
+    Operation(
+        "router.sendKeptAsk",
+        "router",
+        "send",
+        NODE_KEPT_WHOLE,
+        "Ask a node it starts following, or missed a news of, for the whole.",
+        reply=KEPT_WHOLE_REPLY_CHANNEL,
+    ),
+    Operation(
+        "node.receiveKeptAsk",
+        "node",
+        "receive",
+        NODE_KEPT_WHOLE,
+        "Answer the whole of what its first stages keep, as of its last news.",
+        reply=KEPT_WHOLE_REPLY_CHANNEL,
+        own="node_id",
     ),
     Operation(
         "operator.sendFault",
@@ -1206,8 +1288,9 @@ NATS; this document is the whole wire contract, enough to write a client, a node
 planner in another language.
 
 **Codecs.** Client traffic, events, heartbeats, join/leave and KV values are JSON \
-(`{JSON}`); stage traffic between routers and nodes is msgpack (`{MSGPACK}`), with the \
-same field names.
+(`{JSON}`); stage traffic between routers and nodes, and what nodes tell routers they \
+keep of prompt prefixes (raw 16-byte prints), is msgpack (`{MSGPACK}`), with the same \
+field names.
 
 **Evolution.** Fields are only ever added, with a default, and a default never changes \
 meaning: decoders must ignore unknown fields and fill missing ones with their defaults. \

@@ -6,7 +6,8 @@ with defaults and a default never changes meaning; unknown fields are ignored on
 with standard NATS tooling); stage traffic between routers and nodes is msgpack (it
 carries raw activations) and lives in :mod:`hecate.wire.stages`; the shapes both use
 (errors, chat messages) in :mod:`hecate.wire.common`; the events in
-:mod:`hecate.wire.events`. Everything is importable from here.
+:mod:`hecate.wire.events`; what nodes tell routers they keep in :mod:`hecate.wire.kept`.
+Everything is importable from here.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ from hecate.wire.events import FailoverEvent as FailoverEvent
 from hecate.wire.events import NodeEvent as NodeEvent
 from hecate.wire.events import PlanChanged as PlanChanged
 from hecate.wire.events import ServiceRestarted as ServiceRestarted
+from hecate.wire.kept import KeptPrint as KeptPrint
+from hecate.wire.kept import ModelNews as ModelNews
+from hecate.wire.kept import PrefixNews as PrefixNews
+from hecate.wire.kept import PrefixState as PrefixState
+from hecate.wire.kept import PrefixStateAsk as PrefixStateAsk
 from hecate.wire.stages import ActivationReply as ActivationReply
 from hecate.wire.stages import LayersStage as LayersStage
 from hecate.wire.stages import OutputReply as OutputReply

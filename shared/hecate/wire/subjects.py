@@ -99,6 +99,19 @@ def node_leave(node_id: str) -> str:
     return f"hecate.node.{node_id}.leave"
 
 
+def node_kept(node_id: str) -> str:
+    """What a node's first stages newly keep and dropped of prompt prefixes (its news,
+    :mod:`hecate.wire.kept`), for every router replica."""
+    return f"hecate.node.{node_id}.kept"
+
+
+def node_kept_whole(node_id: str) -> str:
+    """Request/reply: the whole of what a node's first stages keep, for a router that
+    starts following it or missed a news."""
+    return f"hecate.node.{node_id}.kept.whole"
+
+
+NODE_KEPT_ALL = "hecate.node.*.kept"
 NODE_JOIN_ALL = "hecate.node.*.join"
 NODE_LEAVE_ALL = "hecate.node.*.leave"
 NODE_ROLL_CALL = "hecate.node.roll-call"  # a (re)started planner asks nodes to re-join
@@ -147,10 +160,12 @@ def shard_partitions(shard: int, shards: int) -> tuple[int, ...]:
 
 
 def node_of(subject: str) -> str | None:
-    """The node id a node's own subject names (a join, a leave or a heartbeat), or None
+    """The node id a node's own subject names (a join, a leave, its news of the prefixes
+    kept or a heartbeat), or None
     when it names none that is a slug."""
     tokens = subject.split(".")
-    if len(tokens) == 4 and tokens[:2] == ["hecate", "node"] and tokens[3] in ("join", "leave"):
+    own = ("join", "leave", "kept")
+    if len(tokens) == 4 and tokens[:2] == ["hecate", "node"] and tokens[3] in own:
         found = tokens[2]
     elif len(tokens) == 4 and tokens[:3] == ["hecate", "telemetry", "heartbeat"]:
         found = tokens[3]

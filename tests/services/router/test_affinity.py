@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from hecate.core import Router, RoutingRequest
 from hecate.core.cost import inflight_cost, token_cost
+from hecate.model.prints import text_prints
 from hecate.wire.common import ChatMessage
 from hecate.wire.messages import InferRequest
 from hecate_router.affinity import CHARS, PrefixIndex, fingerprints, outcome, routed
@@ -134,3 +135,28 @@ def test_a_burst_sharing_a_kept_prefix_spreads() -> None:
         went.append(route.pipeline_id)
     assert went[:2] == ["m-r0", "m-r0"]  # the first take the prefix where it is kept
     assert went.count("m-r1") >= 3  # the saving, shared with the work there, soon is not
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["system", "user", "assistant"]), st.text()), max_size=6),
+    st.text(max_size=900),
+    st.sampled_from(["alice", "bob"]),
+)
+def test_a_router_names_a_prompt_as_its_first_stage_does(
+    messages: list[tuple[str, str]], prompt: str, tenant: str
+) -> None:
+    """The router's prints of a request are the ones the first stage learns from the
+    step it is sent (its messages as (role, content) pairs, its scope the tenant):
+    what the node says it keeps is found under the names the router asks for."""
+    chat = [ChatMessage(role=r, content=c) for r, c in messages] or None
+    request = InferRequest(prompt=prompt, messages=chat, tenant=tenant)
+    step = tuple(messages) or None  # as hecate_node.convert.step_input makes it
+    assert fingerprints(request) == text_prints(tenant, step, prompt)
+
+
+def test_the_saving_is_estimated_from_what_the_first_node_says_until_measured() -> None:
+    index = PrefixIndex()
+    assert index.saves({"m-r0": 100}) == {}  # nothing known: the token term stands in
+    assert index.saves({"m-r0": 100}, {"m-r0": 1.5}) == {"m-r0": 150.0}
+    index.prefilled("m-r0", 100, 0.2)  # 2 ms a position, as this router timed it
+    assert index.saves({"m-r0": 100}, {"m-r0": 1.5}) == {"m-r0": 200.0}
