@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> None:
         "step over pipes, no bus, against one process: what this machine's cores allow; "
         "constrain: an answer held to a JSON Schema, its mask per step and tokens/s; "
         "prefix: 8-turn chats of 16 users resending a 500-token system prompt, time to "
-        "first token with prefix reuse on and off; "
+        "first token with prefix reuse on and off, and one user at a time (the serial arm); "
         "wan: SmolLM2 with every node behind a slow link, hop "
         "against chain dispatch and the router's preference for the nearer pipeline; "
         "scale: node hosts of 100 to 5,000 node identities, what forming, beating and "
@@ -109,13 +109,36 @@ def add_parser(sub: Any) -> None:
         "--rounds",
         type=positive_int,
         default=None,
-        help="llm: interleaved rounds (default 8; --quick 1); wan: (default 3; --quick 1)",
+        help="llm: interleaved rounds (default 8; --quick 1); wan: (default 3; --quick 1); "
+        "prefix: (default 2; --quick 1)",
     )
     bench.add_argument(
         "--tokens",
         type=positive_int,
         default=None,
         help="llm: tokens per generation (default 48; --quick 16); wan: (default 32; --quick 8)",
+    )
+    bench.add_argument(
+        "--arms",
+        type=_arms,
+        default=None,
+        metavar="ARM,ARM",
+        help="prefix: the arms to run, of burst (16 users at once, 8 turns) and serial (one "
+        "chat after another, each next turn sent at once); default both",
+    )
+    bench.add_argument(
+        "--serial-chats",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="prefix: the serial arm's chats, one after another (default 16; --quick 4)",
+    )
+    bench.add_argument(
+        "--serial-turns",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="prefix: the serial arm's turns per chat (default 4; --quick 3)",
     )
     bench.add_argument(
         "--doc",
@@ -222,6 +245,7 @@ def _run_suite(args: argparse.Namespace) -> object:
         return _on_the_model(args, run, rounds)
     if args.suite == "prefix":
         from hecate.llm.store import present as have
+        from hecate_dev.bench.prefix import ARMS, Shape
         from hecate_dev.bench.prefix import MODEL as PREFIX_MODEL
         from hecate_dev.bench.prefix import run as run_prefix
 
@@ -232,6 +256,11 @@ def _run_suite(args: argparse.Namespace) -> object:
             turns=3 if args.quick else 8,
             tokens=8 if args.quick else 12,
             rounds=args.rounds or (1 if args.quick else 2),
+            shape=Shape(
+                arms=args.arms or ARMS,
+                chats=args.serial_chats or (4 if args.quick else 16),
+                turns=args.serial_turns or (3 if args.quick else 4),
+            ),
         )
     if args.suite == "wan":
         from hecate.llm.store import present as pulled
@@ -302,6 +331,17 @@ def _levels(text: str) -> tuple[int, ...]:
         return parse_levels(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _arms(text: str) -> tuple[str, ...]:
+    """``burst,serial``: the prefix suite's arms, once each (on each swarm the burst arm
+    runs first, whatever the order named)."""
+    from hecate_dev.bench.prefix import ARMS
+
+    arms = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
+    if not arms or any(a not in ARMS for a in arms):
+        raise argparse.ArgumentTypeError(f"arms are {', '.join(ARMS)}, comma-separated: {text!r}")
+    return arms
 
 
 def _on_the_model(args: Any, run: Callable[..., Any], rounds: int) -> Any:

@@ -20,6 +20,13 @@ counted wrong, and fails the run.
 
 The target: TTFT p50 at the last turn with reuse at most 0.5 of without, judged on the
 rounds' ratios (:func:`verdict`).
+
+That is the *burst* arm. On the same swarm, after it, the *serial* arm
+(:mod:`hecate_dev.bench.prefix_serial`) runs one chat after another, each next turn sent
+as soon as the previous answer's stream ended, as an agent loop sends them, and counts the
+next turns whose first stage started from a cached prefix. ``Shape.arms`` (``hecate bench
+prefix --arms``) picks the arms; the burst arm's figures keep their keys at the top of the
+result, the serial arm's are under ``"serial"``.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats
 import openai
@@ -44,9 +51,13 @@ from hecate_dev.bench.gateway_swarm import Standing, bench_env, standing, wait_s
 from hecate_dev.bench.interval import median_interval
 from hecate_launcher import node_env
 
+if TYPE_CHECKING:
+    from hecate_dev.bench.prefix_serial import SerialArm
+
 MODEL = "smollm2-135m"
 TOPOLOGY = "smollm2.json"
 TARGET = 0.5
+ARMS = ("burst", "serial")  # many users at once; one user at a time
 TOPICS = (
     "whales", "volcanoes", "bread", "chess", "bridges", "comets", "bees", "knots",
     "violins", "glaciers", "maps", "tea", "owls", "clocks", "coral", "kites",
@@ -98,9 +109,51 @@ class Arm:
     wall_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Shape:
+    """Which arms run (:data:`ARMS`), and the serial arm's chats and turns per chat."""
+
+    arms: tuple[str, ...] = ARMS
+    chats: int = 16
+    turns: int = 4
+
+
 def question(user: int, turn: int) -> str:
     topic = TOPICS[(user + 3 * turn) % len(TOPICS)]
     return f"Reader {user + 1} asks: where would I find books about {topic}, and for how long?"
+
+
+async def stream_turn(
+    client: openai.AsyncOpenAI, messages: list[ChatCompletionMessageParam], max_tokens: int
+) -> tuple[Turn, str]:
+    """One turn streamed (greedy), timed from its send to its first text; and the route
+    its answer's last frame names in its ``hecate`` field (the stages' nodes in order, ""
+    if none came)."""
+    sent, first, parts, prompt, error, route = time.perf_counter(), None, [], 0, "", ""
+    try:
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        async for chunk in stream:
+            delta = chunk.choices[0].delta.content if chunk.choices else None
+            if delta:
+                first = first or time.perf_counter()
+                parts.append(delta)
+            if chunk.usage is not None:
+                prompt = chunk.usage.prompt_tokens
+            hecate = (chunk.model_extra or {}).get("hecate")
+            if isinstance(hecate, dict) and hecate.get("route"):
+                route = str(hecate["route"])
+    except openai.APIError as exc:  # an error status, or an error event in the stream
+        status = getattr(exc, "status_code", None)
+        error = f"{type(exc).__name__} {status or ''}: {exc}"[:300]
+    ttft = None if first is None else first - sent
+    return Turn(ttft, prompt, "".join(parts), error), route
 
 
 async def _chat(base: str, user: int, turns: int, max_tokens: int, wait_s: float) -> list[Turn]:
@@ -112,30 +165,9 @@ async def _chat(base: str, user: int, turns: int, max_tokens: int, wait_s: float
     try:
         for t in range(turns):
             messages.append({"role": "user", "content": question(user, t)})
-            sent, first, parts, prompt, error = time.perf_counter(), None, [], 0, ""
-            try:
-                stream = await client.chat.completions.create(
-                    model=MODEL,
-                    messages=messages,
-                    max_tokens=max_tokens,
-                    temperature=0,
-                    stream=True,
-                    stream_options={"include_usage": True},
-                )
-                async for chunk in stream:
-                    delta = chunk.choices[0].delta.content if chunk.choices else None
-                    if delta:
-                        first = first or time.perf_counter()
-                        parts.append(delta)
-                    if chunk.usage is not None:
-                        prompt = chunk.usage.prompt_tokens
-            except openai.APIError as exc:  # an error status, or an error event in the stream
-                status = getattr(exc, "status_code", None)
-                error = f"{type(exc).__name__} {status or ''}: {exc}"[:300]
-            text = "".join(parts)
-            ttft = None if first is None else first - sent
-            out.append(Turn(ttft, prompt, text, error))
-            messages.append({"role": "assistant", "content": text})
+            turn, _ = await stream_turn(client, messages, max_tokens)
+            out.append(turn)
+            messages.append({"role": "assistant", "content": turn.text})
     finally:
         await client.close()
     return out
@@ -161,7 +193,12 @@ async def _reused(url: str) -> int:
     return total
 
 
-def _arm(workdir: Path, reuse: bool, users: int, turns: int, tokens: int) -> Arm:
+def _arm(
+    workdir: Path, reuse: bool, users: int, turns: int, tokens: int, shape: Shape
+) -> tuple[Arm | None, SerialArm | None]:
+    """One swarm standing, reuse on or off: the burst arm, then the serial arm on it
+    (those of ``shape.arms``; None for an arm not run)."""
+    from hecate_dev.bench.prefix_serial import run_serial
     from hecate_dev.chaos.scenarios import topology
 
     (workdir / TOPOLOGY).write_bytes(topology(TOPOLOGY))
@@ -169,7 +206,12 @@ def _arm(workdir: Path, reuse: bool, users: int, turns: int, tokens: int) -> Arm
     router_args = () if reuse else ("--no-prefix-cache",)
     with standing(workdir, workdir / TOPOLOGY, env, router_args=router_args) as st:
         wait_serving(st, MODEL, 180.0)
-        return asyncio.run(_users(st, reuse, users, turns, tokens))
+        burst = serial = None
+        if "burst" in shape.arms:
+            burst = asyncio.run(_users(st, reuse, users, turns, tokens))
+        if "serial" in shape.arms:
+            serial = asyncio.run(run_serial(st, reuse, shape.chats, shape.turns, tokens))
+        return burst, serial
 
 
 async def _users(st: Standing, reuse: bool, users: int, turns: int, tokens: int) -> Arm:
@@ -233,36 +275,60 @@ def _workdir() -> Iterator[Path]:
         yield Path(tmp)
 
 
-def run(*, users: int = 16, turns: int = 8, tokens: int = 12, rounds: int = 2) -> dict[str, Any]:
+def _burst_round(r: int, on_arm: Arm, off_arm: Arm, failed: list[str]) -> dict[str, Any]:
+    on, off = arm_figures(on_arm), arm_figures(off_arm)
+    last_on, last_off = on["ttft_p50_ms_by_turn"][-1], off["ttft_p50_ms_by_turn"][-1]
+    ratio = round(last_on / last_off, 3) if last_off else None
+    bad = wrong(on_arm, off_arm)
+    if bad or on["errors"] or off["errors"]:
+        failed.append(
+            f"round {r + 1}: {bad} turns differ; {on['errors']} errors with reuse, "
+            f"{off['errors']} without"
+        )
+    return {"on": on, "off": off, "last_turn_ttft_ratio": ratio, "turns_that_differ": bad}
+
+
+def run(
+    *,
+    users: int = 16,
+    turns: int = 8,
+    tokens: int = 12,
+    rounds: int = 2,
+    shape: Shape | None = None,
+) -> dict[str, Any]:
+    from hecate_dev.bench import prefix_serial
+
+    shape = shape or Shape()
+
     out_rounds: list[dict[str, Any]] = []
-    ratios: list[float] = []
+    serial_rounds: list[dict[str, Any]] = []
     failed: list[str] = []
     for r in range(rounds):
-        arms: dict[bool, Arm] = {}
+        bursts: dict[bool, Arm | None] = {}
+        serials: dict[bool, SerialArm | None] = {}
         for reuse in (True, False) if r % 2 == 0 else (False, True):
             with _workdir() as tmp:
-                arms[reuse] = _arm(tmp, reuse, users, turns, tokens)
-        on, off = arm_figures(arms[True]), arm_figures(arms[False])
-        last_on, last_off = on["ttft_p50_ms_by_turn"][-1], off["ttft_p50_ms_by_turn"][-1]
-        ratio = round(last_on / last_off, 3) if last_off else None
-        if ratio is not None:
-            ratios.append(ratio)
-        bad = wrong(arms[True], arms[False])
-        if bad or on["errors"] or off["errors"]:
-            failed.append(
-                f"round {r + 1}: {bad} turns differ; {on['errors']} errors with reuse, "
-                f"{off['errors']} without"
-            )
-        out_rounds.append(
-            {"on": on, "off": off, "last_turn_ttft_ratio": ratio, "turns_that_differ": bad}
-        )
-    return {
-        "users": users,
-        "turns": turns,
-        "max_tokens": tokens,
-        "rounds": out_rounds,
-        "last_turn_ttft_ratios": ratios,
-        "target": f"TTFT p50 at turn {turns} with reuse <= {TARGET} of without",
-        "verdict": verdict(ratios),
-        "failed_checks": failed,
-    }
+                bursts[reuse], serials[reuse] = _arm(tmp, reuse, users, turns, tokens, shape)
+        if (on := bursts[True]) is not None and (off := bursts[False]) is not None:
+            out_rounds.append(_burst_round(r, on, off, failed))
+        if (s_on := serials[True]) is not None and (s_off := serials[False]) is not None:
+            rnd = prefix_serial.serial_round(s_on, s_off)
+            failed += prefix_serial.failed(r, rnd)
+            serial_rounds.append(rnd)
+    out: dict[str, Any] = {"arms": list(shape.arms)}
+    if "burst" in shape.arms:
+        ratios = [x for rnd in out_rounds if (x := rnd["last_turn_ttft_ratio"]) is not None]
+        out |= {
+            "users": users,
+            "turns": turns,
+            "max_tokens": tokens,
+            "rounds": out_rounds,
+            "last_turn_ttft_ratios": ratios,
+            "target": f"TTFT p50 at turn {turns} with reuse <= {TARGET} of without",
+            "verdict": verdict(ratios),
+        }
+    if "serial" in shape.arms:
+        summary = prefix_serial.summary(serial_rounds, shape.chats, shape.turns)
+        out["serial"] = {**summary, "max_tokens": tokens}
+    out["failed_checks"] = failed
+    return out
