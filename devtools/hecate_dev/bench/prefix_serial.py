@@ -6,16 +6,17 @@ in the same round), with prefix reuse on and off. ``chats`` chats run one after 
 each of ``turns`` turns, each its own user on its own topic (:func:`question`: a visitor,
 numbered apart from the burst arm's readers, so that no chat finds a prefix the burst arm
 left): an official ``openai`` client (``AsyncOpenAI``) streaming
-``/v1/chat/completions`` greedily, every turn resending the shared system prompt, the
-chat's earlier questions and answers, and a new question.
+``/v1/chat/completions`` greedily, every turn resending its system prompt (the burst
+arm's, named for its visitor first: :func:`system`, so that no two chats share a
+prefix), the chat's earlier questions and answers, and a new question.
 
 Whether a turn reused a cached prefix is the nodes' own count: every node's ``$SRV.STATS``
 prefix counts are asked for as each turn is sent (the turn waits for nothing), and again
 after the last. A turn reused when its first stage (the node its answer's last frame names
 first in the route of its ``hecate`` field) counted a hit between its send and the next:
-it started from cached positions (how many: ``reused_positions``; at least the previous
-turn's whole prompt, in whole blocks, when it found its own history and not the shared
-system prompt alone: :func:`whole_history`). One turn at a time, nothing else moves those
+it started from cached positions, its own history, since no other chat shares its prefix
+(how many: ``reused_positions``; at least the previous turn's whole prompt, in whole
+blocks: :func:`whole_history`). One turn at a time, nothing else moves those
 counts; the first stage looks a prompt up once a turn (a hit or a miss) with reuse on and
 never without, and a turn whose counts say otherwise is counted ``stats_unclear``. The
 gateway's ``hecate_gateway_prefix_routed_total`` is read the same way: where the router
@@ -57,6 +58,12 @@ ASKS = (
     "can I reserve a book about {topic} that someone else has on loan now?",
     "could I print a page from a book about {topic}, and what would it cost me?",
 )
+
+
+def system(chat: int) -> str:
+    """A chat's system prompt: the burst arm's, named for its visitor first, so that no
+    two chats share a prefix and a turn that starts from one found its own history."""
+    return f"This desk serves visitor {chat + 1}. {SYSTEM}"
 
 
 def question(chat: int, turn: int) -> str:
@@ -196,7 +203,7 @@ async def run_serial(st: Standing, reuse: bool, chats: int, turns: int, tokens: 
             client = openai.AsyncOpenAI(
                 base_url=f"{st.base}/v1", api_key="bench", max_retries=4, timeout=600.0
             )
-            messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM}]
+            messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": system(c)}]
             chat: list[SerialTurn] = []
             try:
                 for t in range(turns):
@@ -235,8 +242,8 @@ def _ms(x: float | None) -> float | None:
 
 def whole_history(chat: Sequence[SerialTurn]) -> int:
     """Next turns of a chat that took at least the whole of the previous turn's prompt
-    from cache (as far as it fills blocks of :data:`~hecate.llm.prefixes.BLOCK`): their
-    own history, not the system prompt alone that every chat shares."""
+    from cache (as far as it fills blocks of :data:`~hecate.llm.prefixes.BLOCK`): the
+    whole of their own history, not part of it."""
     return sum(
         0 < prev.prompt_tokens // BLOCK * BLOCK <= turn.counts.reused_positions
         for prev, turn in itertools.pairwise(chat)
