@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import nats
 import openai
@@ -250,12 +250,21 @@ def arm_figures(arm: Arm, stages: int = 3) -> dict[str, Any]:
     }
 
 
-def wrong(on: Arm, off: Arm) -> int:
-    """Turns whose text with reuse differs from the same user's turn without."""
+class Texted(Protocol):
+    text: str
+
+
+def differing(on: Sequence[Sequence[Texted]], off: Sequence[Sequence[Texted]]) -> int:
+    """Turns whose text with reuse differs from the same user's (or chat's) turn without."""
     return sum(
-        a.text != b.text for ua, ub in zip(on.turns, off.turns, strict=True)
+        a.text != b.text for ua, ub in zip(on, off, strict=True)
         for a, b in zip(ua, ub, strict=True)
     )  # fmt: skip
+
+
+def wrong(on: Arm, off: Arm) -> int:
+    """Turns whose text with reuse differs from the same user's turn without."""
+    return differing(on.turns, off.turns)
 
 
 def verdict(ratios: Sequence[float]) -> str:

@@ -49,7 +49,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from hecate.llm.prefixes import BLOCK
 from hecate.wire import subjects
 from hecate_dev.bench.gateway_swarm import Standing
-from hecate_dev.bench.prefix import MODEL, SYSTEM, TOPICS, stream_turn
+from hecate_dev.bench.prefix import MODEL, SYSTEM, TOPICS, differing, stream_turn
 
 TARGET = 15 / 16  # next turns reused, at least, in every round with reuse on
 ASKS = (
@@ -292,10 +292,7 @@ def serial_figures(arm: SerialArm) -> dict[str, Any]:
 
 def wrong(on: SerialArm, off: SerialArm) -> int:
     """Turns whose text with reuse differs from the same chat's turn without."""
-    return sum(
-        a.text != b.text for ca, cb in zip(on.chats, off.chats, strict=True)
-        for a, b in zip(ca, cb, strict=True)
-    )  # fmt: skip
+    return differing(on.chats, off.chats)
 
 
 def reused_share(figures: Mapping[str, Any]) -> float | None:

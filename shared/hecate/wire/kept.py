@@ -18,7 +18,7 @@ from typing import Annotated
 
 import msgspec
 
-from hecate.core.plan import SLUG_PATTERN
+from hecate.core.plan import Slug
 from hecate.model.prints import MAX_KEPT, KeptPrint, ModelNews
 
 __all__ = ["MAX_KEPT", "KeptPrint", "ModelNews", "PrefixNews", "PrefixState", "PrefixStateAsk"]
@@ -26,7 +26,6 @@ __all__ = ["MAX_KEPT", "KeptPrint", "ModelNews", "PrefixNews", "PrefixState", "P
 #: Models a node tells of in one message.
 MAX_MODELS = 16
 
-Slug = Annotated[str, msgspec.Meta(pattern=SLUG_PATTERN)]
 #: What a prompt position costs one layer on the node, in ms, as it measured its
 #: prefill batches (None until one ran): a router's estimate of what a prefix kept
 #: there spares, until it has timed the pipeline itself.
