@@ -272,6 +272,13 @@ class GGUFFile:
         data = np.frombuffer(self._buf, dtype, nbytes // dtype.itemsize, at).reshape(view_shape)
         return Tensor(name, shape, kind, data)
 
+    def drop_pages(self) -> None:
+        """Hand back the pages of the file read so far: they leave this process's
+        resident memory (the kernel's page cache keeps them while it has room), and
+        views of the file read again from it when touched."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
     def field(self, key: str) -> Any:
         """A metadata value; a missing key is an error naming it and the file."""
         try:

@@ -3,11 +3,15 @@
 
 Weights go in as the file stores them, repacked for ``MatMulNBits`` where the runtime
 has a kernel for their type (:mod:`hecate.llm.quant`); norms and biases as float32.
+Every constant past :data:`INLINE_BYTES` stays out of the graph's protobuf: the graph
+names it and :class:`Built` hands the array over (as ONNX Runtime's external
+initializers, used where they lie), so no serialized copy of the weights is ever made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,14 +29,28 @@ from hecate.llm.quant import F32, U8, Packed, pack, pairs
 #: fast path on CPUs (without it a 4-bit product is 20 times slower).
 ACCURACY_LEVEL = 4
 MS = "com.microsoft"
+#: constants at most this large go inside the protobuf; larger ones are handed over
+INLINE_BYTES = 1024
+#: a MatMulNBits' weight inputs in order: its integers, scales and zero points
+ROLES = ("q", "s", "z")
 
 
-def build(
-    file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capacity: int
-) -> tuple[onnx.ModelProto, str]:
+@dataclass
+class Built:
+    """A range's graph, its output's name (``logits`` on the last stage, else
+    ``hidden``), the arrays its external initializers name, and which of them are
+    ``MatMulNBits``' integers, scales or zero points (with its bits and block, and
+    which of :data:`ROLES`), which the runtime may pack into a copy of its own."""
+
+    model: onnx.ModelProto
+    out: str
+    weights: dict[str, npt.NDArray[Any]]
+    packed: dict[str, tuple[int, int, str]]
+
+
+def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capacity: int) -> Built:
     """The graph of blocks ``[layer_start, layer_end)`` with KV caches of ``capacity``
-    positions, and the name of its output (``logits`` on the last stage, else
-    ``hidden``)."""
+    positions."""
     tensors = file.tensors
     last = layer_end == c.layers
 
@@ -171,7 +189,7 @@ def build(
         graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
     )
     model.ir_version = 10
-    return model, out
+    return Built(model, out, g.weights, g.packed)
 
 
 class Graph:
@@ -180,6 +198,9 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
+        self.weights: dict[str, npt.NDArray[Any]] = {}
+        #: the weights that are a MatMulNBits' inputs: its bits, block and the input
+        self.packed: dict[str, tuple[int, int, str]] = {}
         self._n = 0
 
     def name(self, stem: str) -> str:
@@ -188,7 +209,17 @@ class Graph:
 
     def const(self, stem: str, value: npt.NDArray[Any]) -> str:
         name = self.name(stem)
-        self.inits.append(numpy_helper.from_array(value, name))
+        if value.nbytes <= INLINE_BYTES:
+            self.inits.append(numpy_helper.from_array(value, name))
+            return name
+        # A placeholder: its type and shape, its bytes "elsewhere" (ONNX Runtime takes
+        # them from the session's options, by name, before it would read any file).
+        t = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype))
+        t.dims.extend(value.shape)
+        t.data_location = TensorProto.EXTERNAL
+        t.external_data.add(key="location", value="handed-over")
+        self.inits.append(t)
+        self.weights[name] = np.ascontiguousarray(value)
         return name
 
     def op(
@@ -221,6 +252,9 @@ class Graph:
         return self.op("Add", [out, shift])[0]
 
     def nbits(self, inputs: list[str], k: int, n: int, bits: int, block: int) -> str:
+        for name, role in zip(inputs[1:], ROLES, strict=False):
+            if name in self.weights:
+                self.packed[name] = (bits, block, role)
         return self.op(
             "MatMulNBits",
             inputs,

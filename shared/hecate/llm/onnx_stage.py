@@ -10,7 +10,7 @@ with RoPE on adjacent pairs (as llama.cpp and the numpy model rotate), the gated
 and on the last stage the final norm and the head on each row's last position.
 
 KV cache: one buffer per layer, ``[slots, kv_heads, capacity, head_dim]``, mapped in
-base pages that the kernel backs only as positions are written (:func:`kv_buffer`), so
+base pages that the kernel backs only as positions are written (:mod:`hecate.llm.kv_pool`), so
 a session's cache grows without a copy and costs what it holds; a freed slot's pages
 go back to the kernel. A session holds a slot. A batch of decode steps (one row
 each) is one run over the slots from the lowest to the highest it touches, each row
@@ -25,13 +25,7 @@ beside it, so that every product runs on the same kernel whoever shares the step
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import mmap
 import os
-import platform
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -42,7 +36,8 @@ from gguf.quants import dequantize
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig, read_config
-from hecate.llm.onnx_graph import build
+from hecate.llm.kv_pool import KvType, Slot, kv_buffer, release
+from hecate.llm.onnx_load import Piece, load, trim_heap
 
 Array = npt.NDArray[np.float32]
 #: How a stage's threads wait between runs (:class:`OnnxStage`'s ``spin``).
@@ -50,72 +45,6 @@ Spin = bool | Literal["in runs"]
 
 #: Spans of slots whose KV bindings are kept (a decode batch's span, each prefill's slot).
 BINDINGS = 256
-
-
-@dataclass
-class Slot:
-    """A session's place in the stage's KV buffers, and how many positions it holds."""
-
-    index: int
-    length: int = 0
-    bytes_per_position: int = 0
-
-    def nbytes(self) -> int:
-        return self.length * self.bytes_per_position
-
-
-#: Linux's MAP_NORESERVE (0x4000 on x86 and arm; Python's mmap names it from 3.13): the
-#: KV buffers reserve a session's whole context but use only what is written, so they
-#: are not charged against the commit limit up front. Charged, a stage's 60 buffers
-#: (24 GB of address space for 64 sessions of 8,192 positions) merge into one mapping
-#: the kernel refuses to copy at fork once it exceeds the machine's memory: the node
-#: could then start no process at all (measured: ENOMEM from subprocess).
-MAP_NORESERVE: int = getattr(
-    mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" and platform.machine() in
-    ("x86_64", "aarch64", "arm64", "armv7l") else 0
-)  # fmt: skip
-
-
-def kv_buffer(shape: tuple[int, ...]) -> Array:
-    """A zeroed float32 array on anonymous memory in base pages, backed only where
-    written. Not ``np.zeros``: numpy asks for transparent huge pages on large arrays,
-    and with 2 MiB pages a head's first position (``capacity * head_dim * 4`` bytes
-    apart from the next head's) would make a session's first step cost its whole slot
-    (377 MB on SmolLM2 at 8,192 positions, measured)."""
-    nbytes = max(int(np.prod(shape)) * 4, 1)
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE
-    buf = mmap.mmap(-1, nbytes, flags=flags)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):
-        buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return np.frombuffer(buf, np.float32).reshape(shape)
-
-
-def release(pool: Array, index: int) -> None:
-    """Give the whole pages of slot ``index`` of ``pool`` (a :func:`kv_buffer`) back to
-    the kernel; they read as zeros when touched again."""
-    buf: object = pool
-    while isinstance(buf, np.ndarray | memoryview):  # the reshape, frombuffer's view
-        buf = buf.base if isinstance(buf, np.ndarray) else buf.obj
-    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    size = pool[0].nbytes
-    page = mmap.PAGESIZE
-    first = -(-index * size // page) * page
-    end = (index + 1) * size // page * page
-    if end > first:
-        buf.madvise(mmap.MADV_DONTNEED, first, end - first)
-
-
-def trim_heap() -> None:
-    """Hand the heap's free pages back to the kernel (glibc's ``malloc_trim``): building
-    a graph frees several copies of the weights (the GGUF's parsed metadata, the
-    protobuf, its bytes) that the allocator would otherwise keep, about half of what a
-    stage's process held once built (measured: 802 MiB, 418 after)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim this way
-        pass
 
 
 class OnnxStage:
@@ -148,34 +77,42 @@ class OnnxStage:
         self.last = layer_end == c.layers
         self.blocks = layer_end - layer_start
         self.capacity = min(c.context, capacity or c.context)
-        # The embedding's blocks copied out of the file's map, so that the map (and the
-        # pages of every tensor read to build the graph) goes with ``file``.
+        #: the numbers the KV cache keeps
+        self.kv_type: KvType = np.float32
+        # The embedding stays in the mapped file: a prompt's rows are read as needed,
+        # and the pages of rows never asked for are never this process's.
         embd = file.tensors["token_embd.weight"]
-        self._embd = (np.array(embd.data), embd.tensor_type) if self.first else None
+        self._embd = (embd.data, embd.tensor_type) if self.first else None
 
-        model, self._out = build(file, c, layer_start, layer_end, self.capacity)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if not spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        elif spin == "in runs":
-            options.add_session_config_entry("session.force_spinning_stop", "1")
-        self.session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
-        del model
+        def options(several: bool) -> ort.SessionOptions:
+            o = ort.SessionOptions()
+            o.intra_op_num_threads = threads or os.cpu_count() or 1
+            o.inter_op_num_threads = 1
+            o.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            if not spin:
+                o.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            elif spin == "in runs" or several:
+                # Pieces run one after another, each with threads of its own: one
+                # spinning on would take the cores from the next (the 1B shape whole in
+                # 16 pieces: 3.5 tokens/s, 17.9 stopping as each run ends, 20.3 in one
+                # piece spinning; ``hecate bench memory``'s machine).
+                o.add_session_config_entry("session.force_spinning_stop", "1")
+            return o
+
+        #: the range's sessions, run one after the other (:mod:`hecate.llm.onnx_load`)
+        self.pieces: list[Piece] = load(file, c, layer_start, layer_end, self.capacity, options)
+        del file
         # One slot more than sessions can hold: the padding row of a row run alone
         # (:meth:`_beside`), never a session's.
         d, kv = c.head_dim, c.kv_heads
         shape = (slots + 1, kv, self.capacity, d)
-        self._k = [kv_buffer(shape) for _ in range(self.blocks)]
-        self._v = [kv_buffer(shape) for _ in range(self.blocks)]
+        self._k = [kv_buffer(shape, self.kv_type) for _ in range(self.blocks)]
+        self._v = [kv_buffer(shape, self.kv_type) for _ in range(self.blocks)]
         # By index: the slot's holder; the last, the spare, is never a session's.
         self._held: list[Slot | None] = [None] * (slots + 1)
-        self._bytes_per_position = 2 * self.blocks * kv * d * 4
-        self._bindings: dict[tuple[int, int], ort.IOBinding] = {}  # by span, LRU last
+        self._bytes_per_position = 2 * self.blocks * kv * d * np.dtype(self.kv_type).itemsize
+        # by span, LRU last: a binding per piece
+        self._bindings: dict[tuple[int, int], list[ort.IOBinding]] = {}
         #: For STATS: the runs, the sessions' rows they were asked, the rows their spans
         #: computed (padding rows included) and the sessions moved to pack a batch.
         self.counts: dict[str, int] = {"runs": 0, "rows": 0, "rows_computed": 0, "moves": 0}
@@ -240,22 +177,27 @@ class OnnxStage:
                 out[j] = y
         return [y for y in out if y is not None]
 
-    def _binding(self, lo: int, hi: int) -> ort.IOBinding:
-        """A binding of the KV buffers of slots ``[lo, hi)`` (past and present the same
-        memory), made once per span: binding 4 buffers a block costs a node about a
-        tenth of a decode step when done on every step (measured on SmolLM2)."""
-        io = self._bindings.pop((lo, hi), None)
-        if io is None:
-            io = self.session.io_binding()
-            for n, i in enumerate(range(self.layer_start, self.layer_end)):
-                for kind, pool in (("key", self._k[n]), ("value", self._v[n])):
-                    value = ort.OrtValue.ortvalue_from_numpy(pool[lo:hi])
-                    io.bind_ortvalue_input(f"past_{kind}.{i}", value)
-                    io.bind_ortvalue_output(f"present_{kind}.{i}", value)
+    def _binding(self, lo: int, hi: int) -> list[ort.IOBinding]:
+        """Bindings (a piece's each) of the KV buffers of slots ``[lo, hi)`` (past and
+        present the same memory), made once per span: binding 4 buffers a block costs
+        a node about a tenth of a decode step when done on every step (measured on
+        SmolLM2)."""
+        ios = self._bindings.pop((lo, hi), None)
+        if ios is None:
+            ios = []
+            for piece in self.pieces:
+                io = piece.session.io_binding()
+                for i in range(piece.layer_start, piece.layer_end):
+                    n = i - self.layer_start
+                    for kind, pool in (("key", self._k[n]), ("value", self._v[n])):
+                        value = ort.OrtValue.ortvalue_from_numpy(pool[lo:hi])
+                        io.bind_ortvalue_input(f"past_{kind}.{i}", value)
+                        io.bind_ortvalue_output(f"present_{kind}.{i}", value)
+                ios.append(io)
             while len(self._bindings) >= BINDINGS:
                 self._bindings.pop(next(iter(self._bindings)))  # the least recently used
-        self._bindings[(lo, hi)] = io
-        return io
+        self._bindings[(lo, hi)] = ios
+        return ios
 
     def _one_row_differs(self) -> bool:
         """Whether this machine's kernels compute a row run alone otherwise than the same
@@ -366,16 +308,19 @@ class OnnxStage:
             [0 if held is None else held.length for held in self._held[lo:hi]], dtype=np.int32
         )
         seqlens = lengths + np.int32(rows - 1)
-        io = self._binding(lo, hi)
-        io.bind_cpu_input("x", x)
-        io.bind_cpu_input("seqlens_k", seqlens)
-        io.bind_cpu_input("total_len", np.array(int(lengths.max()) + rows, dtype=np.int32))
-        # The output straight into an array of ours: reading it back through the
-        # binding would wrap every KV buffer too, on every step.
-        shape = (hi - lo, c.vocab) if self.last else (hi - lo, rows, c.hidden)
-        y: Array = np.empty(shape, np.float32)
-        io.bind_output(self._out, "cpu", 0, np.float32, list(shape), y.ctypes.data)
-        self.session.run_with_iobinding(io)
+        total = np.array(int(lengths.max()) + rows, dtype=np.int32)
+        for piece, io in zip(self.pieces, self._binding(lo, hi), strict=True):
+            io.bind_cpu_input("x", x)
+            io.bind_cpu_input("seqlens_k", seqlens)
+            io.bind_cpu_input("total_len", total)
+            # The output straight into an array of ours: reading it back through the
+            # binding would wrap every KV buffer too, on every step.
+            logits = piece.out == "logits"
+            shape = (hi - lo, c.vocab) if logits else (hi - lo, rows, c.hidden)
+            y: Array = np.empty(shape, np.float32)
+            io.bind_output(piece.out, "cpu", 0, np.float32, list(shape), y.ctypes.data)
+            piece.session.run_with_iobinding(io)
+            x = y
         for cache in caches:
             cache.length += rows
         if self.last:

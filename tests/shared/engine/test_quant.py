@@ -83,7 +83,13 @@ def run_linear(packed: Packed, x: np.ndarray) -> np.ndarray:
         graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
     )
     model.ir_version = 10
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    names = list(g.weights)  # handed over, as a stage's are
+    values = [ort.OrtValue.ortvalue_from_numpy(g.weights[n]) for n in names]
+    options.add_external_initializers(names, values)
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     out: np.ndarray = session.run(None, {"x": x[None]})[0][0]
     return out
 
