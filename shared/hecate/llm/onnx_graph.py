@@ -33,6 +33,8 @@ MS = "com.microsoft"
 INLINE_BYTES = 1024
 #: a MatMulNBits' weight inputs in order: its integers, scales and zero points
 ROLES = ("q", "s", "z")
+#: what :attr:`Built.packed` says of a float32 MatMul's weight: no bits, no block
+DENSE = (0, 0, "dense")
 
 
 @dataclass
@@ -40,7 +42,8 @@ class Built:
     """A range's graph, its output's name (``logits`` on the last stage, else
     ``hidden``), the arrays its external initializers name, and which of them are
     ``MatMulNBits``' integers, scales or zero points (with its bits and block, and
-    which of :data:`ROLES`), which the runtime may pack into a copy of its own."""
+    which of :data:`ROLES`) or a float ``MatMul``'s weight (:data:`DENSE`), which the
+    runtime may pack into a copy of its own."""
 
     model: onnx.ModelProto
     out: str
@@ -231,7 +234,7 @@ class Graph:
 
     def linear(self, x: str, w: Packed, stem: str) -> str:
         if w.dense is not None:
-            return self.op("MatMul", [x, self.const(f"{stem}.w", w.dense)])[0]
+            return self.matmul(x, self.const(f"{stem}.w", w.dense))
         inputs = [x, self.const(f"{stem}.q", w.data), self.const(f"{stem}.s", w.scales)]
         if w.zeros is not None:
             zeros = _nibble_pairs(w.zeros) if w.bits == 4 else w.zeros.reshape(-1)
@@ -244,12 +247,18 @@ class Graph:
         axes = self.const(f"{stem}.axes", np.array([-1], np.int64))
         sums = self.op("ReduceSum", [blocks, axes], keepdims=0)[0]
         if w.zeros is None or not _within_half_a_step(w):  # in float32
-            shift = self.op("MatMul", [sums, self.const(f"{stem}.m", w.offset)])[0]
+            shift = self.matmul(sums, self.const(f"{stem}.m", w.offset))
         else:
             q, scales = _eight_bits(w.offset)
             rest = [sums, self.const(f"{stem}.r", q), self.const(f"{stem}.rs", scales)]
             shift = self.nbits(rest, w.k // w.block, w.n, 8, RESIDUAL_BLOCK)
         return self.op("Add", [out, shift])[0]
+
+    def matmul(self, x: str, w: str) -> str:
+        """``x @ w``, ``w`` a float32 constant (:data:`DENSE`: the kernel may pack it)."""
+        if w in self.weights:
+            self.packed[w] = DENSE
+        return self.op("MatMul", [x, w])[0]
 
     def nbits(self, inputs: list[str], k: int, n: int, bits: int, block: int) -> str:
         for name, role in zip(inputs[1:], ROLES, strict=False):

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
@@ -151,27 +152,57 @@ PROBE_ROWS = (1, 2, 7, 64, 300)
 
 @functools.cache
 def left_unread(bits: int, block: int) -> frozenset[str]:
-    """Which inputs of a ``MatMulNBits`` of ``bits`` and ``block`` (of ``ROLES``: its
-    integers, scales, zero points), handed over as external initializers, this
-    runtime on this CPU packs into a copy of its own and never reads again: a product
-    is made on arrays, the arrays are overwritten, and the product must not change,
-    for every row count of :data:`PROBE_ROWS`. First all three are tried, then the
-    integers alone; what a kernel still reads stays alive with the session.
+    """Which weights of a product, handed over as external initializers, this runtime
+    on this CPU packs into a copy of its own and never reads again: of a
+    ``MatMulNBits`` of ``bits`` and ``block``, which of :data:`ROLES` (its integers,
+    scales, zero points); with ``bits`` 0, whether a float ``MatMul``'s weight
+    (``dense``). A product is made on arrays, the arrays are overwritten, and the
+    product must not change, for every row count of :data:`PROBE_ROWS`. First all are
+    tried, then the integers alone; what a kernel still reads stays alive with the
+    session.
 
     (On x86, ONNX Runtime packs scales and zero points into the integers' buffer yet
     keeps the tensors it was given: 1.25 bits a weight of a 4-bit block of 32 that
     nothing reads once the session is made.)"""
-    k, n = 4 * block, 16
     rng = np.random.default_rng(0)
-    given: dict[str, npt.NDArray[Any]] = {
-        "q": rng.integers(0, 256, (n, k // block, block * bits // 8), dtype=np.uint8),
-        "s": rng.uniform(0.5, 1.0, n * k // block).astype(np.float32),
-        "z": rng.integers(0, 256, n * k // block * bits // 8, dtype=np.uint8),
-    }
-    node = helper.make_node(
-        "MatMulNBits", ["x", *ROLES], ["y"], domain=MS, K=k, N=n, bits=bits,
-        block_size=block, accuracy_level=ACCURACY_LEVEL,
-    )  # fmt: skip
+    given: dict[str, npt.NDArray[Any]]
+    if bits == 0:
+        k, n = 64, 256  # a residual's shape: a hidden of 2,048 in blocks of 32
+        given = {"dense": rng.standard_normal((k, n)).astype(np.float32)}
+        node = helper.make_node("MatMul", ["x", "dense"], ["y"])
+        tries: tuple[tuple[str, ...], ...] = (("dense",),)
+    else:
+        k, n = 4 * block, 16
+        given = {
+            "q": rng.integers(0, 256, (n, k // block, block * bits // 8), dtype=np.uint8),
+            "s": rng.uniform(0.5, 1.0, n * k // block).astype(np.float32),
+            "z": rng.integers(0, 256, n * k // block * bits // 8, dtype=np.uint8),
+        }
+        node = helper.make_node(
+            "MatMulNBits", ["x", *ROLES], ["y"], domain=MS, K=k, N=n, bits=bits,
+            block_size=block, accuracy_level=ACCURACY_LEVEL,
+        )  # fmt: skip
+        tries = (ROLES, ("q",))
+    model = _probe_model(node, given, k, n)
+    xs = [rng.standard_normal((m, k)).astype(np.float32) for m in PROBE_ROWS]
+    for roles in tries:
+        arrays = {name: array.copy() for name, array in given.items()}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.add_external_initializers(
+            list(arrays), [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()]
+        )
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        before = [session.run(None, {"x": x})[0] for x in xs]
+        for role in roles:
+            arrays[role][...] = 3.0 if arrays[role].dtype == np.float32 else 0x11
+        after = [session.run(None, {"x": x})[0] for x in xs]
+        if all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)):
+            return frozenset(roles)
+    return frozenset()
+
+
+def _probe_model(node: onnx.NodeProto, given: dict[str, npt.NDArray[Any]], k: int, n: int) -> bytes:
     inits = []
     for name, array in given.items():
         proto = TensorProto(
@@ -189,23 +220,9 @@ def left_unread(bits: int, block: int) -> frozenset[str]:
     )
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
-    ).SerializeToString()
-    xs = [rng.standard_normal((m, k)).astype(np.float32) for m in PROBE_ROWS]
-    for roles in (ROLES, ("q",)):
-        arrays = {name: array.copy() for name, array in given.items()}
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.add_external_initializers(
-            list(arrays), [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()]
-        )
-        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        before = [session.run(None, {"x": x})[0] for x in xs]
-        for role in roles:
-            arrays[role][...] = 0x11 if role != "s" else 3.0
-        after = [session.run(None, {"x": x})[0] for x in xs]
-        if all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)):
-            return frozenset(roles)
-    return frozenset()
+    )
+    model.ir_version = 10
+    return model.SerializeToString()
 
 
 def trim_heap() -> None:
