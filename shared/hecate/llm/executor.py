@@ -19,7 +19,6 @@ context with the tokens it asks for is refused up front (``prompt_too_long``).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,36 +28,34 @@ from typing import Literal, get_args
 import numpy as np
 from tokenizers import Tokenizer
 
-from hecate.core.errors import HecateError
+from hecate.llm.budget import engine_threads as engine_threads
+from hecate.llm.budget import kv_positions
 from hecate.llm.chunks import PREFILL_CHUNK, chunk_of, prefill_chunk
 from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
-from hecate.llm.gguf_model import load_stage
+from hecate.llm.gguf_file import GGUFFile
+from hecate.llm.gguf_model import load_stage, read_config
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.prefix_news import Announcer
 from hecate.llm.prompts import Prompts
-from hecate.llm.sessions import Sessions, Stage, Step, sample
+from hecate.llm.sessions import (
+    Sessions,
+    Stage,
+    Step,
+    kv_bytes_per_position,
+    kv_itemsize,
+    sample,
+)
 from hecate.llm.steps import step_of
 from hecate.llm.store import pull
 from hecate.llm.template import ChatTemplate, load_template
 from hecate.llm.tokenizer import TextStream, eos_ids, load_tokenizer
 from hecate.model.executor import ExecutorError, StepInput, StepOutput, TokenLogprob, own_fault
+from hecate.model.footprint import Footprint
 from hecate.model.prints import ModelNews
 
 #: What ``warm_up`` runs: the prompt's first token on the first stage, one position elsewhere.
 WARM_UP_PROMPT = "The capital of France is"
 WARM_UP_POSITIONS = 1  # the size of a decode step, what most stage requests are
-
-
-def engine_threads(env: Mapping[str, str] = os.environ) -> int | None:
-    """``HECATE_ENGINE_THREADS``: the engine's threads in this process (``hecate up``
-    gives each node one, as its nodes share the machine's cores); None, unset: every
-    core. A value that is not a positive whole number is refused, naming it."""
-    text = env.get("HECATE_ENGINE_THREADS", "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise HecateError(f"HECATE_ENGINE_THREADS: expected a positive whole number, got {text!r}")
-    return int(text)
 
 
 Engine = Literal["numpy", "onnx"]
@@ -91,6 +88,7 @@ class LlmExecutor:
         elif engine != "onnx":
             self.name = f"smollm2-{engine}"
         self.prefill_chunk = prefill_chunk
+        self.kv_positions = kv_positions()
         self.max_payload: int | None = None  # the bus's, once the node has connected
         self._ranges: dict[tuple[int, int], Sessions] = {}
         self._lock = threading.Lock()
@@ -127,11 +125,25 @@ class LlmExecutor:
                     del self._ranges[r]
             for r in ranges:
                 if r not in self._ranges:
-                    self._ranges[r] = Sessions(self._stage(*r))
+                    stage = self._stage(*r)
+                    per_position = kv_bytes_per_position(
+                        stage.config, stage.block_count, kv_itemsize(stage)
+                    )
+                    budget = self.kv_positions * per_position
+                    self._ranges[r] = Sessions(stage, max_bytes=budget)
             ends = any(s.stage.first or s.stage.last for s in self._ranges.values())
         if ends:  # the first stage encodes prompts, the last decodes tokens: load it now too
             self.tokenizer()
             self.template()
+
+    def footprint(self) -> Footprint:
+        """What ranges of this model cost a node (:class:`Footprint`), from the file's
+        header: the engine's weights as held, :attr:`kv_positions` of KV a layer."""
+        from hecate.llm.onnx_load import footprint
+
+        file = GGUFFile(self._gguf())
+        itemsize = 2 if self.engine == "onnx" else 4  # float16 KV; numpy's float32
+        return footprint(file, read_config(file), self.kv_positions, itemsize)
 
     def _stage(self, layer_start: int, layer_end: int) -> Stage:
         if self.engine == "onnx":

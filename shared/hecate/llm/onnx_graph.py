@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig
+from hecate.llm.kv_pool import KvType
 from hecate.llm.quant import F32, U8, Packed, pack, pairs
 
 #: int8 activations in MatMulNBits, as llama.cpp quantises its activations to Q8: the
@@ -51,9 +52,24 @@ class Built:
     packed: dict[str, tuple[int, int, str]]
 
 
-def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capacity: int) -> Built:
+def build(
+    file: GGUFFile,
+    c: LlamaConfig,
+    layer_start: int,
+    layer_end: int,
+    capacity: int,
+    kv_type: KvType = np.float16,
+) -> Built:
     """The graph of blocks ``[layer_start, layer_end)`` with KV caches of ``capacity``
-    positions."""
+    positions, kept in ``kv_type``.
+
+    In float16 (as llama.cpp keeps its cache): the attention runs in float16, its
+    inputs cast to it where the product leaves them (Q with K and V, as llama.cpp's CPU
+    kernels round Q to the type of the K they multiply), its output cast back to
+    float32. A position's key is thus the same number whether it is read from the cache
+    or was computed in the same run (a prompt's rows attend to each other as a cached
+    prefix's rows are attended to); ``GroupQueryAttention`` with float32 inputs and a
+    float16 cache would not be (it attends to the run's own keys unrounded)."""
     tensors = file.tensors
     last = layer_end == c.layers
 
@@ -69,8 +85,9 @@ def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capa
     g = Graph()
     d, kv = c.head_dim, c.kv_heads
     angles = np.arange(capacity, dtype=np.float64)[:, None] * c.inverse_frequencies()
-    cos = g.const("cos", np.cos(angles).astype(np.float32))
-    sin = g.const("sin", np.sin(angles).astype(np.float32))
+    kv_proto = helper.np_dtype_to_tensor_dtype(np.dtype(kv_type))
+    cos = g.const("cos", np.cos(angles).astype(kv_type))
+    sin = g.const("sin", np.sin(angles).astype(kv_type))
     x, resid, pending = "x", "", ""
     inputs = [
         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", c.hidden]),
@@ -82,11 +99,9 @@ def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capa
     for i in range(layer_start, layer_end):
         b = f"blk.{i}"
         for kind in ("key", "value"):
-            inputs.append(
-                helper.make_tensor_value_info(f"past_{kind}.{i}", TensorProto.FLOAT, cache_shape)
-            )
+            inputs.append(helper.make_tensor_value_info(f"past_{kind}.{i}", kv_proto, cache_shape))
             outputs.append(
-                helper.make_tensor_value_info(f"present_{kind}.{i}", TensorProto.FLOAT, cache_shape)
+                helper.make_tensor_value_info(f"present_{kind}.{i}", kv_proto, cache_shape)
             )
         norm = g.const(f"{b}.attn_norm", vector(f"{b}.attn_norm"))
         if not pending and i == 0:
@@ -120,6 +135,10 @@ def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capa
         if c.qkv_bias:
             bias = np.concatenate([vector(f"{b}.attn_{n}", "bias") for n in ("q", "k", "v")])
             qkv = g.op("Add", [qkv, g.const(f"{b}.bqkv", bias)])[0]
+        attn = f"{b}.attn"
+        if kv_proto != TensorProto.FLOAT:
+            qkv = g.op("Cast", [qkv], to=kv_proto)[0]
+            attn = g.name(f"{b}.attn_{np.dtype(kv_type).name}")
         g.nodes.append(
             helper.make_node(
                 "GroupQueryAttention",
@@ -134,7 +153,7 @@ def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capa
                     cos,
                     sin,
                 ],
-                [f"{b}.attn", f"present_key.{i}", f"present_value.{i}"],
+                [attn, f"present_key.{i}", f"present_value.{i}"],
                 domain=MS,
                 num_heads=c.heads,
                 kv_num_heads=kv,
@@ -143,6 +162,8 @@ def build(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int, capa
                 scale=float(1.0 / np.sqrt(d)),
             )
         )
+        if attn != f"{b}.attn":
+            g.nodes.append(helper.make_node("Cast", [attn], [f"{b}.attn"], to=TensorProto.FLOAT))
         o = g.linear(f"{b}.attn", packed(f"{b}.attn_output"), f"{b}.wo")
         ffn_norm = g.const(f"{b}.ffn_norm", vector(f"{b}.ffn_norm"))
         h2, _, _, resid = g.op(

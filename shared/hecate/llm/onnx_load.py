@@ -51,11 +51,20 @@ from onnx import TensorProto, helper
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig
+from hecate.llm.kv_pool import KvType
 from hecate.llm.onnx_graph import ACCURACY_LEVEL, MS, ROLES, build
+from hecate.model.footprint import Footprint
 
 #: the file bytes of blocks a piece holds at most (a block at least): what loading
 #: holds twice at its peak, beside the pieces already loaded
 PIECE_BYTES = 64 << 20
+#: What this engine holds per byte of the file once a range is built, and what
+#: building its largest piece adds for a while, per byte of that piece: measured on
+#: Q4_K files of the 1B and 8B shapes (``hecate bench memory``: 1.97 to 2.07 held,
+#: 2.95 to 3.3 more while loading), rounded up. A node plans its memory with them
+#: (:func:`footprint`); the bench checks them against what it measures.
+HELD_PER_FILE_BYTE = 2.1
+LOADING_PER_FILE_BYTE = 3.5
 
 
 @dataclass
@@ -92,6 +101,20 @@ def stage_bytes(file: GGUFFile, c: LlamaConfig, layer_start: int, layer_end: int
     return blocks + (first if layer_start == 0 else 0) + (last if layer_end == c.layers else 0)
 
 
+def footprint(file: GGUFFile, c: LlamaConfig, kv_positions: int, kv_itemsize: int) -> Footprint:
+    """What ranges of the file's model cost this engine (:class:`Footprint`), a layer's
+    KV budget being ``kv_positions`` positions of ``kv_itemsize``-byte numbers."""
+    blocks = [block_bytes(file, i) for i in range(c.layers)]
+    head = end_bytes(file, c)[1]
+    pieces = [sum(blocks[a:b]) for a, b in cuts(blocks)] + [blocks[-1] + head]
+    return Footprint(
+        blocks=tuple(int(b * HELD_PER_FILE_BYTE) for b in blocks),
+        head=int(head * HELD_PER_FILE_BYTE),
+        kv_per_layer=kv_positions * 2 * c.kv_heads * c.head_dim * kv_itemsize,
+        loading=int(max(pieces) * LOADING_PER_FILE_BYTE),
+    )
+
+
 def cuts(sizes: list[int], budget: int = PIECE_BYTES) -> list[tuple[int, int]]:
     """Consecutive runs of ``sizes`` (indices from 0), each summing to at most
     ``budget`` unless it is one item: the pieces a range is loaded in."""
@@ -114,10 +137,11 @@ def load(
     layer_end: int,
     capacity: int,
     options: Callable[[bool], ort.SessionOptions],
+    kv_type: KvType = np.float16,
 ) -> list[Piece]:
     """The stage's pieces, loaded one after another (``options`` makes each session's
     options, told whether there are several pieces: they hold the arrays handed over
-    until the session is made)."""
+    until the session is made), their KV caches kept in ``kv_type``."""
     sizes = [block_bytes(file, i) for i in range(layer_start, layer_end)]
     if layer_end == c.layers:  # the head loads with the last block
         sizes[-1] += end_bytes(file, c)[1]
@@ -125,7 +149,7 @@ def load(
     ranges = cuts(sizes, PIECE_BYTES)
     for lo, hi in ranges:
         a, b = layer_start + lo, layer_start + hi
-        built = build(file, c, a, b, capacity)
+        built = build(file, c, a, b, capacity, kv_type)
         opts = options(len(ranges) > 1)
         names = list(built.weights)
         values = [ort.OrtValue.ortvalue_from_numpy(built.weights[n]) for n in names]

@@ -9,7 +9,12 @@ with RoPE on adjacent pairs (as llama.cpp and the numpy model rotate), the gated
 (gate and up one product),
 and on the last stage the final norm and the head on each row's last position.
 
-KV cache: one buffer per layer, ``[slots, kv_heads, capacity, head_dim]``, mapped in
+KV cache: in float16 by default, as llama.cpp keeps it (half float32's bytes: 128 KiB a
+position on an 8B shape). The attention then runs in float16
+(:func:`hecate.llm.onnx_graph.build`), which ONNX Runtime's CPU kernel computes more
+slowly than float32 where the CPU has no float16 arithmetic (an AVX-512 Xeon, 2 threads,
+decode: SmolLM2 71 tokens/s against 95, the 1B shape 17.3 against 18.5). One buffer per
+layer, ``[slots, kv_heads, capacity, head_dim]``, mapped in
 base pages that the kernel backs only as positions are written (:mod:`hecate.llm.kv_pool`), so
 a session's cache grows without a copy and costs what it holds; a freed slot's pages
 go back to the kernel. A session holds a slot. A batch of decode steps (one row
@@ -38,6 +43,7 @@ from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig, read_config
 from hecate.llm.kv_pool import KvType, Slot, kv_buffer, release
 from hecate.llm.onnx_load import Piece, load, trim_heap
+from hecate.llm.sessions import kv_bytes_per_position
 
 Array = npt.NDArray[np.float32]
 #: How a stage's threads wait between runs (:class:`OnnxStage`'s ``spin``).
@@ -61,8 +67,11 @@ class OnnxStage:
         slots: int = 32,
         capacity: int | None = None,
         spin: Spin = True,
+        kv_type: KvType = np.float16,
     ) -> None:
-        """``spin``: let ONNX Runtime's threads spin between runs (the fastest alone;
+        """``kv_type``: the numbers the KV cache keeps (float16, as llama.cpp; float32
+        only where :func:`~hecate.llm.onnx_load.load` builds the graph for it).
+        ``spin``: let ONNX Runtime's threads spin between runs (the fastest alone;
         off where several stages share the cores, as on a machine running a swarm);
         ``"in runs"``: spin within a run and stop as it ends (faster than not spinning
         while the stage's run has the cores to itself, slower when stages compute at
@@ -77,8 +86,9 @@ class OnnxStage:
         self.last = layer_end == c.layers
         self.blocks = layer_end - layer_start
         self.capacity = min(c.context, capacity or c.context)
-        #: the numbers the KV cache keeps
-        self.kv_type: KvType = np.float32
+        #: the numbers the KV cache keeps, and their bytes each
+        self.kv_type: KvType = kv_type
+        self.kv_itemsize: int = np.dtype(kv_type).itemsize
         # The embedding stays in the mapped file: a prompt's rows are read as needed,
         # and the pages of rows never asked for are never this process's.
         embd = file.tensors["token_embd.weight"]
@@ -100,8 +110,16 @@ class OnnxStage:
             return o
 
         #: the range's sessions, run one after the other (:mod:`hecate.llm.onnx_load`)
-        self.pieces: list[Piece] = load(file, c, layer_start, layer_end, self.capacity, options)
+        self.pieces: list[Piece] = load(
+            file, c, layer_start, layer_end, self.capacity, options, kv_type
+        )
         del file
+        built = _kv_type_of(self.pieces)
+        if built is not kv_type:
+            raise ValueError(
+                f"a KV cache of {np.dtype(kv_type).name} asked, the graph keeps "
+                f"{np.dtype(built).name}"
+            )
         # One slot more than sessions can hold: the padding row of a row run alone
         # (:meth:`_beside`), never a session's.
         d, kv = c.head_dim, c.kv_heads
@@ -110,7 +128,7 @@ class OnnxStage:
         self._v = [kv_buffer(shape, self.kv_type) for _ in range(self.blocks)]
         # By index: the slot's holder; the last, the spare, is never a session's.
         self._held: list[Slot | None] = [None] * (slots + 1)
-        self._bytes_per_position = 2 * self.blocks * kv * d * np.dtype(self.kv_type).itemsize
+        self._bytes_per_position = kv_bytes_per_position(c, self.blocks, self.kv_itemsize)
         # by span, LRU last: a binding per piece
         self._bindings: dict[tuple[int, int], list[ort.IOBinding]] = {}
         #: For STATS: the runs, the sessions' rows they were asked, the rows their spans
@@ -326,3 +344,11 @@ class OnnxStage:
         if self.last:
             return [y[s.index - lo : s.index - lo + 1] for s in caches]
         return [y[s.index - lo] for s in caches]
+
+
+def _kv_type_of(pieces: list[Piece]) -> KvType:
+    """The numbers the pieces' graphs keep their KV caches in (their first cache input's)."""
+    inputs = pieces[0].session.get_inputs()
+    kind = next(i.type for i in inputs if i.name.startswith("past_key."))
+    types: dict[str, KvType] = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
+    return types[kind]

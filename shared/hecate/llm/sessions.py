@@ -67,16 +67,29 @@ class Stage(Protocol):
 FULL_CONTEXT_SESSIONS = 4
 
 
-def kv_bytes_per_position(config: LlamaConfig, blocks: int) -> int:
-    """Keys and values of one position over ``blocks`` blocks, float32."""
-    return 2 * blocks * config.kv_heads * config.head_dim * 4
+#: the bytes of a KV number where a stage does not say (:func:`kv_itemsize`): float32
+FLOAT32_BYTES = 4
+
+
+def kv_bytes_per_position(config: LlamaConfig, blocks: int, itemsize: int = FLOAT32_BYTES) -> int:
+    """Keys and values of one position over ``blocks`` blocks, each number of
+    ``itemsize`` bytes (a stage's: :func:`kv_itemsize`)."""
+    return 2 * blocks * config.kv_heads * config.head_dim * itemsize
+
+
+def kv_itemsize(stage: Stage) -> int:
+    """The bytes of a number of ``stage``'s KV cache: its ``kv_itemsize`` (the engine's
+    float16: 2), else float32's 4 (the numpy model's)."""
+    size: int = getattr(stage, "kv_itemsize", FLOAT32_BYTES)
+    return size
 
 
 def default_max_bytes(stage: Stage) -> int:
     """Room for :data:`FULL_CONTEXT_SESSIONS` sessions of the whole context on this stage
-    (SmolLM2, 10 blocks: 15,360 bytes a position, 126 MB a full session, 503 MB in all;
-    shorter sessions, the usual case, take only what they use)."""
-    per_position = kv_bytes_per_position(stage.config, stage.block_count)
+    (SmolLM2, 10 blocks, float16: 7,680 bytes a position, 63 MB a full session, 252 MB
+    in all; float32 twice that; shorter sessions, the usual case, take only what they
+    use)."""
+    per_position = kv_bytes_per_position(stage.config, stage.block_count, kv_itemsize(stage))
     return FULL_CONTEXT_SESSIONS * stage.config.context * per_position
 
 

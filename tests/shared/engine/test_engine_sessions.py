@@ -59,8 +59,14 @@ def test_closing_a_session_gives_its_place_back(stage: OnnxStage) -> None:
 def test_a_replay_s_sampled_tokens_run_as_the_decode_steps_they_were(tmp_path: Path) -> None:
     """A session that ran a prompt, then decode steps beside another session's, and a
     new session fed the same positions as the prompt and a one-by-one step: the same
-    numbers, bit for bit, on the first stage and on a later one (hidden rows in). Fed as
-    one prefill instead, they differ: the reason for one_by_one."""
+    numbers, bit for bit, on the first stage and on a later one (hidden rows in).
+
+    Why one_by_one: fed as one prefill instead, the same positions may give other
+    numbers. With a float32 KV cache every decode row did (the attention sums a prefill
+    and a decode step in other orders); with float16's (the default) this model's agree,
+    but not always a real one's (SmolLM2, blocks 0-10, a prompt of 30 then 8 decode
+    steps against one prefill of 38: one row of 38 differs, by 0.016), so the replay
+    still runs them as they ran and no difference is asserted here."""
     path = write(tmp_path / "m.gguf", Q.Q4_0)
     first = Sessions(OnnxStage(path, 0, 2, threads=1, slots=4, capacity=64))
     last = Sessions(OnnxStage(path, 2, 3, threads=1, slots=4, capacity=64))
@@ -87,7 +93,3 @@ def test_a_replay_s_sampled_tokens_run_as_the_decode_steps_they_were(tmp_path: P
     )
     assert isinstance(out, np.ndarray)
     np.testing.assert_array_equal(out, logits[-1])  # the last stage: the last position's
-    # As one prefill, the same positions give other numbers.
-    (whole,) = first.step_batch([Step("c", 0, tokens=prompt + sampled)])
-    assert isinstance(whole, np.ndarray)
-    assert not np.array_equal(whole, np.concatenate(hidden))

@@ -28,6 +28,14 @@ SHAPES = {
 PROMPT = [1, 5, 9, 33, 100, 200, 7, 300]
 STEPS = 8
 MARGIN = 0.5
+#: Step 0's logits against numpy's, as a correlation, at least. 0.997, not 0.998: the
+#: KV cache in float16 (as llama.cpp keeps it) moves the attention's output by float16's
+#: rounding, which the next products' int8 activations turn into another draw of their
+#: own rounding noise. With float or float16 weights (no int8 activations) float16 KV
+#: moves the logits by 0.002 at most, the correlation 1.00000; on Q4_K's separate head,
+#: seed 0, step 0 went from 0.99907 to 0.99778 (seeds 1-5: float32 KV 0.99947-0.99999,
+#: float16 0.99848-0.99999; float32 KV's own later steps down to 0.99837).
+CORRELATION = 0.997
 
 
 def compare(path: Path, layers: int) -> None:
@@ -39,7 +47,7 @@ def compare(path: Path, layers: int) -> None:
         want = ref.logits(ref.forward(ref.embed(tokens), cache))
         got = engine.forward_batch([engine.embed(tokens)], [slot])[0][0]
         if step == 0:
-            assert np.corrcoef(want, got)[0, 1] >= 0.998
+            assert np.corrcoef(want, got)[0, 1] >= CORRELATION
         top2 = np.sort(want)[-2:]
         if top2[1] - top2[0] > MARGIN:
             assert int(np.argmax(got)) == int(np.argmax(want)), step

@@ -14,7 +14,13 @@ from hecate.llm.chunks import PAYLOAD_SHARE, check_context, prefill_chunk
 from hecate.llm.executor import LlmExecutor
 from hecate.llm.gguf_model import Block, LlamaConfig, StageWeights
 from hecate.llm.llama import Array, LlamaStage
-from hecate.llm.sessions import FULL_CONTEXT_SESSIONS, Sessions, Step, kv_bytes_per_position
+from hecate.llm.sessions import (
+    FULL_CONTEXT_SESSIONS,
+    Sessions,
+    Step,
+    kv_bytes_per_position,
+    kv_itemsize,
+)
 from hecate.model.executor import ExecutorError, StepInput, StepOutput
 
 CONFIG = LlamaConfig(
@@ -208,7 +214,8 @@ def test_a_malformed_activation_is_refused_alone() -> None:
 
 def test_caches_have_room_for_a_few_full_context_sessions() -> None:
     stage = LlamaStage(weights(1, 3))
-    per_position = kv_bytes_per_position(CONFIG, 2)
+    assert kv_itemsize(stage) == 4  # the numpy model keeps float32
+    per_position = kv_bytes_per_position(CONFIG, 2, kv_itemsize(stage))
     assert per_position == 2 * 2 * CONFIG.kv_heads * CONFIG.head_dim * 4
     assert Sessions(stage).max_bytes == FULL_CONTEXT_SESSIONS * CONFIG.context * per_position
     # A cache grows to the context at most, not to the next power of two past it.

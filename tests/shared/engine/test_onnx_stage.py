@@ -221,9 +221,10 @@ def test_a_session_s_cache_costs_the_positions_it_holds_and_is_given_back() -> N
     positions = held[0].length
     # What the positions take, a page per head's rows at most over: never the slot's
     # whole capacity (with 2 MiB pages each head's first row cost 2 MiB).
-    per_head = -(-positions * config.head_dim * 4 // mmap.PAGESIZE) * mmap.PAGESIZE
+    size = stage.kv_itemsize
+    per_head = -(-positions * config.head_dim * size // mmap.PAGESIZE) * mmap.PAGESIZE
     bound = 2 * stage.blocks * config.kv_heads * (per_head + mmap.PAGESIZE)
-    capacity_cost = 2 * stage.blocks * config.kv_heads * stage.capacity * config.head_dim * 4
+    capacity_cost = 2 * stage.blocks * config.kv_heads * stage.capacity * config.head_dim * size
     for slot in held:
         used = sum(resident_bytes(pool[slot.index]) for pool in (*stage._k, *stage._v))
         assert 0 < used <= bound < capacity_cost / 100, (used, bound)
