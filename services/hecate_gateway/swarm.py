@@ -187,6 +187,7 @@ class SwarmWatch:
                     load=t.load,
                     in_flight=t.in_flight,
                     last_seen=t.last_seen,
+                    memory_used=t.memory_used,
                 )
                 for node_id, t in (self.telemetry.nodes if self.telemetry else {}).items()
             }

@@ -42,6 +42,7 @@ class NodeSeen(msgspec.Struct, frozen=True, kw_only=True):
     load: float | None = None
     in_flight: int = 0
     last_seen: float | None = None
+    memory_used: int = 0
 
 
 class NodeReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +55,9 @@ class NodeReport(msgspec.Struct, frozen=True, kw_only=True):
     load: float | None
     in_flight: int
     last_seen: float | None
+    memory_used: int = 0  # bytes, as the node last beat
+    memory_bytes: int = 0  # its limit, as it joined (0: not said)
+    memory_from: str = ""
 
 
 class StageReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,9 +135,11 @@ def report(
     if plan is None:
         return EMPTY
     planned = {n.node_id for n in plan.nodes}
+    profiles = {n.node_id: n for n in plan.nodes}
     nodes = []
     for node_id in sorted(planned | set(seen)):
         s = seen.get(node_id)
+        profile = profiles.get(node_id)
         h = health(s)
         circuit = circuits.get(node_id, "closed")
         nodes.append(
@@ -147,6 +153,9 @@ def report(
                 load=s.load if s else None,
                 in_flight=s.in_flight if s else 0,
                 last_seen=s.last_seen if s else None,
+                memory_used=s.memory_used if s else 0,
+                memory_bytes=profile.memory_bytes if profile else 0,
+                memory_from=profile.memory_from if profile else "",
             )
         )
     by_id = {n.node_id: n for n in nodes}

@@ -37,6 +37,16 @@ FLAGS = (
 )
 
 
+def memory_size(text: str) -> int:
+    """``--memory``'s parser: argparse shows a refusal's message."""
+    from hecate_node.memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_node(args: argparse.Namespace) -> int:
     from hecate.model import Executor
     from hecate_node.service import Node
@@ -49,10 +59,18 @@ def _cmd_node(args: argparse.Namespace) -> int:
             raise HecateError("--executor upstream needs --upstream-url and --upstream-model")
         key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
         executor = UpstreamModel(args.upstream_url, args.upstream_model, api_key=key)
+    capacity = args.capacity_layers
     profile = config_from(
-        args, NodeProfile, PROFILE_FLAGS, node_id=args.id, capacity_layers=args.capacity_layers
+        args, NodeProfile, PROFILE_FLAGS, node_id=args.id, capacity_layers=capacity or 0
     )
-    config = config_from(args, NodeConfig, FLAGS, profile=profile)
+    config = config_from(
+        args,
+        NodeConfig,
+        FLAGS,
+        profile=profile,
+        memory=args.memory,
+        capacity_from_memory=capacity is None,
+    )
     return run_service(
         "node",
         args.id,
@@ -66,7 +84,20 @@ def add_parser(sub: Any) -> None:
         sub, "node", "run a node: host layer ranges, execute them, send heartbeats"
     )
     node.add_argument("--id", required=True, help="node id (a slug)")
-    node.add_argument("--capacity-layers", type=int, required=True)
+    node.add_argument(
+        "--capacity-layers",
+        type=int,
+        default=None,
+        help="the most layers the node holds (default: what fits its memory, for an "
+        "executor that can say what its layers cost; required for the others)",
+    )
+    node.add_argument(
+        "--memory",
+        type=memory_size,
+        default=None,
+        help="the memory the node may use, e.g. 2G or 1536M (default: its cgroup's "
+        "limit, else what the machine has available as it starts)",
+    )
     add_flags(node, NodeProfile, PROFILE_FLAGS)
     add_flags(node, NodeConfig, FLAGS)
     node.add_argument(

@@ -29,6 +29,12 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     remeasure_s: float = 5.0
     # Listen for injected faults (chaos runs only).
     accept_faults: bool = False
+    # The memory the node may use (``--memory``); None: its cgroup's limit, else what
+    # the machine has free (hecate_node.memory).
+    memory: int | None = None
+    # Whether the profile's capacity_layers is what fits that memory, worked out as the
+    # node starts (no ``--capacity-layers``), rather than the operator's figure.
+    capacity_from_memory: bool = False
 
     def __post_init__(self) -> None:
         if not self.profile.node_id:
@@ -37,6 +43,8 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(
                 f"profile.capacity_layers: must not be negative, got {self.profile.capacity_layers}"
             )
+        if self.memory is not None and self.memory <= 0:
+            raise ValueError(f"memory: must be a positive number of bytes, got {self.memory}")
         if not self.executor:
             raise ValueError("executor: must name an executor")
         for name, unit in (

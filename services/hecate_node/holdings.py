@@ -31,10 +31,12 @@ from nats.js.kv import KeyValue
 
 from hecate.bus import kv as kvs
 from hecate.bus.logs import event
+from hecate.model.footprint import Range, Refusal
 from hecate.wire import subjects
 from hecate.wire.messages import Assignment, PlanChanged
 from hecate_node.executor import Holding, Runner
 from hecate_node.meter import StageMeter
+from hecate_node.room import Room
 
 _share = msgspec.json.Decoder(Assignment)
 _notice = msgspec.json.Decoder(PlanChanged)
@@ -56,6 +58,10 @@ class Holdings:
     #: (False): the node beats at once, as the load may hold its interpreter, and its
     #: next beat with it, and a load done is news as soon.
     on_loading: Callable[[bool], Awaitable[None]] | None = None
+    #: The node's room for its model, once weighed: ranges that do not fit are refused.
+    room: Room | None = None
+    #: Awaited when a plan gives ranges that do not fit (the refusal, the ranges kept).
+    on_refused: Callable[[Refusal, list[Range]], Awaitable[None]] | None = None
 
     def __init__(
         self,
@@ -211,11 +217,32 @@ class Holdings:
                 executor=executor,
                 node_executor=self.executor,
             )
-        self.held = [h for h in given if h[0] not in refused]
+        held = [h for h in given if h[0] not in refused]
+        self.held = self._within_memory(held) if self.room is not None else held
         event(self.log, "plan adopted", epoch=share.epoch, holdings=self.held)
         fresh = [h for h in dict.fromkeys(self.held) if h not in self._warmed]
         self._warmed = {h for h in self._warmed if h in self.held} | set(fresh)
         self.spawn(self._prepare(fresh))
+
+    def _within_memory(self, given: list[Holding]) -> list[Holding]:
+        """Of the ranges ``given``, those that fit the node's memory beside what it has
+        loaded; the others refused before a weight of them is read, naming the bytes."""
+        assert self.room is not None
+        loaded = [(a, b) for _m, a, b in self.held if (_m, a, b) in self._warmed]
+        keep, refusal = self.room.admit(loaded, [(a, b) for _m, a, b in given])
+        if refusal is None:
+            return given
+        event(
+            self.log,
+            "ranges refused: they do not fit this node's memory",
+            logging.ERROR,
+            refused=str(refusal),
+            need=refusal.need.total,
+            budget=refusal.budget,
+        )
+        if self.on_refused is not None:
+            self.spawn(self.on_refused(refusal, keep))
+        return [h for h in given if (h[1], h[2]) in keep]
 
     async def _prepare(self, fresh: list[Holding]) -> None:
         """Load the held ranges now, off the event loop, not at first use; then warm up

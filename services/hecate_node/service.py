@@ -34,9 +34,11 @@ from opentelemetry.trace import TracerProvider
 
 from hecate.bus.logs import event
 from hecate.bus.service import Service, ServiceError, encode
+from hecate.core.errors import HecateError
 from hecate.core.telemetry import beat_interval
 from hecate.executors import checked, get_executor
 from hecate.model.executor import Executor, ExecutorError
+from hecate.model.footprint import Range, Refusal
 from hecate.wire import subjects
 from hecate.wire.errors import as_code
 from hecate.wire.messages import FaultAck, Heartbeat, NodeFault, NodeJoin, NodeLeave, SessionRelease
@@ -47,7 +49,9 @@ from hecate_node.config import NodeConfig
 from hecate_node.executor import runner_for
 from hecate_node.holdings import Holdings
 from hecate_node.kept import PACE_S, Teller
+from hecate_node.memory import in_use
 from hecate_node.meter import StageMeter, slow_down
+from hecate_node.room import memory_status, weigh
 
 # How long a load waits for the beat that announces it: a round trip on a live link.
 LOADING_FLUSH_S = 1.0
@@ -112,6 +116,7 @@ class Node:
             remeasure_s=config.remeasure_s,
         )
         self.holdings.on_loading = self._announce_loading
+        self.holdings.on_refused = self._refused
         self.chain = Chain(self.service, log)
         self.teller = Teller.of(self.profile.node_id, self.runner, self.meter, log, PACE_S)
         self._seq = 0
@@ -129,6 +134,7 @@ class Node:
     async def run(self, url: str, stop: asyncio.Event, grace: float = 10.0) -> None:
         svc = self.service
         node_id = self.profile.node_id
+        await self._weigh()
         await svc.start(url)
         self.runner.limit_payload(svc.nc.max_payload)
         for loop in self.runner.loops():  # the compute loop, for one: never unsupervised
@@ -175,6 +181,57 @@ class Node:
         await svc.stop(grace)
         self.runner.close()
         event(self.log, "stopped")
+
+    async def _weigh(self) -> None:
+        """Weigh the model against the node's memory (:mod:`hecate_node.room`) before
+        joining: the profile says the memory, a layer's bytes and, unless the operator
+        gave it, how many layers fit; the holdings refuse ranges that do not."""
+        room = await asyncio.to_thread(weigh, self.executor, self.config.memory)
+        if room is None:
+            if self.config.capacity_from_memory:
+                raise HecateError(
+                    f"executor {self.config.executor} cannot say what its layers cost in "
+                    "memory: give --capacity-layers"
+                )
+            return
+        capacity = room.fit if self.config.capacity_from_memory else self.profile.capacity_layers
+        self.profile = msgspec.structs.replace(
+            self.profile,
+            capacity_layers=capacity,
+            memory_bytes=room.memory.limit,
+            memory_from=room.memory.source,
+            layer_bytes=room.footprint.layer_bytes(),
+        )
+        self.service.metadata["capacity_layers"] = str(capacity)
+        self.holdings.room = room
+        event(
+            self.log,
+            "memory weighed",
+            memory=room.memory.limit,
+            memory_from=room.memory.source,
+            budget=room.budget,
+            layer_bytes=room.footprint.layer_bytes(),
+            fit=room.fit,
+            capacity_layers=capacity,
+        )
+
+    async def _refused(self, refusal: Refusal, kept: list[Range]) -> None:
+        """A plan gave more than fits: join again with the capacity that does, so that
+        the planner plans around this node."""
+        room = self.holdings.room
+        assert room is not None  # only a node that weighed its model refuses
+        capacity = room.capacity_after(self.profile.capacity_layers, kept)
+        if capacity == self.profile.capacity_layers or self.draining:
+            return
+        self.profile = msgspec.structs.replace(self.profile, capacity_layers=capacity)
+        event(
+            self.log,
+            "capacity lowered",
+            logging.WARNING,
+            capacity_layers=capacity,
+            refused=str(refusal),
+        )
+        await self._join()
 
     async def _join(self) -> None:
         join = NodeJoin(profile=self.profile, executor=self.config.executor)
@@ -268,6 +325,7 @@ class Node:
             "kept": self.teller.status() if self.teller is not None else {},
             "engine": self.runner.engine(),
             "bad_plans": self.holdings.bad_plans,
+            "memory": memory_status(self.holdings.room),
         }
 
     # -- heartbeats --------------------------------------------------------------------
@@ -323,6 +381,7 @@ class Node:
             score=self.profile.score,
             draining=self.draining,
             loading=self.holdings.loading,
+            memory_used=in_use(),
         )
         try:
             await self.service.nc.publish(subjects.heartbeat(self.profile.node_id), encode(beat))

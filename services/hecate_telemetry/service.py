@@ -102,6 +102,7 @@ class Telemetry:
         self.nodes: dict[str, NodeState] = {}
         self.interval: dict[str, float] = {}  # declared heartbeat interval, seconds
         self.draining: dict[str, bool] = {}
+        self.memory: dict[str, int] = {}  # each node's memory in use, as last beaten
         self.wall: dict[str, float] = {}  # wall time of the last heartbeat, for the snapshot
         # Which replica of the shard speaks, and what it says (deltas, snapshots, news).
         self.speaker = Speaker(config, self.service, entry=self.entry, nodes=self.nodes, log=log)
@@ -213,6 +214,7 @@ class Telemetry:
         self.wall[node_id] = time.time()
         self.interval[node_id] = interval
         self.draining[node_id] = beat.draining
+        self.memory[node_id] = beat.memory_used
         if was is None or not was.alive:
             await self._liveness(node_id, up=True, reason="heartbeat")
         self.speaker.touch(node_id)
@@ -354,4 +356,5 @@ class Telemetry:
             in_flight=n.in_flight,
             last_seen=self.wall.get(node_id),
             draining=self.draining.get(node_id, False),
+            memory_used=self.memory.get(node_id, 0),
         )

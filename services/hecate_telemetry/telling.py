@@ -48,6 +48,7 @@ class Tolerance:
     latency_ms: float = 1.0
     load: float = 0.05
     score: float = 0.05
+    memory_used: float = 64 * 2**20  # bytes
 
 
 def moved(told: NodeTelemetry, now: NodeTelemetry, tol: Tolerance) -> bool:
@@ -58,6 +59,7 @@ def moved(told: NodeTelemetry, now: NodeTelemetry, tol: Tolerance) -> bool:
         (told.latency_ms, now.latency_ms, tol.latency_ms),
         (told.load, now.load, tol.load),
         (told.score, now.score, tol.score),
+        (told.memory_used, now.memory_used, tol.memory_used),
     ):
         if (was is None) != (new is None):
             return True

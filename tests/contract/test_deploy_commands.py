@@ -446,7 +446,8 @@ def test_every_deployed_command_is_accepted_by_the_cli(command: Command) -> None
         (("nodes", "--id", "a"), "unknown subcommand 'nodes'"),
         (("node", "--id", "a", "--capacity-layers", "4", "--cap", "1"), "has no flag --cap"),
         (("router", "--capacity-layers", "4"), "has no flag --capacity-layers"),
-        (("node", "--id", "a"), "argparse refuses it"),  # --capacity-layers is required
+        (("node",), "argparse refuses it"),  # --id is required
+        (("node", "--id", "a", "--memory", "lots"), "expected a size"),
         (("node", "--id", "a", "--capacity-layers", "$(N)"), "invalid int value"),
     ],
 )

@@ -26,10 +26,10 @@ from hecate.bus import telemetry
 from hecate.bus.service import connect
 from hecate.cli.process import default_url
 from hecate.client import HecateClient
-from hecate.core import NodeState, SwarmPlan, SwarmState
+from hecate.core import NodeProfile, NodeState, SwarmPlan, SwarmState
 from hecate.resilience.breaker import BreakerSnapshot
 from hecate.wire import subjects
-from hecate.wire.messages import StreamToken, TelemetrySnapshot
+from hecate.wire.messages import NodeTelemetry, StreamToken, TelemetrySnapshot
 
 
 async def infer(
@@ -215,7 +215,7 @@ def render(info: dict[str, Any]) -> str:
     unblocked: dict[str, NodeState] = {}  # and as its last resort (circuits aside)
     lines.append(
         f"{'node':<14}{'alive':<7}{'latency ms':>11}{'load':>7}{'in flight':>10}"
-        f"{'seen s ago':>12}  circuit"
+        f"{'seen s ago':>12}{'memory MiB':>18}  circuit"
     )
     for n in plan.nodes:
         t = tel.nodes.get(n.node_id) if tel else None
@@ -229,7 +229,7 @@ def render(info: dict[str, Any]) -> str:
         shown = ("draining" if t and t.draining else "yes") if alive else "NO"
         lines.append(
             f"{n.node_id:<14}{shown:<7}{lat:>11}{load:>7}{(t.in_flight if t else 0):>10}"
-            f"{age:>12.2f}  {_circuit(blocked.get(n.node_id))}"
+            f"{age:>12.2f}{_memory(n, t):>18}  {_circuit(blocked.get(n.node_id))}"
         )
     state, servable_state = SwarmState(plan, heard), SwarmState(plan, usable)
     intact = servable = 0
@@ -272,6 +272,15 @@ def render(info: dict[str, Any]) -> str:
     for service, n in sorted(info.get("restarted", {}).items()):
         lines.append(f"restarted: {service}, {n} time{'s' if n != 1 else ''} since launch")
     return "\n".join(lines)
+
+
+def _memory(node: NodeProfile, seen: NodeTelemetry | None) -> str:
+    """A node's memory in use over its limit, in MiB ("-" for what it did not say),
+    and where the limit comes from."""
+    used = f"{seen.memory_used / 2**20:,.0f}" if seen and seen.memory_used else "-"
+    if not node.memory_bytes:
+        return used
+    return f"{used}/{node.memory_bytes / 2**20:,.0f} {node.memory_from}"
 
 
 def _cmd_infer(args: argparse.Namespace) -> int:

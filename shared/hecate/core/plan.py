@@ -22,9 +22,21 @@ Slug = Annotated[str, msgspec.Meta(pattern=SLUG_PATTERN)]
 ModelRole = Literal["base", "expert", "reserve"]
 
 
+#: Where a node's memory figure comes from: ``--memory``, its cgroup's limit, what the
+#: machine had free as it started; empty when the node did not say (a toy executor).
+MemorySource = Literal["flag", "cgroup", "free", ""]
+#: The most memory a node may declare, or report in use: a petabyte.
+MOST_MEMORY = 1 << 50
+
+
 class NodeProfile(msgspec.Struct, frozen=True, kw_only=True):
     """What a node declares when it joins: how many layers it can hold, how fast it is,
-    and the executor it computes them with (``hecate node --executor``)."""
+    and the executor it computes them with (``hecate node --executor``).
+
+    ``memory_bytes`` is the memory the node may use and ``memory_from`` where it read
+    it; ``layer_bytes`` what one layer of its model costs it (weights as its engine
+    holds them, and its KV budget): for such a node ``capacity_layers`` is what fits,
+    unless the operator gave ``--capacity-layers``."""
 
     node_id: Slug
     # Bounded as they are decoded: a join is a node's own word, and the planner sums
@@ -34,6 +46,9 @@ class NodeProfile(msgspec.Struct, frozen=True, kw_only=True):
     score: Annotated[float, msgspec.Meta(gt=0, le=1_000_000)] = 1.0
     executor: Slug = "toy"
     kind: ExecutorKind = "layers"  # what that executor declares (its node fills it in)
+    memory_bytes: Annotated[int, msgspec.Meta(ge=0, le=MOST_MEMORY)] = 0
+    memory_from: MemorySource = ""
+    layer_bytes: Annotated[int, msgspec.Meta(ge=0, le=MOST_MEMORY)] = 0
 
 
 class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):

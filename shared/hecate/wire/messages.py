@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from hecate.core.plan import NodeProfile, Slug, SwarmPlan
+from hecate.core.plan import MOST_MEMORY, NodeProfile, Slug, SwarmPlan
 from hecate.core.routing import Route
 from hecate.resilience.breaker import BreakerSnapshot
 
@@ -200,6 +200,8 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     score: float | None = None
     draining: bool = False
     loading: bool = False
+    #: the memory the node uses now (its cgroup's, else its own resident set), bytes
+    memory_used: Annotated[int, msgspec.Meta(ge=0, le=MOST_MEMORY)] = 0
 
 
 # -- telemetry snapshot (KV) -----------------------------------------------------------
@@ -211,6 +213,7 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True):
     in_flight: int = 0
     last_seen: float | None = None  # wall clock of the telemetry service
     draining: bool = False
+    memory_used: Annotated[int, msgspec.Meta(ge=0, le=MOST_MEMORY)] = 0  # as last beaten
 
 
 class TelemetrySnapshot(msgspec.Struct, frozen=True, kw_only=True):
