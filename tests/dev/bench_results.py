@@ -1,6 +1,8 @@
 """A small, fixed set of saved benchmark results, shaped as the suites save them, for
 rendering the report without running anything."""
 
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import copy
@@ -597,6 +599,67 @@ LONG: dict[str, Any] = {
 }
 
 
+def _range(start: int, end: int, share: float, resident: float, peak: float) -> dict[str, Any]:
+    target = round(1.15 * share + 200)
+    return {
+        "start": start, "end": end, "share_mib": share, "target_mib": target,
+        "resident_mib": resident, "resident_x": round(resident / share, 2),
+        "peak_mib": peak, "peak_x": round(peak / share, 2), "load_s": 1.5,
+    }  # fmt: skip
+
+
+def _node(node_id: str, layers: list[int] | None, peak: float) -> dict[str, Any]:
+    return {
+        "node_id": node_id, "limit_mib": 1536, "cgroup_max_mib": peak, "resident_mib": peak,
+        "fit_layers": 10, "layers": layers, "oom_killed": False, "exit_code": None,
+    }  # fmt: skip
+
+
+MEMORY = {
+    "target": "resident ≤ 1.15 × share + KV + 200 MiB, peak ≤ 1.25 × that",
+    "threads": 2,
+    "slots": 4,
+    "cgroups": "",
+    "models": [
+        {
+            "model": "llama-1b", "file": "llama-1b.gguf", "layers": 16, "file_mib": 626,
+            "ranges": [_range(0, 16, 726, 1160, 1572), _range(0, 5, 265, 331, 443)],
+            "llama_cpp": {"args": "-c 4096", "resident_mib": 791, "resident_x": 1.26,
+                          "peak_mib": 791, "load_s": 1.8, "file_mib": 626, "kv_mib": 128},
+            "met": False,
+            "verdict": "not met: resident 1.25-1.60× share",
+        }
+    ],
+    "pooled": [
+        {
+            "model": "llama-1b",
+            "hecate": {
+                "file": "llama-1b.gguf", "file_mib": 626, "nodes": 3, "limit_mib": 1536,
+                "max_tokens": 64, "kv_positions": 4096,
+                "refused": "layers 0-16 need 1.87 GiB; this node has 1.44 GiB (cgroup) for them",
+                "load_s": 9.3, "tokens_per_s": {"1": 7.5, "4": 19.7},
+                "per_round": {"1": [7.5, 7.4, 7.9], "4": [19.7, 20.1, 19.0]},
+                "answers_equal": True,
+                "node_use": [_node("n0", [0, 10], 852), _node("n1", [10, 16], 898),
+                             _node("n2", None, 53)],
+            },
+            "llama_cpp": {
+                "file": "llama-1b.gguf", "file_mib": 626, "servers": 3, "limit_mib": 1536,
+                "max_tokens": 64, "load_s": 3.4, "tokens_per_s": {"1": 7.8, "4": 17.1},
+                "per_round": {"1": [7.8, 7.1, 8.0], "4": [17.1, 16.0, 17.5]},
+                "rpc": [{"port": 1, "limit_mib": 1536, "cgroup_max_mib": 261,
+                         "resident_mib": 250, "oom_killed": False, "exit_code": None}],
+            },
+            "ratio": {"1": [0.96, 1.04, 0.99], "4": [1.15, 1.26, 1.09]},
+            "speed_met": {"1": "undecided", "4": False},
+            "met": False,
+            "verdict": "not met: 0.99× at 1 users (undecided at 1.0×); 1.15× at 4 (below 1.5×)",
+        }
+    ],
+    "table": [],
+}  # fmt: skip
+
+
 def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     """Every suite's saved result (``llm=False``: the model suite never ran)."""
     out = {
@@ -607,6 +670,7 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
         "breaker": envelope("breaker", BREAKER),
         "gateway": envelope("gateway", GATEWAY),
         "chaos": {**envelope("chaos", CHAOS), "command": "hecate chaos all --results build"},
+        "memory": envelope("memory", MEMORY),
     }
     if llm:
         out["llm"] = envelope("llm", LLM)

@@ -420,3 +420,15 @@ def test_the_schema_s_cost_is_judged_on_its_paired_rounds_and_its_answers_checke
         "an answer held to a schema ≥ 0.9× free tokens/s | 0.950× (median of 3; 0.854–0.987 holds "
         "it at 75%) | undecided"
     ) in headline
+
+
+def test_the_memory_section_judges_each_model_and_each_pooled_run() -> None:
+    doc = render(results())
+    memory = _section(doc, "Memory at real sizes")
+    assert "| llama-1b | [0, 16) | 726 | 1160 (1.60×) | 1572 (2.17×) | 1035 | 1.5 |" in memory
+    assert "| llama-1b, HECATE | 3 × 1536 | 0–10: 852; 10–16: 898; none: 53 |" in memory
+    assert "1: 7.50 (7.50, 7.40, 7.90)" in memory
+    assert "“layers 0-16 need 1.87 GiB; this node has 1.44 GiB (cgroup) for them”" in memory
+    headline = _section(doc, "Headline")
+    assert "memory, llama-1b: every range" in headline
+    assert "0.99× (rounds 0.96, 1.04, 0.99) at 1" in headline

@@ -39,6 +39,7 @@ def add_parser(sub: Any) -> None:
             "prefix",
             "wan",
             "scale",
+            "memory",
             "report",
         ],
         help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
@@ -58,6 +59,9 @@ def add_parser(sub: Any) -> None:
         "against chain dispatch and the router's preference for the nearer pipeline; "
         "scale: node hosts of 100 to 5,000 node identities, what forming, beating and "
         "following the swarm costs per node; "
+        "memory: a range's resident memory and peak while building, over its share of the "
+        "file, per third and whole of SmolLM2 and the 1B and 8B shapes, each in a memory "
+        "cgroup, beside llama.cpp's; "
         "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
@@ -70,6 +74,13 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="N",
         help="scale: racks of 100 nodes on hosts apart for the cut-off (0: none; default 10)",
+    )
+    bench.add_argument(
+        "--pooled",
+        action="store_true",
+        help="memory: also the pooled run of the 1B shape (and the 8B without --quick): "
+        "HECATE over 3 nodes and llama.cpp's RPC split over 3 servers, each process in a "
+        "memory cgroup, at 1 and 4 users",
     )
     bench.add_argument(
         "--executor", default="null", help="bus: the nodes' executor (null = no model compute)"
@@ -278,6 +289,10 @@ def _run_suite(args: argparse.Namespace) -> object:
             warmup=2 if args.quick else 4,
             preference_tokens=4 if args.quick else 8,
         )
+    if args.suite == "memory":
+        from hecate_dev.bench.memory import run as run_memory
+
+        return run_memory(quick=args.quick, pooled_runs=args.pooled)
     if args.suite == "scale":
         from hecate_dev.bench.scale import run_scale_bench
 

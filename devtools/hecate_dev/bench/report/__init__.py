@@ -33,6 +33,7 @@ from hecate_dev.bench.report.gateway import section_gateway
 from hecate_dev.bench.report.herd import section_herd
 from hecate_dev.bench.report.llm import section_llm
 from hecate_dev.bench.report.markdown import Doc, Target, provenance, reflow, table, verdict
+from hecate_dev.bench.report.memory import section_memory
 from hecate_dev.bench.report.prefix import section_prefix
 from hecate_dev.bench.report.ring import section_ring
 from hecate_dev.bench.report.scale import section_scale
@@ -122,6 +123,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "A swarm of many nodes: what each node costs",
         "hecate bench scale",
         section_scale,
+    ),
+    (
+        "memory",
+        "Memory at real sizes: a node's share held once, and models pooled over nodes",
+        "hecate bench memory --pooled",
+        section_memory,
     ),
     (
         "chaos",
