@@ -656,6 +656,15 @@ MEMORY = {
             "verdict": "not met: 0.99× at 1 users (undecided at 1.0×); 1.15× at 4 (below 1.5×)",
         }
     ],
+    "speed": [
+        {
+            "model": "llama-1b", "threads": 2, "rounds": 3,
+            "engine_tg": [17.0, 17.5, 16.8], "llama_tg": [40.0, 41.0, 39.0],
+            "engine_pp": [90.0, 92.0, 88.0], "llama_pp": [100.0, 101.0, 99.0],
+            "tg_ratio": [0.425, 0.427, 0.431], "pp_ratio": [0.9, 0.911, 0.889],
+            "tg_met": False, "pp_met": False, "same_tokens": True,
+        }
+    ],
     "table": [],
 }  # fmt: skip
 

@@ -432,3 +432,5 @@ def test_the_memory_section_judges_each_model_and_each_pooled_run() -> None:
     headline = _section(doc, "Headline")
     assert "memory, llama-1b: every range" in headline
     assert "0.99× (rounds 0.96, 1.04, 0.99) at 1" in headline
+    assert "| llama-1b | decode, tg128 | 17.0, 17.5, 16.8 | 40.0, 41.0, 39.0 |" in memory
+    assert "decode, tg128 at llama-1b ≥ 1.0× llama-bench, same threads | 0.427×" in headline

@@ -76,6 +76,12 @@ def add_parser(sub: Any) -> None:
         help="scale: racks of 100 nodes on hosts apart for the cut-off (0: none; default 10)",
     )
     bench.add_argument(
+        "--speed",
+        action="store_true",
+        help="memory: also the engine's decode (tg128) and prefill (pp512) beside "
+        "llama-bench's on each model, same threads, interleaved rounds",
+    )
+    bench.add_argument(
         "--pooled",
         action="store_true",
         help="memory: also the pooled run of the 1B shape (and the 8B without --quick): "
@@ -292,7 +298,7 @@ def _run_suite(args: argparse.Namespace) -> object:
     if args.suite == "memory":
         from hecate_dev.bench.memory import run as run_memory
 
-        return run_memory(quick=args.quick, pooled_runs=args.pooled)
+        return run_memory(quick=args.quick, pooled_runs=args.pooled, speed=args.speed)
     if args.suite == "scale":
         from hecate_dev.bench.scale import run_scale_bench
 

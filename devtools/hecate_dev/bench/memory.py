@@ -23,6 +23,8 @@ measure) and its peak within 1.25 times that; the verdict says met or not met, w
 figures. ``--pooled``: the pooled run of the 1B shape (and the 8B without ``--quick``):
 HECATE over 3 node processes and llama.cpp's own RPC split over 3 servers, each in a
 memory cgroup, at 1 and 4 users (:func:`hecate_dev.bench.pooled_swarm.pooled`).
+``--speed``: the engine's decode and prefill beside llama-bench's at each model
+(:mod:`hecate_dev.bench.at_size`).
 
 The table goes to stderr; the figures are the suite's JSON.
 """
@@ -46,7 +48,7 @@ from typing import Any
 import msgspec
 from gguf import GGMLQuantizationType as Q
 
-from hecate_dev.bench import pooled, pooled_swarm
+from hecate_dev.bench import at_size, pooled, pooled_swarm
 from hecate_dev.bench.results import Result
 from hecate_dev.cgroups import MemoryCgroup, available
 from hecate_dev.synthetic_gguf import Shape, write
@@ -251,6 +253,7 @@ class MemoryResult(Result, frozen=True, kw_only=True, omit_defaults=True):
     cgroups: str
     models: list[ModelMemory]
     pooled: list[pooled_swarm.Pooled]
+    speed: list[at_size.SpeedAtSize]
     table: list[str]
 
 
@@ -357,7 +360,16 @@ def table(models: list[ModelMemory], runs: list[pooled_swarm.Pooled]) -> list[st
     return lines
 
 
-def run(*, quick: bool, pooled_runs: bool = False) -> MemoryResult:
+def _speed_line(s: at_size.SpeedAtSize) -> str:
+    if s.skipped or s.failed:
+        return f"{s.model} speed: {s.skipped or s.failed}"
+    return (
+        f"{s.model} speed, engine over llama-bench by round: tg128 {s.tg_ratio} "
+        f"({s.tg_met}), pp512 {s.pp_ratio} ({s.pp_met}); same tokens: {s.same_tokens}"
+    )
+
+
+def run(*, quick: bool, pooled_runs: bool = False, speed: bool = False) -> MemoryResult:
     """``hecate bench memory``."""
     from hecate.llm.store import pull
 
@@ -374,7 +386,12 @@ def run(*, quick: bool, pooled_runs: bool = False) -> MemoryResult:
             _say(f"{n}: pooled over 3 nodes, then llama.cpp's rpc split over 3 servers ...")
             tokens = 32 if n == "llama-8b" else 64
             runs.append(pooled_swarm.pooled(n, files[n], max_tokens=tokens))
-    lines = table(models, runs)
+    speeds = []
+    if speed:
+        for n, p in files.items():
+            _say(f"{n}: the engine beside llama-bench, pp512 and tg128 ...")
+            speeds.append(at_size.speed(n, p, rounds=3))
+    lines = table(models, runs) + [_speed_line(s) for s in speeds]
     for line in lines:
         print(line, file=sys.stderr)
     return MemoryResult(
@@ -384,5 +401,6 @@ def run(*, quick: bool, pooled_runs: bool = False) -> MemoryResult:
         cgroups="" if ok else ok.reason,
         models=models,
         pooled=runs,
+        speed=speeds,
         table=lines,
     )
