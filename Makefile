@@ -109,7 +109,7 @@ bench: $(BENCH_STAMP)
 		|| echo wan >> $(BENCH_FAILED)
 	$(BIN)/hecate bench scale $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo scale >> $(BENCH_FAILED)
-	$(BIN)/hecate bench memory --pooled $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+	$(BIN)/hecate bench memory --pooled --speed $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo memory >> $(BENCH_FAILED)
 	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
 		|| echo chaos >> $(BENCH_FAILED)
