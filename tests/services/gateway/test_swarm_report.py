@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import get_args
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -245,3 +246,19 @@ def test_tokens_counted_one_by_one_share_slots_and_keep_their_sum() -> None:
         rate.add(1, 10.0 + i * 0.001)
     assert rate.rate(11.5) == 500.0
     assert len(rate._counts) <= 11
+
+
+def test_each_node_s_memory_in_use_rides_beside_its_limit() -> None:
+    nodes = tuple(
+        msgspec.structs.replace(n, memory_bytes=1536 << 20, memory_from="cgroup")
+        if n.node_id == "a"
+        else n
+        for n in TWO.nodes
+    )
+    seen = {
+        n: NodeSeen(alive=True, last_seen=1.0, memory_used=(852 << 20) * (n == "a")) for n in "abcd"
+    }
+    r = report(msgspec.structs.replace(TWO, nodes=nodes), 1, seen, {})
+    a, b, *_ = r.nodes
+    assert (a.memory_used, a.memory_bytes, a.memory_from) == (852 << 20, 1536 << 20, "cgroup")
+    assert (b.memory_used, b.memory_bytes, b.memory_from) == (0, 0, "")
