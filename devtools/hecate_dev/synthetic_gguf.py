@@ -37,6 +37,8 @@ LAYOUT: dict[Q, tuple[int, int, tuple[int, ...]]] = {
     Q.Q4_0: (32, 18, (0,)),
     Q.Q4_1: (32, 20, (0, 2)),
     Q.Q8_0: (32, 34, (0,)),
+    Q.Q5_0: (32, 22, (0,)),
+    Q.Q5_1: (32, 24, (0, 2)),
     Q.Q4_K: (256, 144, (0, 2)),
     Q.Q5_K: (256, 176, (0, 2)),
     Q.Q6_K: (256, 210, (208,)),
@@ -128,7 +130,7 @@ def matrix(
 
 #: what :func:`write` can quantise drawn weights to itself (gguf's quantisers, which give
 #: llama.cpp's bytes for these types; the golden files check that they still do)
-QUANTISABLE = (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1)
+QUANTISABLE = (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1)
 
 
 def drawn(

@@ -20,6 +20,10 @@ greedy text within a few tokens):
   ``r`` in 8 bits (:mod:`hecate.llm.onnx_graph` says why and what it costs). ``Q4_K``'s
   sub-blocks, ``w = s·q - mn``, go the same way, and ``Q5_K``'s in 8 bits (``q`` 0..31
   as stored, ``z`` 0..255).
+- ``Q5_0``: ``w = d · (q - 16)``, ``q`` 0..31 (four bits in the nibbles, the fifth in a
+  32-bit word per block): 8 bits, stored ``q + 112`` so that the default zero point, 128,
+  subtracts 16. ``Q5_1``: ``w = d · q + m``: 8 bits as stored, at an integer zero point
+  per block as ``Q4_1``'s (``z`` 0..255).
 
 A GGUF row is one output (``N``) of ``K`` inputs, already in the order ``MatMulNBits``
 wants; only the nibbles move (GGUF keeps elements ``j`` and ``j + 16`` of a block in one
@@ -90,6 +94,8 @@ SUPPORTED = (
     GGMLQuantizationType.Q8_0,
     GGMLQuantizationType.Q4_0,
     GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0,
+    GGMLQuantizationType.Q5_1,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
@@ -133,6 +139,15 @@ def pack(
         d, m = _scale(b, 0), _scale(b, 2)
         zeros, rest = _integer_zeros(d, m)
         return Packed(n, k, 4, BLOCK, _nibbles(b[:, :, 4:]), d.reshape(-1), rest, None, zeros)
+    if kind == GGMLQuantizationType.Q5_0:
+        b = _blocks(raw8, n, 6 + BLOCK // 2)
+        stored = (_fives(b, 2) + 112).astype(np.uint8)  # read at 128: q - 16
+        return Packed(n, k, 8, BLOCK, stored, _scale(b, 0).reshape(-1))
+    if kind == GGMLQuantizationType.Q5_1:
+        b = _blocks(raw8, n, 8 + BLOCK // 2)
+        d, m = _scale(b, 0), _scale(b, 2)
+        zeros, rest = _integer_zeros(d, m, 255)
+        return Packed(n, k, 8, BLOCK, _fives(b, 4), d.reshape(-1), rest, None, zeros)
     if kind in K_QUANTS:
         if k % QK_K:
             raise UnsupportedWeights(f"{name}: {k} inputs are not whole blocks of {QK_K}")
@@ -141,6 +156,17 @@ def pack(
         f"{name}: weight type {kind.name} is not supported (supported: "
         f"{', '.join(q.name for q in SUPPORTED)})"
     )
+
+
+def _fives(blocks: U8, at: int) -> U8:
+    """The 32 five-bit values (0..31, in order) of Q5_0/Q5_1 blocks [N, blocks, bytes]
+    whose high bits are the little-endian 32-bit word at byte ``at``, their nibbles the
+    16 bytes after it (element ``j`` low and ``j + 16`` high in byte ``j``, as Q4_0's)."""
+    high = np.unpackbits(blocks[:, :, at : at + 4], axis=-1, bitorder="little")  # bit j
+    qs = blocks[:, :, at + 4 : at + 4 + BLOCK // 2]
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    fives: U8 = (low | (high << 4)).astype(np.uint8)
+    return np.ascontiguousarray(fives)
 
 
 def _integer_zeros(d: F32, m: F32, top: int = 15) -> tuple[U8, F32]:

@@ -86,7 +86,7 @@ def test_a_file_changed_after_it_was_added_is_refused(tmp_path: Path) -> None:
         pull("tiny-qwen")
 
 
-def _q5_0_model(path: Path) -> Path:
+def _bf16_model(path: Path) -> Path:
     w = GGUFWriter(str(path), "llama")
     for key, value in (("block_count", 1), ("embedding_length", 64), ("feed_forward_length", 64)):
         w.add_uint32(f"llama.{key}", value)
@@ -95,7 +95,7 @@ def _q5_0_model(path: Path) -> Path:
     w.add_context_length(64)
     floats = np.zeros((64, 64), np.float32)
     w.add_tensor("token_embd.weight", floats)
-    w.add_tensor("blk.0.attn_q.weight", quantize(floats, Q.Q5_0), raw_dtype=Q.Q5_0)
+    w.add_tensor("blk.0.attn_q.weight", quantize(floats, Q.BF16), raw_dtype=Q.BF16)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -111,7 +111,7 @@ def _q5_0_model(path: Path) -> Path:
         ("m", lambda d: d / "absent.gguf", "no such file"),
         ("m", lambda d: (d / "x.gguf", (d / "x.gguf").write_bytes(b"PK\x03\x04"))[0], "not a GGUF"),
         ("m", lambda d: write(d / "m.gguf", Q.Q8_0, Shape(layers=1)), "tokenizer 'no_vocab'"),
-        ("m", lambda d: _q5_0_model(d / "q5.gguf"), "blk.0.attn_q.weight: weight type Q5_0"),
+        ("m", lambda d: _bf16_model(d / "bf16.gguf"), "blk.0.attn_q.weight: weight type BF16"),
     ],
     ids=["name", "built-in", "missing", "not-gguf", "no-tokenizer", "weight-type"],
 )

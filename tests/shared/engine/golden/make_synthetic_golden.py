@@ -23,7 +23,9 @@ tokenizer has no part in what is compared.
 
 Run by hand, with the ``bench`` extra installed (it builds llama-cpp-python)::
 
-    .venv/bin/python tests/shared/engine/golden/make_synthetic_golden.py
+    .venv/bin/python tests/shared/engine/golden/make_synthetic_golden.py [CASE ...]
+
+(naming cases writes only theirs, and not the tokenizers'.)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,7 @@ BASE = Shape(layers=2, hidden=256, heads=4, kv_heads=2, ffn=256, vocab=256, cont
 #: case → (weight type, shape)
 CASES: dict[str, tuple[Q, Shape]] = {
     **{f"type-{q.name}": (q, BASE) for q in (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1)},
+    **{f"type-{q.name}": (q, BASE) for q in (Q.Q5_0, Q.Q5_1)},
     **{f"type-{q.name}": (q, BASE) for q in (Q.Q4_K, Q.Q5_K, Q.Q6_K)},
     "gqa-1to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "kv_heads": 4})),
     "gqa-3to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "hidden": 384, "heads": 6, "kv_heads": 2})),
@@ -63,7 +67,7 @@ CASES: dict[str, tuple[Q, Shape]] = {
 }
 
 #: llama.cpp's file types (``llama_ftype``) for each weight type
-FTYPES = {Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7}
+FTYPES = {Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7, Q.Q5_0: 8, Q.Q5_1: 9}
 FTYPES.update({Q.Q4_K: 15, Q.Q5_K: 17, Q.Q6_K: 18})
 
 
@@ -147,13 +151,16 @@ def tokenizers(llama: Any, folder: Path) -> None:
     (HERE / "tokenizers.json").write_text(json.dumps(golden, indent=1) + "\n")
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
     llama = importlib.import_module("llama_cpp")
     HERE.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizers(llama, Path(tmp))
+    if not only:
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizers(llama, Path(tmp))
     with tempfile.TemporaryDirectory() as tmp:
         for case, (kind, shape) in CASES.items():
+            if only and case not in only:
+                continue
             source = write(Path(tmp) / "f32.gguf", Q.F32, shape, SEED, floats=True)
             path = HERE / f"{case}.gguf" if kind not in QUANTISABLE else Path(tmp) / "q.gguf"
             quantised(llama, source, kind, path)
@@ -178,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
