@@ -24,6 +24,10 @@ greedy text within a few tokens):
   32-bit word per block): 8 bits, stored ``q + 112`` so that the default zero point, 128,
   subtracts 16. ``Q5_1``: ``w = d · q + m``: 8 bits as stored, at an integer zero point
   per block as ``Q4_1``'s (``z`` 0..255).
+- ``IQ4_NL``: ``w = d · table[q]``, ``q`` 0..15 an index into 16 fixed integers in
+  -127..113: 8 bits, stored ``table[q] + 128`` (the default zero point). ``IQ4_XS``: the
+  same table under a 6-bit scale per 32 weights (``d · (ls - 32)``) in super-blocks of
+  256.
 
 A GGUF row is one output (``N``) of ``K`` inputs, already in the order ``MatMulNBits``
 wants; only the nibbles move (GGUF keeps elements ``j`` and ``j + 16`` of a block in one
@@ -96,9 +100,11 @@ SUPPORTED = (
     GGMLQuantizationType.Q4_1,
     GGMLQuantizationType.Q5_0,
     GGMLQuantizationType.Q5_1,
+    GGMLQuantizationType.IQ4_NL,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
+    GGMLQuantizationType.IQ4_XS,
 )
 
 
@@ -148,6 +154,10 @@ def pack(
         d, m = _scale(b, 0), _scale(b, 2)
         zeros, rest = _integer_zeros(d, m, 255)
         return Packed(n, k, 8, BLOCK, _fives(b, 4), d.reshape(-1), rest, None, zeros)
+    if kind == GGMLQuantizationType.IQ4_NL:
+        b = _blocks(raw8, n, 2 + BLOCK // 2)
+        stored = _nl_codes(np.concatenate([b[:, :, 2:] & 0x0F, b[:, :, 2:] >> 4], axis=-1))
+        return Packed(n, k, 8, BLOCK, stored, _scale(b, 0).reshape(-1))
     if kind in K_QUANTS:
         if k % QK_K:
             raise UnsupportedWeights(f"{name}: {k} inputs are not whole blocks of {QK_K}")
@@ -169,6 +179,19 @@ def _fives(blocks: U8, at: int) -> U8:
     return np.ascontiguousarray(fives)
 
 
+#: IQ4_NL's and IQ4_XS's 16 values, which their 4-bit codes index
+IQ4_VALUES = np.array(
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int16
+)
+
+
+def _nl_codes(indices: U8) -> U8:
+    """4-bit indices into :data:`IQ4_VALUES` as the 8-bit codes ``MatMulNBits`` reads at
+    its default zero point, 128: ``value + 128``."""
+    codes: U8 = (IQ4_VALUES[indices] + 128).astype(np.uint8)
+    return np.ascontiguousarray(codes)
+
+
 def _integer_zeros(d: F32, m: F32, top: int = 15) -> tuple[U8, F32]:
     """For blocks ``w = d·q + m`` ([N, blocks] each): the integer zero point ``z`` in
     ``0..top`` nearest ``-m/d``, and what is left, ``m + z·d`` as [blocks, N] (exact in
@@ -184,6 +207,7 @@ def _integer_zeros(d: F32, m: F32, top: int = 15) -> tuple[U8, F32]:
 # 6- or 8-bit scales of one float16 per super-block; the same layouts gguf dequantises.
 QK_K = 256
 K_BYTES = {
+    GGMLQuantizationType.IQ4_XS: 136,
     GGMLQuantizationType.Q4_K: 144,
     GGMLQuantizationType.Q5_K: 176,
     GGMLQuantizationType.Q6_K: 210,
@@ -253,7 +277,22 @@ def _q6_k(blocks: U8, n: int, k: int) -> Packed:
     return Packed(n, k, 8, SUB6, stored, scales)
 
 
+def _iq4_xs(blocks: U8, n: int, k: int) -> Packed:
+    nb = blocks.shape[0]
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # [nb, 1]
+    high = blocks[:, 2:4].copy().view(np.uint16)  # two bits of each sub-block's scale
+    low = (blocks[:, 4:8].reshape(nb, 4, 1) >> _SHIFT4.reshape(1, 1, 2)) & 0x0F
+    ib = np.arange(8, dtype=np.uint16).reshape(1, 8)
+    ls = low.reshape(nb, 8).astype(np.int16) | (((high >> (2 * ib)) & 3).astype(np.int16) << 4)
+    s = d * (ls - 32).astype(np.float32)  # [nb, 8]
+    qs = blocks[:, 8:].reshape(nb, 8, 16)
+    codes = _nl_codes(np.concatenate([qs & 0x0F, qs >> 4], axis=-1))  # [nb, 8, 32]
+    rows, scales = _by_rows(codes, s, n, k, BLOCK)
+    return Packed(n, k, 8, BLOCK, np.ascontiguousarray(rows), scales)
+
+
 K_QUANTS = {
+    GGMLQuantizationType.IQ4_XS: _iq4_xs,
     GGMLQuantizationType.Q4_K: _q4_k,
     GGMLQuantizationType.Q5_K: _q5_k,
     GGMLQuantizationType.Q6_K: _q6_k,

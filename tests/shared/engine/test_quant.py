@@ -116,3 +116,13 @@ def test_a_residual_in_eight_bits_moves_a_product_by_a_few_parts_in_a_thousand(k
     bound *= 2  # the int8 kernel's own rounding besides
     assert np.all(np.abs(got - want) <= bound + 1e-6)
     assert not np.array_equal(got, main)  # the residual was there to add
+
+
+@pytest.mark.parametrize("kind", [Q.Q5_0, Q.Q5_1, Q.IQ4_NL, Q.IQ4_XS], ids=lambda q: q.name)
+@pytest.mark.parametrize("seed", range(4))
+def test_five_bit_and_table_codes_are_the_gguf_s_own_in_eight_bits(kind: Q, seed: int) -> None:
+    n, k = 5, 2 * LAYOUT[kind][0] if LAYOUT[kind][0] > 32 else 96
+    raw = blocks(kind, n, k, seed)
+    packed = pack("blk.0.test.weight", kind, raw, n, k)
+    assert packed.bits == 8  # the kernel's format: a byte a weight, never re-quantised
+    assert_same(unpack(packed), dequantize(raw, kind).reshape(n, k).T)

@@ -10,11 +10,11 @@ prompt, llama.cpp's greedy ids and each step's margin (top logit minus the next)
 a SHA-256 over the quantised tensors (name, type, bytes) and the versions;
 ``synthetic/<case>.npz`` keeps the step-0 logits. The quantised file itself is kept
 (``synthetic/<case>.gguf``) only for the types whose quantiser exists only in llama.cpp
-(the k-quants); for the others the test quantises the same floats with ``gguf`` and
-checks the hash, which proves it made llama.cpp's bytes. ``synthetic/tokenizers.json``
-keeps llama.cpp's token ids for a few texts under each tokenizer the engine rebuilds:
-SentencePiece on a small vocabulary (``spm_vocabulary``), and SmolLM2's vocabulary
-under each byte-level pre-tokenizer.
+(the k-quants and the IQ4 types); for the others the test quantises the same floats
+with ``gguf`` and checks the hash, which proves it made llama.cpp's bytes.
+``synthetic/tokenizers.json`` keeps llama.cpp's token ids for a few texts under each
+tokenizer the engine rebuilds: SentencePiece on a small vocabulary (``spm_vocabulary``),
+and SmolLM2's vocabulary under each byte-level pre-tokenizer.
 
 The models have no tokenizer (``tokenizer.ggml.model = no_vocab``; llama.cpp loads that
 as is): a vocabulary of 256 ids keeps a k-quant file near 0.5 MB, where SmolLM2's 49,152
@@ -56,6 +56,7 @@ CASES: dict[str, tuple[Q, Shape]] = {
     **{f"type-{q.name}": (q, BASE) for q in (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1)},
     **{f"type-{q.name}": (q, BASE) for q in (Q.Q5_0, Q.Q5_1)},
     **{f"type-{q.name}": (q, BASE) for q in (Q.Q4_K, Q.Q5_K, Q.Q6_K)},
+    **{f"type-{q.name}": (q, BASE) for q in (Q.IQ4_NL, Q.IQ4_XS)},
     "gqa-1to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "kv_heads": 4})),
     "gqa-3to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "hidden": 384, "heads": 6, "kv_heads": 2})),
     "gqa-4to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "kv_heads": 1})),
@@ -68,7 +69,7 @@ CASES: dict[str, tuple[Q, Shape]] = {
 
 #: llama.cpp's file types (``llama_ftype``) for each weight type
 FTYPES = {Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7, Q.Q5_0: 8, Q.Q5_1: 9}
-FTYPES.update({Q.Q4_K: 15, Q.Q5_K: 17, Q.Q6_K: 18})
+FTYPES.update({Q.Q4_K: 15, Q.Q5_K: 17, Q.Q6_K: 18, Q.IQ4_NL: 25, Q.IQ4_XS: 30})
 
 
 def prompt(vocab: int) -> list[int]:
@@ -87,6 +88,26 @@ def quantised(llama: Any, source: Path, kind: Q, out: Path) -> None:
     params.nthread = 2
     if llama.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params)):
         raise RuntimeError(f"llama.cpp could not quantise {source} to {kind.name}")
+
+
+#: types whose repacked CPU kernels this llama.cpp build crashes on (an AVX-512 host,
+#: IQ4_XS: a segmentation fault at the first batch): run on the plain kernels instead
+NO_REPACK = (Q.IQ4_XS,)
+
+
+def _repacking(on: bool) -> None:
+    """Whether models loaded from now on use the repacked kernels (llama.cpp's
+    ``use_extra_bufts``, on by default)."""
+    low: Any = importlib.import_module("llama_cpp.llama_cpp")
+    default = getattr(low, "_plain_default_params", low.llama_model_default_params)
+    low._plain_default_params = default
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = on
+        return p
+
+    low.llama_model_default_params = params
 
 
 def run(llama: Any, path: Path, ids: list[int]) -> tuple[list[int], list[float], np.ndarray]:
@@ -165,6 +186,7 @@ def main(only: list[str]) -> None:
             path = HERE / f"{case}.gguf" if kind not in QUANTISABLE else Path(tmp) / "q.gguf"
             quantised(llama, source, kind, path)
             ids = prompt(shape.vocab)
+            _repacking(kind not in NO_REPACK)
             greedy, margins, step0 = run(llama, path, ids)
             golden = {
                 "case": case,
@@ -177,6 +199,7 @@ def main(only: list[str]) -> None:
                 "tensors_sha256": tensors_sha256(path),
                 "file_kept": kind not in QUANTISABLE,
                 "llama_cpp_python": llama.__version__,
+                "repacked": kind not in NO_REPACK,
             }
             (HERE / f"{case}.json").write_text(json.dumps(golden, indent=1) + "\n")
             np.savez_compressed(HERE / f"{case}.npz", step0_logits=step0)
