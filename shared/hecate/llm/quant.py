@@ -24,6 +24,9 @@ greedy text within a few tokens):
   32-bit word per block): 8 bits, stored ``q + 112`` so that the default zero point, 128,
   subtracts 16. ``Q5_1``: ``w = d · q + m``: 8 bits as stored, at an integer zero point
   per block as ``Q4_1``'s (``z`` 0..255).
+- ``Q3_K``: ``w = d · (sc - 32) · q``, ``q`` -4..3 (two bits, a third in a mask), a
+  6-bit ``sc`` per 16 weights: 4 bits, stored ``q + 8`` at the default zero point, in
+  blocks of 16.
 - ``IQ4_NL``: ``w = d · table[q]``, ``q`` 0..15 an index into 16 fixed integers in
   -127..113: 8 bits, stored ``table[q] + 128`` (the default zero point). ``IQ4_XS``: the
   same table under a 6-bit scale per 32 weights (``d · (ls - 32)``) in super-blocks of
@@ -101,6 +104,7 @@ SUPPORTED = (
     GGMLQuantizationType.Q5_0,
     GGMLQuantizationType.Q5_1,
     GGMLQuantizationType.IQ4_NL,
+    GGMLQuantizationType.Q3_K,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
@@ -207,6 +211,7 @@ def _integer_zeros(d: F32, m: F32, top: int = 15) -> tuple[U8, F32]:
 # 6- or 8-bit scales of one float16 per super-block; the same layouts gguf dequantises.
 QK_K = 256
 K_BYTES = {
+    GGMLQuantizationType.Q3_K: 110,
     GGMLQuantizationType.IQ4_XS: 136,
     GGMLQuantizationType.Q4_K: 144,
     GGMLQuantizationType.Q5_K: 176,
@@ -291,7 +296,24 @@ def _iq4_xs(blocks: U8, n: int, k: int) -> Packed:
     return Packed(n, k, 8, BLOCK, np.ascontiguousarray(rows), scales)
 
 
+def _q3_k(blocks: U8, n: int, k: int) -> Packed:
+    nb = blocks.shape[0]
+    hmask, qs, packed = blocks[:, :32], blocks[:, 32:96], blocks[:, 96:108]
+    d = blocks[:, 108:110].copy().view(np.float16).astype(np.float32)  # [nb, 1]
+    low = (packed[:, :8].reshape(nb, 1, 8) >> _SHIFT4.reshape(1, 2, 1)).reshape(nb, 16) & 0x0F
+    shifts = np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)
+    high = (packed[:, 8:].reshape(nb, 1, 4) >> shifts).reshape(nb, 16) & 0x03
+    sc = (low | (high << 4)).astype(np.int16) - 32
+    ql = (qs.reshape(nb, 2, 1, 32) >> shifts.reshape(1, 1, 4, 1)).reshape(nb, 16, 16) & 3
+    bits = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    qh = (hmask.reshape(nb, 1, 32) >> bits).reshape(nb, 16, 16) & 1
+    q = ql.astype(np.int16) - ((qh ^ 1).astype(np.int16) << 2)  # -4..3
+    rows, scales = _by_rows((q + 8).astype(np.uint8), d * sc.astype(np.float32), n, k, SUB6)
+    return Packed(n, k, 4, SUB6, pairs(rows), scales)
+
+
 K_QUANTS = {
+    GGMLQuantizationType.Q3_K: _q3_k,
     GGMLQuantizationType.IQ4_XS: _iq4_xs,
     GGMLQuantizationType.Q4_K: _q4_k,
     GGMLQuantizationType.Q5_K: _q5_k,
