@@ -27,6 +27,8 @@ greedy text within a few tokens):
 - ``Q3_K``: ``w = d · (sc - 32) · q``, ``q`` -4..3 (two bits, a third in a mask), a
   6-bit ``sc`` per 16 weights: 4 bits, stored ``q + 8`` at the default zero point, in
   blocks of 16.
+- ``Q2_K``: ``w = d·sc·q - dmin·m``, ``q`` 0..3, a 4-bit ``sc`` and ``m`` per 16
+  weights: 4 bits as stored at an integer zero point per 16, as ``Q4_K``'s.
 - ``IQ4_NL``: ``w = d · table[q]``, ``q`` 0..15 an index into 16 fixed integers in
   -127..113: 8 bits, stored ``table[q] + 128`` (the default zero point). ``IQ4_XS``: the
   same table under a 6-bit scale per 32 weights (``d · (ls - 32)``) in super-blocks of
@@ -104,6 +106,7 @@ SUPPORTED = (
     GGMLQuantizationType.Q5_0,
     GGMLQuantizationType.Q5_1,
     GGMLQuantizationType.IQ4_NL,
+    GGMLQuantizationType.Q2_K,
     GGMLQuantizationType.Q3_K,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
@@ -211,6 +214,7 @@ def _integer_zeros(d: F32, m: F32, top: int = 15) -> tuple[U8, F32]:
 # 6- or 8-bit scales of one float16 per super-block; the same layouts gguf dequantises.
 QK_K = 256
 K_BYTES = {
+    GGMLQuantizationType.Q2_K: 84,
     GGMLQuantizationType.Q3_K: 110,
     GGMLQuantizationType.IQ4_XS: 136,
     GGMLQuantizationType.Q4_K: 144,
@@ -312,7 +316,22 @@ def _q3_k(blocks: U8, n: int, k: int) -> Packed:
     return Packed(n, k, 4, SUB6, pairs(rows), scales)
 
 
+def _q2_k(blocks: U8, n: int, k: int) -> Packed:
+    nb = blocks.shape[0]
+    sc, qs = blocks[:, :16], blocks[:, 16:80]
+    d = blocks[:, 80:82].copy().view(np.float16).astype(np.float32)  # [nb, 1]
+    dmin = blocks[:, 82:84].copy().view(np.float16).astype(np.float32)
+    s, mn = d * (sc & 0x0F).astype(np.float32), dmin * (sc >> 4).astype(np.float32)
+    shifts = np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    q: U8 = ((qs.reshape(nb, 2, 1, 32) >> shifts) & 3).astype(np.uint8).reshape(nb, 16, 16)
+    rows, scales = _by_rows(q, s, n, k, SUB6)
+    # w = s·q - mn = s(q - z) + (s·z - mn), as Q4_K's
+    zeros, rest = _integer_zeros(s.reshape(n, k // SUB6), -mn.reshape(n, k // SUB6))
+    return Packed(n, k, 4, SUB6, pairs(rows), scales, rest, None, zeros)
+
+
 K_QUANTS = {
+    GGMLQuantizationType.Q2_K: _q2_k,
     GGMLQuantizationType.Q3_K: _q3_k,
     GGMLQuantizationType.IQ4_XS: _iq4_xs,
     GGMLQuantizationType.Q4_K: _q4_k,
