@@ -129,12 +129,14 @@ def matrix(
         return rng.normal(0, WEIGHT_STD, size=(n, k)).astype(np.float32), None
     if kind == Q.F16:
         return rng.normal(0, WEIGHT_STD, size=(n, k)).astype(np.float16), None
+    if kind == Q.BF16:
+        return quantize(rng.normal(0, WEIGHT_STD, size=(n, k)).astype(np.float32), kind), kind
     return _scaled(kind, random_blocks(kind, n, k, rng), n, k), kind
 
 
 #: what :func:`write` can quantise drawn weights to itself (gguf's quantisers, which give
 #: llama.cpp's bytes for these types; the golden files check that they still do)
-QUANTISABLE = (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1)
+QUANTISABLE = (Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1)
 
 
 def drawn(

@@ -100,6 +100,7 @@ def pairs(values: U8) -> U8:
 SUPPORTED = (
     GGMLQuantizationType.F32,
     GGMLQuantizationType.F16,
+    GGMLQuantizationType.BF16,
     GGMLQuantizationType.Q8_0,
     GGMLQuantizationType.Q4_0,
     GGMLQuantizationType.Q4_1,
@@ -116,15 +117,21 @@ SUPPORTED = (
 
 
 def check_types(file: Any) -> None:
-    """Raise :class:`UnsupportedWeights` for the first matrix of ``file`` (a
-    :class:`~hecate.llm.gguf_file.GGUFFile`) whose type the engine has no kernel for,
-    naming the type and the tensor: found when a model is added, not by a node."""
+    """Raise :class:`UnsupportedWeights` naming every weight type of ``file`` (a
+    :class:`~hecate.llm.gguf_file.GGUFFile`) the engine has no kernel for, in one
+    message, each with the first matrix of that type and how many more there are: found
+    when a model is added, not by a node."""
+    lacking: dict[GGMLQuantizationType, list[str]] = {}
     for name, t in file.tensors.items():
         if len(t.shape) >= 2 and t.tensor_type not in SUPPORTED:
-            raise UnsupportedWeights(
-                f"{name}: weight type {t.tensor_type.name} is not supported (supported: "
-                f"{', '.join(q.name for q in SUPPORTED)})"
-            )
+            lacking.setdefault(t.tensor_type, []).append(name)
+    if lacking:
+        said = "; ".join(
+            f"{names[0]}: weight type {kind.name} is not supported"
+            + (f" (and {len(names) - 1} more matrices)" if len(names) > 1 else "")
+            for kind, names in lacking.items()
+        )
+        raise UnsupportedWeights(f"{said} (supported: {', '.join(q.name for q in SUPPORTED)})")
 
 
 def pack(
@@ -132,7 +139,10 @@ def pack(
 ) -> Packed:
     """``raw`` is the tensor's data as the GGUF reader gives it (rows of blocks, or
     floats); ``n`` outputs of ``k`` inputs each."""
-    if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+    if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16):
+        if kind == GGMLQuantizationType.BF16:  # float32's top half: exact in float32
+            widened = np.asarray(raw).view(np.uint16).astype(np.uint32) << 16
+            raw = widened.view(np.float32)
         dense = np.ascontiguousarray(np.asarray(raw, dtype=np.float32).reshape(n, k).T)
         return Packed(
             n, k, 0, BLOCK, np.zeros((0,), np.uint8), np.zeros((0,), np.float32), None, dense

@@ -121,7 +121,7 @@ def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Regis
     and register it as ``name``; raises :class:`ModelStoreError`
     saying in one line what is wrong."""
     from hecate.llm.gguf_file import BadGGUF, GGUFFile
-    from hecate.llm.gguf_model import check_shapes, read_config
+    from hecate.llm.gguf_model import UnsupportedModel, check_shapes, read_config
     from hecate.llm.quant import UnsupportedWeights, check_types
     from hecate.llm.template import template_fields, vet
     from hecate.llm.tokenizer import TokenizerError, check_tokenizer, load_tokenizer
@@ -139,8 +139,15 @@ def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Regis
         raise ModelStoreError(f"{path}: no such file")
     try:
         file = GGUFFile(path)
+        lacking = []  # what the engine lacks for this file, said together
+        for check in (lambda: read_config(file), lambda: check_types(file)):
+            try:
+                check()
+            except (UnsupportedModel, UnsupportedWeights) as e:
+                lacking.append(str(e))
+        if lacking:
+            raise ModelStoreError(_one_line("; ".join(lacking)))
         config = read_config(file)
-        check_types(file)
         check_shapes(file, config)
         progress(f"{name}: {config.arch}, {config.layers} layers; building its tokenizer")
         load_tokenizer(path)

@@ -14,7 +14,7 @@ from hecate.llm.llama import LlamaStage
 from hecate.llm.onnx_stage import OnnxStage
 from hecate_dev.synthetic_gguf import Shape, write
 
-TYPES = [Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.IQ4_NL]
+TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.IQ4_NL]
 TYPES += [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
 SHAPES = {
     "gqa-1:1-d64": Shape(heads=4, kv_heads=4),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
-from gguf.quants import quantize
+from gguf.constants import GGML_QUANT_SIZES
 
 from hecate.core.plan import SLUG_PATTERN
 from hecate.executors import generative_model, get_executor
@@ -86,16 +86,19 @@ def test_a_file_changed_after_it_was_added_is_refused(tmp_path: Path) -> None:
         pull("tiny-qwen")
 
 
-def _bf16_model(path: Path) -> Path:
-    w = GGUFWriter(str(path), "llama")
-    for key, value in (("block_count", 1), ("embedding_length", 64), ("feed_forward_length", 64)):
-        w.add_uint32(f"llama.{key}", value)
+def _lacking_model(path: Path, arch: str = "llama") -> Path:
+    """A file of ``arch`` whose attention matrices are of two types the engine has no
+    kernel for (IQ3_S and IQ2_XXS: zero bytes, never computed)."""
+    w = GGUFWriter(str(path), arch)
+    for key, value in (("block_count", 1), ("embedding_length", 256), ("feed_forward_length", 256)):
+        w.add_uint32(f"{arch}.{key}", value)
     w.add_head_count(2)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_context_length(64)
-    floats = np.zeros((64, 64), np.float32)
-    w.add_tensor("token_embd.weight", floats)
-    w.add_tensor("blk.0.attn_q.weight", quantize(floats, Q.BF16), raw_dtype=Q.BF16)
+    w.add_tensor("token_embd.weight", np.zeros((64, 256), np.float32))
+    for name, kind in (("attn_q", Q.IQ3_S), ("attn_k", Q.IQ2_XXS), ("attn_v", Q.IQ3_S)):
+        row = GGML_QUANT_SIZES[kind][1]  # one block of 256 a row
+        w.add_tensor(f"blk.0.{name}.weight", np.zeros((256, row), np.uint8), raw_dtype=kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -111,7 +114,7 @@ def _bf16_model(path: Path) -> Path:
         ("m", lambda d: d / "absent.gguf", "no such file"),
         ("m", lambda d: (d / "x.gguf", (d / "x.gguf").write_bytes(b"PK\x03\x04"))[0], "not a GGUF"),
         ("m", lambda d: write(d / "m.gguf", Q.Q8_0, Shape(layers=1)), "tokenizer 'no_vocab'"),
-        ("m", lambda d: _bf16_model(d / "bf16.gguf"), "blk.0.attn_q.weight: weight type BF16"),
+        ("m", lambda d: _lacking_model(d / "iq3.gguf"), "blk.0.attn_q.weight: weight type IQ3_S"),
     ],
     ids=["name", "built-in", "missing", "not-gguf", "no-tokenizer", "weight-type"],
 )
@@ -175,3 +178,15 @@ def test_a_swarm_serves_an_added_model_as_one_process_does(models: Path, tmp_pat
     assert answer.stdout.rstrip("\n") == greedy_text(path, prompt, 8)
     assert up.returncode == 0, out[-2000:]
     assert "Traceback" not in out, out[-3000:]
+
+
+@pytest.mark.usefixtures("models")
+def test_a_refusal_names_everything_the_file_lacks_at_once(tmp_path: Path) -> None:
+    path = _lacking_model(tmp_path / "phi.gguf", arch="phi3")
+    with pytest.raises(ModelStoreError) as refused:
+        add("m", path, progress=lambda _line: None)
+    said = str(refused.value)
+    assert "architecture 'phi3' is not supported" in said, said
+    assert "blk.0.attn_q.weight: weight type IQ3_S is not supported (and 1 more matrices)" in said
+    assert "blk.0.attn_k.weight: weight type IQ2_XXS is not supported" in said
+    assert registered() == {}

@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType as Q
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
@@ -136,3 +136,11 @@ def test_two_and_three_bit_codes_are_the_gguf_s_own_in_four_bits(kind: Q, seed: 
     packed = pack("blk.0.test.weight", kind, raw, n, k)
     assert (packed.bits, packed.block) == (4, 16)
     assert_same(unpack(packed), dequantize(raw, kind).reshape(n, k).T)
+
+
+def test_bfloat16_weights_are_float32_s_top_half_exactly() -> None:
+    floats = np.random.default_rng(3).normal(0, 0.05, size=(4, 64)).astype(np.float32)
+    raw = quantize(floats, Q.BF16)
+    packed = pack("blk.0.test.weight", Q.BF16, raw, 4, 64)
+    assert packed.bits == 0
+    np.testing.assert_array_equal(unpack(packed), dequantize(raw, Q.BF16).reshape(4, 64).T)

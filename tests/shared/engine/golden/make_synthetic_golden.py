@@ -54,7 +54,7 @@ BASE = Shape(layers=2, hidden=256, heads=4, kv_heads=2, ffn=256, vocab=256, cont
 #: case → (weight type, shape)
 CASES: dict[str, tuple[Q, Shape]] = {
     **{f"type-{q.name}": (q, BASE) for q in (Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1)},
-    **{f"type-{q.name}": (q, BASE) for q in (Q.Q5_0, Q.Q5_1)},
+    **{f"type-{q.name}": (q, BASE) for q in (Q.Q5_0, Q.Q5_1, Q.BF16)},
     **{f"type-{q.name}": (q, BASE) for q in (Q.Q4_K, Q.Q5_K, Q.Q6_K)},
     **{f"type-{q.name}": (q, BASE) for q in (Q.IQ4_NL, Q.IQ4_XS, Q.Q3_K, Q.Q2_K)},
     "gqa-1to1": (Q.Q8_0, Shape(**{**BASE.__dict__, "kv_heads": 4})),
@@ -68,7 +68,7 @@ CASES: dict[str, tuple[Q, Shape]] = {
 }
 
 #: llama.cpp's file types (``llama_ftype``) for each weight type
-FTYPES = {Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7, Q.Q5_0: 8, Q.Q5_1: 9}
+FTYPES = {Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7, Q.Q5_0: 8, Q.Q5_1: 9, Q.BF16: 32}
 FTYPES.update({Q.Q4_K: 15, Q.Q5_K: 17, Q.Q6_K: 18, Q.IQ4_NL: 25, Q.IQ4_XS: 30})
 FTYPES.update({Q.Q2_K: 10, Q.Q3_K: 11})  # Q3_K_S: every matrix Q3_K when pure
 
