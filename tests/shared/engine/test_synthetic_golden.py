@@ -71,13 +71,13 @@ def reference(stage: LlamaStage) -> Feed:
     return lambda ids: stage.logits(stage.forward(stage.embed(ids), cache))
 
 
-def disagreements(feed: Feed, g: dict[str, Any]) -> list[str]:
-    """What differs from llama.cpp: the step-0 correlation, and each confident step whose
-    token is not llama.cpp's. Empty: agreement."""
+def disagreements(feed: Feed, g: dict[str, Any], correlation: float = CORRELATION) -> list[str]:
+    """What differs from llama.cpp: the step-0 correlation (below ``correlation``), and
+    each confident step whose token is not llama.cpp's. Empty: agreement."""
     out = []
     logits = feed(g["prompt"])
     r = float(np.corrcoef(logits, g["step0_logits"])[0, 1])
-    if not r >= CORRELATION:
+    if not r >= correlation:
         out.append(f"step-0 logits correlate at {r:.5f}")
     for step, (want, margin) in enumerate(zip(g["greedy"], g["margins"], strict=True)):
         got = int(np.argmax(logits))
