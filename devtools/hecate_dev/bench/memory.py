@@ -285,6 +285,7 @@ def model(name: str, path: Path, *, whole: bool = True) -> ModelMemory:
     from hecate.llm.gguf_file import GGUFFile
     from hecate.llm.gguf_model import read_config
     from hecate.llm.onnx_load import stage_bytes
+    from hecate.llm.sessions import kv_bytes_per_position
 
     file = GGUFFile(path)
     c = read_config(file)
@@ -297,7 +298,7 @@ def model(name: str, path: Path, *, whole: bool = True) -> ModelMemory:
     _say(f"{name}: llama.cpp on the whole file ...")
     size = path.stat().st_size / MIB
     context = 4096
-    kv = 2 * c.layers * c.kv_heads * c.head_dim * context * 2 / MIB
+    kv = context * kv_bytes_per_position(c, c.layers, 2) / MIB  # llama.cpp's float16
     ran = pooled.resident(path, context=context, threads=THREADS, name=name)
     cpp = msgspec.convert(
         msgspec.to_builtins(ran)

@@ -1,7 +1,7 @@
 """llama.cpp beside HECATE's nodes: its own binaries run on a GGUF, each process held
 to a memory limit (:mod:`hecate_dev.cgroups`).
 
-* :func:`rpc_split`: llama.cpp's own split of a file over N ``ggml-rpc-server``
+* :func:`rpc_standing`: llama.cpp's own split of a file over N ``ggml-rpc-server``
   processes, each in a cgroup of a given limit, behind one ``llama-server`` that offloads
   every layer to them (``--rpc ... -ngl 99``): its load time, tokens/s at 1 and 4 users
   (greedy, a fixed number of tokens each), and each server's memory and whether the OOM
@@ -385,27 +385,6 @@ def rpc_standing(
             for p in arm.procs:
                 p.kill()
                 p.wait()
-
-
-def rpc_split(
-    file: Path,
-    servers: int = 3,
-    limit_bytes: int = 3 * 2**29,
-    users: Sequence[int] = (1, 4),
-    *,
-    max_tokens: int = 64,
-    context: int = 4096,
-) -> RpcSplit:
-    """:func:`rpc_standing`'s split, timed once at each of ``users``."""
-    with rpc_standing(file, servers, limit_bytes, max_tokens=max_tokens, context=context) as arm:
-        rates: dict[str, list[float]] = {}
-        if arm.server is not None:
-            try:
-                for n in users:
-                    rates[str(n)] = [arm.rate(n, max_tokens)]
-            except (RuntimeError, OSError):
-                pass  # the arm says why
-        return arm.result(rates) if not arm.base.skipped else arm.base
 
 
 def _wait_port(port: int, timeout_s: float) -> None:

@@ -34,6 +34,7 @@ from hecate.llm.chunks import PREFILL_CHUNK, chunk_of, prefill_chunk
 from hecate.llm.constrain import ConstraintError, Constraints, logprob_of
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import load_stage, read_config
+from hecate.llm.kv_pool import KV_TYPE
 from hecate.llm.llama import Array, LlamaStage
 from hecate.llm.prefix_news import Announcer
 from hecate.llm.prompts import Prompts
@@ -142,7 +143,8 @@ class LlmExecutor:
         from hecate.llm.onnx_load import footprint
 
         file = GGUFFile(self._gguf())
-        itemsize = 2 if self.engine == "onnx" else 4  # float16 KV; numpy's float32
+        # the engine's KV type; the numpy model keeps float32
+        itemsize = np.dtype(KV_TYPE if self.engine == "onnx" else np.float32).itemsize
         return footprint(file, read_config(file), self.kv_positions, itemsize)
 
     def _stage(self, layer_start: int, layer_end: int) -> Stage:

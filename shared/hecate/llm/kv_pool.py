@@ -17,6 +17,9 @@ import numpy.typing as npt
 KvArray = npt.NDArray[Any]
 #: the number types a KV cache may be kept in
 KvType = type[np.float16] | type[np.float32]
+#: what the engine keeps its KV cache in unless a stage asks otherwise: float16, as
+#: llama.cpp keeps it (half float32's bytes)
+KV_TYPE: KvType = np.float16
 
 
 @dataclass

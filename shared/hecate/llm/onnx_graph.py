@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig
-from hecate.llm.kv_pool import KvType
+from hecate.llm.kv_pool import KV_TYPE, KvType
 from hecate.llm.quant import F32, U8, Packed, pack, pairs
 
 #: int8 activations in MatMulNBits, as llama.cpp quantises its activations to Q8: the
@@ -58,7 +58,7 @@ def build(
     layer_start: int,
     layer_end: int,
     capacity: int,
-    kv_type: KvType = np.float16,
+    kv_type: KvType = KV_TYPE,
 ) -> Built:
     """The graph of blocks ``[layer_start, layer_end)`` with KV caches of ``capacity``
     positions, kept in ``kv_type``.

@@ -51,8 +51,9 @@ from onnx import TensorProto, helper
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig
-from hecate.llm.kv_pool import KvType
+from hecate.llm.kv_pool import KV_TYPE, KvType
 from hecate.llm.onnx_graph import ACCURACY_LEVEL, MS, ROLES, build
+from hecate.llm.sessions import kv_bytes_per_position
 from hecate.model.footprint import Footprint
 
 #: the file bytes of blocks a piece holds at most (a block at least): what loading
@@ -110,7 +111,7 @@ def footprint(file: GGUFFile, c: LlamaConfig, kv_positions: int, kv_itemsize: in
     return Footprint(
         blocks=tuple(int(b * HELD_PER_FILE_BYTE) for b in blocks),
         head=int(head * HELD_PER_FILE_BYTE),
-        kv_per_layer=kv_positions * 2 * c.kv_heads * c.head_dim * kv_itemsize,
+        kv_per_layer=kv_positions * kv_bytes_per_position(c, 1, kv_itemsize),
         loading=int(max(pieces) * LOADING_PER_FILE_BYTE),
     )
 
@@ -137,7 +138,7 @@ def load(
     layer_end: int,
     capacity: int,
     options: Callable[[bool], ort.SessionOptions],
-    kv_type: KvType = np.float16,
+    kv_type: KvType = KV_TYPE,
 ) -> list[Piece]:
     """The stage's pieces, loaded one after another (``options`` makes each session's
     options, told whether there are several pieces: they hold the arrays handed over

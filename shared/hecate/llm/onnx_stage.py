@@ -41,7 +41,7 @@ from gguf.quants import dequantize
 
 from hecate.llm.gguf_file import GGUFFile
 from hecate.llm.gguf_model import LlamaConfig, read_config
-from hecate.llm.kv_pool import KvType, Slot, kv_buffer, release
+from hecate.llm.kv_pool import KV_TYPE, KvType, Slot, kv_buffer, release
 from hecate.llm.onnx_load import Piece, load, trim_heap
 from hecate.llm.sessions import kv_bytes_per_position
 
@@ -67,7 +67,7 @@ class OnnxStage:
         slots: int = 32,
         capacity: int | None = None,
         spin: Spin = True,
-        kv_type: KvType = np.float16,
+        kv_type: KvType = KV_TYPE,
     ) -> None:
         """``kv_type``: the numbers the KV cache keeps (float16, as llama.cpp; float32
         only where :func:`~hecate.llm.onnx_load.load` builds the graph for it).
