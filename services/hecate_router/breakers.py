@@ -35,6 +35,9 @@ from hecate.wire import subjects
 from hecate.wire.messages import OutcomeReport, ProbeGrant, ProbeRequest
 from hecate_router.reports import ReportOutbox
 
+PROBE_ASK_TIMEOUT_S = 1.0  # the breaker service's answer to a lease ask
+PROBE_ASK_AGAIN_S = 1.0  # after an ask that got no answer
+
 _snapshot = msgspec.json.Decoder(BreakerSnapshot)
 _grant = msgspec.json.Decoder(ProbeGrant)
 
@@ -58,7 +61,8 @@ class BreakerView:
         self.snapshots: dict[str, tuple[BreakerSnapshot, int]] = {}
         self.leased: set[str] = set()  # won the probe lease; the next request may go
         self.probing: set[str] = set()  # the probe request is in flight
-        self._tried: dict[str, int] = {}  # target -> revision a lease was attempted on
+        self._tried: dict[str, int] = {}  # target -> revision a lease was answered on
+        self._unanswered: dict[str, float] = {}  # target -> when an unanswered ask may go again
         self.leases_won = 0
         self.counters: Counter[str] = Counter() if counters is None else counters
         self.outbox = ReportOutbox(
@@ -119,6 +123,7 @@ class BreakerView:
             for target, (snap, revision) in self.snapshots.items()
             if self._probe_due(snap, now)
             and self._tried.get(target) != revision
+            and self._unanswered.get(target, 0.0) <= now
             and target not in self.leased
             and target not in self.probing
         ]
@@ -129,15 +134,23 @@ class BreakerView:
         if held is None:
             return False
         snap, revision = held
-        self._tried[target] = revision
-        if not self._probe_due(snap, time.time()):
+        now = time.time()
+        if not self._probe_due(snap, now):
             return False
         ask = ProbeRequest(target=target, router_id=self.router_id)
+        self._unanswered[target] = now + PROBE_ASK_TIMEOUT_S + PROBE_ASK_AGAIN_S  # while asking
         try:
-            msg = await self.nc.request(subjects.BREAKER_PROBE, encode(ask), timeout=1.0)
+            msg = await self.nc.request(
+                subjects.BREAKER_PROBE, encode(ask), timeout=PROBE_ASK_TIMEOUT_S
+            )
             granted = _grant.decode(msg.data).granted
-        except Exception:  # no breaker service, an error reply, a timeout: no probe
+        except Exception:  # no breaker service, an error reply, a timeout: no probe now
+            # Asked again later, not on the next revision only: an ask the service never
+            # heard changes nothing in the bucket, and the circuit would stay open for good.
+            self._unanswered[target] = time.time() + PROBE_ASK_AGAIN_S
             return False
+        self._unanswered.pop(target, None)
+        self._tried[target] = revision  # answered: asked again once the state moves
         if not granted:
             return False
         self.leased.add(target)

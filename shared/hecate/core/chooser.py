@@ -14,7 +14,11 @@ them into a core :class:`SwarmState` and :class:`Router`, and decides:
    counted as load, and the round trips it measured on each pipeline as its link term,
    see :mod:`hecate.core.roundtrips`; a rescue is costed from the snapshot), except for
    the bounded share that goes to an unmeasured intact pipeline so that it is measured
-   again (:meth:`Router.explore <hecate.core.router.Router.explore>`). Pipelines in
+   again (:meth:`Router.explore <hecate.core.router.Router.explore>`), and the request
+   that carries a probe: while this router holds a target's probe lease, its next
+   request that an intact pipeline through the target can take goes there (the
+   cheapest such), since the circuit stays open until the probe reports and a lease
+   spent on nothing would keep it open however long the traffic lasts. Pipelines in
    ``full`` are at their admission limit: when only those are intact,
    :class:`Saturated` is raised, since load is a reason to wait, never to splice or
    degrade.
@@ -48,7 +52,13 @@ from collections.abc import Collection, Mapping
 
 import msgspec
 
-from hecate.core.cost import DEFAULT_PENALTY, DEFAULT_WEIGHTS, ColdPenalty, RouteWeights
+from hecate.core.cost import (
+    DEFAULT_PENALTY,
+    DEFAULT_WEIGHTS,
+    ColdPenalty,
+    RouteWeights,
+    token_cost,
+)
 from hecate.core.errors import NoHealthyPipeline, Unrecoverable
 from hecate.core.failover import FailoverOptions, Recovered, failover_in_swarm
 from hecate.core.plan import SwarmPlan
@@ -86,6 +96,7 @@ class Chooser:
         # what telemetry alone says, when a circuit is open (the last resort, rule 5).
         self.unsuspected: SwarmState | None = None
         self.panic: SwarmState | None = None
+        self.leased: frozenset[str] = frozenset()  # open circuits whose probe we may send
         self._inputs: tuple[SwarmPlan, Mapping[str, NodeState], frozenset[str], Mapping[str, float]]
         # The best rescue of each model, per snapshot (the folded and the unsuspected).
         self._rescues: list[tuple[SwarmState, dict[str, Recovered | None]]] = []
@@ -108,6 +119,7 @@ class Chooser:
         ``heard`` is when telemetry last heard from each node it calls alive (by default
         the ``last_seen`` of each alive node): a suspicion older than that is cleared."""
         blocked = frozenset(open_circuits) - frozenset(leased)
+        self.leased = frozenset(leased) & frozenset(open_circuits)
         if heard is None:
             heard = {i: n.last_seen or 0.0 for i, n in nodes.items() if n.alive}
         self._inputs = (plan, nodes, blocked, heard)
@@ -197,6 +209,9 @@ class Chooser:
                 return rescue.route, rescue.degraded
             refused = exc
         else:
+            probe = self._probe(model_id, route, request, full)
+            if probe is not None:
+                return probe, False
             trial = self.router.explore(model_id, route, request, full, now=now)
             return (route if trial is None else trial), False
         # Only suspicion stands in the way: decide as if there were none; only open
@@ -211,6 +226,23 @@ class Chooser:
                 if rescue is not None:
                     return rescue.route, rescue.degraded
         raise refused
+
+    def _probe(
+        self, model_id: str, chosen: Route, request: RoutingRequest, full: Collection[str]
+    ) -> Route | None:
+        """The cheapest intact pipeline with room through a target whose probe lease
+        this router holds, when ``chosen`` passes by every such target (rule 2)."""
+        if not self.leased or self.leased.intersection(chosen.node_ids):
+            return None
+        for cost, pid, p in self.state.cost_table(model_id, self.weights, self.penalty):
+            if pid not in full and any(s.node_id in self.leased for s in p.stages):
+                return Route(
+                    model_id=model_id,
+                    pipeline_id=pid,
+                    cost=cost + token_cost(request.tokens, self.weights),
+                    stages=p.stages,
+                )
+        return None
 
     def saturated(self, model_id: str, full: Collection[str]) -> bool:
         """Every intact pipeline of ``model_id`` is in ``full`` (and there is one): a

@@ -200,7 +200,23 @@ def test_a_probe_lease_opens_an_open_circuit_to_this_router_alone() -> None:
     route, _ = chooser(open_circuits=open_, options=FailoverOptions()).choose("m", REQ)
     assert route.pipeline_id == "m-r2"
     route, _ = chooser(open_circuits=open_, leased=frozenset({"b0"})).choose("m", REQ)
-    assert route.pipeline_id in ("m-r1", "m-r2")
+    assert route.pipeline_id == "m-r1"  # the lease is spent: the probe goes out
+
+
+def test_a_held_probe_lease_takes_the_next_request_that_can_carry_it() -> None:
+    # m-r0 is the cheapest as costed; the circuit of m-r1's b1 waits for its probe.
+    c = chooser(open_circuits=frozenset({"b1"}), leased=frozenset({"b1"}))
+    route, degraded = c.choose("m", REQ)
+    assert (route.pipeline_id, degraded) == ("m-r1", False)
+    # Full, the pipeline through it is passed over; nothing else changes.
+    route, _ = c.choose("m", REQ, frozenset({"m-r1"}))
+    assert route.pipeline_id == "m-r0"
+    # Another model's requests never carry it.
+    route, _ = c.choose("mini", REQ)
+    assert route.pipeline_id == "mini-r0"
+    # A lease on a circuit that has closed since is nothing to spend.
+    c = chooser(leased=frozenset({"b1"}))
+    assert c.choose("m", REQ)[0].pipeline_id == "m-r0"
 
 
 def test_circuits_open_on_every_copy_never_refuse_a_model_telemetry_calls_alive() -> None:
