@@ -1,5 +1,6 @@
-"""Small llama GGUFs of random weights, one weight type throughout, for holding the engine
-against the numpy model on every type and shape it claims.
+"""Small llama-family GGUFs (llama, qwen2, qwen3, gemma3) of random weights, one weight
+type throughout, for holding the engine against the numpy model on every type and shape
+it claims.
 
 The blocks are random bytes with float16 scales drawn, then every scale of the file
 rescaled so that each weight matrix has a standard deviation of about
@@ -28,6 +29,13 @@ from gguf.quants import dequantize, quantize
 from hecate.llm.gguf_file import GGUFFile
 
 WEIGHT_STD = 0.05
+#: gemma3's norms after attention and after the FFN are drawn near this, not one. gemma3
+#: scales the embedding by sqrt(hidden), and beside it blocks whose outputs are normed to
+#: about one leave the tied head reading the last token's own embedding: it repeats that
+#: token at every step, whatever the attention, its window or its RoPE did
+GEMMA_POST_NORM = 4.0
+#: the architectures :func:`write` makes, by their GGUF names
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 #: qwen2's Q, K and V biases: large beside a projection's output (std about 0.8), so a
 #: bias left out changes the answer
 BIAS_STD = 0.5
@@ -58,13 +66,38 @@ class Shape:
     ffn: int = 512
     vocab: int = 512
     context: int = 512
+    #: RoPE's base (gemma3: of its global layers)
     rope_base: float = 10_000.0
-    #: ``llama``, or ``qwen2`` (biases on Q, K and V; RoPE on halves)
+    #: ``llama``; ``qwen2`` (biases on Q, K and V; RoPE on halves); ``qwen3`` (an RMS norm
+    #: on each head of Q and of K before RoPE, ``attn_q_norm``/``attn_k_norm``; RoPE on
+    #: halves); ``gemma3`` (Q/K norms as qwen3, norms after attention and after the FFN,
+    #: GELU, the embedding scaled by sqrt(hidden), sliding-window layers)
     arch: str = "llama"
     #: the output head is the embedding (else an ``output.weight`` of its own)
     tied: bool = True
     #: ``none``; ``llama3``: per-frequency factors (``rope_freqs``); ``linear``: factor 4
     rope_scaling: str = "none"
+    #: the width of a head, written as ``key_length`` and ``value_length``; None:
+    #: ``hidden // heads``, and neither key written
+    head_dim: int | None = None
+    #: the RMS norms' epsilon (``layer_norm_rms_epsilon``)
+    rms_eps: float = 1e-5
+    #: gemma3: the sliding layers' window (``attention.sliding_window``: a token sees
+    #: itself and the ``window - 1`` before it); 0: not written, every layer global
+    window: int = 0
+    #: gemma3: ``attention.sliding_window_pattern``, every ``window_pattern``-th layer
+    #: global and the others sliding (llama.cpp: layer i slides when
+    #: ``i % window_pattern < window_pattern - 1``; 0: every layer; 1, with a window:
+    #: llama.cpp aborts, no layer sliding); None: not written, as in Gemma 3's own files,
+    #: and llama.cpp takes 6
+    window_pattern: int | None = None
+    #: gemma3: RoPE's base on the sliding layers (``rope.freq_base_swa``); None: not
+    #: written, and llama.cpp takes 10,000
+    rope_base_swa: float | None = None
+
+    @property
+    def head_width(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
 
 
 #: Llama 3.1's RoPE scaling (its config.json), at this file's scale of contexts
@@ -174,15 +207,31 @@ def write(
     source = GGUFFile(tokenizer).metadata if isinstance(tokenizer, Path) else tokenizer
     if source is not None:
         s = replace(s, vocab=len(source["tokenizer.ggml.tokens"]))
-    d = s.hidden // s.heads
+    if s.arch not in ARCHS:
+        raise ValueError(f"arch {s.arch!r}: one of {', '.join(ARCHS)}")
+    gemma = s.arch == "gemma3"
+    if not gemma and (s.window or s.window_pattern is not None or s.rope_base_swa is not None):
+        raise ValueError(f"{s.arch}: sliding windows are gemma3's")
+    d = s.head_width
     w = GGUFWriter(str(path), s.arch)
     w.add_block_count(s.layers)
     w.add_embedding_length(s.hidden)
     w.add_feed_forward_length(s.ffn)
     w.add_head_count(s.heads)
     w.add_head_count_kv(s.kv_heads)
-    w.add_layer_norm_rms_eps(1e-5)
+    if s.head_dim is not None:
+        w.add_key_length(s.head_dim)
+        w.add_value_length(s.head_dim)
+    w.add_layer_norm_rms_eps(s.rms_eps)
     w.add_rope_freq_base(s.rope_base)
+    # llama.cpp requires none of these (all read as optional), but checks their types:
+    # uint32 for the window and pattern, float32 for the base.
+    if s.window:
+        w.add_sliding_window(s.window)
+    if s.window_pattern is not None:
+        w.add_sliding_window_pattern(s.window_pattern)
+    if s.rope_base_swa is not None:
+        w.add_rope_freq_base_swa(s.rope_base_swa)
     w.add_context_length(s.context)
     w.add_vocab_size(s.vocab)
     if source is None:  # the tests feed token ids (llama.cpp loads such a file as is)
@@ -204,10 +253,14 @@ def write(
         else:
             w.add_tensor(name, data, raw_dtype=raw_dtype)  # shape: from its bytes
 
-    def norm(name: str) -> None:
-        weight = np.ones(s.hidden, np.float32)
+    def norm(name: str, size: int = s.hidden, scale: float = 1.0) -> None:
+        # Gemma's files hold 1 + the checkpoint's weight (its converter adds the one), so
+        # the same draw near one serves every arch.
+        weight = np.ones(size, np.float32)
         if floats:
-            weight += rng.normal(0, 0.1, size=s.hidden).astype(np.float32)
+            weight += rng.normal(0, 0.1, size=size).astype(np.float32)
+        if scale != 1.0:
+            weight *= np.float32(scale)
         w.add_tensor(name, weight)
 
     # The embedding (and tied head) is Q8_0 for the quantised types, as in SmolLM2's file.
@@ -227,10 +280,16 @@ def write(
             for name, n in (("q", s.heads), ("k", s.kv_heads), ("v", s.kv_heads)):
                 bias = rng.normal(0, BIAS_STD, size=n * d).astype(np.float32)
                 w.add_tensor(f"{b}.attn_{name}.bias", bias)
+        if s.arch in ("qwen3", "gemma3"):
+            norm(f"{b}.attn_q_norm.weight", d)
+            norm(f"{b}.attn_k_norm.weight", d)
         tensor(f"{b}.attn_output.weight", s.hidden, s.heads * d)
         tensor(f"{b}.ffn_gate.weight", s.ffn, s.hidden)
         tensor(f"{b}.ffn_up.weight", s.ffn, s.hidden)
         tensor(f"{b}.ffn_down.weight", s.hidden, s.ffn)
+        if gemma:
+            norm(f"{b}.post_attention_norm.weight", scale=GEMMA_POST_NORM)
+            norm(f"{b}.post_ffw_norm.weight", scale=GEMMA_POST_NORM)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

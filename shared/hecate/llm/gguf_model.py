@@ -1,11 +1,7 @@
-"""Reading a llama-family GGUF: hyper-parameters, and the tensors of a layer range.
+"""The float32 weights of a llama-family GGUF's layer range, for the numpy model.
 
-Architectures ``llama`` (Llama 2 and 3, Mistral, SmolLM, TinyLlama) and ``qwen2``; they
-differ in three facts the engine must honour, all read here into :class:`LlamaConfig`:
-how RoPE pairs a head's dimensions (``llama``: adjacent pairs, the converters permute
-Q and K for it; ``qwen2``: the two halves, NeoX's layout), whether Q, K and V carry a
-bias (``qwen2``), and how positions are scaled (``rope_freqs``, Llama 3's per-frequency
-factors, or a linear factor). Either may tie its output head to the embedding.
+What the header says (the architecture, its hyper-parameters and each tensor's shape)
+is read by :mod:`hecate.llm.gguf_config`, whose names this module also gives.
 
 A stage loads only what it runs: its blocks, plus the token embedding on the first
 stage and the final norm and output head on the last. Weights are dequantised
@@ -25,73 +21,59 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gguf.quants import dequantize
 
-from hecate.llm.gguf_file import BadGGUF, GGUFFile, Tensor
+from hecate.llm.gguf_config import (
+    ARCHITECTURES,
+    BLOCK_TENSORS,
+    LIMITS,
+    LlamaConfig,
+    UnsupportedModel,
+    check_shapes,
+    read_config,
+)
+from hecate.llm.gguf_file import GGUFFile, Tensor
+
+__all__ = [
+    "ARCHITECTURES",
+    "BLOCK_TENSORS",
+    "LIMITS",
+    "Block",
+    "LlamaConfig",
+    "Prepared",
+    "StageWeights",
+    "UnsupportedModel",
+    "check_shapes",
+    "load_stage",
+    "model_config",
+    "prepare",
+    "read_config",
+]
 
 Matrix = npt.NDArray[np.float32]
-
-#: architectures this engine runs, and whether RoPE rotates adjacent pairs in each
-ARCHITECTURES = {"llama": True, "qwen2": False}
-
-
-class UnsupportedModel(BadGGUF):
-    """A GGUF whose architecture or position scaling the engine does not run."""
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    eps: float
-    rope_base: float
-    vocab: int
-    context: int
-    arch: str = "llama"
-    #: RoPE on adjacent pairs ``(x[2i], x[2i+1])``; else on halves ``(x[i], x[i+d/2])``
-    rope_interleaved: bool = True
-    #: positions are multiplied by this (a linear ``rope.scaling.factor`` f: 1/f)
-    rope_scale: float = 1.0
-    #: Llama 3's per-frequency divisors (the GGUF's ``rope_freqs``), else none
-    rope_factors: tuple[float, ...] | None = None
-    qkv_bias: bool = False
-    tied_head: bool = True
-
-    def inverse_frequencies(self) -> npt.NDArray[np.float64]:
-        """RoPE's angle per position for each pair of a head, as llama.cpp computes it:
-        ``scale · base^(-2i/d) / factor_i``."""
-        d = self.head_dim
-        inv = self.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-        if self.rope_factors is not None:
-            inv = inv / np.asarray(self.rope_factors, np.float64)
-        out: npt.NDArray[np.float64] = inv * self.rope_scale
-        return out
 
 
 @dataclass
 class Block:
     attn_norm: Matrix
     wqkv: Matrix  # [hidden, (heads + 2·kv_heads)·head_dim]
-    wo: Matrix  # [hidden, hidden]
+    wo: Matrix  # [heads·head_dim, hidden]
     ffn_norm: Matrix
     w_gate_up: Matrix  # [hidden, 2·ffn]
     w_down: Matrix  # [ffn, hidden]
     bqkv: Matrix | None = None  # [(heads + 2·kv_heads)·head_dim] (qwen2)
+    q_norm: Matrix | None = None  # [head_dim] (qwen3, gemma3)
+    k_norm: Matrix | None = None
+    post_attn_norm: Matrix | None = None  # [hidden] (gemma3)
+    post_ffn_norm: Matrix | None = None
 
 
 @dataclass
@@ -103,180 +85,6 @@ class StageWeights:
     embedding: Matrix | None  # [vocab, hidden]: first stage
     output_norm: Matrix | None  # last stage
     head: Matrix | None = None  # [vocab, hidden]: last stage (the embedding when tied)
-
-
-#: bounds of what a header may say, beyond which it is damaged or crafted, each far past
-#: any real model (Llama 3.1 405B: 126 blocks, 128 heads, an embedding of 16,384 and a
-#: feed-forward of 53,248; vocabularies reach 256,000 tokens, contexts 10M positions)
-LIMITS = {
-    "block_count": 4096,
-    "attention.head_count": 1 << 12,
-    "attention.head_count_kv": 1 << 12,
-    "attention.key_length": 1 << 12,
-    "attention.value_length": 1 << 12,
-    "embedding_length": 1 << 17,
-    "feed_forward_length": 1 << 20,
-    "context_length": 1 << 24,
-    "vocab_size": 1 << 22,
-}
-
-#: a block's tensors, each ``(name, inputs, outputs)`` as words of :func:`check_shapes`'s
-#: sizes (a norm has no outputs: a vector of its inputs)
-BLOCK_TENSORS = (
-    ("attn_norm", "hidden", None),
-    ("attn_q", "hidden", "q"),
-    ("attn_k", "hidden", "kv"),
-    ("attn_v", "hidden", "kv"),
-    ("attn_output", "q", "hidden"),
-    ("ffn_norm", "hidden", None),
-    ("ffn_gate", "hidden", "ffn"),
-    ("ffn_up", "hidden", "ffn"),
-    ("ffn_down", "ffn", "hidden"),
-)
-_BLOCK = re.compile(r"blk\.(\d+)\.")
-
-
-def _whole(file: GGUFFile, key: str, value: Any, limit: int) -> int:
-    """``value`` of metadata ``key`` as a count: a whole number from 1 to ``limit``."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
-        raise BadGGUF(f"{file.path}: {key} {value!r} is not a whole number from 1 to {limit:,}")
-    return value
-
-
-def _positive(file: GGUFFile, key: str, value: Any) -> float:
-    """``value`` of metadata ``key`` as a finite number above zero."""
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
-        raise BadGGUF(f"{file.path}: {key} {value!r} is not a finite number above zero")
-    return float(value)
-
-
-def read_config(file: GGUFFile) -> LlamaConfig:
-    """The hyper-parameters, each checked to be a number a model can have (counts whole
-    and positive, within :data:`LIMITS`, heads sharing their KV heads evenly, and as many
-    blocks as the file has ``blk.N`` tensors for), so that no later division, loop or
-    allocation meets an impossible one. Tensors' shapes: :func:`check_shapes`."""
-    arch = file.field("general.architecture")
-    if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise UnsupportedModel(
-            f"{file.path}: architecture {arch!r} is not supported "
-            f"(supported: {', '.join(ARCHITECTURES)})"
-        )
-    meta = file.metadata
-
-    def count(key: str, default: int | None = None) -> int:
-        full = f"{arch}.{key}"
-        value = meta.get(full, default) if default is not None else file.field(full)
-        return _whole(file, full, value, LIMITS[key])
-
-    def number(key: str, default: float | None = None) -> float:
-        full = f"{arch}.{key}"
-        value = meta.get(full, default) if default is not None else file.field(full)
-        return _positive(file, full, value)
-
-    heads = count("attention.head_count")
-    hidden = count("embedding_length")
-    if f"{arch}.attention.key_length" not in meta and hidden % heads:
-        raise BadGGUF(
-            f"{file.path}: {arch}.embedding_length {hidden} is not a whole number of "
-            f"{arch}.attention.head_count {heads} heads"
-        )
-    head_dim = count("attention.key_length", hidden // heads)
-    if head_dim % 2:
-        raise BadGGUF(f"{file.path}: heads of {head_dim} dimensions (RoPE rotates pairs)")
-    if count("attention.value_length", head_dim) != head_dim:
-        raise UnsupportedModel(f"{file.path}: keys and values of different widths")
-    kv_heads = count("attention.head_count_kv", heads)
-    if heads % kv_heads:
-        raise BadGGUF(
-            f"{file.path}: {heads} heads do not share {kv_heads} KV heads evenly "
-            f"({arch}.attention.head_count_kv)"
-        )
-    scaling = str(meta.get(f"{arch}.rope.scaling.type", "none"))
-    factor = number("rope.scaling.factor", 1.0)
-    if scaling not in ("none", "linear") and factor != 1.0:
-        raise UnsupportedModel(
-            f"{file.path}: RoPE scaling {scaling!r} is not supported (supported: linear, "
-            "and Llama 3's per-frequency factors)"
-        )
-    freqs = file.tensors.get("rope_freqs.weight")
-    if freqs is not None and freqs.shape != (head_dim // 2,):
-        raise BadGGUF(
-            f"{file.path}: rope_freqs.weight is {list(freqs.shape)}, heads of {head_dim} "
-            f"dimensions need [{head_dim // 2}]"
-        )
-    embd = file.tensors.get("token_embd.weight")
-    if embd is None:
-        raise BadGGUF(f"{file.path}: no token_embd.weight")
-    if len(embd.shape) != 2:
-        raise BadGGUF(f"{file.path}: token_embd.weight is {list(embd.shape)}, not a matrix")
-    layers = count("block_count")
-    blocks = {int(m.group(1)) for name in file.tensors if (m := _BLOCK.match(name))}
-    if blocks != set(range(layers)):
-        held = f"blocks {min(blocks)} to {max(blocks)}" if blocks else "no blocks"
-        raise BadGGUF(
-            f"{file.path}: {arch}.block_count {layers}, but its tensors are of {held} "
-            f"({len(blocks)} in all)"
-        )
-    return LlamaConfig(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        ffn=count("feed_forward_length"),
-        eps=number("attention.layer_norm_rms_epsilon"),
-        rope_base=number("rope.freq_base", 10_000.0),
-        vocab=count("vocab_size", embd.shape[1]),
-        context=count("context_length"),
-        arch=arch,
-        rope_interleaved=ARCHITECTURES[arch],
-        rope_scale=1.0 / factor if scaling == "linear" else 1.0,
-        rope_factors=None if freqs is None else tuple(float(f) for f in _matrix(freqs)),
-        qkv_bias="blk.0.attn_q.bias" in file.tensors,
-        tied_head="output.weight" not in file.tensors,
-    )
-
-
-def check_shapes(file: GGUFFile, config: LlamaConfig) -> None:
-    """Every tensor the model runs is in ``file`` with the shape ``config`` (its header)
-    implies, else :class:`BadGGUF` naming the first that is not: the embedding (and the
-    output head when not tied), the final norm, and each block's norms, attention (with
-    qwen2's biases) and feed-forward. Run when a model is added: a header that disagrees
-    with its weights would otherwise fail in a node, mid-graph."""
-    c = config
-    size = {
-        "hidden": c.hidden,
-        "q": c.heads * c.head_dim,
-        "kv": c.kv_heads * c.head_dim,
-        "ffn": c.ffn,
-        "vocab": c.vocab,
-    }
-    why = (
-        f"{c.arch}.embedding_length {c.hidden}, head_count {c.heads}, head_count_kv "
-        f"{c.kv_heads}, heads of {c.head_dim}, feed_forward_length {c.ffn}, vocabulary "
-        f"{c.vocab}"
-    )
-
-    def check(name: str, inputs: str, outputs: str | None) -> None:
-        want = (size[inputs],) if outputs is None else (size[inputs], size[outputs])
-        t = file.tensors.get(name)
-        if t is None:
-            raise BadGGUF(f"{file.path}: no {name} (a model of {c.layers} blocks needs it)")
-        if t.shape != want:
-            raise BadGGUF(
-                f"{file.path}: {name} is {list(t.shape)}, the metadata implies {list(want)} ({why})"
-            )
-
-    check("token_embd.weight", "hidden", "vocab")
-    if not c.tied_head:
-        check("output.weight", "hidden", "vocab")
-    check("output_norm.weight", "hidden", None)
-    for i in range(c.layers):
-        for name, inputs, outputs in BLOCK_TENSORS:
-            check(f"blk.{i}.{name}.weight", inputs, outputs)
-        if c.qkv_bias:
-            for name, outputs in (("attn_q", "q"), ("attn_k", "kv"), ("attn_v", "kv")):
-                check(f"blk.{i}.{name}.bias", outputs, None)
 
 
 def _matrix(tensor: Tensor) -> Matrix:
@@ -375,6 +183,16 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
                 w_gate_up=prepared.get(f"{b}.w_gate_up", stacked_t(f"{b}.ffn_gate", f"{b}.ffn_up")),
                 w_down=prepared.get(f"{b}.w_down", stacked_t(f"{b}.ffn_down")),
                 bqkv=prepared.get(f"{b}.bqkv", biases(*qkv)) if config.qkv_bias else None,
+                **{
+                    field: prepared.get(f"{b}.{name}", flat(f"{b}.{name}"))
+                    for field, name, wanted in (
+                        ("q_norm", "attn_q_norm", config.qk_norm),
+                        ("k_norm", "attn_k_norm", config.qk_norm),
+                        ("post_attn_norm", "post_attention_norm", config.post_norms),
+                        ("post_ffn_norm", "post_ffw_norm", config.post_norms),
+                    )
+                    if wanted
+                },
             )
         )
     last = layer_end == config.layers

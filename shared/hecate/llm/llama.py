@@ -1,4 +1,6 @@
-"""The llama forward pass in numpy, for one contiguous range of blocks.
+"""The llama forward pass in numpy, for one contiguous range of blocks (and the
+variations of it :mod:`hecate.llm.gguf_config` lists: Q/K norms, norms after attention
+and feed-forward, GELU, a scaled embedding, sliding-window layers, capped logits).
 
 Facts this relies on (checked against llama.cpp): RoPE rotates **adjacent pairs**
 ``(x[2i], x[2i+1])`` on ``llama`` (GGUF converters permute Q/K for that layout) and the
@@ -51,6 +53,12 @@ def matmul(x: npt.NDArray[Any], w: Array) -> Array:
 
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
     return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * weight
+
+
+def gelu(x: Array) -> Array:
+    """GELU by tanh's approximation, as llama.cpp's ``ggml_gelu``."""
+    inner = np.float32(np.sqrt(2.0 / np.pi)) * (x + np.float32(0.044715) * x * x * x)
+    return np.asarray(0.5 * x * (1.0 + np.tanh(inner)), dtype=np.float32)
 
 
 def rope_tables(
@@ -143,7 +151,10 @@ class LlamaStage:
 
     def embed(self, tokens: list[int]) -> Array:
         assert self.w.embedding is not None, "only the first stage embeds"
-        return self.w.embedding[np.asarray(tokens, dtype=np.int64)].astype(np.float32)
+        rows = self.w.embedding[np.asarray(tokens, dtype=np.int64)].astype(np.float32)
+        if self.config.embed_scale != 1.0:
+            rows *= np.float32(self.config.embed_scale)
+        return rows
 
     def forward(self, hidden: Array, cache: KVCache) -> Array:
         """Run this stage's blocks on ``hidden`` [T, hidden] (the next T positions)."""
@@ -171,25 +182,45 @@ class LlamaStage:
         positions = np.concatenate(
             [np.arange(s, s + t, dtype=np.int64) for s, t in zip(starts, sizes, strict=True)]
         )
-        cos, sin = rope_tables(positions, c.inverse_frequencies())
-        scale = np.float32(1.0 / np.sqrt(d))
-        # Causal mask of a session's new queries over every cached and new key, for each
-        # query row of a group ([group·T, S], rows ordered (group member, position)). A
-        # single new position sees every key: no mask.
-        masks: list[Array | None] = []
+        tables = {False: rope_tables(positions, c.inverse_frequencies())}
+        if c.window:
+            tables[True] = rope_tables(positions, c.inverse_frequencies(sliding=True))
+        scale = np.float32(c.scale)
+        # A session's new queries over every cached and new key, for each query row of a
+        # group ([group·T, S], rows ordered (group member, position)): causal, and on a
+        # sliding layer also blind past the window. A single new position sees every
+        # key (no mask) unless its layer slides past the window.
+        masks: dict[bool, list[Array | None]] = {kind: [] for kind in tables}
         for start, t in zip(starts, sizes, strict=True):
-            if t > 1:
-                causal = np.triu(np.full((t, start + t), -np.inf, dtype=np.float32), k=start + 1)
-                masks.append(np.tile(causal, (group, 1)))
-            else:
-                masks.append(None)
+            query = np.arange(start, start + t)[:, None]
+            key = np.arange(start + t)[None, :]
+            for sliding, kept in masks.items():
+                blind = key > query
+                if sliding:
+                    blind |= query - key >= c.window
+                if blind.any():
+                    shut = np.where(blind, np.float32(-np.inf), np.float32(0.0))
+                    kept.append(np.tile(shut, (group, 1)))
+                else:
+                    kept.append(None)
         x = xs[0] if len(xs) == 1 else np.concatenate(xs)
         attn = np.empty((n, q_dim), dtype=np.float32)
         for i, b in enumerate(self.w.blocks):
+            sliding = c.slides(self.w.layer_start + i)
+            cos, sin = tables[sliding]
             qkv = matmul(rms_norm(x, b.attn_norm, c.eps), b.wqkv)
             if b.bqkv is not None:
                 qkv = qkv + b.bqkv
-            qk = rope(qkv[:, : qk_heads * d].reshape(n, qk_heads, d), cos, sin, c.rope_interleaved)
+            qk = qkv[:, : qk_heads * d].reshape(n, qk_heads, d)
+            if b.q_norm is not None and b.k_norm is not None:
+                qk = np.concatenate(
+                    [
+                        rms_norm(qk[:, :heads], b.q_norm, c.eps),
+                        rms_norm(qk[:, heads:], b.k_norm, c.eps),
+                    ],
+                    axis=1,
+                )
+            qk = rope(qk, cos, sin, c.rope_interleaved)
             v = qkv[:, qk_heads * d :].reshape(n, kv_heads, d)
             for j, cache in enumerate(caches):
                 lo, hi, t = int(bounds[j]), int(bounds[j + 1]), sizes[j]
@@ -200,7 +231,7 @@ class LlamaStage:
                 # Query head h reads KV head h // group: [KV, group·T, d] against [KV, S, d].
                 q = qk[lo:hi, :heads].reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3)
                 scores = (q.reshape(kv_heads, group * t, d) @ keys.transpose(0, 2, 1)) * scale
-                mask = masks[j]
+                mask = masks[sliding][j]
                 if mask is not None:
                     scores += mask
                 scores -= scores.max(axis=-1, keepdims=True)
@@ -208,9 +239,15 @@ class LlamaStage:
                 probs /= probs.sum(axis=-1, keepdims=True)
                 out = (probs @ values).reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3)
                 attn[lo:hi] = out.reshape(t, q_dim)
-            x = x + matmul(attn, b.wo)
+            o = matmul(attn, b.wo)
+            if b.post_attn_norm is not None:
+                o = rms_norm(o, b.post_attn_norm, c.eps)
+            x = x + o
             gate, up = np.split(matmul(rms_norm(x, b.ffn_norm, c.eps), b.w_gate_up), 2, axis=1)
-            x = x + matmul((gate / (1.0 + np.exp(-gate))) * up, b.w_down)
+            f = matmul((gelu(gate) if c.gelu else gate / (1.0 + np.exp(-gate))) * up, b.w_down)
+            if b.post_ffn_norm is not None:
+                f = rms_norm(f, b.post_ffn_norm, c.eps)
+            x = x + f
         for cache, start, t in zip(caches, starts, sizes, strict=True):
             cache.length = start + t
         if len(xs) == 1:
@@ -228,4 +265,8 @@ class LlamaStage:
         assert self.w.head is not None
         last = np.concatenate([h[-1:] for h in hiddens])
         h = rms_norm(last, self.w.output_norm, self.config.eps)
-        return matmul(h, self.w.head.T)
+        logits = matmul(h, self.w.head.T)
+        cap = self.config.logit_softcap
+        if cap:
+            logits = np.float32(cap) * np.tanh(logits / np.float32(cap))
+        return logits

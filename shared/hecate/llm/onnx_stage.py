@@ -177,6 +177,8 @@ class OnnxStage:
         blocks, kind = self._embd
         rows = blocks[np.asarray(tokens, dtype=np.int64)]
         out: Array = np.asarray(dequantize(rows, kind), dtype=np.float32)
+        if self.config.embed_scale != 1.0:  # gemma3's √hidden, in float32 as llama.cpp's
+            out *= np.float32(self.config.embed_scale)
         return out.reshape(len(tokens), self.config.hidden)
 
     def forward_batch(self, xs: list[Array], caches: list[Slot]) -> list[Array]:

@@ -97,7 +97,7 @@ def run_linear(packed: Packed, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("kind", [Q.Q4_1, Q.Q4_K, Q.Q5_K], ids=lambda q: q.name)
 def test_a_residual_in_eight_bits_moves_a_product_by_a_few_parts_in_a_thousand(kind: Q) -> None:
     """What integer zero points leave of a block's minimum goes through the int8 kernel
-    (``onnx_graph._eight_bits``): the product differs from the one with that residual in
+    (``onnx_ops._eight_bits``): the product differs from the one with that residual in
     float64 by no more than its 8-bit rounding and the input sums' allows."""
     n, k = 64, 4 * LAYOUT[kind][0]
     raw = blocks(kind, n, k, seed=3)

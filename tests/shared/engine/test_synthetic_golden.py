@@ -118,6 +118,14 @@ def _config(**changes: Any) -> Callable[[LlamaStage], LlamaStage]:
     return change
 
 
+def _blocks(**changes: Any) -> Callable[[LlamaStage], LlamaStage]:
+    def change(stage: LlamaStage) -> LlamaStage:
+        blocks = [replace(b, **changes) for b in stage.w.blocks]
+        return LlamaStage(replace(stage.w, blocks=blocks))
+
+    return change
+
+
 def _tied(stage: LlamaStage) -> LlamaStage:
     return LlamaStage(replace(stage.w, head=stage.w.embedding))
 
@@ -129,6 +137,21 @@ MISTAKES: dict[str, tuple[str, Callable[[LlamaStage], LlamaStage]]] = {
     "Llama 3's frequency factors left out": ("llama3-rope-scaling", _config(rope_factors=None)),
     "a linear RoPE factor left out": ("linear-rope-scaling", _config(rope_scale=1.0)),
     "a separate head read as the embedding": ("separate-head", _tied),
+    "qwen3's Q/K norms left out": ("qwen3-qk-norm", _blocks(q_norm=None, k_norm=None)),
+    "gemma3's Q/K norms left out": ("gemma3", _blocks(q_norm=None, k_norm=None)),
+    "gemma3's norms after attention and FFN left out": (
+        "gemma3",
+        _blocks(post_attn_norm=None, post_ffn_norm=None),
+    ),
+    "gemma3's GELU taken for SiLU": ("gemma3", _config(gelu=False)),
+    "gemma3's embedding unscaled": ("gemma3", _config(embed_scale=1.0)),
+    "gemma3's sliding window left out": ("gemma3", _config(window=0, sliding_layers=())),
+    "gemma3's sliding window one short": ("gemma3", _config(window=15)),
+    "gemma3's sliding layers on the global RoPE base": ("gemma3", _config(rope_base_swa=1e6)),
+    "gemma3's sliding and global layers swapped": (
+        "gemma3",
+        _config(sliding_layers=(False, True)),
+    ),
 }
 
 

@@ -50,6 +50,23 @@ PROMPT_LENGTH = 48
 STEPS = 32
 #: small enough to commit, every matrix's inputs a whole number of k-quant blocks (256)
 BASE = Shape(layers=2, hidden=256, heads=4, kv_heads=2, ffn=256, vocab=256, context=256)
+#: Gemma 3's layout at BASE's size: layer 0 slides (a window of 16 tokens, which the 48
+#: of the prompt and the 32 steps pass), layer 1 is global, each with a RoPE base of its
+#: own; heads of 128 on a width of 256, as qwen3-qk-norm. (Its norms after attention and
+#: FFN are near ``GEMMA_POST_NORM``: near one, every step repeated the prompt's last
+#: token, and leaving the window out changed none of them.)
+GEMMA3 = Shape(
+    **{
+        **BASE.__dict__,
+        "arch": "gemma3",
+        "head_dim": 128,
+        "rms_eps": 1e-6,
+        "window": 16,
+        "window_pattern": 2,
+        "rope_base": 1_000_000.0,
+        "rope_base_swa": 10_000.0,
+    }
+)
 
 #: case → (weight type, shape)
 CASES: dict[str, tuple[Q, Shape]] = {
@@ -65,6 +82,9 @@ CASES: dict[str, tuple[Q, Shape]] = {
     "qwen2-qkv-bias": (Q.Q8_0, Shape(**{**BASE.__dict__, "arch": "qwen2"})),
     "llama3-rope-scaling": (Q.Q8_0, Shape(**{**BASE.__dict__, "rope_scaling": "llama3"})),
     "linear-rope-scaling": (Q.Q8_0, Shape(**{**BASE.__dict__, "rope_scaling": "linear"})),
+    # heads of 128 on a width of 256: Q is 512 wide, and a head width taken as 64 shows
+    "qwen3-qk-norm": (Q.Q8_0, Shape(**{**BASE.__dict__, "arch": "qwen3", "head_dim": 128})),
+    "gemma3": (Q.Q8_0, GEMMA3),
 }
 
 #: llama.cpp's file types (``llama_ftype``) for each weight type
@@ -94,6 +114,15 @@ def quantised(llama: Any, source: Path, kind: Q, out: Path) -> None:
 #: types whose repacked CPU kernels this llama.cpp build crashes on (an AVX-512 host,
 #: IQ4_XS: a segmentation fault at the first batch): run on the plain kernels instead
 NO_REPACK = (Q.IQ4_XS,)
+
+
+def _amx() -> bool:
+    """Whether this host has Intel's AMX, whose kernels llama.cpp then takes for every
+    quantised type they cover (Q4_0, Q8_0, the k-quants...) and which this build crashes
+    on at the first batch (a segmentation fault): there, every case runs on the plain
+    kernels, which give the committed Q8_0 cases' logits bit for bit."""
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpuinfo.is_file() and "amx_int8" in cpuinfo.read_text()
 
 
 def _repacking(on: bool) -> None:
@@ -176,6 +205,7 @@ def tokenizers(llama: Any, folder: Path) -> None:
 def main(only: list[str]) -> None:
     llama = importlib.import_module("llama_cpp")
     HERE.mkdir(exist_ok=True)
+    amx = _amx()
     if not only:
         with tempfile.TemporaryDirectory() as tmp:
             tokenizers(llama, Path(tmp))
@@ -187,7 +217,8 @@ def main(only: list[str]) -> None:
             path = HERE / f"{case}.gguf" if kind not in QUANTISABLE else Path(tmp) / "q.gguf"
             quantised(llama, source, kind, path)
             ids = prompt(shape.vocab)
-            _repacking(kind not in NO_REPACK)
+            repacked = kind not in NO_REPACK and not amx
+            _repacking(repacked)
             greedy, margins, step0 = run(llama, path, ids)
             golden = {
                 "case": case,
@@ -200,7 +231,7 @@ def main(only: list[str]) -> None:
                 "tensors_sha256": tensors_sha256(path),
                 "file_kept": kind not in QUANTISABLE,
                 "llama_cpp_python": llama.__version__,
-                "repacked": kind not in NO_REPACK,
+                "repacked": repacked,
             }
             (HERE / f"{case}.json").write_text(json.dumps(golden, indent=1) + "\n")
             np.savez_compressed(HERE / f"{case}.npz", step0_logits=step0)
