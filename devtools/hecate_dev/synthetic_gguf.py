@@ -1,6 +1,6 @@
-"""Small llama-family GGUFs (llama, qwen2, qwen3, gemma3) of random weights, one weight
-type throughout, for holding the engine against the numpy model on every type and shape
-it claims.
+"""Small llama-family GGUFs (llama, qwen2, qwen3, gemma3, phi3; mixtures of experts as
+Mixtral's llama and qwen3moe) of random weights, one weight type throughout, for holding
+the engine against the numpy model on every type and shape it claims.
 
 The blocks are random bytes with float16 scales drawn, then every scale of the file
 rescaled so that each weight matrix has a standard deviation of about
@@ -35,7 +35,9 @@ WEIGHT_STD = 0.05
 #: token at every step, whatever the attention, its window or its RoPE did
 GEMMA_POST_NORM = 4.0
 #: the architectures :func:`write` makes, by their GGUF names
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe")
+#: those whose blocks may hold experts (``Shape.experts``); qwen3moe's always do
+MOE_ARCHS = ("llama", "qwen3moe")
 #: qwen2's Q, K and V biases: large beside a projection's output (std about 0.8), so a
 #: bias left out changes the answer
 BIAS_STD = 0.5
@@ -71,7 +73,10 @@ class Shape:
     #: ``llama``; ``qwen2`` (biases on Q, K and V; RoPE on halves); ``qwen3`` (an RMS norm
     #: on each head of Q and of K before RoPE, ``attn_q_norm``/``attn_k_norm``; RoPE on
     #: halves); ``gemma3`` (Q/K norms as qwen3, norms after attention and after the FFN,
-    #: GELU, the embedding scaled by sqrt(hidden), sliding-window layers)
+    #: GELU, the embedding scaled by sqrt(hidden), sliding-window layers); ``phi3`` (Q, K
+    #: and V in one ``attn_qkv``, rows in that order; the FFN's gate and up in one
+    #: ``ffn_up`` of twice the width, the gate's rows first; RoPE on halves); ``qwen3moe``
+    #: (qwen3's attention, every block's FFN a mixture of experts)
     arch: str = "llama"
     #: the output head is the embedding (else an ``output.weight`` of its own)
     tied: bool = True
@@ -94,10 +99,27 @@ class Shape:
     #: gemma3: RoPE's base on the sliding layers (``rope.freq_base_swa``); None: not
     #: written, and llama.cpp takes 10,000
     rope_base_swa: float | None = None
+    #: a mixture of experts in every block (``llama``: Mixtral's layout; ``qwen3moe``):
+    #: ``expert_count`` FFNs, stored as 3-D ``ffn_{gate,up,down}_exps`` beside a router
+    #: ``ffn_gate_inp``, each token taking the weighted sum of ``experts_used``
+    #: (``expert_used_count``) of them; 0: one dense FFN
+    experts: int = 0
+    experts_used: int = 0
+    #: qwen3moe: each expert's width (``expert_feed_forward_length``; ``ffn`` is then
+    #: written as ``feed_forward_length`` only, the dense width that Qwen3-MoE's files
+    #: carry and its blocks do not use); None: ``ffn``
+    expert_ffn: int | None = None
+    #: the final norm's weights (``output_norm``) are drawn near this, not one: every
+    #: logit scales with it, and so does the margin between the two best
+    final_norm: float = 1.0
 
     @property
     def head_width(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn if self.expert_ffn is not None else self.ffn
 
 
 #: Llama 3.1's RoPE scaling (its config.json), at this file's scale of contexts
@@ -195,10 +217,11 @@ def write(
     floats: bool = False,
     tokenizer: Path | Mapping[str, Any] | None = None,
 ) -> Path:
-    """A model of ``shape`` with every weight matrix of type ``kind``: random blocks at
-    face value (the embedding Q8_0, norms one), or with ``floats`` drawn as float32 and
-    quantised (:data:`QUANTISABLE`) with the embedding too, norms drawn near one: what
-    llama.cpp's ``--pure`` quantiser makes of the float32 file of the same seed.
+    """A model of ``shape`` with every weight matrix of type ``kind`` (but the experts'
+    routers, float32 as llama.cpp's quantiser leaves them): random blocks at face value
+    (the embedding Q8_0, norms one), or with ``floats`` drawn as float32 and quantised
+    (:data:`QUANTISABLE`) with the embedding too, norms drawn near one: what llama.cpp's
+    ``--pure`` quantiser makes of the float32 file of the same seed.
     ``tokenizer``: a GGUF whose tokenizer (vocabulary, merges, special ids) the model
     takes, or those keys themselves, and its vocabulary's size; else none
     (``no_vocab``)."""
@@ -207,11 +230,8 @@ def write(
     source = GGUFFile(tokenizer).metadata if isinstance(tokenizer, Path) else tokenizer
     if source is not None:
         s = replace(s, vocab=len(source["tokenizer.ggml.tokens"]))
-    if s.arch not in ARCHS:
-        raise ValueError(f"arch {s.arch!r}: one of {', '.join(ARCHS)}")
+    _check(s)
     gemma = s.arch == "gemma3"
-    if not gemma and (s.window or s.window_pattern is not None or s.rope_base_swa is not None):
-        raise ValueError(f"{s.arch}: sliding windows are gemma3's")
     d = s.head_width
     w = GGUFWriter(str(path), s.arch)
     w.add_block_count(s.layers)
@@ -224,6 +244,13 @@ def write(
         w.add_value_length(s.head_dim)
     w.add_layer_norm_rms_eps(s.rms_eps)
     w.add_rope_freq_base(s.rope_base)
+    if s.arch == "phi3":  # as Phi-3's converter writes it; llama.cpp takes the head's width
+        w.add_rope_dimension_count(d)
+    if s.experts:
+        w.add_expert_count(s.experts)
+        w.add_expert_used_count(s.experts_used)
+    if s.arch == "qwen3moe":
+        w.add_expert_feed_forward_length(s.expert_width)
     # llama.cpp requires none of these (all read as optional), but checks their types:
     # uint32 for the window and pattern, float32 for the base.
     if s.window:
@@ -246,12 +273,28 @@ def write(
     elif s.rope_scaling != "none":
         raise ValueError(f"rope scaling {s.rope_scaling!r}: none, linear or llama3")
 
-    def tensor(name: str, n: int, k: int, as_kind: Q = kind) -> None:
-        data, raw_dtype = (drawn if floats else matrix)(as_kind, n, k, rng)
+    draw = drawn if floats else matrix
+
+    def put(name: str, data: npt.NDArray[np.generic], raw_dtype: Q | None) -> None:
         if raw_dtype is None:
             w.add_tensor(name, data)
         else:
             w.add_tensor(name, data, raw_dtype=raw_dtype)  # shape: from its bytes
+
+    def tensor(name: str, n: int, k: int, as_kind: Q = kind) -> None:
+        put(name, *draw(as_kind, n, k, rng))
+
+    def fused(name: str, outputs: tuple[int, ...], k: int) -> None:
+        # Each part drawn (and scaled) as the separate matrix it stands for, in the
+        # separate matrices' order, then its rows stacked: a row's blocks are its own.
+        parts = [draw(kind, n, k, rng) for n in outputs]
+        put(name, np.concatenate([data for data, _ in parts]), parts[0][1])
+
+    def experts(name: str, n: int, k: int) -> None:
+        # [experts, n, k] (GGUF: [k, n, experts]), each expert drawn as a matrix of its
+        # own: the quantisers work along the last axis, a row at a time, as llama.cpp's.
+        parts = [draw(kind, n, k, rng) for _ in range(s.experts)]
+        put(name, np.stack([data for data, _ in parts]), parts[0][1])
 
     def norm(name: str, size: int = s.hidden, scale: float = 1.0) -> None:
         # Gemma's files hold 1 + the checkpoint's weight (its converter adds the one), so
@@ -268,25 +311,40 @@ def write(
     tensor("token_embd.weight", s.vocab, s.hidden, kind if plain else Q.Q8_0)
     if not s.tied:
         tensor("output.weight", s.vocab, s.hidden)
-    norm("output_norm.weight")
+    norm("output_norm.weight", scale=s.final_norm)
     for i in range(s.layers):
         b = f"blk.{i}"
         norm(f"{b}.attn_norm.weight")
         norm(f"{b}.ffn_norm.weight")
-        tensor(f"{b}.attn_q.weight", s.heads * d, s.hidden)
-        tensor(f"{b}.attn_k.weight", s.kv_heads * d, s.hidden)
-        tensor(f"{b}.attn_v.weight", s.kv_heads * d, s.hidden)
+        if s.arch == "phi3":
+            fused(f"{b}.attn_qkv.weight", (s.heads * d, s.kv_heads * d, s.kv_heads * d), s.hidden)
+        else:
+            tensor(f"{b}.attn_q.weight", s.heads * d, s.hidden)
+            tensor(f"{b}.attn_k.weight", s.kv_heads * d, s.hidden)
+            tensor(f"{b}.attn_v.weight", s.kv_heads * d, s.hidden)
         if s.arch == "qwen2":
             for name, n in (("q", s.heads), ("k", s.kv_heads), ("v", s.kv_heads)):
                 bias = rng.normal(0, BIAS_STD, size=n * d).astype(np.float32)
                 w.add_tensor(f"{b}.attn_{name}.bias", bias)
-        if s.arch in ("qwen3", "gemma3"):
+        if s.arch in ("qwen3", "gemma3", "qwen3moe"):
             norm(f"{b}.attn_q_norm.weight", d)
             norm(f"{b}.attn_k_norm.weight", d)
         tensor(f"{b}.attn_output.weight", s.hidden, s.heads * d)
-        tensor(f"{b}.ffn_gate.weight", s.ffn, s.hidden)
-        tensor(f"{b}.ffn_up.weight", s.ffn, s.hidden)
-        tensor(f"{b}.ffn_down.weight", s.hidden, s.ffn)
+        if s.experts:
+            # The router stays float32 whatever the type: llama.cpp's quantiser leaves
+            # every ffn_gate_inp as it is. Its weights are drawn as any matrix's, which
+            # makes the experts' logits vary by about 0.8 from token to token.
+            tensor(f"{b}.ffn_gate_inp.weight", s.experts, s.hidden, Q.F32)
+            experts(f"{b}.ffn_gate_exps.weight", s.expert_width, s.hidden)
+            experts(f"{b}.ffn_up_exps.weight", s.expert_width, s.hidden)
+            experts(f"{b}.ffn_down_exps.weight", s.hidden, s.expert_width)
+        elif s.arch == "phi3":
+            fused(f"{b}.ffn_up.weight", (s.ffn, s.ffn), s.hidden)
+            tensor(f"{b}.ffn_down.weight", s.hidden, s.ffn)
+        else:
+            tensor(f"{b}.ffn_gate.weight", s.ffn, s.hidden)
+            tensor(f"{b}.ffn_up.weight", s.ffn, s.hidden)
+            tensor(f"{b}.ffn_down.weight", s.hidden, s.ffn)
         if gemma:
             norm(f"{b}.post_attention_norm.weight", scale=GEMMA_POST_NORM)
             norm(f"{b}.post_ffw_norm.weight", scale=GEMMA_POST_NORM)
@@ -295,6 +353,30 @@ def write(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _check(s: Shape) -> None:
+    """Refuses a shape that :func:`write` cannot make as llama.cpp reads it."""
+    if s.arch not in ARCHS:
+        raise ValueError(f"arch {s.arch!r}: one of {', '.join(ARCHS)}")
+    if s.arch != "gemma3" and (
+        s.window or s.window_pattern is not None or s.rope_base_swa is not None
+    ):
+        raise ValueError(f"{s.arch}: sliding windows are gemma3's")
+    if s.arch == "phi3" and s.head_width * s.heads != s.hidden:
+        # llama.cpp's phi3 takes Q and the attention's output as wide as the model
+        raise ValueError(f"phi3: heads of {s.head_width} times {s.heads} must be {s.hidden}")
+    if s.experts and s.arch not in MOE_ARCHS:
+        raise ValueError(f"{s.arch}: experts are {' and '.join(MOE_ARCHS)}'s")
+    if s.arch == "qwen3moe" and not s.experts:
+        raise ValueError("qwen3moe: every block holds experts (experts > 0)")
+    if s.experts and not 0 < s.experts_used <= s.experts:
+        raise ValueError(f"experts_used {s.experts_used}: 1 to {s.experts}")
+    if not s.experts and s.experts_used:
+        raise ValueError("experts_used without experts")
+    if s.expert_ffn is not None and s.arch != "qwen3moe":
+        # llama's experts are ``feed_forward_length`` wide, whatever else is written
+        raise ValueError(f"{s.arch}: an expert width apart from ffn is qwen3moe's")
 
 
 def _copy_tokenizer(w: GGUFWriter, meta: Mapping[str, Any]) -> None:

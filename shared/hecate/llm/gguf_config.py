@@ -12,6 +12,8 @@ graph of each does):
   the residual (``gemma3``'s ``post_attention_norm`` and ``post_ffw_norm``);
 * the feed-forward's gate through GELU (tanh's approximation) instead of SiLU, and the
   embedding scaled by √hidden (``gemma3``);
+* Q, K and V in one matrix (``attn_qkv``) and the gate and up in one (``ffn_up`` of
+  twice the feed-forward's width, the gate first): ``phi3``;
 * sliding-window attention (``gemma3``): most layers attend to the last
   ``attention.sliding_window`` positions only, with a RoPE base of their own
   (``rope.freq_base_swa``, 10,000 by default); every ``sliding_window_pattern``-th
@@ -46,6 +48,7 @@ class Architecture:
     gelu: bool = False
     embed_scaled: bool = False
     sliding: bool = False
+    fused: bool = False
 
 
 #: the architectures this engine runs, as llama.cpp runs them
@@ -61,6 +64,9 @@ ARCHITECTURES = {
         embed_scaled=True,
         sliding=True,
     ),
+    # Its sliding window, written in some files, llama.cpp leaves off (each layer
+    # attends to everything), as is done here.
+    "phi3": Architecture(rope_interleaved=False, fused=True),
 }
 
 #: llama.cpp's defaults for a sliding-window model that does not say: every sixth layer
@@ -112,6 +118,8 @@ class LlamaConfig:
     rope_base_swa: float = SLIDING_ROPE_BASE
     #: logits through ``cap·tanh(logits/cap)`` when above zero
     logit_softcap: float = 0.0
+    #: Q, K and V in one matrix (``attn_qkv``), the gate and up in one (``ffn_up``)
+    fused: bool = False
 
     def slides(self, layer: int) -> bool:
         """Whether ``layer`` attends to the last :attr:`window` positions only."""
@@ -164,6 +172,15 @@ BLOCK_TENSORS = (
     ("ffn_up", "hidden", "ffn"),
     ("ffn_down", "ffn", "hidden"),
 )
+#: a block's tensors where Q, K, V and the gate and up are fused (:attr:`Architecture.fused`)
+FUSED_BLOCK_TENSORS = (
+    ("attn_norm", "hidden", None),
+    ("attn_qkv", "hidden", "qkv"),
+    ("attn_output", "q", "hidden"),
+    ("ffn_norm", "hidden", None),
+    ("ffn_up", "hidden", "ffn2"),
+    ("ffn_down", "ffn", "hidden"),
+)
 #: what :attr:`Architecture.qk_norm` and :attr:`Architecture.post_norms` add to a block
 QK_NORMS = (("attn_q_norm", "head", None), ("attn_k_norm", "head", None))
 POST_NORMS = (("post_attention_norm", "hidden", None), ("post_ffw_norm", "hidden", None))
@@ -173,7 +190,7 @@ _BLOCK = re.compile(r"blk\.(\d+)\.")
 def block_tensors(c: LlamaConfig) -> tuple[tuple[str, str, str | None], ...]:
     """The weights (``blk.N.<name>.weight``) each block of ``c`` runs."""
     return (
-        *BLOCK_TENSORS,
+        *(FUSED_BLOCK_TENSORS if c.fused else BLOCK_TENSORS),
         *(QK_NORMS if c.qk_norm else ()),
         *(POST_NORMS if c.post_norms else ()),
     )
@@ -248,6 +265,17 @@ def read_config(file: GGUFFile) -> LlamaConfig:
             f"{file.path}: rope_freqs.weight is {list(freqs.shape)}, heads of {head_dim} "
             f"dimensions need [{head_dim // 2}]"
         )
+    rotated = meta.get(f"{arch}.rope.dimension_count", head_dim)
+    if rotated != head_dim:
+        raise UnsupportedModel(
+            f"{file.path}: RoPE on {rotated!r} of a head's {head_dim} dimensions "
+            f"({arch}.rope.dimension_count; supported: the whole head)"
+        )
+    if "rope_factors_long.weight" in file.tensors:
+        raise UnsupportedModel(
+            f"{file.path}: long-context RoPE factors (rope_factors_long, Phi-3's 128k) "
+            "are not supported"
+        )
     embd = file.tensors.get("token_embd.weight")
     if embd is None:
         raise BadGGUF(f"{file.path}: no token_embd.weight")
@@ -291,6 +319,7 @@ def read_config(file: GGUFFile) -> LlamaConfig:
         sliding_layers=sliding,
         rope_base_swa=number("rope.freq_base_swa", SLIDING_ROPE_BASE),
         logit_softcap=0.0 if not softcap else _positive(file, "softcapping", softcap),
+        fused=kind.fused,
     )
 
 
@@ -335,7 +364,9 @@ def check_shapes(file: GGUFFile, config: LlamaConfig) -> None:
         "q": c.heads * c.head_dim,
         "kv": c.kv_heads * c.head_dim,
         "head": c.head_dim,
+        "qkv": (c.heads + 2 * c.kv_heads) * c.head_dim,
         "ffn": c.ffn,
+        "ffn2": 2 * c.ffn,
         "vocab": c.vocab,
     }
     why = (

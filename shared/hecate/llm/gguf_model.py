@@ -174,13 +174,15 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
     for i in range(layer_start, layer_end):
         b = f"blk.{i}"
         qkv = (f"{b}.attn_q", f"{b}.attn_k", f"{b}.attn_v")
+        fused_qkv = (f"{b}.attn_qkv",) if config.fused else qkv
+        gate_up = (f"{b}.ffn_up",) if config.fused else (f"{b}.ffn_gate", f"{b}.ffn_up")
         blocks.append(
             Block(
                 attn_norm=prepared.get(f"{b}.attn_norm", flat(f"{b}.attn_norm")),
-                wqkv=prepared.get(f"{b}.wqkv", stacked_t(*qkv)),
+                wqkv=prepared.get(f"{b}.wqkv", stacked_t(*fused_qkv)),
                 wo=prepared.get(f"{b}.wo", stacked_t(f"{b}.attn_output")),
                 ffn_norm=prepared.get(f"{b}.ffn_norm", flat(f"{b}.ffn_norm")),
-                w_gate_up=prepared.get(f"{b}.w_gate_up", stacked_t(f"{b}.ffn_gate", f"{b}.ffn_up")),
+                w_gate_up=prepared.get(f"{b}.w_gate_up", stacked_t(*gate_up)),
                 w_down=prepared.get(f"{b}.w_down", stacked_t(f"{b}.ffn_down")),
                 bqkv=prepared.get(f"{b}.bqkv", biases(*qkv)) if config.qkv_bias else None,
                 **{

@@ -129,7 +129,8 @@ def build(
                 domain=MS,
                 epsilon=c.eps,
             )
-        qkv = linear_of(g, h, [packed(f"{b}.attn_{n}") for n in ("q", "k", "v")], f"{b}.qkv")
+        qkv_parts = ("qkv",) if c.fused else ("q", "k", "v")
+        qkv = linear_of(g, h, [packed(f"{b}.attn_{n}") for n in qkv_parts], f"{b}.qkv")
         if c.qkv_bias:
             bias = np.concatenate([vector(f"{b}.attn_{n}", "bias") for n in ("q", "k", "v")])
             qkv = g.op("Add", [qkv, g.const(f"{b}.bqkv", bias)])[0]
@@ -178,7 +179,8 @@ def build(
             epsilon=c.eps,
         )
         # One product for both (their outputs side by side), as for Q, K and V.
-        both = linear_of(g, h2, [packed(f"{b}.ffn_gate"), packed(f"{b}.ffn_up")], f"{b}.ffn")
+        gate_up = ("ffn_up",) if c.fused else ("ffn_gate", "ffn_up")
+        both = linear_of(g, h2, [packed(f"{b}.{n}") for n in gate_up], f"{b}.ffn")
         halves = g.const(f"{b}.halves", np.array([c.ffn, c.ffn], np.int64))
         gate, up = g.op("Split", [both, halves], 2, axis=-1)
         if c.gelu:  # by tanh's approximation, as llama.cpp's ggml_gelu

@@ -126,6 +126,15 @@ def _blocks(**changes: Any) -> Callable[[LlamaStage], LlamaStage]:
     return change
 
 
+def _up_before_gate(stage: LlamaStage) -> LlamaStage:
+    """The fused matrix's halves read the other way round (up first, then the gate)."""
+    blocks = [
+        replace(b, w_gate_up=np.roll(b.w_gate_up, b.w_gate_up.shape[1] // 2, 1))
+        for b in stage.w.blocks
+    ]
+    return LlamaStage(replace(stage.w, blocks=blocks))
+
+
 def _tied(stage: LlamaStage) -> LlamaStage:
     return LlamaStage(replace(stage.w, head=stage.w.embedding))
 
@@ -138,6 +147,8 @@ MISTAKES: dict[str, tuple[str, Callable[[LlamaStage], LlamaStage]]] = {
     "a linear RoPE factor left out": ("linear-rope-scaling", _config(rope_scale=1.0)),
     "a separate head read as the embedding": ("separate-head", _tied),
     "qwen3's Q/K norms left out": ("qwen3-qk-norm", _blocks(q_norm=None, k_norm=None)),
+    "phi3's fused gate and up read up first": ("phi3-fused", _up_before_gate),
+    "phi3's RoPE on adjacent pairs": ("phi3-fused", _config(rope_interleaved=True)),
     "gemma3's Q/K norms left out": ("gemma3", _blocks(q_norm=None, k_norm=None)),
     "gemma3's norms after attention and FFN left out": (
         "gemma3",

@@ -12,6 +12,13 @@ a SHA-256 over the quantised tensors (name, type, bytes) and the versions;
 (``synthetic/<case>.gguf``) only for the types whose quantiser exists only in llama.cpp
 (the k-quants and the IQ4 types); for the others the test quantises the same floats
 with ``gguf`` and checks the hash, which proves it made llama.cpp's bytes.
+Cases named ``moe/...`` (mixtures of experts) go to ``synthetic/moe/``, apart from the
+cases the engine's test takes (``synthetic/*.npz``). Their ``.npz`` also keeps
+``router_probs``, [layer, position, expert]: llama.cpp's softmax over each layer's
+experts at every position of the prompt and of the greedy steps (the top ``experts_used``
+are the experts it ran), read from its graph as it computed them; their ``.json`` keeps
+``routing``, per layer: how many distinct sets of experts were chosen, and the closest
+call (the log-probability of the last expert chosen over the first left out) and where.
 ``synthetic/tokenizers.json`` keeps llama.cpp's token ids for a few texts under each
 tokenizer the engine rebuilds: SentencePiece on a small vocabulary (``spm_vocabulary``),
 and SmolLM2's vocabulary under each byte-level pre-tokenizer.
@@ -67,6 +74,41 @@ GEMMA3 = Shape(
         "rope_base_swa": 10_000.0,
     }
 )
+#: the final norm of the cases from phi3-fused on (``Shape.final_norm``): at one, their
+#: logits spread so little that the two best were more than 0.5 apart at only 3 of the
+#: 32 steps (phi3-fused; moe/mixtral 2), which leaves the check next to nothing to hold
+#: a model to; three times the logits give the same tokens and 15 such steps or more
+FINAL_NORM = 3.0
+#: Phi-3's layout at BASE's size: Q, K and V in one matrix, the FFN's gate and up in one,
+#: and a head of its own, as Phi-3 mini's
+PHI3 = Shape(**{**BASE.__dict__, "arch": "phi3", "tied": False, "final_norm": FINAL_NORM})
+#: Mixtral's layout (GGUF arch llama) at BASE's size: 4 experts a block, 2 of them a
+#: token, and a head of its own, as Mixtral's (tied to the embedding, every step of this
+#: one gave the same token)
+MIXTRAL = Shape(
+    **{
+        **BASE.__dict__,
+        "experts": 4,
+        "experts_used": 2,
+        "tied": False,
+        "final_norm": FINAL_NORM,
+    }
+)
+#: Qwen3-MoE's: qwen3-qk-norm's attention, 4 experts a block of 512 each (beside a dense
+#: width of 256, and llama.cpp's fallback of 256 / 2 when the key is missing), 2 a token,
+#: and a head of its own, as Qwen3-30B-A3B's
+QWEN3MOE = Shape(
+    **{
+        **BASE.__dict__,
+        "arch": "qwen3moe",
+        "head_dim": 128,
+        "experts": 4,
+        "experts_used": 2,
+        "expert_ffn": 512,
+        "tied": False,
+        "final_norm": FINAL_NORM,
+    }
+)
 
 #: case → (weight type, shape)
 CASES: dict[str, tuple[Q, Shape]] = {
@@ -85,6 +127,9 @@ CASES: dict[str, tuple[Q, Shape]] = {
     # heads of 128 on a width of 256: Q is 512 wide, and a head width taken as 64 shows
     "qwen3-qk-norm": (Q.Q8_0, Shape(**{**BASE.__dict__, "arch": "qwen3", "head_dim": 128})),
     "gemma3": (Q.Q8_0, GEMMA3),
+    "phi3-fused": (Q.Q8_0, PHI3),
+    "moe/mixtral": (Q.Q8_0, MIXTRAL),
+    "moe/qwen3moe": (Q.Q8_0, QWEN3MOE),
 }
 
 #: llama.cpp's file types (``llama_ftype``) for each weight type
@@ -138,6 +183,84 @@ def _repacking(on: bool) -> None:
         return p
 
     low.llama_model_default_params = params
+
+
+#: llama.cpp's name for a layer's router probabilities: the softmax over its experts,
+#: before the top-k, ``[experts, tokens]`` in ggml's order (``ffn_moe_probs-<layer>``)
+ROUTER_PROBS = "ffn_moe_probs-"
+
+
+def _watching_router(on: bool) -> dict[int, list[np.ndarray]]:
+    """Whether contexts made from now on copy each layer's router probabilities as their
+    graph computes them: an eval callback (llama.cpp's ``cb_eval``) asks for every
+    ``ffn_moe_probs-<layer>`` and copies it into the lists returned, by layer, one array
+    of ``[tokens, experts]`` a batch."""
+    low: Any = importlib.import_module("llama_cpp.llama_cpp")
+    default = getattr(low, "_plain_context_params", low.llama_context_default_params)
+    low._plain_context_params = default
+    seen: dict[int, list[np.ndarray]] = {}
+    ggml = ctypes.CDLL(str(Path(low._base_path) / "libggml-base.so"))
+    for name, restype in (
+        ("ggml_get_name", ctypes.c_char_p),
+        ("ggml_nelements", ctypes.c_int64),
+        ("ggml_get_data", ctypes.c_void_p),
+    ):
+        getattr(ggml, name).restype = restype
+        getattr(ggml, name).argtypes = [ctypes.c_void_p]
+
+    def watch(tensor: int, ask: bool, _: Any) -> bool:
+        name = ggml.ggml_get_name(tensor).decode()
+        layer = name.removeprefix(ROUTER_PROBS)
+        if not name.startswith(ROUTER_PROBS) or not layer.isdigit():
+            return False  # asked (only asked) for a tensor not wanted
+        if ask:
+            return True
+        # A softmax's output, a tensor of its own: contiguous. Returning true goes on
+        # with the graph (an exception in here returns false, which stops it, and the
+        # watched run then answers otherwise).
+        n = ggml.ggml_nelements(tensor)
+        data = (ctypes.c_float * n).from_address(ggml.ggml_get_data(tensor))
+        seen.setdefault(int(layer), []).append(np.array(data, dtype=np.float32))
+        return True
+
+    callback = low.ggml_backend_sched_eval_callback(watch)
+
+    def params() -> Any:
+        p = default()
+        if on:
+            p.cb_eval = callback
+        return p
+
+    low.llama_context_default_params = params
+    low._router_callback = callback  # alive as long as the contexts that call it
+    return seen
+
+
+def routing(llama: Any, path: Path, ids: list[int], shape: Shape, greedy: list[int]) -> np.ndarray:
+    """llama.cpp's router probabilities, ``[layer, position, expert]``, over the prompt
+    and the greedy steps, from a second run watched (which must answer as the first)."""
+    seen = _watching_router(True)
+    try:
+        again, _, _ = run(llama, path, ids)
+    finally:
+        _watching_router(False)
+    if again != greedy:
+        raise RuntimeError(f"{path}: watched, llama.cpp answered otherwise")
+    probs = [np.concatenate(seen[i]).reshape(-1, shape.experts) for i in range(shape.layers)]
+    return np.stack([p[-(len(ids) + STEPS) :] for p in probs])
+
+
+def routing_summary(probs: np.ndarray, used: int) -> dict[str, list[int] | list[float]]:
+    """Per layer: the distinct sets of experts chosen, and the closest call: the log of
+    the last chosen's probability over the first left out's, and at which position."""
+    ranked = np.sort(np.log(probs), axis=-1)[..., ::-1]
+    gaps = ranked[..., used - 1] - ranked[..., used]
+    chosen = np.sort(np.argsort(-probs, axis=-1)[..., :used], axis=-1)
+    return {
+        "distinct_sets": [len({tuple(c) for c in layer.tolist()}) for layer in chosen],
+        "closest_call": [round(float(g.min()), 5) for g in gaps],
+        "closest_call_at": [int(g.argmin()) for g in gaps],
+    }
 
 
 def run(llama: Any, path: Path, ids: list[int]) -> tuple[list[int], list[float], np.ndarray]:
@@ -213,6 +336,7 @@ def main(only: list[str]) -> None:
         for case, (kind, shape) in CASES.items():
             if only and case not in only:
                 continue
+            (HERE / case).parent.mkdir(exist_ok=True)
             source = write(Path(tmp) / "f32.gguf", Q.F32, shape, SEED, floats=True)
             path = HERE / f"{case}.gguf" if kind not in QUANTISABLE else Path(tmp) / "q.gguf"
             quantised(llama, source, kind, path)
@@ -233,8 +357,13 @@ def main(only: list[str]) -> None:
                 "llama_cpp_python": llama.__version__,
                 "repacked": repacked,
             }
+            arrays: dict[str, Any] = {"step0_logits": step0}
+            if shape.experts:
+                arrays["router_probs"] = routing(llama, path, ids, shape, greedy)
+                golden["routing"] = routing_summary(arrays["router_probs"], shape.experts_used)
+                print(f"{case}: routing {golden['routing']}")
             (HERE / f"{case}.json").write_text(json.dumps(golden, indent=1) + "\n")
-            np.savez_compressed(HERE / f"{case}.npz", step0_logits=step0)
+            np.savez_compressed(HERE / f"{case}.npz", **arrays)
             confident = sum(m > 0.5 for m in margins)
             print(f"{case}: {kind.name}, {confident}/{STEPS} steps with margin > 0.5")
 
