@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -49,11 +49,14 @@ class Architecture:
     embed_scaled: bool = False
     sliding: bool = False
     fused: bool = False
+    #: a mixture of experts in place of the feed-forward: never, where the file has
+    #: ``expert_count`` (a Mixtral is a ``llama``), or always
+    experts: Literal["never", "optional", "required"] = "never"
 
 
 #: the architectures this engine runs, as llama.cpp runs them
 ARCHITECTURES = {
-    "llama": Architecture(),
+    "llama": Architecture(experts="optional"),
     "qwen2": Architecture(rope_interleaved=False),
     "qwen3": Architecture(rope_interleaved=False, qk_norm=True),
     "gemma3": Architecture(
@@ -67,12 +70,16 @@ ARCHITECTURES = {
     # Its sliding window, written in some files, llama.cpp leaves off (each layer
     # attends to everything), as is done here.
     "phi3": Architecture(rope_interleaved=False, fused=True),
+    "qwen3moe": Architecture(rope_interleaved=False, qk_norm=True, experts="required"),
 }
 
 #: llama.cpp's defaults for a sliding-window model that does not say: every sixth layer
 #: attends to everything, the others by a base of their own
 SLIDING_PATTERN = 6
 SLIDING_ROPE_BASE = 10_000.0
+
+
+_BLOCK = re.compile(r"blk\.(\d+)\.")
 
 
 class UnsupportedModel(BadGGUF):
@@ -120,6 +127,11 @@ class LlamaConfig:
     logit_softcap: float = 0.0
     #: Q, K and V in one matrix (``attn_qkv``), the gate and up in one (``ffn_up``)
     fused: bool = False
+    #: a mixture of experts in each block: how many, how many each position uses (its
+    #: router's top k, their weights renormalised), and each one's feed-forward width
+    experts: int = 0
+    experts_used: int = 0
+    expert_ffn: int = 0
 
     def slides(self, layer: int) -> bool:
         """Whether ``layer`` attends to the last :attr:`window` positions only."""
@@ -157,43 +169,10 @@ LIMITS = {
     "feed_forward_length": 1 << 20,
     "context_length": 1 << 24,
     "vocab_size": 1 << 22,
+    "expert_count": 1 << 12,
+    "expert_used_count": 1 << 12,
+    "expert_feed_forward_length": 1 << 20,
 }
-
-#: a block's tensors, each ``(name, inputs, outputs)`` as words of :func:`check_shapes`'s
-#: sizes (a norm has no outputs: a vector of its inputs)
-BLOCK_TENSORS = (
-    ("attn_norm", "hidden", None),
-    ("attn_q", "hidden", "q"),
-    ("attn_k", "hidden", "kv"),
-    ("attn_v", "hidden", "kv"),
-    ("attn_output", "q", "hidden"),
-    ("ffn_norm", "hidden", None),
-    ("ffn_gate", "hidden", "ffn"),
-    ("ffn_up", "hidden", "ffn"),
-    ("ffn_down", "ffn", "hidden"),
-)
-#: a block's tensors where Q, K, V and the gate and up are fused (:attr:`Architecture.fused`)
-FUSED_BLOCK_TENSORS = (
-    ("attn_norm", "hidden", None),
-    ("attn_qkv", "hidden", "qkv"),
-    ("attn_output", "q", "hidden"),
-    ("ffn_norm", "hidden", None),
-    ("ffn_up", "hidden", "ffn2"),
-    ("ffn_down", "ffn", "hidden"),
-)
-#: what :attr:`Architecture.qk_norm` and :attr:`Architecture.post_norms` add to a block
-QK_NORMS = (("attn_q_norm", "head", None), ("attn_k_norm", "head", None))
-POST_NORMS = (("post_attention_norm", "hidden", None), ("post_ffw_norm", "hidden", None))
-_BLOCK = re.compile(r"blk\.(\d+)\.")
-
-
-def block_tensors(c: LlamaConfig) -> tuple[tuple[str, str, str | None], ...]:
-    """The weights (``blk.N.<name>.weight``) each block of ``c`` runs."""
-    return (
-        *(FUSED_BLOCK_TENSORS if c.fused else BLOCK_TENSORS),
-        *(QK_NORMS if c.qk_norm else ()),
-        *(POST_NORMS if c.post_norms else ()),
-    )
 
 
 def _whole(file: GGUFFile, key: str, value: Any, limit: int) -> int:
@@ -290,6 +269,8 @@ def read_config(file: GGUFFile) -> LlamaConfig:
             f"({len(blocks)} in all)"
         )
     window, sliding = _sliding(file, arch, layers) if kind.sliding else (0, ())
+    ffn = count("feed_forward_length")
+    experts, used, expert_ffn = _experts(file, arch, kind, ffn)
     softcap = meta.get(f"{arch}.final_logit_softcapping", 0.0)
     return LlamaConfig(
         layers=layers,
@@ -297,7 +278,7 @@ def read_config(file: GGUFFile) -> LlamaConfig:
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        ffn=count("feed_forward_length"),
+        ffn=ffn,
         eps=number("attention.layer_norm_rms_epsilon"),
         rope_base=number("rope.freq_base", 10_000.0),
         vocab=count("vocab_size", embd.shape[1]),
@@ -320,7 +301,29 @@ def read_config(file: GGUFFile) -> LlamaConfig:
         rope_base_swa=number("rope.freq_base_swa", SLIDING_ROPE_BASE),
         logit_softcap=0.0 if not softcap else _positive(file, "softcapping", softcap),
         fused=kind.fused,
+        experts=experts,
+        experts_used=used,
+        expert_ffn=expert_ffn,
     )
+
+
+def _experts(file: GGUFFile, arch: str, kind: Architecture, ffn: int) -> tuple[int, int, int]:
+    """How many experts, how many a position uses, and their width (by default the
+    feed-forward's); none for a model without."""
+    meta = file.metadata
+    key = f"{arch}.expert_count"
+    if not meta.get(key, 0):
+        if kind.experts == "required":
+            raise BadGGUF(f"{file.path}: no {key} (a {arch} is a mixture of experts)")
+        return 0, 0, 0
+    if kind.experts == "never":
+        raise UnsupportedModel(f"{file.path}: a {arch} with experts is not supported")
+    experts = _whole(file, key, meta[key], LIMITS["expert_count"])
+    key = f"{arch}.expert_used_count"
+    used = _whole(file, key, file.field(key), experts)
+    key = f"{arch}.expert_feed_forward_length"
+    width = _whole(file, key, meta.get(key, ffn), LIMITS["expert_feed_forward_length"])
+    return experts, used, width
 
 
 def _gemma_scale(layers: int, hidden: int, heads: int) -> float | None:
@@ -350,48 +353,3 @@ def _sliding(file: GGUFFile, arch: str, layers: int) -> tuple[int, tuple[bool, .
         return window, (True,) * layers
     n = _whole(file, key, pattern, LIMITS["attention.sliding_window_pattern"])
     return window, tuple(i % n < n - 1 for i in range(layers))
-
-
-def check_shapes(file: GGUFFile, config: LlamaConfig) -> None:
-    """Every tensor the model runs is in ``file`` with the shape ``config`` (its header)
-    implies, else :class:`BadGGUF` naming the first that is not: the embedding (and the
-    output head when not tied), the final norm, and each block's norms, attention (with
-    qwen2's biases) and feed-forward. Run when a model is added: a header that disagrees
-    with its weights would otherwise fail in a node, mid-graph."""
-    c = config
-    size = {
-        "hidden": c.hidden,
-        "q": c.heads * c.head_dim,
-        "kv": c.kv_heads * c.head_dim,
-        "head": c.head_dim,
-        "qkv": (c.heads + 2 * c.kv_heads) * c.head_dim,
-        "ffn": c.ffn,
-        "ffn2": 2 * c.ffn,
-        "vocab": c.vocab,
-    }
-    why = (
-        f"{c.arch}.embedding_length {c.hidden}, head_count {c.heads}, head_count_kv "
-        f"{c.kv_heads}, heads of {c.head_dim}, feed_forward_length {c.ffn}, vocabulary "
-        f"{c.vocab}"
-    )
-
-    def check(name: str, inputs: str, outputs: str | None) -> None:
-        want = (size[inputs],) if outputs is None else (size[inputs], size[outputs])
-        t = file.tensors.get(name)
-        if t is None:
-            raise BadGGUF(f"{file.path}: no {name} (a model of {c.layers} blocks needs it)")
-        if t.shape != want:
-            raise BadGGUF(
-                f"{file.path}: {name} is {list(t.shape)}, the metadata implies {list(want)} ({why})"
-            )
-
-    check("token_embd.weight", "hidden", "vocab")
-    if not c.tied_head:
-        check("output.weight", "hidden", "vocab")
-    check("output_norm.weight", "hidden", None)
-    for i in range(c.layers):
-        for name, inputs, outputs in block_tensors(c):
-            check(f"blk.{i}.{name}.weight", inputs, outputs)
-        if c.qkv_bias:
-            for name, outputs in (("attn_q", "q"), ("attn_k", "kv"), ("attn_v", "kv")):
-                check(f"blk.{i}.{name}.bias", outputs, None)

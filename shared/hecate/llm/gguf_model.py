@@ -31,16 +31,9 @@ import numpy as np
 import numpy.typing as npt
 from gguf.quants import dequantize
 
-from hecate.llm.gguf_config import (
-    ARCHITECTURES,
-    BLOCK_TENSORS,
-    LIMITS,
-    LlamaConfig,
-    UnsupportedModel,
-    check_shapes,
-    read_config,
-)
+from hecate.llm.gguf_config import ARCHITECTURES, LIMITS, LlamaConfig, UnsupportedModel, read_config
 from hecate.llm.gguf_file import GGUFFile, Tensor
+from hecate.llm.gguf_shapes import BLOCK_TENSORS, check_shapes
 
 __all__ = [
     "ARCHITECTURES",
@@ -67,13 +60,16 @@ class Block:
     wqkv: Matrix  # [hidden, (heads + 2·kv_heads)·head_dim]
     wo: Matrix  # [heads·head_dim, hidden]
     ffn_norm: Matrix
-    w_gate_up: Matrix  # [hidden, 2·ffn]
-    w_down: Matrix  # [ffn, hidden]
+    w_gate_up: Matrix | None  # [hidden, 2·ffn] (None: experts instead)
+    w_down: Matrix | None  # [ffn, hidden]
     bqkv: Matrix | None = None  # [(heads + 2·kv_heads)·head_dim] (qwen2)
     q_norm: Matrix | None = None  # [head_dim] (qwen3, gemma3)
     k_norm: Matrix | None = None
     post_attn_norm: Matrix | None = None  # [hidden] (gemma3)
     post_ffn_norm: Matrix | None = None
+    router: Matrix | None = None  # [hidden, experts] (a mixture of experts)
+    experts_gate_up: Matrix | None = None  # [experts, hidden, 2·expert_ffn]
+    experts_down: Matrix | None = None  # [experts, expert_ffn, hidden]
 
 
 @dataclass
@@ -170,6 +166,22 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
     def biases(*names: str) -> Callable[[], Matrix]:
         return lambda: np.concatenate([t(n, "bias").reshape(-1) for n in names])
 
+    def experts(b: str) -> dict[str, Matrix]:
+        """A block's router [in, experts], and its experts' gate and up [experts, in,
+        2·width] (the gate first) and down [experts, width, out]."""
+        gate_up = (f"{b}.ffn_gate_exps", f"{b}.ffn_up_exps")
+        return {
+            "router": prepared.get(f"{b}.router", stacked_t(f"{b}.ffn_gate_inp")),
+            "experts_gate_up": prepared.get(
+                f"{b}.experts_gate_up",
+                lambda: np.concatenate([t(n) for n in gate_up], axis=1).transpose(0, 2, 1),
+            ),
+            "experts_down": prepared.get(
+                f"{b}.experts_down", lambda: t(f"{b}.ffn_down_exps").transpose(0, 2, 1)
+            ),
+        }
+
+    moe = config.experts > 0
     blocks = []
     for i in range(layer_start, layer_end):
         b = f"blk.{i}"
@@ -182,8 +194,8 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
                 wqkv=prepared.get(f"{b}.wqkv", stacked_t(*fused_qkv)),
                 wo=prepared.get(f"{b}.wo", stacked_t(f"{b}.attn_output")),
                 ffn_norm=prepared.get(f"{b}.ffn_norm", flat(f"{b}.ffn_norm")),
-                w_gate_up=prepared.get(f"{b}.w_gate_up", stacked_t(*gate_up)),
-                w_down=prepared.get(f"{b}.w_down", stacked_t(f"{b}.ffn_down")),
+                w_gate_up=None if moe else prepared.get(f"{b}.w_gate_up", stacked_t(*gate_up)),
+                w_down=None if moe else prepared.get(f"{b}.w_down", stacked_t(f"{b}.ffn_down")),
                 bqkv=prepared.get(f"{b}.bqkv", biases(*qkv)) if config.qkv_bias else None,
                 **{
                     field: prepared.get(f"{b}.{name}", flat(f"{b}.{name}"))
@@ -195,6 +207,7 @@ def load_stage(path: Path, layer_start: int, layer_end: int) -> StageWeights:
                     )
                     if wanted
                 },
+                **({} if not moe else experts(b)),
             )
         )
     last = layer_end == config.layers

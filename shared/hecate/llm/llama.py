@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hecate.llm.gguf_model import LlamaConfig, StageWeights
+from hecate.llm.gguf_model import Block, LlamaConfig, StageWeights
 
 Array = npt.NDArray[np.float32]
 
@@ -243,8 +243,8 @@ class LlamaStage:
             if b.post_attn_norm is not None:
                 o = rms_norm(o, b.post_attn_norm, c.eps)
             x = x + o
-            gate, up = np.split(matmul(rms_norm(x, b.ffn_norm, c.eps), b.w_gate_up), 2, axis=1)
-            f = matmul((gelu(gate) if c.gelu else gate / (1.0 + np.exp(-gate))) * up, b.w_down)
+            h = rms_norm(x, b.ffn_norm, c.eps)
+            f = self._experts(h, b) if b.router is not None else self._ffn(h, b.w_gate_up, b.w_down)
             if b.post_ffn_norm is not None:
                 f = rms_norm(f, b.post_ffn_norm, c.eps)
             x = x + f
@@ -253,6 +253,32 @@ class LlamaStage:
         if len(xs) == 1:
             return [x]
         return [x[int(bounds[j]) : int(bounds[j + 1])] for j in range(len(xs))]
+
+    def _ffn(self, h: Array, gate_up: Array | None, down: Array | None) -> Array:
+        assert gate_up is not None
+        assert down is not None
+        gate, up = np.split(matmul(h, gate_up), 2, axis=1)
+        return matmul((gelu(gate) if self.config.gelu else gate / (1.0 + np.exp(-gate))) * up, down)
+
+    def _experts(self, h: Array, b: Block) -> Array:
+        """A mixture of experts, as llama.cpp's: the router's softmax over every expert,
+        each row's top k, their weights renormalised to one (the sum kept above
+        2^-14), each expert run on the rows that chose it, their outputs weighed."""
+        assert b.router is not None
+        assert b.experts_gate_up is not None
+        assert b.experts_down is not None
+        logits = matmul(h, b.router)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        top = np.argsort(-probs, axis=1, kind="stable")[:, : self.config.experts_used]
+        weights = np.take_along_axis(probs, top, axis=1)
+        weights /= np.maximum(weights.sum(axis=1, keepdims=True), np.float32(2**-14))
+        out = np.zeros_like(h)
+        for e in np.unique(top):
+            rows, slot = np.nonzero(top == e)
+            y = self._ffn(h[rows], b.experts_gate_up[e], b.experts_down[e])
+            out[rows] += y * weights[rows, slot][:, None]
+        return out
 
     def logits(self, hidden: Array) -> Array:
         """The last position's logits (last stage only): final norm, output head."""

@@ -179,16 +179,12 @@ def build(
             epsilon=c.eps,
         )
         # One product for both (their outputs side by side), as for Q, K and V.
-        gate_up = ("ffn_up",) if c.fused else ("ffn_gate", "ffn_up")
-        both = linear_of(g, h2, [packed(f"{b}.{n}") for n in gate_up], f"{b}.ffn")
-        halves = g.const(f"{b}.halves", np.array([c.ffn, c.ffn], np.int64))
-        gate, up = g.op("Split", [both, halves], 2, axis=-1)
-        if c.gelu:  # by tanh's approximation, as llama.cpp's ggml_gelu
-            gated = g.op("FastGelu", [gate], domain=MS)[0]
+        if c.experts:
+            pending = _experts(g, c, h2, file, b)
         else:
-            gated = g.op("Mul", [gate, g.op("Sigmoid", [gate])[0]])[0]
-        act = g.op("Mul", [gated, up])[0]
-        pending = g.linear(act, packed(f"{b}.ffn_down"), f"{b}.down")
+            gate_up = ("ffn_up",) if c.fused else ("ffn_gate", "ffn_up")
+            parts = [packed(f"{b}.{n}") for n in gate_up]
+            pending = _ffn(g, c, h2, parts, packed(f"{b}.ffn_down"), b)
         if c.post_norms:
             pending = g.rms_norm(pending, vector(f"{b}.post_ffw_norm"), c.eps, f"{b}.post_ffn")
     if last:
@@ -229,6 +225,74 @@ def build(
     )
     model.ir_version = 10
     return Built(model, out, g.weights, g.packed)
+
+
+def _ffn(g: Graph, c: LlamaConfig, h: str, gate_up: list[Packed], down: Packed, stem: str) -> str:
+    """The feed-forward of ``h``: its gate and up in one product (their outputs side
+    by side, as for Q, K and V), the gate through SiLU or GELU, then down."""
+    both = linear_of(g, h, gate_up, f"{stem}.ffn")
+    width = down.k
+    halves = g.const(f"{stem}.halves", np.array([width, width], np.int64))
+    gate, up = g.op("Split", [both, halves], 2, axis=-1)
+    if c.gelu:  # by tanh's approximation, as llama.cpp's ggml_gelu
+        gated = g.op("FastGelu", [gate], domain=MS)[0]
+    else:
+        gated = g.op("Mul", [gate, g.op("Sigmoid", [gate])[0]])[0]
+    act = g.op("Mul", [gated, up])[0]
+    return g.linear(act, down, f"{stem}.down")
+
+
+#: what the sum of a position's top-k router weights is kept above (llama.cpp's)
+WEIGHTS_FLOOR = 2.0**-14
+
+
+def _experts(g: Graph, c: LlamaConfig, h: str, file: GGUFFile, b: str) -> str:
+    """A mixture of experts, as llama.cpp runs it: the router's softmax over every
+    expert, each position's top k with their weights renormalised to one, each expert's
+    feed-forward weighed by them and summed. An expert no position of the run chose is
+    not computed (an ``If`` on its weights), so a decode step reads the weights of the
+    experts its rows chose, not of them all."""
+    t = file.tensors
+    router = t[f"{b}.ffn_gate_inp.weight"]
+    dense = np.asarray(dequantize(router.data, router.tensor_type), np.float32)
+    logits = g.matmul(h, g.const(f"{b}.router", np.ascontiguousarray(dense.T)))
+    probs = g.op("Softmax", [logits], axis=-1)[0]
+    k = g.const(f"{b}.k", np.array([c.experts_used], np.int64))
+    top, chosen = g.op("TopK", [probs, k], 2, axis=-1, largest=1, sorted=1)
+    axis = g.const(f"{b}.last", np.array([-1], np.int64))
+    total = g.op("ReduceSum", [top, axis], keepdims=1)[0]
+    floor = g.const(f"{b}.floor", np.array(WEIGHTS_FLOOR, np.float32))
+    top = g.op("Div", [top, g.op("Max", [total, floor])[0]])[0]
+    zero = g.const(f"{b}.zero", np.array(0.0, np.float32))
+    weights = g.op("ScatterElements", [g.op("Mul", [probs, zero])[0], chosen, top], axis=-1)[0]
+
+    def expert(name: str, e: int) -> Packed:
+        w = t[f"{b}.{name}.weight"]
+        n, kk = int(w.shape[1]), int(w.shape[0])
+        return pack(f"{w.name}[{e}]", GGMLQuantizationType(w.tensor_type), w.data[e], n, kk)
+
+    outs = []
+    for e in range(c.experts):
+        starts = g.const(f"{b}.e{e}.start", np.array([e], np.int64))
+        ends = g.const(f"{b}.e{e}.end", np.array([e + 1], np.int64))
+        weight = g.op("Slice", [weights, starts, ends, axis])[0]  # [B, S, 1]
+        chose = g.op("Greater", [g.op("ReduceMax", [weight], keepdims=0)[0], zero])[0]
+        with g.branch() as nodes:
+            parts = [expert("ffn_gate_exps", e), expert("ffn_up_exps", e)]
+            y = _ffn(g, c, h, parts, expert("ffn_down_exps", e), f"{b}.e{e}")
+            y = g.op("Mul", [y, weight])[0]
+        then = helper.make_graph(
+            nodes, f"{b}.e{e}.then", [], [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)]
+        )
+        nothing = g.name(f"{b}.e{e}.none")
+        otherwise = helper.make_graph(
+            [helper.make_node("Constant", [], [nothing], value_float=0.0)],
+            f"{b}.e{e}.else",
+            [],
+            [helper.make_tensor_value_info(nothing, TensorProto.FLOAT, None)],
+        )
+        outs.append(g.op("If", [chose], then_branch=then, else_branch=otherwise)[0])
+    return g.op("Sum", outs)[0]
 
 
 def _normed_heads(

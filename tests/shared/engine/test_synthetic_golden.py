@@ -30,7 +30,8 @@ from hecate.llm.onnx_stage import OnnxStage
 from hecate_dev.synthetic_gguf import Shape, tensors_sha256, write
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "synthetic"
-CASES = sorted(p.stem for p in GOLDEN.glob("*.npz"))  # tokenizers.json is not a model
+#: every case, a mixture of experts' under ``moe/`` (tokenizers.json is not a model)
+CASES = sorted(str(p.relative_to(GOLDEN).with_suffix("")) for p in GOLDEN.glob("**/*.npz"))
 CORRELATION = 0.998
 MARGIN = 0.5
 
@@ -47,7 +48,7 @@ def golden(case: str) -> dict[str, Any]:
 
 def model_file(case: str, folder: Path) -> Path:
     g = golden(case)
-    path = folder / f"{case}.gguf"
+    path = folder / f"{case.replace('/', '-')}.gguf"
     if g["file_kept"]:
         shutil.copy(GOLDEN / f"{case}.gguf", path)  # the reference's cache goes beside it
     else:
@@ -128,10 +129,10 @@ def _blocks(**changes: Any) -> Callable[[LlamaStage], LlamaStage]:
 
 def _up_before_gate(stage: LlamaStage) -> LlamaStage:
     """The fused matrix's halves read the other way round (up first, then the gate)."""
-    blocks = [
-        replace(b, w_gate_up=np.roll(b.w_gate_up, b.w_gate_up.shape[1] // 2, 1))
-        for b in stage.w.blocks
-    ]
+    blocks = []
+    for b in stage.w.blocks:
+        assert b.w_gate_up is not None
+        blocks.append(replace(b, w_gate_up=np.roll(b.w_gate_up, b.w_gate_up.shape[1] // 2, 1)))
     return LlamaStage(replace(stage.w, blocks=blocks))
 
 
@@ -149,6 +150,8 @@ MISTAKES: dict[str, tuple[str, Callable[[LlamaStage], LlamaStage]]] = {
     "qwen3's Q/K norms left out": ("qwen3-qk-norm", _blocks(q_norm=None, k_norm=None)),
     "phi3's fused gate and up read up first": ("phi3-fused", _up_before_gate),
     "phi3's RoPE on adjacent pairs": ("phi3-fused", _config(rope_interleaved=True)),
+    "mixtral's top 1 expert alone": ("moe/mixtral", _config(experts_used=1)),
+    "qwen3moe's top 3 experts": ("moe/qwen3moe", _config(experts_used=3)),
     "gemma3's Q/K norms left out": ("gemma3", _blocks(q_norm=None, k_norm=None)),
     "gemma3's norms after attention and FFN left out": (
         "gemma3",
