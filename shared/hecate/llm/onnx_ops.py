@@ -40,24 +40,19 @@ class Graph:
         #: the weights that are a MatMulNBits' inputs: its bits, block and the input
         self.packed: dict[str, tuple[int, int, str]] = {}
         self._n = 0
-        # Inside an If's branch: the weights its products read are left out of
-        # ``packed``, so the stage keeps them (whether the runtime prepacks a weight
-        # a branch reads from the outer scope is not what the probe of
-        # ``onnx_load.left_unread`` measures).
-        self._branches = 0
 
     @contextmanager
     def branch(self) -> Iterator[list[onnx.NodeProto]]:
         """Nodes made inside go to the list given (an ``If``'s branch), not the graph;
         constants still to the graph's initializers, which a branch reads from the
-        outer scope."""
+        outer scope. The runtime prepacks those as it does the graph's own (a stage of
+        experts whose kept weights were all zeroed once built answered the same), so
+        what it leaves unread is dropped alike (``onnx_load.left_unread``)."""
         outer, self.nodes = self.nodes, []
-        self._branches += 1
         try:
             yield self.nodes
         finally:
             self.nodes = outer
-            self._branches -= 1
 
     def name(self, stem: str) -> str:
         self._n += 1
@@ -114,13 +109,13 @@ class Graph:
 
     def matmul(self, x: str, w: str) -> str:
         """``x @ w``, ``w`` a float32 constant (:data:`DENSE`: the kernel may pack it)."""
-        if w in self.weights and not self._branches:
+        if w in self.weights:
             self.packed[w] = DENSE
         return self.op("MatMul", [x, w])[0]
 
     def nbits(self, inputs: list[str], k: int, n: int, bits: int, block: int) -> str:
         for name, role in zip(inputs[1:], ROLES, strict=False):
-            if name in self.weights and not self._branches:
+            if name in self.weights:
                 self.packed[name] = (bits, block, role)
         return self.op(
             "MatMulNBits",
