@@ -2,7 +2,8 @@
 
 It sits above both executor families so neither imports the other: the layer networks
 in :mod:`hecate.model` (``toy``, ``null``) and the real model in :mod:`hecate.llm`
-(``smollm2`` on the engine, ``smollm2-numpy`` its float32 reference) each import only
+(``smollm2`` and ``gemma3-270m`` on the engine, ``smollm2-numpy`` SmolLM2's float32
+reference) each import only
 the shared types of :mod:`hecate.model.executor`, and this module imports them all.
 Factories import their executor when called, so naming ``toy`` never loads the real
 model's code.
@@ -49,6 +50,12 @@ def _smollm2() -> Executor:
     return LlmExecutor()  # the engine: ONNX Runtime on the GGUF's own blocks
 
 
+def _gemma3_270m() -> Executor:
+    from hecate.llm.executor import LlmExecutor
+
+    return LlmExecutor(model="gemma3-270m", name="gemma3-270m")
+
+
 def _smollm2_numpy() -> Executor:
     from hecate.llm.executor import LlmExecutor
 
@@ -62,11 +69,16 @@ EXECUTORS: dict[str, Callable[[], Executor]] = {
     "null": _null,
     "smollm2": _smollm2,
     "smollm2-numpy": _smollm2_numpy,
+    "gemma3-270m": _gemma3_270m,
 }
 
 
 #: The model file each built-in generative executor runs (pulled before its nodes start).
-BUILT_IN_MODELS = {"smollm2": "smollm2-135m", "smollm2-numpy": "smollm2-135m"}
+BUILT_IN_MODELS = {
+    "smollm2": "smollm2-135m",
+    "smollm2-numpy": "smollm2-135m",
+    "gemma3-270m": "gemma3-270m",
+}
 
 
 def _registered(name: str) -> bool:

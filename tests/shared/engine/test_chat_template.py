@@ -1,16 +1,27 @@
 """A GGUF's own chat template, rendered as transformers renders it: SmolLM2's gives the
 prompt the engine was always given, other families' templates render in the sandbox, and
-a template's refusal is a bad_request naming it."""
+a template's refusal is a bad_request naming it. A file without one gets its
+architecture's (Gemma 3's turns) where the engine knows it, else ChatML."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from gguf import GGUFWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hecate.llm.template import ChatTemplate, load_template, tools_block
+from hecate.llm.template import (
+    GEMMA3,
+    KNOWN_TEMPLATES,
+    ChatTemplate,
+    load_template,
+    template_fields,
+    tools_block,
+    vet,
+)
 from hecate.llm.tokenizer import chat_prompt
 from hecate.model.executor import ExecutorError
 
@@ -123,3 +134,44 @@ def test_a_template_without_tools_gets_the_hermes_block_in_its_system_message(
     with pytest.raises(ExecutorError) as refused:
         smollm2.render([("user", "x")], "[not json")
     assert refused.value.code == "bad_request"
+
+
+def _header_only(path: Path, arch: str, template: str | None = None) -> Path:
+    """A GGUF of ``arch`` with a small SentencePiece vocabulary and no weights."""
+    w = GGUFWriter(str(path), arch)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"])
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(True)
+    if template is not None:
+        w.add_chat_template(template)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def test_a_file_without_a_template_gets_its_architecture_s_if_the_engine_knows_it(
+    tmp_path: Path,
+) -> None:
+    gemma = template_fields(_header_only(tmp_path / "g.gguf", "gemma3"))
+    assert gemma["source"] == KNOWN_TEMPLATES["gemma3"] == GEMMA3
+    other = template_fields(_header_only(tmp_path / "l.gguf", "llama"))
+    assert other["source"] is None  # ChatML
+    own = template_fields(_header_only(tmp_path / "o.gguf", "gemma3", template=STRICT))
+    assert own["source"] == STRICT  # the file's own comes first
+
+
+def test_gemma_s_template_folds_the_system_message_into_the_first_user_turn() -> None:
+    vet(GEMMA3)
+    template = ChatTemplate(GEMMA3, bos="<bos>", eos="<eos>", adds_bos=True)
+    chat = [("system", "Be brief."), ("user", " Hi "), ("assistant", "Hello."), ("user", "Bye")]
+    assert template.render(chat) == (
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+        "<start_of_turn>model\nHello.<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    )
+    assert ChatTemplate(GEMMA3, bos="<bos>").render([("user", "Hi")]).startswith("<bos><start")
+    with pytest.raises(ExecutorError, match="roles must alternate"):
+        template.render([("user", "a"), ("user", "b")])

@@ -24,7 +24,13 @@ from hecate_node.config import NodeConfig
 from hecate_node.service import Node
 from hecate_node.upstream import UpstreamModel
 
-KINDS = {"toy": "layers", "null": "layers", "smollm2": "steps", "smollm2-numpy": "steps"}
+KINDS = {
+    "toy": "layers",
+    "null": "layers",
+    "smollm2": "steps",
+    "smollm2-numpy": "steps",
+    "gemma3-270m": "steps",
+}
 
 
 def test_every_built_in_declares_the_kind_it_implements() -> None:
@@ -97,7 +103,7 @@ def test_an_entry_point_adds_an_executor(monkeypatch: pytest.MonkeyPatch) -> Non
     )
     assert registry.available()["echo-steps"] == f"{__name__}:Steps"
     assert kind_of(get_executor("echo-steps")) == "steps"
-    known = "echo-steps, null, smollm2, smollm2-numpy, toy"
+    known = "echo-steps, gemma3-270m, null, smollm2, smollm2-numpy, toy"
     with pytest.raises(ExecutorError, match=f"known executors: {known}"):
         get_executor("gpt-17")
 

@@ -64,7 +64,7 @@ def test_an_added_model_is_an_executor_of_its_own_name(tmp_path: Path) -> None:
     entry = add("tiny-qwen", path, progress=lambda _line: None)
     assert (entry.arch, entry.layers, entry.size) == ("qwen2", 3, path.stat().st_size)
     assert registered()["tiny-qwen"] == entry
-    assert known() == [SMOLLM2, "tiny-qwen"]
+    assert known() == ["gemma3-270m", SMOLLM2, "tiny-qwen"]  # built in, then added
     assert pull("tiny-qwen") == path.resolve()  # not copied, not fetched
     assert generative_model("tiny-qwen") == "tiny-qwen"
     executor = get_executor("tiny-qwen")
@@ -182,11 +182,12 @@ def test_a_swarm_serves_an_added_model_as_one_process_does(models: Path, tmp_pat
 
 @pytest.mark.usefixtures("models")
 def test_a_refusal_names_everything_the_file_lacks_at_once(tmp_path: Path) -> None:
-    path = _lacking_model(tmp_path / "phi.gguf", arch="phi3")
+    path = _lacking_model(tmp_path / "mamba.gguf", arch="mamba")
     with pytest.raises(ModelStoreError) as refused:
         add("m", path, progress=lambda _line: None)
     said = str(refused.value)
-    assert "architecture 'phi3' is not supported" in said, said
+    assert "architecture 'mamba' is not supported" in said, said
+    assert "cannot be read as a model" not in said, said  # a refusal, not a damaged file
     assert "blk.0.attn_q.weight: weight type IQ3_S is not supported (and 1 more matrices)" in said
     assert "blk.0.attn_k.weight: weight type IQ2_XXS is not supported" in said
     assert registered() == {}

@@ -13,8 +13,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from hecate.llm.store import pull
-from hecate.llm.tokenizer import TextStream, TokenizerError, load_tokenizer
-from hecate_dev.synthetic_gguf import Shape, write
+from hecate.llm.tokenizer import TextStream, TokenizerError, end_ids, eos_ids, load_tokenizer
+from hecate_dev.synthetic_gguf import Shape, spm_vocabulary, write
 from tests.shared.engine.golden.make_synthetic_golden import HERE, tokenizer_cases
 
 # SmolLM2, pulled and prepared once per run (tests/conftest.py).
@@ -102,3 +102,54 @@ def test_the_last_stage_holds_a_character_per_session_and_nothing_once_it_is_who
     assert llm._held == {"a": [ids[0]]}
     llm.release("a")
     assert llm._held == {}
+
+
+def test_a_generation_ends_on_llama_cpp_s_end_of_generation_tokens() -> None:
+    """By their text, whatever their type, with the ids the file names (EOS, end of
+    turn, fill-in-the-middle's) and llama.cpp's two exceptions."""
+    tokens = ["<pad>", "<eos>", "<end_of_turn>", "</s>", "<|fim_pad|>", "<PAD>", "hello"]
+    assert end_ids(tokens, {"tokenizer.ggml.eos_token_id": 1}) == {1, 2, 3, 4, 5}
+    named = {"tokenizer.ggml.fim_pad_token_id": 5, "tokenizer.ggml.eos_token_id": 6}
+    assert end_ids(tokens, named) == {1, 2, 3, 5, 6}  # a named FIM id, not its texts
+    assert end_ids(tokens, {"tokenizer.ggml.eos_token_id": 99}) == {1, 2, 3, 4, 5}
+    harmony = ["<|end|>", "<|return|>", "<|call|>", "<|endoftext|>"]
+    assert end_ids(harmony, {}) == {1, 2, 3}  # <|end|> ends a message, not the answer
+    assert end_ids(["<|end|>", "<|return|>"], {}) == {0, 1}
+    assert end_ids(["</s>", "<|tool_response>"], {}) == {1}  # </s> a plain token there
+
+
+def test_smollm2_s_generation_ends_where_llama_cpp_s_does() -> None:
+    """llama.cpp's ``llama_vocab_is_eog`` on SmolLM2's file: its EOS ``<|im_end|>``, and
+    by their text ``<|endoftext|>`` and ``<reponame>`` (a FIM repository token)."""
+    assert eos_ids(pull("smollm2-135m", progress=lambda _line: None)) == {0, 2, 4}
+
+
+def test_user_defined_tokens_are_taken_whole_from_the_raw_text(tmp_path: Path) -> None:
+    """As llama.cpp: a user-defined token (Gemma's runs of spaces, its HTML tags) is
+    matched in the text before SentencePiece splits it, and decodes as it is written;
+    without ``add_space_prefix`` no space is put in front. (Gemma's own file, against
+    llama.cpp's ids: test_gemma3_tokenizer.py.)"""
+    meta = spm_vocabulary()
+    tokens, types, scores = (
+        list(meta[f"tokenizer.ggml.{k}"]) for k in ("tokens", "token_type", "scores")
+    )
+    for piece in ("  ", "<b>"):
+        tokens.append(piece)
+        types.append(4)
+        scores.append(0.0)
+    meta.update(
+        {
+            "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": types,
+            "tokenizer.ggml.scores": scores,
+            "tokenizer.ggml.add_space_prefix": False,
+        }
+    )
+    tok = load_tokenizer(write(tmp_path / "ud.gguf", Q.F32, Shape(layers=1), tokenizer=meta))
+    text = "the  cat <b>sat</b>"
+    ids = tok.encode(text).ids
+    assert ids[0] == meta["tokenizer.ggml.bos_token_id"]
+    assert len(tokens) - 2 in ids  # the two spaces
+    assert len(tokens) - 1 in ids  # <b>
+    assert not str(tok.id_to_token(ids[1])).startswith("\u2581")
+    assert tok.decode(ids) == text
