@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tests.shared.engine.golden.make_requantized_golden import _plain_kernels
 
 from hecate.llm.store import MODELS, pull
 
@@ -40,20 +41,9 @@ LONG = (
 PROMPTS = {"chat": CHAT, "long": LONG}
 
 
-def _plain_kernels(low: Any) -> None:
-    default = low.llama_model_default_params
-
-    def params() -> Any:
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    low.llama_model_default_params = params
-
-
 def main() -> None:
     llama: Any = importlib.import_module("llama_cpp")
-    _plain_kernels(importlib.import_module("llama_cpp.llama_cpp"))
+    _plain_kernels()
     path = pull(MODEL)
     llm = llama.Llama(model_path=str(path), n_threads=2, n_ctx=2048, logits_all=True, verbose=False)
     cases: dict[str, Any] = {}
