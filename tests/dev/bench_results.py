@@ -669,6 +669,45 @@ MEMORY = {
 }  # fmt: skip
 
 
+def _type_speed(kind: str, tg: tuple[float, float, float], llama: float) -> dict[str, Any]:
+    return {
+        "type": kind, "model": "smollm2-135m", "file": f"smollm2-135m-{kind}.gguf",
+        "file_mib": 258.3, "matrices": {kind: 211},
+        "engine_tg": list(tg), "llama_tg": [llama] * 3,
+        "engine_pp": [500.0, 520.0, 510.0], "llama_pp": [400.0] * 3,
+        "tg_ratio": [round(t / llama, 3) for t in tg], "pp_ratio": [1.25, 1.3, 1.275],
+        "others_cpu": [0.01, 0.0, 0.02], "same_tokens": True,
+    }  # fmt: skip
+
+
+TYPES = {
+    "model": "smollm2-135m",
+    "source_type": "Q4_1",
+    "threads": 2,
+    "rounds": 3,
+    "target": "decode (tg128) on F16 ≥ 0.9× llama-bench's, same file and threads",
+    "f16_at_least": 0.9,
+    "quiet": 0.05,
+    "retries": 2,
+    "types": [
+        _type_speed("F16", (19.0, 19.4, 18.6), 20.0),
+        {**_type_speed("Q4_K_M", (80.0, 84.0, 82.0), 100.0),
+         "matrices": {"Q5_0": 120, "Q4_K": 61, "Q8_0": 30}, "others_cpu": [0.0, 0.3, 0.01],
+         "rerun": 2},
+        {"type": "IQ4_NL", "model": "smollm2-135m",
+         "failed": "llama-quantize: exit 1: unknown type"},
+    ],
+    "gemma": {
+        "type": "Q4_K_M", "model": "gemma3-270m", "file": "/models/gemma-3-270m-q4_k_m.gguf",
+        "file_mib": 241.4, "matrices": {"Q5_0": 81, "Q4_K": 27},
+        "failed": "exit 1: UnsupportedModel: gemma3: no sliding window",
+    },
+    "f16_met": True,
+    "table": [],
+    "skipped": None,
+}  # fmt: skip
+
+
 def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
     """Every suite's saved result (``llm=False``: the model suite never ran)."""
     out = {
@@ -680,6 +719,7 @@ def results(*, llm: bool = True) -> dict[str, dict[str, Any]]:
         "gateway": envelope("gateway", GATEWAY),
         "chaos": {**envelope("chaos", CHAOS), "command": "hecate chaos all --results build"},
         "memory": envelope("memory", MEMORY),
+        "types": envelope("types", TYPES),
     }
     if llm:
         out["llm"] = envelope("llm", LLM)

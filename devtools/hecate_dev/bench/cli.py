@@ -40,6 +40,7 @@ def add_parser(sub: Any) -> None:
             "wan",
             "scale",
             "memory",
+            "types",
             "report",
         ],
         help="core: routing decision and planning; bus: routed vs raw NATS, closed loop "
@@ -62,6 +63,9 @@ def add_parser(sub: Any) -> None:
         "memory: a range's resident memory and peak while building, over its share of the "
         "file, per third and whole of SmolLM2 and the 1B and 8B shapes, each in a memory "
         "cgroup, beside llama.cpp's; "
+        "types: the engine's decode (tg128) and prefill (pp512) on SmolLM2 re-quantised into "
+        "each weight type people download, and on Gemma 3 270M, beside llama-bench's on the "
+        "same file and threads, interleaved rounds; "
         "report: write --doc and its pictures from the results saved in --results",
     )
     bench.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
@@ -107,7 +111,8 @@ def add_parser(sub: Any) -> None:
     bench.add_argument(
         "--if-present",
         action="store_true",
-        help="llm, wan: if the model is not pulled, record the suite as skipped instead of pulling",
+        help="llm, wan, types: if the model is not pulled, record the suite as skipped instead "
+        "of pulling",
     )
     bench.add_argument(
         "--concurrency",
@@ -127,7 +132,7 @@ def add_parser(sub: Any) -> None:
         type=positive_int,
         default=None,
         help="llm: interleaved rounds (default 8; --quick 1); wan: (default 3; --quick 1); "
-        "prefix: (default 2; --quick 1)",
+        "prefix: (default 2; --quick 1); types: (default 3; --quick 1)",
     )
     bench.add_argument(
         "--tokens",
@@ -299,6 +304,10 @@ def _run_suite(args: argparse.Namespace) -> object:
         from hecate_dev.bench.memory import run as run_memory
 
         return run_memory(quick=args.quick, pooled_runs=args.pooled, speed=args.speed)
+    if args.suite == "types":
+        from hecate_dev.bench.types import run as run_types
+
+        return run_types(quick=args.quick, rounds=args.rounds, if_present=args.if_present)
     if args.suite == "scale":
         from hecate_dev.bench.scale import run_scale_bench
 

@@ -38,6 +38,7 @@ from hecate_dev.bench.report.prefix import section_prefix
 from hecate_dev.bench.report.ring import section_ring
 from hecate_dev.bench.report.scale import section_scale
 from hecate_dev.bench.report.tokens import section_tokens
+from hecate_dev.bench.report.types import section_types
 from hecate_dev.bench.report.wan import section_wan
 from hecate_dev.chaos import results as chaos_results
 
@@ -129,6 +130,12 @@ SUITES: tuple[tuple[str, str, str, Section], ...] = (
         "Memory at real sizes: a node's share held once, and models pooled over nodes",
         "hecate bench memory --pooled",
         section_memory,
+    ),
+    (
+        "types",
+        "Weight types: the engine beside llama-bench on each type people download",
+        "hecate bench types",
+        section_types,
     ),
     (
         "chaos",
