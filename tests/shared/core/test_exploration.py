@@ -284,10 +284,11 @@ def test_exploration_goes_only_to_healthy_unmeasured_pipelines_and_only_a_bounde
                     decisions += 1
                     if got == expected:
                         assert r.explored == before
-                    elif c.leased and not c.leased.intersection(expected.node_ids):
-                        # The probe of a held lease rides it (the chooser's rule 2).
-                        assert r.explored == before
+                    elif r.explored == before:
+                        # Not an exploration: the probe of a held lease rides it (the
+                        # chooser's rule 2), on a pipeline the chosen one passed by.
                         assert c.leased.intersection(got.node_ids)
+                        assert not c.leased.intersection(expected.node_ids)
                         assert got.pipeline_id not in full
                     else:
                         assert r.explored == before + 1
