@@ -17,6 +17,7 @@ from hecate.llm.reference import greedy_text
 from hecate.llm.store import model_path, present
 from hecate.llm.template import load_template
 from hecate_launcher import hecate_command
+from tests.support.swarm import infer_when_up
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODEL = "gemma3-270m"
@@ -47,20 +48,12 @@ def test_hecate_up_serves_gemma3_across_stages(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        url = state / "gateway.url"
-        for _ in range(240):
-            if url.exists() and (state / "gateway.key").exists():
-                break
-            try:
-                up.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                continue
-            pytest.fail(f"hecate up exited early: {up.stdout.read() if up.stdout else ''}")
+        ready = infer_when_up(state, MODEL, "Hello", "--max-tokens", "1", within=180, poll_s=0.5)
+        assert ready.returncode == 0, ready.stderr
         client = openai.OpenAI(
-            base_url=f"{url.read_text().strip()}/v1",
+            base_url=f"{(state / 'gateway.url').read_text().strip()}/v1",
             api_key=(state / "gateway.key").read_text().strip(),
             timeout=60,
-            max_retries=20,  # the swarm answers 503 until its first plan is served
         )
         reply = client.chat.completions.create(
             model=MODEL,
